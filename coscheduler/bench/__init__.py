@@ -1,0 +1,1 @@
+"""Benchmarks behind ``cosched bench``; each module holds one click command."""

@@ -1,0 +1,68 @@
+"""How a job reports progress: a small JSON file the monitoring agent reads.
+
+A job (or each workflow-stage program) writes ``{"done": N, "total": M, "time": t}`` to the
+file named by the environment variable ``COSCHED_PROGRESS_FILE`` (the backend that starts
+the job sets it), or calls ``cosched progress --done N --total M``. Writes are atomic
+(write to a temporary file, then rename), so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "COSCHED_PROGRESS_FILE"
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int | None
+    time: float
+
+
+def write_progress(done: int, total: int | None, path: str | os.PathLike | None = None,
+                   now: float | None = None) -> Path | None:
+    """Record progress atomically. Returns the path written, or None when no path is set."""
+    if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+        raise ValueError(f"progress 'done' must be an integer >= 0, got {done!r}")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 0):
+        raise ValueError(f"progress 'total' must be an integer >= 0, got {total!r}")
+    target = path if path is not None else os.environ.get(ENV_VAR)
+    if not target:
+        return None
+    target = Path(target)
+    record = {"done": done, "total": total, "time": time.time() if now is None else now}
+    fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def read_progress(path: str | os.PathLike) -> Progress | None:
+    """Read a progress file; None when absent or unreadable (a job may not report)."""
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+        done = rec["done"]
+        total = rec.get("total")
+        t = float(rec.get("time", 0.0))
+        if not isinstance(done, int) or done < 0:
+            return None
+        if total is not None and (not isinstance(total, int) or total < 0):
+            return None
+        return Progress(done=done, total=total, time=t)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

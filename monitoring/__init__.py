@@ -1,0 +1,1 @@
+"""Per-node monitoring agent: samples jobs and applies cgroup CPU quotas."""

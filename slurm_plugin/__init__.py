@@ -1,0 +1,1 @@
+"""Slurm side: the submit/priority hook and the Slurm backend (later issues)."""

@@ -1,0 +1,1 @@
+"""What emulates a cluster: workload programs, the local testbed, experiment runners."""
