@@ -1,0 +1,381 @@
+"""The ASA_X learner (paper Algorithm 1), as a small object over plain data.
+
+Per job class it keeps expert weights alpha, the accumulated risk r of the current round,
+and the round count t. ``decide`` mixes the experts' distributions with alpha, samples an
+action and remembers the decision as pending; ``observe`` takes the host's loss when it
+arrives (late: when the host ends, or earlier when Hp shows it cannot finish in time),
+adds p_i(x)[j] * loss to every expert's risk, and once max_i r_i exceeds the threshold
+closes the round:
+
+    alpha_i <- alpha_i * exp(-gamma_t * r_i) / N_t,   r <- 0,   t <- t + 1.
+
+It also keeps, per class, what Theorem 1 talks about: the mixture's and each expert's
+cumulative risk over closed rounds and sum gamma_s^2, so the excess risk and its bound can
+be checked on real runs (``excess_risk`` / ``theorem1_bound``).
+
+No I/O: the state store (coscheduler/store) saves ``ClassState`` and pending decisions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Sequence
+
+from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
+from .experts import Expert, FittedTreeExpert, HostState, action_fractions, paper_experts
+
+GAMMA_SCHEDULES = ("sqrt", "constant")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """m actions, the learning-rate schedule gamma_t, the risk threshold and the seed.
+
+    gamma_t = gamma0 / sqrt(t) ("sqrt", non-increasing as Theorem 1 needs) or gamma0
+    ("constant"). The round closes once max_i r_i exceeds ``risk_threshold`` (1 in the paper).
+    """
+
+    m: int = 10
+    gamma0: float = 1.0
+    gamma_schedule: str = "sqrt"
+    risk_threshold: float = 1.0
+    seed: int = 0
+    fitted_expert: bool = True
+
+    def __post_init__(self) -> None:
+        action_fractions(self.m)
+        g = check_finite(self.gamma0, "gamma0")
+        if g is None or g <= 0:
+            raise InvalidInput(f"gamma0 must be > 0, got {self.gamma0!r}")
+        if self.gamma_schedule not in GAMMA_SCHEDULES:
+            raise InvalidInput(
+                f"gamma_schedule must be one of {', '.join(GAMMA_SCHEDULES)}, got {self.gamma_schedule!r}"
+            )
+        t = check_finite(self.risk_threshold, "risk_threshold")
+        if t is None or t <= 0:
+            raise InvalidInput(f"risk_threshold must be > 0, got {self.risk_threshold!r}")
+
+    def gamma(self, t: int) -> float:
+        """gamma_t for round t = 1, 2, ..."""
+        if self.gamma_schedule == "constant":
+            return self.gamma0
+        return self.gamma0 / math.sqrt(t)
+
+
+@dataclass
+class ClassState:
+    """What the learner knows of one job class. Plain data, saved by the store."""
+
+    job_class: str
+    expert_names: tuple[str, ...]
+    weights: list[float]
+    risk: list[float]
+    rounds: int = 0               # closed rounds t
+    decisions: int = 0            # decisions made for hosts of this class
+    observations: int = 0         # losses observed (all rounds)
+    round_observations: int = 0   # losses observed in the open round
+    last_update: float | None = None
+    # Theorem 1 bookkeeping over closed rounds.
+    cum_mixture_risk: float = 0.0
+    cum_expert_risk: list[float] = field(default_factory=list)
+    sum_gamma_sq: float = 0.0
+    last_gamma: float | None = None
+
+    @classmethod
+    def fresh(cls, job_class: str, expert_names: Sequence[str]) -> "ClassState":
+        n = len(expert_names)
+        return cls(job_class=job_class, expert_names=tuple(expert_names), weights=[1.0 / n] * n,
+                   risk=[0.0] * n, cum_expert_risk=[0.0] * n)
+
+    def to_dict(self) -> dict:
+        return {
+            "job_class": self.job_class, "expert_names": list(self.expert_names),
+            "weights": list(self.weights), "risk": list(self.risk), "rounds": self.rounds,
+            "decisions": self.decisions, "observations": self.observations,
+            "round_observations": self.round_observations, "last_update": self.last_update,
+            "cum_mixture_risk": self.cum_mixture_risk, "cum_expert_risk": list(self.cum_expert_risk),
+            "sum_gamma_sq": self.sum_gamma_sq, "last_gamma": self.last_gamma,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ClassState":
+        try:
+            names = tuple(d["expert_names"])
+            n = len(names)
+            st = cls(
+                job_class=validate_job_class(d["job_class"]), expert_names=names,
+                weights=[float(w) for w in d["weights"]], risk=[float(r) for r in d["risk"]],
+                rounds=int(d["rounds"]), decisions=int(d["decisions"]),
+                observations=int(d["observations"]), round_observations=int(d["round_observations"]),
+                last_update=d.get("last_update"), cum_mixture_risk=float(d["cum_mixture_risk"]),
+                cum_expert_risk=[float(r) for r in d["cum_expert_risk"]],
+                sum_gamma_sq=float(d["sum_gamma_sq"]), last_gamma=d.get("last_gamma"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput(f"class state record is not valid ({exc}): {d!r}") from None
+        if not (len(st.weights) == len(st.risk) == len(st.cum_expert_risk) == n) or n == 0:
+            raise InvalidInput(f"class state for {st.job_class!r}: lengths of weights/risk/experts differ")
+        if any(not math.isfinite(w) or w < 0 for w in st.weights) or abs(sum(st.weights) - 1) > 1e-6:
+            raise InvalidInput(f"class state for {st.job_class!r}: weights {st.weights} are not a distribution")
+        return st
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One co-allocation decision: host A's state, each expert's p_i(x), the action taken."""
+
+    decision_id: int
+    time: float
+    job_class: str
+    host_job: str
+    guest_job: str
+    state: HostState
+    expert_names: tuple[str, ...]
+    expert_dists: tuple[tuple[float, ...], ...]
+    weights: tuple[float, ...]
+    mixture: tuple[float, ...]
+    action_index: int
+    action_fraction: float
+    policy: str = "asax"
+
+    def to_dict(self) -> dict:
+        return {
+            "decision_id": self.decision_id, "time": self.time, "job_class": self.job_class,
+            "host_job": self.host_job, "guest_job": self.guest_job, "state": self.state.to_dict(),
+            "expert_names": list(self.expert_names),
+            "expert_dists": [list(p) for p in self.expert_dists], "weights": list(self.weights),
+            "mixture": list(self.mixture), "action_index": self.action_index,
+            "action_fraction": self.action_fraction, "policy": self.policy,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Decision":
+        try:
+            return cls(
+                decision_id=int(d["decision_id"]), time=float(d["time"]), job_class=d["job_class"],
+                host_job=d["host_job"], guest_job=d["guest_job"],
+                state=HostState.from_dict(d["state"]), expert_names=tuple(d["expert_names"]),
+                expert_dists=tuple(tuple(float(x) for x in p) for p in d["expert_dists"]),
+                weights=tuple(float(w) for w in d["weights"]),
+                mixture=tuple(float(x) for x in d["mixture"]),
+                action_index=int(d["action_index"]), action_fraction=float(d["action_fraction"]),
+                policy=d.get("policy", "asax"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput(f"decision record is not valid ({exc})") from None
+
+
+@dataclass(frozen=True)
+class RoundClosed:
+    """The weight update that closed round t of a class (what the history shows)."""
+
+    job_class: str
+    round: int
+    time: float
+    gamma: float
+    risk: tuple[float, ...]
+    weights_before: tuple[float, ...]
+    weights_after: tuple[float, ...]
+
+
+def _uniform01(seed: int, decision_id: int) -> float:
+    """A uniform draw in [0, 1) from (seed, decision id): splitmix64.
+
+    Keyed by decision id instead of a stream position, so the sequence of actions is the
+    same after a restart from the store as in one uninterrupted run.
+    """
+    z = (seed * 0x9E3779B97F4A7C15 + decision_id * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    z ^= z >> 31
+    return (z >> 11) / float(1 << 53)
+
+
+def default_expert_factory(config: LearnerConfig) -> Callable[[], list[Expert]]:
+    """The paper's four trees (shared: they hold no state) plus, if enabled, a fitted
+    expert per class (it learns from that class's outcomes only)."""
+    trees = paper_experts(config.m)
+
+    def make() -> list[Expert]:
+        experts: list[Expert] = list(trees)
+        if config.fitted_expert:
+            experts.append(FittedTreeExpert(config.m, seed=config.seed))
+        return experts
+
+    return make
+
+
+class AsaxLearner:
+    """Algorithm 1 with weights per job class. Deterministic for a given seed."""
+
+    def __init__(self, config: LearnerConfig | None = None,
+                 expert_factory: Callable[[], list[Expert]] | None = None,
+                 classes: Iterable[ClassState] = (), pending: Iterable[Decision] = (),
+                 next_decision_id: int = 1):
+        self.config = config or LearnerConfig()
+        self.actions = action_fractions(self.config.m)
+        self._factory = expert_factory or default_expert_factory(self.config)
+        self._experts: dict[str, list[Expert]] = {}
+        self._classes: dict[str, ClassState] = {}
+        self.pending: dict[int, Decision] = {}
+        self.next_decision_id = next_decision_id
+        names = self.expert_names
+        for st in classes:
+            if tuple(st.expert_names) != names:
+                raise InvalidInput(
+                    f"saved state of class {st.job_class!r} has experts {list(st.expert_names)}, "
+                    f"this learner has {list(names)}: refusing to mix them"
+                )
+            self._classes[st.job_class] = st
+        for d in pending:
+            self.pending[d.decision_id] = d
+            self.next_decision_id = max(self.next_decision_id, d.decision_id + 1)
+
+    # -- experts and classes ---------------------------------------------------------------
+    @property
+    def expert_names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self._factory_probe())
+
+    def _factory_probe(self) -> list[Expert]:
+        if not hasattr(self, "_probe"):
+            self._probe = self._factory()
+            for e in self._probe:
+                if len(e.distribution(_PROBE_STATE)) != self.config.m:
+                    raise InvalidInput(f"expert {e.name} does not give {self.config.m} probabilities")
+        return self._probe
+
+    def experts_for(self, job_class: str) -> list[Expert]:
+        experts = self._experts.get(job_class)
+        if experts is None:
+            experts = self._experts[job_class] = self._factory()
+        return experts
+
+    def class_state(self, job_class: str) -> ClassState:
+        """The class's state (created uniform on first sight)."""
+        validate_job_class(job_class)
+        st = self._classes.get(job_class)
+        if st is None:
+            st = self._classes[job_class] = ClassState.fresh(job_class, self.expert_names)
+        return st
+
+    def known_classes(self) -> list[str]:
+        return sorted(self._classes)
+
+    def weights(self, job_class: str) -> dict[str, float]:
+        if job_class not in self._classes:
+            raise InvalidInput(f"unknown job class {job_class!r}: no decision was made for it")
+        st = self._classes[job_class]
+        return dict(zip(st.expert_names, st.weights))
+
+    # -- Algorithm 1 -----------------------------------------------------------------------
+    def decide(self, state: HostState, host_job: str, guest_job: str, now: float,
+               job_class: str | None = None) -> Decision:
+        """Lines 4-8: mix the experts' p_i(x) with alpha, sample action j, record it."""
+        job_class = job_class or state.job_class
+        validate_job_id(host_job, "host_job")
+        validate_job_id(guest_job, "guest_job")
+        check_finite(now, "decision time", minimum=0.0)
+        st = self.class_state(job_class)
+        dists = tuple(e.distribution(state) for e in self.experts_for(job_class))
+        w = st.weights
+        m = self.config.m
+        mixture = [0.0] * m
+        for alpha, p in zip(w, dists):
+            for j in range(m):
+                mixture[j] += alpha * p[j]
+        did = self.next_decision_id
+        self.next_decision_id += 1
+        u = _uniform01(self.config.seed, did) * sum(mixture)
+        acc = 0.0
+        j = m - 1
+        for k, pk in enumerate(mixture):
+            acc += pk
+            if u < acc:
+                j = k
+                break
+        decision = Decision(
+            decision_id=did, time=float(now), job_class=job_class, host_job=host_job,
+            guest_job=guest_job, state=state, expert_names=st.expert_names, expert_dists=dists,
+            weights=tuple(w), mixture=tuple(mixture), action_index=j,
+            action_fraction=self.actions[j],
+        )
+        st.decisions += 1
+        self.pending[did] = decision
+        return decision
+
+    def observe(self, decision_id: int, loss: float, now: float) -> RoundClosed | None:
+        """Lines 9-12: the host's loss for a decision arrives; update risk, maybe weights."""
+        decision = self.pending.get(decision_id)
+        if decision is None:
+            raise InvalidInput(f"unknown or already observed decision id {decision_id!r}")
+        lv = check_finite(loss, f"loss of decision {decision_id}", minimum=0.0, maximum=1.0)
+        check_finite(now, "observation time", minimum=0.0)
+        assert lv is not None
+        del self.pending[decision_id]
+        st = self.class_state(decision.job_class)
+        j = decision.action_index
+        for i, p in enumerate(decision.expert_dists):
+            st.risk[i] += p[j] * lv
+        st.observations += 1
+        st.round_observations += 1
+        for e in self.experts_for(decision.job_class):
+            e.learn(decision.state, decision.action_fraction, lv)
+        if max(st.risk) > self.config.risk_threshold:
+            return self._close_round(st, now)
+        return None
+
+    def teach(self, decision: Decision, loss: float) -> None:
+        """Replay a recorded outcome into the experts only (no risk, no weights): how a
+        restarted learner's fitted experts regain what they had learned."""
+        for e in self.experts_for(decision.job_class):
+            e.learn(decision.state, decision.action_fraction, float(loss))
+
+    def forget(self, decision_id: int) -> Decision | None:
+        """Drop a pending decision that was never carried out (the guest did not start)."""
+        return self.pending.pop(decision_id, None)
+
+    def _close_round(self, st: ClassState, now: float) -> RoundClosed:
+        t = st.rounds + 1
+        gamma = self.config.gamma(t)
+        before = tuple(st.weights)
+        st.cum_mixture_risk += sum(a * r for a, r in zip(st.weights, st.risk))
+        for i, r in enumerate(st.risk):
+            st.cum_expert_risk[i] += r
+        st.sum_gamma_sq += gamma * gamma
+        # Work in log space relative to the smallest risk so no weight underflows to 0.
+        rmin = min(st.risk)
+        raw = [a * math.exp(-gamma * (r - rmin)) for a, r in zip(st.weights, st.risk)]
+        norm = sum(raw)
+        st.weights = [x / norm for x in raw]
+        closed = RoundClosed(st.job_class, t, float(now), gamma, tuple(st.risk), before,
+                             tuple(st.weights))
+        st.risk = [0.0] * len(st.risk)
+        st.round_observations = 0
+        st.rounds = t
+        st.last_update = float(now)
+        st.last_gamma = gamma
+        return closed
+
+    # -- Theorem 1 -------------------------------------------------------------------------
+    def excess_risk(self, job_class: str) -> float:
+        """E_t over the closed rounds: the mixture's risk minus the best expert's."""
+        st = self._classes[job_class]
+        return st.cum_mixture_risk - min(st.cum_expert_risk)
+
+    def theorem1_bound(self, job_class: str) -> float:
+        """(ln n + 0.5 * sum_s gamma_s^2) / gamma_t after t closed rounds."""
+        st = self._classes[job_class]
+        if st.rounds == 0:
+            return math.inf
+        n = len(st.weights)
+        return (math.log(n) + 0.5 * st.sum_gamma_sq) / st.last_gamma
+
+    def snapshot(self) -> list[ClassState]:
+        """Copies of every class state (for saving)."""
+        return [replace(st, weights=list(st.weights), risk=list(st.risk),
+                        cum_expert_risk=list(st.cum_expert_risk)) for st in self._classes.values()]
+
+
+_PROBE_STATE = HostState(job_class="probe", cpu_percent=50.0, mem_percent=50.0,
+                         stage_type="parallel", elapsed_fraction=0.5, happiness=1.0)

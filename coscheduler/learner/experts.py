@@ -1,0 +1,287 @@
+"""ASA_X's experts: each maps a host job's state to a distribution over the m quota actions.
+
+The paper's experts are decision trees, one per metric (CPU %, memory %, stage type,
+elapsed share of walltime), each split by its metric and by happiness Hp into leaves that
+hold a distribution (its Fig. 2 shows nine leaves: three metric bins x three Hp bins).
+Design rule: more co-allocation when Hp >= 1 and the metric is low.
+
+A leaf is described by one number, its *generosity* g in [0, 1]: the share of the largest
+action it leans toward. Its distribution is a discretised bell around g * a_max with a small
+floor, so every action keeps some probability (an expert that gives an action zero
+probability could never be blamed for it).
+
+``FittedTreeExpert`` is the learned expert: a scikit-learn regression tree fitted on the
+recorded (state, action, loss) outcomes of its job class, which predicts the loss of each
+action and prefers the largest lending predicted to be harmless. Until it has seen enough
+outcomes it answers uniformly ("no opinion"), so the set of experts, and with it the
+learner's guarantee, stays fixed from the first decision on.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from ..model import InvalidInput, StageType, check_finite, validate_job_class
+
+# Hp bins shared by every hand-made tree: < 1 (likely to overrun), [1, 1.1) (near 1),
+# >= 1.1 (slack). Unknown Hp (no progress yet) falls in the cautious middle bin.
+HP_EDGES = (1.0, 1.1)
+HP_UNKNOWN_BIN = 1
+
+LEAF_SPREAD = 0.15  # width of a leaf's bell over action fractions
+LEAF_FLOOR = 0.01   # probability floor before normalisation
+
+
+def action_fractions(m: int) -> tuple[float, ...]:
+    """The m actions a_j = j / m, j = 0..m-1 (m = 10: 0 %, 10 %, ..., 90 %)."""
+    if isinstance(m, bool) or not isinstance(m, int) or m < 2:
+        raise InvalidInput(f"number of actions m must be an integer >= 2, got {m!r}")
+    return tuple(j / m for j in range(m))
+
+
+@dataclass(frozen=True)
+class HostState:
+    """What the experts see of host job A when a guest could join it.
+
+    ``cpu_percent`` and ``mem_percent`` are of A's allocation (0-100, may exceed 100
+    briefly); ``elapsed_fraction`` is elapsed time over walltime; ``happiness`` is Hp(t) or
+    None when unknown.
+    """
+
+    job_class: str
+    cpu_percent: float
+    mem_percent: float
+    stage_type: StageType
+    elapsed_fraction: float
+    happiness: float | None = None
+
+    def __post_init__(self) -> None:
+        validate_job_class(self.job_class)
+        check_finite(self.cpu_percent, "host state: cpu_percent", minimum=0.0)
+        check_finite(self.mem_percent, "host state: mem_percent", minimum=0.0)
+        check_finite(self.elapsed_fraction, "host state: elapsed_fraction", minimum=0.0)
+        if self.happiness is not None:
+            hp = float(self.happiness)
+            if math.isnan(hp) or hp < 0:
+                raise InvalidInput(f"host state: happiness must be >= 0 or None, got {self.happiness!r}")
+        if not isinstance(self.stage_type, StageType):
+            try:
+                object.__setattr__(self, "stage_type", StageType(self.stage_type))
+            except ValueError:
+                raise InvalidInput(
+                    f"host state: stage_type must be 'sequential' or 'parallel', got {self.stage_type!r}"
+                ) from None
+
+    def features(self) -> list[float]:
+        """Numeric features for fitted experts (Hp clipped, unknown as -1)."""
+        hp = -1.0 if self.happiness is None else min(float(self.happiness), 10.0)
+        return [
+            float(self.cpu_percent),
+            float(self.mem_percent),
+            1.0 if self.stage_type is StageType.PARALLEL else 0.0,
+            min(float(self.elapsed_fraction), 2.0),
+            hp,
+        ]
+
+    def to_dict(self) -> dict:
+        hp = self.happiness
+        return {
+            "job_class": self.job_class,
+            "cpu_percent": self.cpu_percent,
+            "mem_percent": self.mem_percent,
+            "stage_type": self.stage_type.value,
+            "elapsed_fraction": self.elapsed_fraction,
+            # JSON has no infinity: a finished-work host is "very happy".
+            "happiness": None if hp is None else (1e9 if math.isinf(hp) else hp),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HostState":
+        try:
+            return cls(
+                job_class=d["job_class"],
+                cpu_percent=d["cpu_percent"],
+                mem_percent=d["mem_percent"],
+                stage_type=StageType(d["stage_type"]),
+                elapsed_fraction=d["elapsed_fraction"],
+                happiness=d.get("happiness"),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise InvalidInput(f"host state record {d!r} is not valid: {exc}") from None
+
+
+class Expert(Protocol):
+    """An expert maps a host state to a distribution over the learner's m actions."""
+
+    name: str
+
+    def distribution(self, state: HostState) -> tuple[float, ...]:
+        ...
+
+    def learn(self, state: HostState, action_fraction: float, loss: float) -> None:
+        """Hear an outcome. Hand-made trees ignore it; fitted experts use it."""
+        ...
+
+
+def leaf_distribution(generosity: float, m: int) -> tuple[float, ...]:
+    """A leaf's distribution: a bell over a_j centred on generosity * a_max, with a floor."""
+    if not 0.0 <= generosity <= 1.0:
+        raise InvalidInput(f"leaf generosity must lie in [0, 1], got {generosity!r}")
+    acts = action_fractions(m)
+    centre = generosity * acts[-1]
+    raw = [math.exp(-((a - centre) ** 2) / (2 * LEAF_SPREAD ** 2)) + LEAF_FLOOR for a in acts]
+    total = sum(raw)
+    return tuple(r / total for r in raw)
+
+
+class ThresholdTreeExpert:
+    """A hand-made two-level tree: split on one metric's bins, then on Hp's three bins.
+
+    ``generosity[k][h]`` is the leaf for metric bin k and Hp bin h. Leaves are
+    precomputed, so a decision is two bisections and a lookup.
+    """
+
+    def __init__(self, name: str, metric: str, edges: Sequence[float],
+                 generosity: Sequence[Sequence[float]], m: int = 10):
+        if len(generosity) != len(edges) + 1 or any(len(row) != len(HP_EDGES) + 1 for row in generosity):
+            raise InvalidInput(
+                f"expert {name}: need {len(edges) + 1} metric bins x {len(HP_EDGES) + 1} Hp bins of leaves"
+            )
+        self.name = name
+        self.metric = metric
+        self.edges = tuple(edges)
+        self.m = m
+        self.generosity = tuple(tuple(row) for row in generosity)
+        self._leaves = tuple(tuple(leaf_distribution(g, m) for g in row) for row in self.generosity)
+
+    def metric_value(self, state: HostState) -> float:
+        if self.metric == "stage_type":
+            return 1.0 if state.stage_type is StageType.PARALLEL else 0.0
+        return float(getattr(state, self.metric))
+
+    def leaf_index(self, state: HostState) -> tuple[int, int]:
+        k = bisect_right(self.edges, self.metric_value(state))
+        hp = state.happiness
+        h = HP_UNKNOWN_BIN if hp is None else bisect_right(HP_EDGES, hp)
+        return k, h
+
+    def distribution(self, state: HostState) -> tuple[float, ...]:
+        k, h = self.leaf_index(state)
+        return self._leaves[k][h]
+
+    def learn(self, state: HostState, action_fraction: float, loss: float) -> None:
+        return None
+
+    @property
+    def leaf_count(self) -> int:
+        return sum(len(row) for row in self._leaves)
+
+
+def paper_experts(m: int = 10) -> list[ThresholdTreeExpert]:
+    """The four hand-made experts of the paper, one per metric (section 3.1, Fig. 2).
+
+    Rows are metric bins (low to high); columns are Hp < 1, Hp near 1, Hp >= 1.1.
+    A host likely to overrun (Hp < 1) lends (almost) nothing; low use with slack lends most.
+    """
+    action_fractions(m)  # validates m
+    return [
+        # CPU % of the allocation: < 25, 25-75, > 75 (Fig. 2's nine leaves).
+        ThresholdTreeExpert("cpu", "cpu_percent", (25.0, 75.0),
+                            ((0.05, 0.5, 0.9), (0.0, 0.3, 0.55), (0.0, 0.05, 0.2)), m),
+        # Memory % of the allocation: < 40, 40-80, > 80. A full memory must not be shared.
+        ThresholdTreeExpert("mem", "mem_percent", (40.0, 80.0),
+                            ((0.05, 0.5, 0.8), (0.0, 0.25, 0.45), (0.0, 0.0, 0.05)), m),
+        # Stage type: sequential stages leave all but one core idle.
+        ThresholdTreeExpert("stage", "stage_type", (0.5,),
+                            ((0.1, 0.6, 0.9), (0.0, 0.2, 0.45)), m),
+        # Elapsed share of walltime: < 25 %, 25-50 %, 50-75 %, >= 75 %. Early Hp is noisy.
+        ThresholdTreeExpert("elapsed", "elapsed_fraction", (0.25, 0.5, 0.75),
+                            ((0.0, 0.3, 0.5), (0.0, 0.4, 0.6), (0.0, 0.4, 0.7), (0.0, 0.3, 0.7)), m),
+    ]
+
+
+class FittedTreeExpert:
+    """An expert learned from outcomes: a regression tree predicts the loss of each action.
+
+    Its distribution is p_j proportional to exp(beta * (a_j - penalty * predicted_loss_j)):
+    lend as much as the tree predicts to be harmless. Uniform until ``min_samples``
+    outcomes are recorded; refitted every ``refit_every`` new outcomes.
+    """
+
+    def __init__(self, m: int = 10, *, name: str = "fitted", min_samples: int = 20,
+                 refit_every: int = 10, max_depth: int = 4, beta: float = 6.0,
+                 penalty: float = 2.0, max_samples: int = 5000, seed: int = 0):
+        self.name = name
+        self.m = m
+        self.actions = action_fractions(m)
+        self.min_samples = min_samples
+        self.refit_every = refit_every
+        self.max_depth = max_depth
+        self.beta = beta
+        self.penalty = penalty
+        self.max_samples = max_samples
+        self.seed = seed
+        self._X: list[list[float]] = []
+        self._y: list[float] = []
+        self._since_fit = 0
+        self._model = None
+        self._uniform = tuple(1.0 / m for _ in range(m))
+
+    @property
+    def fitted(self) -> bool:
+        return self._model is not None
+
+    @property
+    def samples(self) -> int:
+        return len(self._y)
+
+    def learn(self, state: HostState, action_fraction: float, loss: float) -> None:
+        self._X.append(state.features() + [float(action_fraction)])
+        self._y.append(float(loss))
+        if len(self._y) > self.max_samples:  # keep the recent past: workloads drift
+            del self._X[0], self._y[0]
+        self._since_fit += 1
+        # Refit at most every 10 % of the data seen, so refits cost O(1) amortised per outcome.
+        due = max(self.refit_every, len(self._y) // 10)
+        if len(self._y) >= self.min_samples and (self._model is None or self._since_fit >= due):
+            self.refit()
+
+    def refit(self) -> None:
+        from sklearn.tree import DecisionTreeRegressor  # imported late: slow to import
+
+        model = DecisionTreeRegressor(max_depth=self.max_depth, min_samples_leaf=3,
+                                      random_state=self.seed)
+        model.fit(self._X, self._y)
+        # Walk the fitted tree in plain Python: for 10 rows of 6 features sklearn's predict
+        # costs ~100 us of call overhead, a walk of depth <= 4 costs ~10 us.
+        tree = model.tree_
+        self._model = (tree.children_left.tolist(), tree.children_right.tolist(),
+                       tree.feature.tolist(), tree.threshold.tolist(),
+                       [float(v[0][0]) for v in tree.value])
+        self._since_fit = 0
+
+    def _predict_row(self, row: list[float]) -> float:
+        left, right, feature, threshold, value = self._model
+        node = 0
+        while left[node] != -1:  # -1 marks a leaf in sklearn's tree arrays
+            node = left[node] if row[feature[node]] <= threshold[node] else right[node]
+        return value[node]
+
+    def predicted_losses(self, state: HostState) -> list[float]:
+        if self._model is None:
+            return [math.nan] * self.m
+        base = state.features()
+        return [self._predict_row(base + [a]) for a in self.actions]
+
+    def distribution(self, state: HostState) -> tuple[float, ...]:
+        if self._model is None:
+            return self._uniform
+        losses = self.predicted_losses(state)
+        scores = [self.beta * (a - self.penalty * l) for a, l in zip(self.actions, losses)]
+        top = max(scores)
+        raw = [math.exp(s - top) for s in scores]
+        total = sum(raw)
+        return tuple(r / total for r in raw)
