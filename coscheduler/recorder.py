@@ -1,0 +1,97 @@
+"""Where the controller keeps what the learner learned: the Recorder interface.
+
+The controller calls a Recorder after every decision, outcome and weight update, so that a
+restart loses nothing. ``coscheduler.store.SqliteStore`` is the persistent one (embedded
+default); ``MemoryRecorder`` keeps the same records in memory for tests and the simulator.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .learner import ClassState, Decision, RoundClosed
+from .model import InvalidInput
+
+LOSS_KINDS = ("walltime", "degradation", "projected", "declined", "cancelled")
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """The loss a decision earned, and how it was measured."""
+
+    decision_id: int
+    time: float
+    loss: float
+    kind: str                      # one of LOSS_KINDS
+    host_runtime_s: float | None = None
+    host_walltime_s: float | None = None
+    guest_runtime_s: float | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in LOSS_KINDS:
+            raise InvalidInput(f"outcome kind must be one of {LOSS_KINDS}, got {self.kind!r}")
+
+
+@dataclass
+class LoadedState:
+    """What a recorder hands back on start: enough to rebuild the learner."""
+
+    classes: list[ClassState] = field(default_factory=list)
+    pending: list[Decision] = field(default_factory=list)
+    next_decision_id: int = 1
+    # (decision, loss) of observed decisions, oldest first, to re-teach fitted experts.
+    observed: list[tuple[Decision, float]] = field(default_factory=list)
+
+
+class Recorder(Protocol):
+    def load(self) -> LoadedState: ...
+    def record_decision(self, decision: Decision, host_quota: float, guest_quota: float) -> None: ...
+    def record_outcome(self, outcome: OutcomeRecord) -> None: ...
+    def record_round(self, closed: RoundClosed) -> None: ...
+    def save_class(self, state: ClassState) -> None: ...
+    def record_alone_runtime(self, job_class: str, runtime_s: float) -> None: ...
+    def alone_runtime(self, job_class: str) -> float | None: ...
+
+
+class MemoryRecorder:
+    """A Recorder that keeps everything in memory (tests, simulator runs)."""
+
+    def __init__(self) -> None:
+        self.decisions: dict[int, tuple[Decision, float, float]] = {}
+        self.outcomes: dict[int, OutcomeRecord] = {}
+        self.rounds: list[RoundClosed] = []
+        self.classes: dict[str, ClassState] = {}
+        self.alone: dict[str, list[float]] = {}
+
+    def load(self) -> LoadedState:
+        pending = [d for i, (d, _, _) in sorted(self.decisions.items()) if i not in self.outcomes]
+        observed = [(self.decisions[i][0], o.loss) for i, o in sorted(self.outcomes.items())
+                    if i in self.decisions and o.kind != "cancelled"]
+        nxt = max(self.decisions, default=0) + 1
+        return LoadedState(list(self.classes.values()), pending, nxt, observed)
+
+    def record_decision(self, decision: Decision, host_quota: float, guest_quota: float) -> None:
+        self.decisions[decision.decision_id] = (decision, host_quota, guest_quota)
+
+    def record_outcome(self, outcome: OutcomeRecord) -> None:
+        if outcome.decision_id not in self.decisions:
+            raise InvalidInput(f"outcome for unknown decision id {outcome.decision_id}")
+        if outcome.decision_id in self.outcomes:
+            raise InvalidInput(f"decision {outcome.decision_id} already has an outcome")
+        self.outcomes[outcome.decision_id] = outcome
+
+    def record_round(self, closed: RoundClosed) -> None:
+        self.rounds.append(closed)
+
+    def save_class(self, state: ClassState) -> None:
+        self.classes[state.job_class] = ClassState.from_dict(state.to_dict())
+
+    def record_alone_runtime(self, job_class: str, runtime_s: float) -> None:
+        self.alone.setdefault(job_class, []).append(float(runtime_s))
+
+    def alone_runtime(self, job_class: str) -> float | None:
+        runs = self.alone.get(job_class)
+        return statistics.median(runs) if runs else None
