@@ -1,0 +1,223 @@
+"""The ASA_X learner (Algorithm 1): hand-computed cases, determinism, bad input."""
+
+import math
+
+import pytest
+
+from coscheduler.learner import (AsaxLearner, ClassState, Decision, FittedTreeExpert, HostState,
+                                 LearnerConfig, action_fractions, leaf_distribution, paper_experts)
+from coscheduler.model import InvalidInput, StageType
+
+
+class FixedExpert:
+    """An expert whose distribution does not depend on the state (for hand computation)."""
+
+    def __init__(self, name, p):
+        self.name, self.p = name, tuple(p)
+
+    def distribution(self, state):
+        return self.p
+
+    def learn(self, state, action_fraction, loss):
+        pass
+
+
+def two_expert_learner(**cfg):
+    cfg.setdefault("seed", 7)
+    return AsaxLearner(LearnerConfig(m=2, fitted_expert=False, **cfg),
+                       expert_factory=lambda: [FixedExpert("a", (0.8, 0.2)), FixedExpert("b", (0.2, 0.8))])
+
+
+STATE = HostState("wf/stage", cpu_percent=10, mem_percent=10, stage_type="parallel",
+                  elapsed_fraction=0.1, happiness=2.0)
+
+
+def test_actions_are_j_over_m():
+    assert action_fractions(10) == tuple(j / 10 for j in range(10))
+    assert action_fractions(2) == (0.0, 0.5)
+
+
+def test_round_closes_and_weights_update_as_computed_by_hand():
+    L = two_expert_learner()
+    d1 = L.decide(STATE, "host1", "guest1", now=1.0)
+    d2 = L.decide(STATE, "host1", "guest2", now=2.0)
+    # Seed 7's draws for decisions 1, 2, 3 are 0.260, 0.523, 0.447 against mixture (0.5, 0.5).
+    assert (d1.action_index, d2.action_index) == (0, 1)
+    assert d1.mixture == pytest.approx((0.5, 0.5))
+    assert L.observe(d2.decision_id, 1.0, now=3.0) is None          # r = (0.2, 0.8)
+    assert L.observe(d1.decision_id, 0.5, now=4.0) is None          # r = (0.6, 0.9)
+    assert L.class_state("wf/stage").risk == pytest.approx([0.6, 0.9])
+    d3 = L.decide(STATE, "host1", "guest3", now=5.0)
+    assert d3.action_index == 0
+    closed = L.observe(d3.decision_id, 1.0, now=6.0)                # r = (1.4, 1.1) > 1
+    assert closed is not None and closed.round == 1 and closed.gamma == pytest.approx(1.0)
+    assert closed.risk == pytest.approx((1.4, 1.1))
+    # alpha_a = e^-1.4 / (e^-1.4 + e^-1.1) = 1 / (1 + e^0.3)
+    expected_a = 1 / (1 + math.exp(0.3))
+    assert L.weights("wf/stage") == pytest.approx({"a": expected_a, "b": 1 - expected_a})
+    st = L.class_state("wf/stage")
+    assert st.risk == [0.0, 0.0] and st.rounds == 1 and st.last_update == 6.0
+    # Theorem 1 bookkeeping: mixture risk 0.5*1.4 + 0.5*1.1 = 1.25, best expert 1.1.
+    assert L.excess_risk("wf/stage") == pytest.approx(0.15)
+    assert L.theorem1_bound("wf/stage") == pytest.approx(math.log(2) + 0.5)
+
+
+def test_next_decisions_use_the_new_weights():
+    L = two_expert_learner(gamma_schedule="constant", gamma0=2.0)
+    for _ in range(3):
+        d = L.decide(STATE, "h", "g", now=0.0)
+        L.observe(d.decision_id, 1.0, now=0.0)
+    w = L.weights("wf/stage")
+    d = L.decide(STATE, "h", "g", now=1.0)
+    assert d.weights == pytest.approx((w["a"], w["b"]))
+    assert d.mixture == pytest.approx((0.8 * w["a"] + 0.2 * w["b"], 0.2 * w["a"] + 0.8 * w["b"]))
+
+
+def test_gamma_schedules():
+    assert LearnerConfig(gamma0=2.0).gamma(4) == pytest.approx(1.0)
+    assert LearnerConfig(gamma0=2.0, gamma_schedule="constant").gamma(4) == 2.0
+
+
+def test_same_seed_same_actions_different_seed_differs():
+    def run(seed):
+        L = AsaxLearner(LearnerConfig(seed=seed))
+        return [L.decide(STATE, "h", f"g{i}", now=float(i)).action_index for i in range(200)]
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+def test_weights_are_kept_per_class():
+    L = two_expert_learner(gamma_schedule="constant", gamma0=3.0)
+    other = HostState("other/stage", 10, 10, "parallel", 0.1, 2.0)
+    for _ in range(10):
+        d = L.decide(STATE, "h", "g", now=0.0)
+        L.observe(d.decision_id, 1.0 if d.action_index == 1 else 0.0, now=0.0)
+    d = L.decide(other, "h2", "g", now=0.0)
+    assert L.weights("other/stage") == pytest.approx({"a": 0.5, "b": 0.5})
+    assert L.weights("wf/stage")["a"] > 0.5   # b put its mass on the lossy action 1
+    assert d.job_class == "other/stage"
+
+
+def test_paper_experts_follow_the_design_rule():
+    cpu, mem, stage, elapsed = paper_experts(10)
+    assert cpu.leaf_count == 9                         # Fig. 2: nine leaves
+    acts = action_fractions(10)
+
+    def mean_action(expert, **kw):
+        base = dict(job_class="c", cpu_percent=10, mem_percent=10, stage_type="sequential",
+                    elapsed_fraction=0.6, happiness=2.0)
+        base.update(kw)
+        p = expert.distribution(HostState(**base))
+        assert sum(p) == pytest.approx(1.0) and min(p) > 0
+        return sum(a * q for a, q in zip(acts, p))
+
+    for expert, metric, low, high in [(cpu, "cpu_percent", 10, 95), (mem, "mem_percent", 10, 95)]:
+        assert mean_action(expert, **{metric: low}) > mean_action(expert, **{metric: high}) + 0.2
+        # A host likely to overrun lends (almost) nothing, whatever its metric.
+        assert mean_action(expert, **{metric: low, "happiness": 0.5}) < 0.15
+    assert mean_action(stage, stage_type="sequential") > mean_action(stage, stage_type="parallel")
+    # Unknown Hp falls in the cautious middle bin.
+    assert mean_action(cpu, happiness=None) < mean_action(cpu, happiness=2.0)
+
+
+def test_leaf_distribution_peaks_at_its_generosity():
+    p = leaf_distribution(1.0, 10)
+    assert max(range(10), key=p.__getitem__) == 9
+    p = leaf_distribution(0.0, 10)
+    assert max(range(10), key=p.__getitem__) == 0
+    with pytest.raises(InvalidInput):
+        leaf_distribution(1.5, 10)
+
+
+def test_fitted_expert_is_uniform_until_it_has_data_then_avoids_lossy_actions():
+    fe = FittedTreeExpert(10, min_samples=20)
+    assert fe.distribution(STATE) == pytest.approx([0.1] * 10)
+    acts = action_fractions(10)
+    for i in range(200):
+        a = acts[i % 10]
+        fe.learn(STATE, a, 1.0 if a >= 0.5 else 0.0)   # lending half or more hurts
+    assert fe.fitted
+    p = fe.distribution(STATE)
+    assert sum(p[:5]) > 0.9
+    assert max(range(10), key=p.__getitem__) == 4      # the largest harmless lending
+
+
+@pytest.mark.parametrize("m", [0, 1, -3, 2.5, True])
+def test_bad_m_is_refused(m):
+    with pytest.raises(InvalidInput, match="m must be"):
+        LearnerConfig(m=m)
+
+
+@pytest.mark.parametrize("kw", [dict(gamma0=0), dict(gamma0=float("nan")),
+                                dict(gamma_schedule="log"), dict(risk_threshold=-1)])
+def test_bad_config_is_refused(kw):
+    with pytest.raises(InvalidInput):
+        LearnerConfig(**kw)
+
+
+def test_bad_losses_and_ids_are_refused_without_losing_state():
+    L = two_expert_learner()
+    d = L.decide(STATE, "h", "g", now=0.0)
+    before = L.class_state("wf/stage").to_dict()
+    for bad in (float("nan"), -0.1, 1.5, "x"):
+        with pytest.raises(InvalidInput, match=f"loss of decision {d.decision_id}"):
+            L.observe(d.decision_id, bad, now=1.0)
+    assert L.class_state("wf/stage").to_dict() == before
+    assert d.decision_id in L.pending                      # still waiting for a real loss
+    with pytest.raises(InvalidInput, match="unknown or already observed"):
+        L.observe(999, 0.5, now=1.0)
+    L.observe(d.decision_id, 0.5, now=1.0)
+    with pytest.raises(InvalidInput, match="already observed"):
+        L.observe(d.decision_id, 0.5, now=1.0)
+
+
+def test_unknown_class_and_bad_state_are_refused():
+    L = AsaxLearner()
+    with pytest.raises(InvalidInput, match="unknown job class 'nope'"):
+        L.weights("nope")
+    with pytest.raises(InvalidInput, match="cpu_percent"):
+        HostState("c", float("nan"), 1, StageType.PARALLEL, 0.1, 1.0)
+    with pytest.raises(InvalidInput, match="cpu_percent"):
+        HostState("c", -5, 1, StageType.PARALLEL, 0.1, 1.0)
+    with pytest.raises(InvalidInput, match="stage_type"):
+        HostState("c", 5, 1, "serial", 0.1, 1.0)
+    with pytest.raises(InvalidInput, match="job class"):
+        HostState("../etc", 5, 1, "parallel", 0.1, 1.0)
+    with pytest.raises(InvalidInput, match="host_job"):
+        L.decide(STATE, "../x", "g", now=0.0)
+
+
+def test_state_round_trips_and_restart_continues_identically():
+    cfg = LearnerConfig(seed=11, fitted_expert=False)
+    straight = AsaxLearner(cfg)
+    first = AsaxLearner(cfg)
+    losses = [0.0, 0.3, 1.0, 0.7, 0.2]
+    actions_a, actions_b = [], []
+    for i in range(60):
+        for L, acts in ((straight, actions_a), (first, actions_b)):
+            d = L.decide(STATE, "h", f"g{i}", now=float(i))
+            acts.append(d.action_index)
+            if i % 2:
+                L.observe(d.decision_id, losses[i % 5], now=float(i))
+        if i == 29:   # restart `first` from its saved plain data, as the store would
+            saved = [ClassState.from_dict(s.to_dict()) for s in first.snapshot()]
+            pending = [Decision.from_dict(d.to_dict()) for d in first.pending.values()]
+            first = AsaxLearner(cfg, classes=saved, pending=pending, next_decision_id=first.next_decision_id)
+    assert actions_a == actions_b
+    assert straight.weights("wf/stage") == pytest.approx(first.weights("wf/stage"))
+
+
+def test_saved_state_with_other_experts_is_refused():
+    st = ClassState.fresh("wf/stage", ("x", "y"))
+    with pytest.raises(InvalidInput, match="refusing to mix"):
+        AsaxLearner(LearnerConfig(fitted_expert=False), classes=[st])
+
+
+def test_corrupt_class_record_is_refused():
+    d = ClassState.fresh("wf/stage", ("a", "b")).to_dict()
+    d["weights"] = [0.9, 0.9]
+    with pytest.raises(InvalidInput, match="not a distribution"):
+        ClassState.from_dict(d)
+    with pytest.raises(InvalidInput, match="not valid"):
+        ClassState.from_dict({"job_class": "x"})
