@@ -1,0 +1,709 @@
+"""The node agent as a library object: register jobs, sample them, set leased CPU quotas.
+
+``NodeAgent`` ties the layers together (collect -> state -> execute) and is what the HTTP
+server wraps and what the local backend uses in-process::
+
+    agent = NodeAgent(cgroup_root="cosched/n1", node_cpus=1.0, state_dir="/tmp/a")
+    agent.register_job({"job_id": "j1", "pids": [pid], "cores": 4})
+    agent.set_quota("j1", 0.2, lease_s=30)
+    agent.start()          # tick every interval_s in a thread (or call agent.tick())
+    ...
+    agent.close()          # quotas back to full, empty cgroups removed
+
+Threads: the HTTP server calls in from several threads while the tick thread samples, so
+job state is guarded by one lock; the slow part of a tick (reading /proc) runs outside it
+so that a quota request never waits for a whole sampling pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import psutil
+
+from coscheduler.happiness import happiness
+from coscheduler.model import InvalidInput, validate_job_id
+from coscheduler.progress import Progress
+
+from . import collect
+from .cgroupfs import CgroupError, CgroupFS, Layout, UnsafePath, detect_layout, validate_cgroup_name
+from .execute import Actuator, make_actuator
+from .lease import DEFAULT_MAX_LEASE_S, LeaseKeeper
+from .recovery import StateFile
+from .state import (JobSpec, JobState, check_fraction, finite_happiness, job_quota_us,
+                    node_quota_us, parse_registration)
+
+log = logging.getLogger("monitoring.agent")
+
+
+class UnknownJob(KeyError):
+    """No job with that id is registered (HTTP 404)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown job"
+
+
+class Conflict(RuntimeError):
+    """The request contradicts the agent's state (HTTP 409)."""
+
+
+def default_state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/cosched-agent")
+    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "cosched-agent"
+
+
+def _own_lineage() -> set[int]:
+    """This process and its ancestors: never to be moved into a job cgroup."""
+    out = set()
+    try:
+        p: psutil.Process | None = psutil.Process()
+        while p is not None and p.pid > 0:
+            out.add(p.pid)
+            p = p.parent()
+    except psutil.Error:
+        pass
+    return out | {os.getpid(), 1}
+
+
+class NodeAgent:
+    def __init__(self, cgroup_root: str = "cosched", *, interval_s: float = 1.0,
+                 node_cpus: float | None = None, cpu_per_core: float = 1.0,
+                 state_dir: str | os.PathLike | None = None,
+                 progress_dir: str | os.PathLike | None = None,
+                 max_lease_s: float = DEFAULT_MAX_LEASE_S,
+                 finished_retention_s: float = 300.0,
+                 progress_window_s: float = 60.0,
+                 discover_slurm: bool = False,
+                 cgroup_version: int | None = None,
+                 layout: Layout | None = None, fs: CgroupFS | None = None):
+        if not interval_s > 0:
+            raise InvalidInput(f"interval_s must be > 0, got {interval_s!r}")
+        if node_cpus is not None and not node_cpus > 0:
+            raise InvalidInput(f"node_cpus must be > 0, got {node_cpus!r}")
+        if not cpu_per_core > 0:
+            raise InvalidInput(f"cpu_per_core must be > 0, got {cpu_per_core!r}")
+        self.interval_s = float(interval_s)
+        self.node_cpus = node_cpus
+        self.cpu_per_core = float(cpu_per_core)
+        self.finished_retention_s = finished_retention_s
+        self.progress_window_s = progress_window_s
+        self.discover_slurm = discover_slurm
+        self.state_dir = Path(state_dir) if state_dir else default_state_dir()
+        self.progress_dir = Path(progress_dir) if progress_dir else self.state_dir / "progress"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.progress_dir.mkdir(parents=True, exist_ok=True)
+        if progress_dir is None:
+            # Jobs run as any user write their progress here (sticky, like /tmp).
+            os.chmod(self.progress_dir, 0o1777)
+
+        self.layout = layout or detect_layout(prefer=cgroup_version)
+        self.actuator: Actuator = make_actuator(self.layout, cgroup_root, fs)
+        self.cgroup_root = self.actuator.cpu.root_rel
+        self.leases = LeaseKeeper(max_lease_s)
+        self.state_file = StateFile(self.state_dir / "state.json")
+        self._lock = threading.RLock()
+        self._jobs: dict[str, JobState] = {}
+        self._reader = collect.ProcessReader()
+        self._prev: dict[str, dict[str, Any]] = {}  # last counters per job, for rates
+        self._progress: dict[str, list[Progress]] = {}
+        self._forbidden = _own_lineage()
+        self._mem_total = psutil.virtual_memory().total
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.events: list[dict[str, Any]] = []
+        self.counters = {"ticks": 0, "lease_expiries": 0, "jobs_finished": 0,
+                         "tick_seconds_total": 0.0, "last_tick_seconds": 0.0}
+        self.started_at = time.time()
+        self.closed = False
+
+        self.actuator.setup()
+        self.period_us = self.actuator.period_us
+        self.node_quota_us = node_quota_us(node_cpus, self.period_us)
+        self.recovery = self._recover()
+        with self._lock:
+            self.actuator.set_node_quota(self.node_quota_us, self.actuator.job_dirs())
+            for js in self._jobs.values():
+                self._apply(js)
+            self._save()
+
+    # ---- public API ------------------------------------------------------------------------
+    def register_job(self, body: Mapping[str, Any] | JobSpec) -> dict[str, Any]:
+        """Register a job by its processes; returns its view (with ``progress_file``).
+        Registering an id again adds the new pids and updates the given fields."""
+        self._check_open()
+        spec = body if isinstance(body, JobSpec) else parse_registration(
+            body, self.progress_dir, forbidden_pids=self._forbidden)
+        for pid in spec.pids:
+            if not collect.alive(pid):
+                raise InvalidInput(f"job {spec.job_id}: pid {pid} is not a running process")
+        with self._lock:
+            for other in self._jobs.values():
+                if other.spec.job_id != spec.job_id and other.status == "running":
+                    clash = set(spec.pids) & (other.members | set(other.spec.pids))
+                    if clash:
+                        raise Conflict(f"job {spec.job_id}: pid(s) {sorted(clash)} already belong "
+                                       f"to job {other.spec.job_id}")
+            js = self._jobs.get(spec.job_id)
+            now = time.time()
+            if js is not None and js.status == "running":
+                merged = dict(js.spec.to_dict())
+                for k, v in spec.to_dict().items():
+                    if k in ("source", "batch_cgroup"):
+                        continue
+                    if k == "pids":
+                        merged["pids"] = tuple(dict.fromkeys(list(js.spec.pids) + list(v)))
+                    elif v is not None and not (isinstance(body, Mapping) and k not in body
+                                                and k in ("progress_file", "start_time")):
+                        merged[k] = v
+                js.spec = JobSpec.from_dict(merged)
+                js.event(now, f"registration updated (pids {list(spec.pids)})")
+                created = False
+            else:
+                if js is not None and self.actuator.has_job(spec.job_id):
+                    if not self.actuator.remove_job(spec.job_id):
+                        raise Conflict(f"job {spec.job_id}: a previous job with this id still has "
+                                       "processes in its cgroup")
+                js = JobState(spec=spec, registered_at=now)
+                js.event(now, "registered")
+                self._jobs[spec.job_id] = js
+                self._prev.pop(spec.job_id, None)
+                self._progress.pop(spec.job_id, None)
+                created = True
+            try:
+                self.actuator.ensure_job(spec.job_id)
+                self._apply(js)
+                members = set(spec.pids) | collect.descendants(spec.pids)
+                res = self.actuator.move(spec.job_id, members)
+            except (CgroupError, OSError) as e:
+                if created:
+                    self._jobs.pop(spec.job_id, None)
+                    self.actuator.remove_job(spec.job_id)
+                raise CgroupError(f"job {spec.job_id}: cannot set up its cgroup: {e}") from e
+            if res.failed and created and not res.moved:
+                self._jobs.pop(spec.job_id, None)
+                self.actuator.remove_job(spec.job_id)
+                pid, why = next(iter(res.failed.items()))
+                raise InvalidInput(f"job {spec.job_id}: pid {pid} cannot be moved into a cgroup: {why}")
+            js.members |= set(res.moved)
+            if res.failed:
+                js.event(now, f"could not move pid(s) {sorted(res.failed)}")
+            self._save()
+            view = self._view(js)
+            view["created"] = created
+            return view
+
+    def unregister(self, job_id: str) -> dict[str, Any]:
+        """Stop managing a job: lease dropped, quota lifted, cgroup removed once empty."""
+        self._check_open()
+        with self._lock:
+            js = self._get(job_id)
+            self.leases.revoke(job_id)
+            if js.status == "running":
+                js.status = "released"
+                js.finished_at = time.time()
+            js.fraction = None
+            js.quota_reason = "unregistered: no limit"
+            js.event(time.time(), "unregistered")
+            if self.actuator.has_job(job_id):
+                self._write_quota(js, None)
+                if self.actuator.remove_job(job_id):
+                    js.event(time.time(), "cgroup removed")
+            self._save()
+            return self._view(js)
+
+    def set_quota(self, job_id: str, cpu_fraction: float, lease_s: float) -> dict[str, Any]:
+        """Give a job ``cpu_fraction`` of its allocated cores until the lease lapses (a new
+        call renews it)."""
+        self._check_open()
+        f = check_fraction(cpu_fraction)
+        with self._lock:
+            js = self._get(job_id)
+            if js.status != "running":
+                raise Conflict(f"job {job_id} is {js.status}; no quota can be set")
+            lease_s = self.leases.check_lease_s(lease_s)
+            previous = (js.fraction, js.quota_reason)
+            js.fraction = f
+            js.quota_reason = f"set by request: cpu_fraction {f:g}, lease {lease_s:g} s"
+            try:
+                self._apply(js)
+            except CgroupError:
+                js.fraction, js.quota_reason = previous
+                raise
+            lease = self.leases.grant(job_id, f, lease_s)
+            js.lease_deadline = lease.deadline_wall
+            js.event(time.time(), js.quota_reason)
+            self._save()
+            return self._view(js)
+
+    def clear_quota(self, job_id: str, reason: str = "cleared by request") -> dict[str, Any]:
+        """Give a job its full quota back now."""
+        self._check_open()
+        with self._lock:
+            js = self._get(job_id)
+            self.leases.revoke(job_id)
+            self._restore_full(js, reason)
+            self._save()
+            return self._view(js)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [self._view(js) for js in self._jobs.values()]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            return self._view(self._get(job_id))
+
+    def node(self) -> dict[str, Any]:
+        """What this agent is and how it is doing (GET /v1/node)."""
+        with self._lock:
+            try:
+                ct = psutil.Process().cpu_times()
+                own_cpu = ct.user + ct.system
+            except psutil.Error:
+                own_cpu = None
+            ticks = self.counters["ticks"]
+            return {
+                "cgroup": {**self.layout.describe(), "root": self.cgroup_root,
+                           "path": str(self.actuator.cpu.root), "period_us": self.period_us},
+                "node_cpus": self.node_cpus, "node_quota_us": self.node_quota_us,
+                "cpu_per_core": self.cpu_per_core, "interval_s": self.interval_s,
+                "max_lease_s": self.leases.max_lease_s,
+                "progress_dir": str(self.progress_dir), "state_file": str(self.state_file.path),
+                "jobs": {s: sum(1 for j in self._jobs.values() if j.status == s)
+                         for s in ("running", "finished", "released")},
+                "leases": len(self.leases), "pid": os.getpid(),
+                "started_at": self.started_at, "agent_cpu_s": own_cpu,
+                "ticks": ticks, "last_tick_s": self.counters["last_tick_seconds"],
+                "mean_tick_s": self.counters["tick_seconds_total"] / ticks if ticks else None,
+                "lease_expiries": self.counters["lease_expiries"],
+                "writes": self.actuator.stats.as_dict(),
+                "recovery": self.recovery,
+                "events": self.events[-20:],
+            }
+
+    # ---- the loop ------------------------------------------------------------------------
+    def tick(self) -> None:
+        """One pass: expire leases, follow processes, re-assert quotas, sample, retire."""
+        t0 = time.perf_counter()
+        now = time.time()
+        with self._lock:
+            self._enforce_leases()
+            if self.discover_slurm:
+                self._discover()
+            todo = [(jid, js.spec) for jid, js in self._jobs.items() if js.status == "running"]
+        # Reading /proc and cgroup counters is the slow part: no lock held.
+        observed = {jid: self._observe(jid, spec, now) for jid, spec in todo}
+        with self._lock:
+            changed = False
+            for jid, obs in observed.items():
+                js = self._jobs.get(jid)
+                if js is None or js.status != "running":
+                    continue
+                changed |= self._reconcile(js, obs, now)
+            changed |= self._retire(now)
+            if changed:
+                self._save()
+            dt = time.perf_counter() - t0
+            self.counters["ticks"] += 1
+            self.counters["tick_seconds_total"] += dt
+            self.counters["last_tick_seconds"] = dt
+
+    def sample(self) -> list[dict[str, Any]]:
+        """Take a sample now (a whole tick) and return every job's view."""
+        self.tick()
+        return self.jobs()
+
+    def enforce_leases(self) -> int:
+        with self._lock:
+            return self._enforce_leases()
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Tick every ``interval_s`` until stopped; leases are checked in between so that
+        one expires within a few milliseconds of its deadline, not at the next tick."""
+        stop = stop or self._stop
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            now = time.monotonic()
+            if now >= next_tick:
+                try:
+                    self.tick()
+                except Exception:  # a bad tick must not stop the fail-safe
+                    log.exception("tick failed")
+                next_tick = max(next_tick + self.interval_s, time.monotonic())
+            else:
+                try:
+                    self.enforce_leases()
+                except Exception:
+                    log.exception("lease enforcement failed")
+            with self._lock:
+                lease_wait = self.leases.seconds_to_next_expiry()
+            wait = next_tick - time.monotonic()
+            if lease_wait is not None:
+                wait = min(wait, lease_wait + 0.002)
+            stop.wait(max(0.0, wait))
+
+    def start(self) -> "NodeAgent":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.run, name="cosched-agent-tick", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self, restore: bool = True) -> dict[str, Any]:
+        """Stop ticking; with ``restore`` lift every quota, remove empty job cgroups and the
+        root when nothing is left. Jobs keep running. Returns what was done."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        done: dict[str, Any] = {"restored": [], "removed": [], "left": []}
+        with self._lock:
+            if self.closed:
+                return done
+            self.closed = True
+            if not restore:
+                return done
+            for jid, js in self._jobs.items():
+                self.leases.revoke(jid)
+                if not self.actuator.has_job(jid):
+                    continue
+                try:
+                    self.actuator.set_quota(jid, None)
+                    js.fraction, js.quota_us = None, None
+                    js.quota_reason = "agent stopped: no limit"
+                    done["restored"].append(jid)
+                except CgroupError as e:
+                    log.error("job %s: could not lift quota at exit: %s", jid, e)
+                if self.actuator.remove_job(jid):
+                    done["removed"].append(jid)
+                else:
+                    done["left"].append(jid)
+            for name in self.actuator.job_dirs():  # anything else of ours
+                if name not in self._jobs:
+                    try:
+                        self.actuator.set_quota(name, None)
+                    except (CgroupError, UnsafePath):
+                        pass
+                    (done["removed"] if self.actuator.remove_job(name) else done["left"]).append(name)
+            if not done["left"]:
+                try:
+                    self.actuator.set_node_quota(None, [])
+                except CgroupError:
+                    pass
+                self.actuator.remove_root()
+                self.state_file.remove()
+            else:
+                self._save(clean_exit=True)
+            log.info("agent closed: %s", done)
+            return done
+
+    # ---- internals (called with the lock held unless said otherwise) -----------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise Conflict("the agent is closed")
+
+    def _get(self, job_id: str) -> JobState:
+        validate_job_id(job_id)
+        js = self._jobs.get(job_id)
+        if js is None:
+            raise UnknownJob(f"no job {job_id!r} is registered on this node")
+        return js
+
+    def _desired_quota(self, js: JobState) -> int | None:
+        return job_quota_us(js.fraction, js.spec.cores, self.cpu_per_core, self.period_us,
+                            self.node_quota_us, cap_full=self.node_quota_us is not None)
+
+    def _apply(self, js: JobState, verify: bool = False) -> bool:
+        q = self._desired_quota(js)
+        js.quota_us = q
+        return self._write_quota(js, q, verify)
+
+    def _write_quota(self, js: JobState, q: int | None, verify: bool = False) -> bool:
+        try:
+            wrote = self.actuator.set_quota(js.spec.job_id, q, verify=verify)
+            js.apply_error = None
+            return wrote
+        except CgroupError as e:
+            js.apply_error = str(e)
+            raise
+
+    def _restore_full(self, js: JobState, reason: str) -> None:
+        js.fraction = None
+        js.lease_deadline = None
+        js.quota_reason = reason
+        js.event(time.time(), reason)
+        if js.status == "running":
+            try:
+                self._apply(js)
+            except CgroupError as e:
+                log.error("job %s: could not restore full quota: %s", js.spec.job_id, e)
+
+    def _enforce_leases(self) -> int:
+        expired = self.leases.expired()
+        for lease in expired:
+            js = self._jobs.get(lease.job_id)
+            if js is None:
+                continue
+            reason = lease.expiry_reason()
+            self._restore_full(js, reason)
+            self.counters["lease_expiries"] += 1
+            self._event(f"job {lease.job_id}: {reason}")
+            log.warning("job %s: %s", lease.job_id, reason)
+        if expired:
+            self._save()
+        return len(expired)
+
+    def _event(self, what: str) -> None:
+        self.events.append({"time": round(time.time(), 3), "event": what})
+        del self.events[:-100]
+
+    def _observe(self, jid: str, spec: JobSpec, now: float) -> dict[str, Any]:
+        """Read a job's processes and counters (no lock: only reads)."""
+        in_cg = self.actuator.job_pids(jid)
+        roots = {p for p in spec.pids if collect.alive(p)}
+        batch: set[int] = set()
+        if spec.batch_cgroup:
+            batch = collect.cgroup_tree_pids(Path(spec.batch_cgroup))
+        members = in_cg | roots | batch
+        members |= collect.descendants(members)
+        totals = self._reader.totals(members)
+        live = set(totals.cpu_s_by_pid)
+        usage_ns, usage_src = None, None
+        if spec.batch_cgroup:
+            usage_ns = _read_int(Path(spec.batch_cgroup) / "cpuacct.usage")
+            usage_src = "batch"
+        else:
+            acct = self.actuator.acct_pids(jid)
+            covered = acct if acct is not None else in_cg
+            if live and live <= covered:
+                usage_ns, usage_src = self.actuator.usage_ns(jid), "cgroup"
+        prog = collect.read_progress_file(spec.progress_file)
+        return {"members": live, "to_move": live - in_cg, "totals": totals, "usage_ns": usage_ns,
+                "usage_src": usage_src if usage_ns is not None else "psutil", "progress": prog,
+                "throttling": self.actuator.throttling(jid), "time": time.monotonic(), "wall": now,
+                "cg_empty": not in_cg}
+
+    def _reconcile(self, js: JobState, obs: dict[str, Any], now: float) -> bool:
+        jid = js.spec.job_id
+        changed = False
+        if obs["to_move"]:
+            res = self.actuator.move(jid, obs["to_move"])
+            if res.moved:
+                js.event(now, f"followed new process(es) {sorted(res.moved)}")
+            for pid, why in res.failed.items():
+                js.event(now, f"could not move pid {pid}: {why}")
+        gone = js.members - obs["members"]
+        if gone:
+            self._reader.forget(gone)
+        js.members = set(obs["members"])
+        if not js.members:
+            self._finish(js, now)
+            return True
+        try:
+            self._apply(js, verify=True)  # re-assert: writes only when the kernel drifted
+        except CgroupError as e:
+            log.error("job %s: quota not applied: %s", jid, e)
+        self._update_sample(js, obs)
+        return changed
+
+    def _update_sample(self, js: JobState, obs: dict[str, Any]) -> None:
+        jid = js.spec.job_id
+        t: collect.ProcTotals = obs["totals"]
+        prev = self._prev.get(jid)
+        cpu_pct = js.sample.get("cpu_percent")
+        if prev is not None:
+            wall = obs["time"] - prev["time"]
+            if obs["usage_src"] == prev["usage_src"] and obs["usage_src"] != "psutil":
+                cpu_s = max(0, obs["usage_ns"] - prev["usage_ns"]) / 1e9
+            else:
+                cpu_s = collect.psutil_cpu_delta(prev["cpu_by_pid"], t.cpu_s_by_pid,
+                                                 t.create_by_pid, prev["wall"])
+            cpu_pct = collect.cpu_percent(cpu_s, wall, js.spec.cores)
+        self._prev[jid] = {"time": obs["time"], "wall": obs["wall"], "usage_ns": obs["usage_ns"],
+                           "usage_src": obs["usage_src"], "cpu_by_pid": t.cpu_s_by_pid}
+        hist = self._progress.setdefault(jid, [])
+        prog: Progress | None = obs["progress"]
+        if prog is not None and (not hist or prog.time != hist[-1].time):
+            hist.append(prog)
+            cutoff = prog.time - 4 * self.progress_window_s
+            while len(hist) > 2 and hist[1].time < cutoff:
+                hist.pop(0)
+        last = hist[-1] if hist else None
+        rate = collect.progress_rate(hist, obs["wall"], self.progress_window_s)
+        total = last.total if last is not None and last.total is not None else js.spec.tasks_total
+        done = last.done if last is not None else 0
+        hp = None
+        if js.spec.walltime_s and js.spec.start_time is not None and total is not None:
+            elapsed = max(0.0, obs["wall"] - js.spec.start_time)
+            hp = finite_happiness(happiness(elapsed, js.spec.walltime_s, done, total, rate))
+        mem_alloc = js.spec.mem_mb * 2**20 if js.spec.mem_mb else self._mem_total
+        thr = obs["throttling"]
+        js.sample = {
+            "sample_time": round(obs["wall"], 3),
+            "cpu_percent": None if cpu_pct is None else round(cpu_pct, 2),
+            "cpu_source": obs["usage_src"],
+            "mem_percent": round(100.0 * t.rss_bytes / mem_alloc, 3),
+            "rss_bytes": t.rss_bytes, "io_read_bytes": t.io_read_bytes,
+            "io_write_bytes": t.io_write_bytes, "nprocs": t.nprocs,
+            "tasks_done": done, "tasks_total": total,
+            "tasks_per_s": None if rate is None else round(rate, 6),
+            "happiness": None if hp is None else round(hp, 4),
+            "nr_throttled": thr[0] if thr else None,
+            "throttled_s": round(thr[1], 3) if thr else None,
+        }
+
+    def _finish(self, js: JobState, now: float) -> None:
+        jid = js.spec.job_id
+        js.status = "finished"
+        js.finished_at = now
+        self.leases.revoke(jid)
+        js.lease_deadline = None
+        removed = self.actuator.remove_job(jid)
+        js.event(now, "all processes gone: finished" + ("; cgroup removed" if removed else
+                                                        "; cgroup not yet removable"))
+        self.counters["jobs_finished"] += 1
+        self._prev.pop(jid, None)
+
+    def _retire(self, now: float) -> bool:
+        """Forget finished jobs after the retention time; remove released cgroups once empty."""
+        changed = False
+        for jid, js in list(self._jobs.items()):
+            if js.status == "running":
+                continue
+            if self.actuator.has_job(jid) and self.actuator.remove_job(jid):
+                js.event(now, "cgroup removed")
+                changed = True
+            if (js.finished_at or now) + self.finished_retention_s <= now and not self.actuator.has_job(jid):
+                del self._jobs[jid]
+                self._progress.pop(jid, None)
+                changed = True
+        return changed
+
+    def _discover(self) -> None:
+        """Register Slurm jobs found in the accounting hierarchy (read only there)."""
+        mount = self.layout.acct_mount or self.layout.cpu_mount
+        for slurm_id, d in collect.discover_slurm_jobs(Path(mount)).items():
+            if slurm_id in self._jobs and self._jobs[slurm_id].status == "running":
+                continue
+            if slurm_id in self._jobs:
+                continue  # finished: not again
+            pids = sorted(collect.cgroup_tree_pids(d))
+            if not pids:
+                continue
+            cores = collect.cpuset_cores(Path(str(d).replace(str(mount), "/sys/fs/cgroup/cpuset", 1))) or 1
+            spec = JobSpec(job_id=slurm_id, cores=float(cores), pids=tuple(pids), source="slurm",
+                           batch_cgroup=str(d),
+                           progress_file=str(Path(os.path.realpath(self.progress_dir)) / f"{slurm_id}.json"))
+            js = JobState(spec=spec, registered_at=time.time())
+            js.event(time.time(), f"discovered in {d}")
+            self._jobs[slurm_id] = js
+            try:
+                self.actuator.ensure_job(slurm_id)
+                self._apply(js)
+            except CgroupError as e:
+                js.apply_error = str(e)
+
+    def _recover(self) -> dict[str, Any]:
+        """Clean what a previous run left: every job cgroup under our root gets its full
+        quota back; empty ones are removed; ones with processes are adopted."""
+        saved = self.state_file.load()
+        report: dict[str, Any] = {"state_file": "absent" if saved is None else "read",
+                                  "restored": [], "removed": [], "adopted": [], "problem": None}
+        jobs_saved: dict[str, Any] = {}
+        if saved is not None:
+            report.update(previous_pid=saved.pid, clean_exit=saved.clean_exit,
+                          problem=saved.problem)
+            if saved.problem:
+                log.error("%s", saved.problem)
+            if saved.cgroup_root not in (None, self.cgroup_root):
+                report["problem"] = (f"state file was written for cgroup root {saved.cgroup_root}, "
+                                     f"this agent uses {self.cgroup_root}: its jobs are ignored")
+            else:
+                jobs_saved = saved.jobs
+        names = set(self.actuator.job_dirs())
+        for name in sorted(names):
+            try:
+                validate_cgroup_name(name)
+            except UnsafePath:
+                continue
+            try:
+                self.actuator.set_quota(name, None)  # fail safe first: no limit at all
+                report["restored"].append(name)
+            except CgroupError as e:
+                log.error("leftover cgroup %s: cannot lift its quota: %s", name, e)
+            pids = self.actuator.job_pids(name)
+            if not pids:
+                if self.actuator.remove_job(name):
+                    report["removed"].append(name)
+                continue
+            now = time.time()
+            raw = jobs_saved.get(name)
+            try:
+                spec = JobSpec.from_dict(raw["spec"]) if raw else None
+            except (TypeError, KeyError, ValueError):
+                spec = None
+            if spec is None:
+                spec = JobSpec(job_id=name, cores=1.0, pids=tuple(sorted(pids)), source="adopted")
+                status = "released"  # unknown allocation: not managed, removed once empty
+            else:
+                status = "running"
+            js = JobState(spec=spec, registered_at=now, status=status,
+                          quota_reason="full quota restored after agent restart")
+            js.members = set(pids)
+            js.event(now, f"adopted after restart (previous agent pid {report.get('previous_pid')})")
+            if status == "released":
+                js.finished_at = now
+            self._jobs[name] = js
+            report["adopted"].append(name)
+        if report["restored"] or report["problem"]:
+            self._event(f"recovery: {report}")
+            log.warning("recovered from previous run: %s", report)
+        return report
+
+    def _save(self, clean_exit: bool = False) -> None:
+        jobs = {jid: {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
+                      "quota_us": js.quota_us}
+                for jid, js in self._jobs.items() if self.actuator.has_job(jid)}
+        try:
+            self.state_file.save(cgroup_version=self.layout.version, cgroup_root=self.cgroup_root,
+                                 jobs=jobs, clean_exit=clean_exit)
+        except OSError as e:
+            log.error("cannot write state file %s: %s", self.state_file.path, e)
+
+    def _view(self, js: JobState) -> dict[str, Any]:
+        lease = self.leases.get(js.spec.job_id)
+        s = js.sample
+        return {
+            "job_id": js.spec.job_id, "status": js.status, "source": js.spec.source,
+            "cores": js.spec.cores, "pids": sorted(js.members) if js.members else list(js.spec.pids),
+            "cpu_percent": s.get("cpu_percent"), "mem_percent": s.get("mem_percent"),
+            "tasks_done": s.get("tasks_done", 0), "tasks_total": s.get("tasks_total", js.spec.tasks_total),
+            "tasks_per_s": s.get("tasks_per_s"), "happiness": s.get("happiness"),
+            "cpu_fraction": 1.0 if js.fraction is None else js.fraction,
+            "quota_us": js.quota_us, "period_us": self.period_us,
+            "lease_s": lease.lease_s if lease else None,
+            "lease_expires_in_s": (round(max(0.0, lease.deadline_wall - time.time()), 3)
+                                   if lease else None),
+            "quota_reason": js.quota_reason, "apply_error": js.apply_error,
+            "rss_bytes": s.get("rss_bytes"), "io_read_bytes": s.get("io_read_bytes"),
+            "io_write_bytes": s.get("io_write_bytes"), "nprocs": s.get("nprocs"),
+            "nr_throttled": s.get("nr_throttled"), "throttled_s": s.get("throttled_s"),
+            "cpu_source": s.get("cpu_source"), "sample_time": s.get("sample_time"),
+            "walltime_s": js.spec.walltime_s, "start_time": js.spec.start_time,
+            "job_class": js.spec.job_class, "progress_file": js.spec.progress_file,
+            "mem_mb": js.spec.mem_mb,
+            "cgroup": str(self.actuator.cpu.job(js.spec.job_id)),
+            "registered_at": js.registered_at, "finished_at": js.finished_at,
+            "events": list(js.events)[-5:],
+        }
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,187 @@
+"""Where the cgroup CPU controller lives on this node, and the only door to its files.
+
+Two facts drive this module:
+
+* A node runs either cgroup v1 (one hierarchy per controller, ``cpu.cfs_quota_us``) or
+  cgroup v2 (one unified hierarchy, ``cpu.max``); the agent finds out at start from
+  ``/proc/self/mountinfo`` (:func:`detect_layout`).
+* The agent must never write outside its own cgroup root. Every path it writes is built by
+  :class:`Confined` from validated names and checked again just before the write, so a
+  job id such as ``../../x`` can never reach the kernel.
+
+:class:`CgroupFS` holds the raw file operations; tests swap it for a mimic of the v2 files
+when the kernel does not offer a real cgroup2 ``cpu`` controller.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+# Names of cgroups the agent creates: the same alphabet as job ids, never "." or "..".
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
+
+
+class CgroupError(RuntimeError):
+    """A cgroup operation failed or the node lacks what the agent needs."""
+
+
+class UnsafePath(CgroupError):
+    """A path would leave the agent's own cgroup root; nothing was written."""
+
+
+def validate_cgroup_name(name: object, what: str = "cgroup name") -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
+        raise UnsafePath(f"{what} {name!r} is not a safe cgroup name (letters, digits, '_.:+-')")
+    return name
+
+
+def validate_root(rel: object) -> str:
+    """A cgroup root such as ``cosched`` or ``cosched/n1``: relative, each part a safe name."""
+    if not isinstance(rel, str) or not rel.strip("/"):
+        raise UnsafePath(f"cgroup root {rel!r} must be a relative path such as 'cosched/n1'")
+    parts = rel.strip("/").split("/")
+    for p in parts:
+        validate_cgroup_name(p, f"cgroup root part in {rel!r}")
+    return "/".join(parts)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The cgroup hierarchies the agent uses.
+
+    v1: ``cpu_mount`` is the hierarchy holding the ``cpu`` controller; ``acct_mount`` the one
+    holding ``cpuacct`` (the same path when they are co-mounted, None when absent).
+    v2: ``cpu_mount`` is the unified mount; ``acct_mount`` is the same path (``cpu.stat``).
+    """
+
+    version: int
+    cpu_mount: Path
+    acct_mount: Path | None
+
+    def describe(self) -> dict:
+        return {"version": self.version, "cpu_mount": str(self.cpu_mount),
+                "acct_mount": str(self.acct_mount) if self.acct_mount else None}
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, super options) for every line of /proc/self/mountinfo."""
+    out = []
+    for line in text.splitlines():
+        if " - " not in line:
+            continue
+        left, right = line.split(" - ", 1)
+        lf, rf = left.split(), right.split()
+        if len(lf) < 5 or len(rf) < 3:
+            continue
+        out.append((_unescape(lf[4]), rf[0], set(rf[2].split(","))))
+    return out
+
+
+def detect_layout(mountinfo: str | None = None, prefer: int | None = None) -> Layout:
+    """Pick the hierarchy that offers CPU quotas: v1 ``cpu`` if mounted, else a cgroup2
+    mount whose ``cgroup.controllers`` lists ``cpu``. ``prefer`` forces one version."""
+    if mountinfo is None:
+        with open("/proc/self/mountinfo") as f:
+            mountinfo = f.read()
+    mounts = parse_mountinfo(mountinfo)
+    v1_cpu = next((Path(m) for m, t, o in mounts if t == "cgroup" and "cpu" in o), None)
+    v1_acct = next((Path(m) for m, t, o in mounts if t == "cgroup" and "cpuacct" in o), None)
+    v2 = [Path(m) for m, t, _ in mounts if t == "cgroup2"]
+    if prefer in (None, 1) and v1_cpu is not None:
+        return Layout(1, v1_cpu, v1_acct)
+    if prefer in (None, 2):
+        for m in v2:
+            if "cpu" in read_controllers(m):
+                return Layout(2, m, m)
+    where = ", ".join(str(m) for m in v2) or "none"
+    raise CgroupError(
+        "no cgroup CPU controller usable for quotas: "
+        f"{'no v1 cpu hierarchy is mounted' if v1_cpu is None else 'v1 not wanted'}, and no "
+        f"cgroup2 mount lists 'cpu' in cgroup.controllers (cgroup2 mounts: {where})"
+    )
+
+
+def read_controllers(mount: Path) -> set[str]:
+    try:
+        return set((mount / "cgroup.controllers").read_text().split())
+    except OSError:
+        return set()
+
+
+class CgroupFS:
+    """Raw file operations on cgroup files. Writes never create files (O_CREAT is not set):
+    a missing interface file means the kernel does not support it."""
+
+    def read(self, path: Path) -> str:
+        with open(path) as f:
+            return f.read()
+
+    def write(self, path: Path, value: str) -> None:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: Path) -> bool:
+        """Create one cgroup; False when it already existed."""
+        try:
+            os.mkdir(path)
+            return True
+        except FileExistsError:
+            return False
+
+    def rmdir(self, path: Path) -> bool:
+        """Remove one empty cgroup; False when it had processes or children (EBUSY)."""
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as e:
+            if e.errno in (errno.EBUSY, errno.ENOTEMPTY):
+                return False
+            raise
+
+    def is_dir(self, path: Path) -> bool:
+        return os.path.isdir(path)
+
+    def subdirs(self, path: Path) -> list[str]:
+        try:
+            return sorted(e.name for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+
+class Confined:
+    """Paths under one cgroup root, with a check on every path that leaves it."""
+
+    def __init__(self, mount: Path, root_rel: str):
+        self.mount = Path(os.path.normpath(mount))
+        self.root_rel = validate_root(root_rel)
+        self.root = self.mount / self.root_rel
+
+    def job(self, name: str) -> Path:
+        return self.root / validate_cgroup_name(name, "job cgroup name")
+
+    def check(self, path: Path) -> Path:
+        """Refuse any path that is not the root or below it (after normalisation)."""
+        p = os.path.normpath(path)
+        root = str(self.root)
+        if p != root and not p.startswith(root + os.sep):
+            raise UnsafePath(f"refusing to touch {p}: outside the agent's cgroup root {root}")
+        return Path(p)
+
+    def ancestors(self) -> list[Path]:
+        """The root's missing-or-present ancestors below the mount, top first (not the root)."""
+        parts = self.root_rel.split("/")
+        return [self.mount.joinpath(*parts[:i]) for i in range(1, len(parts))]

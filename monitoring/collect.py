@@ -1,0 +1,242 @@
+"""Collect: what each job's processes are doing (psutil, cgroup counters, progress files).
+
+Nothing here decides or writes: it reads ``/proc``, cgroup stat files and progress files
+and turns successive readings into rates. The rate arithmetic is in small pure functions.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import psutil
+
+from coscheduler.progress import Progress, read_progress
+
+
+# ---- processes ---------------------------------------------------------------------------
+def _children_of(pid: int) -> list[int]:
+    """Direct children via /proc/PID/task/TID/children (cheap: no scan of all processes)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}"):
+                return out
+            # Kernel without CONFIG_PROC_CHILDREN: fall back to psutil's scan.
+            try:
+                return [c.pid for c in psutil.Process(pid).children(recursive=False)]
+            except psutil.Error:
+                return out
+        except OSError:
+            continue
+    return out
+
+
+def descendants(pids: Iterable[int]) -> set[int]:
+    """All live descendants of ``pids`` (the pids themselves excluded), like
+    ``psutil.Process.children(recursive=True)`` but reading only the job's own processes."""
+    seen: set[int] = set()
+    todo = list(pids)
+    roots = set(todo)
+    while todo:
+        pid = todo.pop()
+        for c in _children_of(pid):
+            if c not in seen and c not in roots:
+                seen.add(c)
+                todo.append(c)
+    return seen
+
+
+def alive(pid: int) -> bool:
+    """True for a live, non-zombie process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass
+class ProcTotals:
+    """Sums over a job's live processes at one instant."""
+
+    nprocs: int = 0
+    rss_bytes: int = 0
+    io_read_bytes: int = 0
+    io_write_bytes: int = 0
+    cpu_s_by_pid: dict[int, float] = field(default_factory=dict)
+    create_by_pid: dict[int, float] = field(default_factory=dict)
+
+
+class ProcessReader:
+    """Reads per-process figures with psutil, keeping Process objects between ticks."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+
+    def totals(self, pids: Iterable[int]) -> ProcTotals:
+        t = ProcTotals()
+        for pid in pids:
+            p = self._procs.get(pid)
+            try:
+                if p is None:
+                    p = self._procs[pid] = psutil.Process(pid)
+                with p.oneshot():
+                    if p.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    ct = p.cpu_times()
+                    t.cpu_s_by_pid[pid] = ct.user + ct.system
+                    t.create_by_pid[pid] = p.create_time()
+                    t.rss_bytes += p.memory_info().rss
+                    try:
+                        io = p.io_counters()
+                        t.io_read_bytes += io.read_bytes
+                        t.io_write_bytes += io.write_bytes
+                    except (psutil.AccessDenied, AttributeError):
+                        pass
+                t.nprocs += 1
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                self._procs.pop(pid, None)
+            except psutil.AccessDenied:
+                t.nprocs += 1
+        return t
+
+    def forget(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            self._procs.pop(pid, None)
+
+
+# ---- rates (pure) ------------------------------------------------------------------------
+def psutil_cpu_delta(prev: dict[int, float], cur: dict[int, float], created: dict[int, float],
+                     prev_time: float) -> float:
+    """CPU seconds spent between two readings, from per-process times.
+
+    A process present in both counts its increase; one that appeared since counts its whole
+    time if it was created after the previous reading; one that vanished is lost (its last
+    interval cannot be seen any more): the cgroup counter, when it covers the job, has no
+    such gap and is preferred.
+    """
+    total = 0.0
+    for pid, cpu in cur.items():
+        if pid in prev:
+            total += max(0.0, cpu - prev[pid])
+        elif created.get(pid, 0.0) >= prev_time:
+            total += cpu
+    return total
+
+
+def cpu_percent(cpu_s: float, wall_s: float, cores: float) -> float | None:
+    """CPU use as a percentage of the job's allocated cores (100 = all busy)."""
+    if wall_s <= 0 or cores <= 0:
+        return None
+    return max(0.0, 100.0 * cpu_s / wall_s / cores)
+
+
+def progress_rate(history: list[Progress], now: float, window_s: float = 60.0) -> float | None:
+    """Tasks per second from successive progress records (oldest first).
+
+    Uses the records of the last ``window_s`` plus the one just before it, so the rate
+    follows recent progress; when no record has come for longer than the window, the rate
+    is measured up to ``now`` and so decays towards 0 for a stalled job. None until two
+    records with different times exist.
+    """
+    recs = sorted({r.time: r for r in history}.values(), key=lambda r: r.time)
+    if len(recs) < 2:
+        return None
+    start = 0
+    for i, r in enumerate(recs):
+        if r.time >= recs[-1].time - window_s:
+            start = max(0, i - 1)
+            break
+    first, last = recs[start], recs[-1]
+    end = now if now - last.time > window_s else last.time
+    span = end - first.time
+    if span <= 0:
+        return None
+    return max(0.0, (last.done - first.done) / span)
+
+
+def read_progress_file(path: str | None) -> Progress | None:
+    """Read a job's progress file, refusing symlinks and anything but a small regular file
+    (the agent runs as root; the file is written by the job's user)."""
+    if not path:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > 65536:
+        return None
+    return read_progress(path)
+
+
+# ---- batch-system discovery ----------------------------------------------------------------
+def discover_slurm_jobs(acct_mount: Path) -> dict[str, Path]:
+    """Slurm job cgroups under a cpuacct (v1) or unified (v2) hierarchy, by Slurm job id.
+
+    Slurm 22.05 (task/cgroup, v1) makes ``cpuacct/slurm[_NODE]/uid_U/job_ID``; on v2 it
+    makes ``system.slice/slurmstepd.scope/job_ID``. Read only.
+    """
+    found: dict[str, Path] = {}
+    candidates: list[Path] = []
+    try:
+        for top in acct_mount.iterdir():
+            if top.name == "slurm" or top.name.startswith("slurm_"):
+                for uid in top.glob("uid_*"):
+                    candidates.extend(uid.glob("job_*"))
+        candidates.extend((acct_mount / "system.slice" / "slurmstepd.scope").glob("job_*"))
+    except OSError:
+        return found
+    for d in candidates:
+        jid = d.name[4:]
+        if d.is_dir() and jid.isdigit():
+            found[jid] = d
+    return found
+
+
+def cgroup_tree_pids(d: Path) -> set[int]:
+    """Every pid in a cgroup and its descendants (a Slurm job keeps them in step cgroups)."""
+    pids: set[int] = set()
+    for root, _dirs, files in os.walk(d):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(root, "cgroup.procs")) as f:
+                    pids.update(int(x) for x in f.read().split())
+            except OSError:
+                pass
+    return pids
+
+
+def cpuset_cores(d: Path) -> int | None:
+    """Cores in a cpuset list such as ``0-3,8`` read from ``cpuset.cpus`` (None if absent)."""
+    try:
+        text = (d / "cpuset.cpus").read_text().strip() or (d / "cpuset.cpus.effective").read_text().strip()
+    except OSError:
+        return None
+    return count_cpu_list(text)
+
+
+def count_cpu_list(text: str) -> int | None:
+    n = 0
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            n += int(b) - int(a) + 1
+        else:
+            int(part)
+            n += 1
+    return n or None

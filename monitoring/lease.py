@@ -1,0 +1,81 @@
+"""The fail-safe lease keeper: every quota the controller sets expires unless renewed.
+
+A controller that dies, hangs or loses the network stops renewing; when a lease lapses the
+agent gives the job its full quota back and records why. Deadlines run on the monotonic
+clock so that a wall-clock jump can neither shorten nor extend a lease.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from coscheduler.model import InvalidInput, check_finite
+
+DEFAULT_MAX_LEASE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Lease:
+    job_id: str
+    cpu_fraction: float
+    lease_s: float
+    granted_mono: float
+    granted_wall: float
+
+    @property
+    def deadline_mono(self) -> float:
+        return self.granted_mono + self.lease_s
+
+    @property
+    def deadline_wall(self) -> float:
+        return self.granted_wall + self.lease_s
+
+    def expiry_reason(self) -> str:
+        return (f"lease expired: cpu_fraction {self.cpu_fraction:g} was granted for "
+                f"{self.lease_s:g} s and not renewed; full quota restored")
+
+
+class LeaseKeeper:
+    """Leases by job id. Not thread-safe by itself: the agent calls it under its lock."""
+
+    def __init__(self, max_lease_s: float = DEFAULT_MAX_LEASE_S,
+                 clock=time.monotonic, wall_clock=time.time):
+        self.max_lease_s = max_lease_s
+        self._clock = clock
+        self._wall = wall_clock
+        self._leases: dict[str, Lease] = {}
+
+    def check_lease_s(self, value: object) -> float:
+        s = check_finite(value, "lease_s")
+        if s is None or not 0 < s <= self.max_lease_s:
+            raise InvalidInput(f"lease_s must be > 0 and <= {self.max_lease_s:g} seconds, got {value!r}")
+        return s
+
+    def grant(self, job_id: str, cpu_fraction: float, lease_s: float) -> Lease:
+        """Grant or renew (a renewal is a new grant from now)."""
+        lease = Lease(job_id, cpu_fraction, self.check_lease_s(lease_s), self._clock(), self._wall())
+        self._leases[job_id] = lease
+        return lease
+
+    def revoke(self, job_id: str) -> Lease | None:
+        return self._leases.pop(job_id, None)
+
+    def get(self, job_id: str) -> Lease | None:
+        return self._leases.get(job_id)
+
+    def expired(self) -> list[Lease]:
+        """Remove and return the leases whose deadline has passed."""
+        now = self._clock()
+        gone = [l for l in self._leases.values() if l.deadline_mono <= now]
+        for l in gone:
+            del self._leases[l.job_id]
+        return gone
+
+    def seconds_to_next_expiry(self) -> float | None:
+        if not self._leases:
+            return None
+        return max(0.0, min(l.deadline_mono for l in self._leases.values()) - self._clock())
+
+    def __len__(self) -> int:
+        return len(self._leases)

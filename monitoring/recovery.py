@@ -1,0 +1,90 @@
+"""The crash-recovery state file: what this agent has put into the kernel.
+
+Written atomically (temporary file, then rename) whenever a job or quota changes, so that
+after a ``kill -9`` the next start knows which job cgroups and quotas it left behind and can
+give every job its full quota back. A broken file is reported and set aside, never fatal:
+the agent also scans its own cgroup root, which finds leftovers without the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+FORMAT = "cosched-agent-state/1"
+
+
+@dataclass
+class SavedState:
+    pid: int | None = None
+    saved_at: float | None = None
+    cgroup_version: int | None = None
+    cgroup_root: str | None = None
+    clean_exit: bool = False
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problem: str | None = None  # why the file could not be used, when it could not
+
+
+class StateFile:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def save(self, *, cgroup_version: int, cgroup_root: str, jobs: dict[str, dict[str, Any]],
+             clean_exit: bool = False) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"format": FORMAT, "pid": os.getpid(), "saved_at": time.time(),
+               "cgroup_version": cgroup_version, "cgroup_root": cgroup_root,
+               "clean_exit": clean_exit, "jobs": jobs}
+        fd, tmp = tempfile.mkstemp(prefix=".state-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    def load(self) -> SavedState | None:
+        """The saved state, None when there is no file; a broken file is renamed aside and
+        reported in ``problem``."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return SavedState(problem=f"cannot read state file {self.path}: {e.strerror}")
+        try:
+            doc = json.loads(text)
+            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+                raise ValueError(f"not a {FORMAT} document")
+            jobs = doc.get("jobs") or {}
+            if not isinstance(jobs, dict):
+                raise ValueError("'jobs' is not an object")
+            return SavedState(pid=doc.get("pid"), saved_at=doc.get("saved_at"),
+                              cgroup_version=doc.get("cgroup_version"),
+                              cgroup_root=doc.get("cgroup_root"),
+                              clean_exit=bool(doc.get("clean_exit")), jobs=jobs)
+        except ValueError as e:
+            aside = self.path.with_name(self.path.name + f".broken-{int(time.time())}")
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                aside = self.path
+            return SavedState(problem=f"state file {self.path} is unusable ({e}); kept as {aside}")
+
+    def remove(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,195 @@
+"""What should be on this node: the registered jobs, their desired CPU quotas and leases.
+
+Pure data and arithmetic; no file or process is touched here. The agent keeps one
+:class:`JobState` per job and asks :func:`job_quota_us` what the kernel should hold.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from coscheduler.model import InvalidInput, check_finite, validate_job_class, validate_job_id
+
+# The kernel refuses CFS quotas under 1 ms per period.
+MIN_QUOTA_US = 1000
+# Hp when every task is done (infinitely happy); JSON has no infinity, so report a cap.
+HAPPINESS_CAP = 1e6
+MAX_CORES = 4096
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job as registered: its processes, allocation and what happiness needs.
+
+    ``cores`` may be fractional (an emulated node can hand out parts of a core).
+    ``source`` says how the agent learnt of the job: ``pids`` (POST /v1/jobs),
+    ``slurm`` (found in a batch-system cgroup) or ``adopted`` (left by a previous run).
+    """
+
+    job_id: str
+    cores: float
+    pids: tuple[int, ...] = ()
+    walltime_s: float | None = None
+    start_time: float | None = None
+    tasks_total: int | None = None
+    job_class: str | None = None
+    progress_file: str | None = None
+    mem_mb: float | None = None
+    source: str = "pids"
+    batch_cgroup: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["pids"] = list(self.pids)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "JobSpec":
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        known["pids"] = tuple(known.get("pids", ()))
+        return cls(**known)
+
+
+def _int_or_none(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def check_pids(value: object, *, forbidden: set[int] = frozenset()) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise InvalidInput(f"pids must be a list of process ids, got {value!r}")
+    out = []
+    for p in value:
+        if isinstance(p, bool) or not isinstance(p, int) or p < 2:
+            raise InvalidInput(f"pids: {p!r} is not a valid process id (integers >= 2)")
+        if p in forbidden:
+            raise InvalidInput(f"pids: {p} is the agent itself or one of its ancestors")
+        out.append(p)
+    if len(set(out)) > 4096:
+        raise InvalidInput("pids: more than 4096 processes in one registration")
+    return tuple(dict.fromkeys(out))
+
+
+def progress_path(value: object, progress_dir: Path, job_id: str) -> str:
+    """The job's progress file: the given path if it lies inside ``progress_dir``, else
+    ``<progress_dir>/<job_id>.json``. Symlinks are resolved before the check."""
+    base = Path(os.path.realpath(progress_dir))
+    if value is None:
+        return str(base / f"{job_id}.json")
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise InvalidInput(f"progress_file must be a path string, got {value!r}")
+    p = Path(value)
+    if not p.is_absolute():
+        p = base / p
+    # Resolve the folder (which must exist) but keep the file name: the file may not exist yet.
+    resolved = Path(os.path.realpath(p.parent)) / p.name
+    if p.name in ("", ".", "..") or base not in resolved.parents:
+        raise InvalidInput(
+            f"progress_file {value!r} is outside the agent's progress directory {base}"
+        )
+    return str(resolved)
+
+
+def parse_registration(body: object, progress_dir: Path, *, forbidden_pids: set[int] = frozenset(),
+                       now: float | None = None) -> JobSpec:
+    """Validate a registration body (the JSON of POST /v1/jobs) into a JobSpec."""
+    if not isinstance(body, Mapping):
+        raise InvalidInput(f"registration must be a JSON object, got {type(body).__name__}")
+    allowed = {"job_id", "pids", "cores", "walltime_s", "start_time", "tasks_total",
+               "job_class", "progress_file", "mem_mb"}
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidInput(f"registration: unknown field(s) {unknown}; known: {sorted(allowed)}")
+    job_id = validate_job_id(body.get("job_id"))
+    pids = check_pids(body.get("pids", []), forbidden=forbidden_pids)
+    if not pids:
+        raise InvalidInput(f"job {job_id}: pids must list at least one process")
+    cores = check_finite(body.get("cores"), f"job {job_id}: cores")
+    if cores is None or not 0 < cores <= MAX_CORES:
+        raise InvalidInput(f"job {job_id}: cores must be > 0 and <= {MAX_CORES}, got {body.get('cores')!r}")
+    walltime = check_finite(body.get("walltime_s"), f"job {job_id}: walltime_s", allow_none=True)
+    if walltime is not None and walltime <= 0:
+        raise InvalidInput(f"job {job_id}: walltime_s must be > 0, got {walltime!r}")
+    start = check_finite(body.get("start_time"), f"job {job_id}: start_time", minimum=0.0,
+                         allow_none=True)
+    if start is None and walltime is not None:
+        start = time.time() if now is None else now
+    mem = check_finite(body.get("mem_mb"), f"job {job_id}: mem_mb", allow_none=True)
+    if mem is not None and mem <= 0:
+        raise InvalidInput(f"job {job_id}: mem_mb must be > 0, got {mem!r}")
+    job_class = body.get("job_class")
+    if job_class is not None:
+        validate_job_class(job_class)
+    return JobSpec(
+        job_id=job_id, cores=cores, pids=pids, walltime_s=walltime, start_time=start,
+        tasks_total=_int_or_none(body.get("tasks_total"), f"job {job_id}: tasks_total"),
+        job_class=job_class, progress_file=progress_path(body.get("progress_file"), progress_dir, job_id),
+        mem_mb=mem,
+    )
+
+
+def check_fraction(value: object) -> float:
+    f = check_finite(value, "cpu_fraction", minimum=0.0, maximum=1.0)
+    assert f is not None
+    return f
+
+
+def job_quota_us(fraction: float | None, cores: float, cpu_per_core: float, period_us: int,
+                 node_quota_us: int | None, cap_full: bool) -> int | None:
+    """What the kernel should hold for a job, in microseconds per period (None = no limit).
+
+    quota = fraction x cores x cpu_per_core x period, at least the kernel's 1 ms, never
+    above the node's own quota (a child above its parent is refused by the kernel).
+    ``fraction`` None means the job has its full quota: its whole allocation when
+    ``cap_full`` (an emulated node, where no cpuset keeps a job on its cores), else no limit.
+    """
+    if fraction is None:
+        if not cap_full:
+            return None
+        fraction = 1.0
+    q = max(MIN_QUOTA_US, int(round(fraction * cores * cpu_per_core * period_us)))
+    if node_quota_us is not None:
+        q = min(q, node_quota_us)
+    return q
+
+
+def node_quota_us(node_cpus: float | None, period_us: int) -> int | None:
+    if node_cpus is None:
+        return None
+    return max(MIN_QUOTA_US, int(round(node_cpus * period_us)))
+
+
+def finite_happiness(hp: float | None) -> float | None:
+    if hp is None:
+        return None
+    return HAPPINESS_CAP if math.isinf(hp) or hp > HAPPINESS_CAP else hp
+
+
+@dataclass
+class JobState:
+    """The agent's live record of one job (mutated under the agent's lock)."""
+
+    spec: JobSpec
+    registered_at: float
+    status: str = "running"  # running | finished | released
+    fraction: float | None = None  # None: full quota
+    quota_us: int | None = None  # what the kernel should hold now
+    lease_deadline: float | None = None  # wall clock, for display
+    quota_reason: str = "registered: full quota"
+    finished_at: float | None = None
+    members: set[int] = field(default_factory=set)
+    sample: dict[str, Any] = field(default_factory=dict)
+    events: collections.deque = field(default_factory=lambda: collections.deque(maxlen=20))
+    apply_error: str | None = None
+
+    def event(self, now: float, what: str) -> None:
+        self.events.append({"time": round(now, 3), "event": what})
