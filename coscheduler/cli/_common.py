@@ -1,0 +1,74 @@
+"""What the operator commands share: the --db option, opening the state read-only, and
+formatting for an 80-column terminal."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from ..store import MissingStateDatabase, SqliteStore, StoreError, default_db_path
+
+WIDTH = 80
+
+
+def db_option(fn: Callable) -> Callable:
+    return click.option(
+        "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        help="State database (default: $COSCHED_DB, else /var/lib/coscheduler/state.db as "
+             "root, else ~/.local/state/coscheduler/state.db).",
+    )(fn)
+
+
+def resolve_db(db: Path | None) -> Path:
+    return (db if db is not None else default_db_path()).expanduser()
+
+
+def open_readonly(db: Path | None) -> SqliteStore:
+    """Open the state database for reading; never creates or changes a file."""
+    path = resolve_db(db)
+    try:
+        return SqliteStore(path, readonly=True)
+    except MissingStateDatabase:
+        raise click.ClickException(
+            f"no state database at {path} (give --db PATH or set COSCHED_DB)") from None
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def echo_json(obj: object) -> None:
+    click.echo(json.dumps(obj, indent=2, allow_nan=False))
+
+
+def fmt_time(t: float | None) -> str:
+    """Unix times as UTC date and time; small numbers (simulated clocks) as seconds."""
+    if t is None:
+        return "-"
+    if t >= 1e8:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    return f"t={t:,.1f} s"
+
+
+def pct(x: float | None, width: int = 6, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-".rjust(width)
+    return f"{100 * x:{width - 2}.{digits}f} %"
+
+
+def bar(x: float, width: int = 30) -> str:
+    """An ASCII bar for a share in [0, 1] (ASCII: operators' terminals vary)."""
+    full = round(max(0.0, min(1.0, x)) * width)
+    return "#" * full + "." * (width - full)
+
+
+def clip(text: str, width: int) -> str:
+    """Fit text into a column, keeping its end (class names differ in their last part)."""
+    return text if len(text) <= width else ".." + text[-(width - 2):]
+
+
+def fmt_loss(loss: float | None) -> str:
+    return "pending" if loss is None else f"{loss:.3f}"

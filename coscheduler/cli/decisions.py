@@ -1,0 +1,118 @@
+"""``cosched decisions``: the co-allocation decisions the learner made, and their outcomes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..store import queries
+from ._common import clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly, pct
+
+
+@click.group()
+def decisions() -> None:
+    """Co-allocation decisions: host, guest, action, quotas, loss."""
+
+
+@decisions.command("list")
+@db_option
+@click.option("--last", "last", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many of the most recent decisions.")
+@click.option("--class", "job_class", default=None, metavar="K", help="Only decisions of this job class.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
+def list_(db: Path | None, last: int, job_class: str | None, as_json: bool) -> None:
+    """The most recent decisions, oldest first; loss is pending until the host ends."""
+    with open_readonly(db) as store:
+        rows = queries.recent_decisions(store, last, job_class)
+        total = queries.decision_count(store)
+        path = str(store.path)
+    if as_json:
+        echo_json({"db": path, "decisions": [{
+            "id": r.decision_id, "time": r.time, "host_job": r.host_job, "guest_job": r.guest_job,
+            "job_class": r.job_class, "action_fraction": r.action_fraction, "loss": r.loss,
+        } for r in rows]})
+        return
+    click.echo(clip(f"Last {len(rows)} of {total} decisions in {path}", 80))
+    if not rows:
+        click.echo("No decision recorded yet.")
+        return
+    click.echo(f"{'id':>5} {'time':<19} {'host job':<11} {'guest job':<11} {'class':<14} "
+               f"{'lent':>6} {'loss':>7}")
+    for r in rows:
+        click.echo(f"{r.decision_id:>5} {fmt_time(r.time):<19} {clip(r.host_job, 11):<11} "
+                   f"{clip(r.guest_job, 11):<11} {clip(r.job_class, 14):<14} "
+                   f"{100 * r.action_fraction:>4.0f} % {fmt_loss(r.loss):>7}")
+
+
+@decisions.command("show")
+@click.argument("decision_id", metavar="ID", type=int)
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
+def show(decision_id: int, db: Path | None, as_json: bool) -> None:
+    """Everything about one decision: host state, each expert's distribution, the
+    mixture, the action, the quotas and the outcome."""
+    with open_readonly(db) as store:
+        detail = queries.decision_detail(store, decision_id)
+        path = str(store.path)
+        if detail is None:
+            total = queries.decision_count(store)
+            raise click.ClickException(
+                f"unknown decision id {decision_id} in {path} ({total} decisions recorded)")
+    d, out = detail.decision, detail.outcome
+    if as_json:
+        echo_json({"db": path, "decision": {
+            "id": d.decision_id, "time": d.time, "policy": d.policy, "job_class": d.job_class,
+            "host_job": d.host_job, "guest_job": d.guest_job, "state": d.state.to_dict(),
+            "experts": [{"name": n, "weight": w, "distribution": list(p)}
+                        for n, w, p in zip(d.expert_names, d.weights, d.expert_dists)],
+            "mixture": list(d.mixture), "action_index": d.action_index,
+            "action_fraction": d.action_fraction,
+            "host_quota": detail.host_quota, "guest_quota": detail.guest_quota,
+            "outcome": None if out is None else {
+                "time": out.time, "loss": out.loss, "kind": out.kind,
+                "host_runtime_s": out.host_runtime_s, "host_walltime_s": out.host_walltime_s,
+                "guest_runtime_s": out.guest_runtime_s, "note": out.note,
+            },
+        }})
+        return
+    s = d.state
+    hp = "unknown" if s.happiness is None else (">= 1e9" if s.happiness >= 1e9 else f"{s.happiness:.2f}")
+    echo = click.echo
+    echo(clip(f"Decision {d.decision_id} (policy {d.policy}) in {path}", 80))
+    echo(f"  time        {fmt_time(d.time)}")
+    echo(f"  job class   {clip(d.job_class, 66)}")
+    echo(f"  host job    {d.host_job}")
+    echo(f"  guest job   {d.guest_job}")
+    echo(f"  host state  CPU {pct(s.cpu_percent / 100, 7).strip()}, memory "
+         f"{pct(s.mem_percent / 100, 7).strip()}, {s.stage_type.value} stage,")
+    echo(f"              {pct(s.elapsed_fraction, 7).strip()} of walltime elapsed, Hp {hp}")
+    echo(f"  action      lend {100 * d.action_fraction:.0f} % of the host's quota "
+         f"(action {d.action_index} of 0..{len(d.mixture) - 1})")
+    echo(f"  quotas      host keeps {pct(detail.host_quota, 7).strip()}, "
+         f"guest gets {pct(detail.guest_quota, 7).strip()} of the shared cores")
+    if out is None:
+        echo("  outcome     pending (the host has not finished)")
+    else:
+        echo(f"  outcome     loss {out.loss:.3f} ({out.kind}) at {fmt_time(out.time)}")
+        runtimes = []
+        if out.host_runtime_s is not None:
+            runtimes.append(f"host {out.host_runtime_s:,.1f} s")
+        if out.host_walltime_s is not None:
+            runtimes.append(f"walltime {out.host_walltime_s:,.1f} s")
+        if out.guest_runtime_s is not None:
+            runtimes.append(f"guest {out.guest_runtime_s:,.1f} s")
+        if runtimes:
+            echo(f"              runtimes: {', '.join(runtimes)}")
+        if out.note:
+            echo(clip(f"              note: {out.note}", 80))
+    # The distributions, one row per action so that any number of actions fits in 80 columns.
+    names = [clip(n, 7) for n in d.expert_names][:7]
+    echo("")
+    echo(f"  {'action':>6}" + "".join(f"{n:>8}" for n in names) + f" {'mixture':>8}")
+    for j, mix in enumerate(d.mixture):
+        fraction = j / len(d.mixture)
+        cells = "".join(pct(p[j], 8) for p in d.expert_dists[:7])
+        mark = "  <- chosen" if j == d.action_index else ""
+        echo(f"  {100 * fraction:>4.0f} %" + cells + f" {pct(mix, 8)}" + mark)
+    echo(f"  {'weight':>6}" + "".join(pct(w, 8) for w in d.weights[:7]))

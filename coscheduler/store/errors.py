@@ -1,0 +1,33 @@
+"""Errors of the state store. Each names the file and what was wrong with it.
+
+They subclass ``InvalidInput`` (a broken or foreign state file is bad input), so the
+controller and the CLI handle them like any other input they cannot use.
+"""
+
+from __future__ import annotations
+
+from ..model import InvalidInput
+
+
+class StoreError(InvalidInput):
+    """The state database cannot be used as asked; the message names the path."""
+
+
+class MissingStateDatabase(StoreError):
+    """No state database at the path, and the caller did not ask to create one."""
+
+
+class NotAStateDatabase(StoreError):
+    """The file is not SQLite, is damaged, or is an empty/uninitialised database."""
+
+
+class ForeignDatabase(StoreError):
+    """The file is an SQLite database of another program."""
+
+
+class NewerSchema(StoreError):
+    """The file was written by a newer coscheduler whose schema this code does not know."""
+
+
+class OlderSchema(StoreError):
+    """A read-only open met a schema that must be migrated first (reads never migrate)."""

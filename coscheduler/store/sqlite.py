@@ -1,0 +1,516 @@
+"""SqliteStore: the learner's persistent state in one SQLite file (the embedded default).
+
+Implements ``coscheduler.recorder.Recorder``. Every write is its own small transaction
+(``BEGIN IMMEDIATE`` ... ``COMMIT``), so a killed process loses at most the call in flight;
+the combined writes (``record_observation``, ``record_update``, ``record_decision`` with a
+class state) keep the class state and the rows it counts in step. The file runs in WAL
+mode with a busy timeout, so several processes may open it: writers queue, readers see
+a consistent snapshot and never block the writer.
+
+Opening never resets or overwrites anything: a file that is not SQLite, an SQLite file of
+another program, or a newer schema is refused with a ``StoreError`` naming the path. A
+missing file is created only with ``create=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from ..learner import ClassState, Decision, RoundClosed
+from ..learner.experts import HostState
+from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
+from ..recorder import LOSS_KINDS, LoadedState, OutcomeRecord
+from .errors import (ForeignDatabase, MissingStateDatabase, NewerSchema, NotAStateDatabase,
+                     OlderSchema, StoreError)
+from .schema import APP_NAME, APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+
+
+def _dumps(value: object, what: str) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        raise InvalidInput(f"{what} holds a NaN or infinite number: {value!r}") from None
+
+
+def _loads(text: str, what: str, path: Path) -> object:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{path}: {what} is not valid JSON ({exc})") from None
+
+
+def _quota(value: float, name: str) -> float:
+    v = check_finite(value, name, minimum=0.0, maximum=1.0)
+    assert v is not None
+    return v
+
+
+class SqliteStore:
+    """The state database. Use as a context manager or call ``close()``.
+
+    ``create``: make the file (and its directory) if missing, initialise an empty one.
+    ``readonly``: open without any write (the operator CLI); never migrates.
+    ``synchronous``: "FULL" (default) makes each commit durable across a power loss;
+    "NORMAL" survives a killed process but may lose the last commits on power loss, and is
+    much faster on slow disks (simulator runs, benchmarks).
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = False, readonly: bool = False,
+                 synchronous: str = "FULL", busy_timeout_s: float = 10.0,
+                 _migrations: Sequence[Sequence[str]] = MIGRATIONS):
+        if create and readonly:
+            raise ValueError("a state database cannot be both created and opened read-only")
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise InvalidInput(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
+        self.path = Path(path).expanduser()
+        self.readonly = readonly
+        self._migrations = tuple(tuple(m) for m in _migrations)
+        self.schema_version = len(self._migrations)
+        self._conn: sqlite3.Connection | None = None
+        fresh = self._check_file(create)
+        self._conn = self._connect(busy_timeout_s)
+        try:
+            if readonly:
+                self._identify_readonly()
+            else:
+                self._identify_and_migrate(create or fresh)
+                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{self.path}: cannot switch to WAL mode (journal mode is {mode})")
+                self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+    def _check_file(self, create: bool) -> bool:
+        """Refuse what is plainly not ours before SQLite touches it. True: a new file."""
+        p = self.path
+        if p.is_dir():
+            raise NotAStateDatabase(f"{p} is a directory, not a state database")
+        if not p.exists():
+            if not create:
+                raise MissingStateDatabase(f"no state database at {p}")
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the directory for state database {p}: {exc}") from None
+            return True
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise StoreError(f"cannot read state database {p}: {exc}") from None
+        if not head:
+            if not create:
+                raise NotAStateDatabase(f"{p} is an empty file, not an initialised state database")
+            return True
+        if head != SQLITE_MAGIC:
+            raise NotAStateDatabase(
+                f"{p} is not an SQLite database (it starts with {head[:8]!r}); "
+                "refusing to use or overwrite it"
+            )
+        return False
+
+    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
+        try:
+            if self.readonly:
+                uri = self.path.resolve().as_uri() + "?mode=ro"
+                conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
+            else:
+                conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open state database {self.path}: {exc}") from None
+        return conn
+
+    def _probe(self) -> tuple[int, set[str]]:
+        """(application_id, table names), or a clear error for a damaged file."""
+        assert self._conn is not None
+        try:
+            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        except sqlite3.DatabaseError as exc:
+            raise NotAStateDatabase(f"{self.path} is damaged or not an SQLite database: {exc}") from None
+        return app_id, tables
+
+    def _classify(self) -> int | None:
+        """The file's schema version, or None for an empty database; errors for the rest."""
+        app_id, tables = self._probe()
+        if app_id != APPLICATION_ID:
+            if app_id == 0 and not tables:
+                return None
+            shown = ", ".join(sorted(tables)[:6]) + (", ..." if len(tables) > 6 else "")
+            raise ForeignDatabase(
+                f"{self.path} is an SQLite database of another program (application_id "
+                f"{app_id:#x}, tables: {shown or 'none'}), not a coscheduler state database; "
+                "refusing to use or change it"
+            )
+        assert self._conn is not None
+        try:
+            meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise NotAStateDatabase(f"{self.path} is a damaged coscheduler state database "
+                                    f"(its meta table cannot be read: {exc})") from None
+        if meta.get("app") != APP_NAME:
+            raise ForeignDatabase(f"{self.path}: meta row 'app' is {meta.get('app')!r}, "
+                                  f"expected {APP_NAME!r}; refusing to use it")
+        try:
+            version = int(meta["schema_version"])
+        except (KeyError, ValueError):
+            raise NotAStateDatabase(f"{self.path} is a damaged coscheduler state database "
+                                    f"(schema_version is {meta.get('schema_version')!r})") from None
+        if version > self.schema_version:
+            raise NewerSchema(
+                f"{self.path} has schema version {version}, newer than the {self.schema_version} "
+                "this coscheduler knows: upgrade coscheduler to read it (the file was not changed)"
+            )
+        if version == self.schema_version and not REQUIRED_TABLES <= tables:
+            missing = ", ".join(sorted(REQUIRED_TABLES - tables))
+            raise NotAStateDatabase(f"{self.path} is a damaged coscheduler state database "
+                                    f"(missing tables: {missing})")
+        return version
+
+    def _identify_readonly(self) -> None:
+        version = self._classify()
+        if version is None:
+            raise NotAStateDatabase(f"{self.path} is an empty SQLite database, not an initialised "
+                                    "state database")
+        if version < self.schema_version:
+            raise OlderSchema(
+                f"{self.path} has schema version {version}, older than {self.schema_version}: "
+                "open it once with the controller to migrate it (reads never change the file)"
+            )
+
+    def _identify_and_migrate(self, may_initialise: bool) -> None:
+        assert self._conn is not None
+        # Inside one write transaction, so two processes creating the same file at once
+        # cannot both initialise it, and a failed migration leaves the old version intact.
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as exc:
+            raise NotAStateDatabase(f"{self.path} is damaged or cannot be locked: {exc}") from None
+        try:
+            version = self._classify()
+            if version is None:
+                if not may_initialise:
+                    raise NotAStateDatabase(f"{self.path} is an empty SQLite database, not an "
+                                            "initialised state database")
+                version = 0
+            if version < self.schema_version:
+                self._migrate(version)
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    def _migrate(self, version: int) -> None:
+        assert self._conn is not None
+        try:
+            for step in range(version, self.schema_version):
+                for statement in self._migrations[step]:
+                    self._conn.execute(statement)
+            self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+            self._conn.execute(f"PRAGMA user_version={self.schema_version}")
+            self._conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                [("app", APP_NAME), ("schema_version", str(self.schema_version)),
+                 (f"migrated_to_{self.schema_version}_at", repr(time.time()))],
+            )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: migrating the schema from version {version} to "
+                             f"{self.schema_version} failed, nothing was changed: {exc}") from None
+
+    # -- plumbing --------------------------------------------------------------------------
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"state database {self.path} is closed")
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "SqliteStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def writing(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction; SQLite errors become StoreError naming the path."""
+        if self.readonly:
+            raise StoreError(f"state database {self.path} is open read-only; cannot {what}")
+        conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+            raise
+
+    @contextmanager
+    def reading(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every query inside sees the same snapshot."""
+        conn = self.conn
+        try:
+            conn.execute("BEGIN")
+            yield conn
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def integrity_problems(self) -> list[str]:
+        """SQLite's integrity_check and foreign_key_check; an empty list means sound."""
+        with self.reading("check integrity") as conn:
+            rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+            fk = conn.execute("PRAGMA foreign_key_check").fetchall()
+        problems = [] if rows == ["ok"] else rows
+        problems += [f"foreign key: {r}" for r in fk]
+        return problems
+
+    # -- the Recorder methods -----------------------------------------------------------------
+    def record_decision(self, decision: Decision, host_quota: float, guest_quota: float,
+                        class_state: ClassState | None = None) -> None:
+        """Save a decision and the quotas applied (fractions of the shared cores' CPU time:
+        what the host keeps, what the guest gets). With ``class_state``, the class's
+        decision count is saved in the same transaction."""
+        row = self._decision_row(decision, host_quota, guest_quota)
+        state_row = self._class_row(class_state) if class_state is not None else None
+        with self.writing(f"record decision {decision.decision_id}") as conn:
+            if conn.execute("SELECT 1 FROM decisions WHERE id = ?", (decision.decision_id,)).fetchone():
+                raise InvalidInput(f"decision id {decision.decision_id} is already recorded in {self.path}")
+            conn.execute("INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+            if state_row is not None:
+                self._upsert_class(conn, state_row)
+
+    def record_outcome(self, outcome: OutcomeRecord) -> None:
+        row = self._outcome_row(outcome)
+        with self.writing(f"record the outcome of decision {outcome.decision_id}") as conn:
+            self._insert_outcome(conn, outcome, row)
+
+    def record_round(self, closed: RoundClosed) -> None:
+        row = self._round_row(closed)
+        with self.writing(f"record round {closed.round} of class {closed.job_class}") as conn:
+            self._insert_round(conn, row)
+
+    def save_class(self, state: ClassState) -> None:
+        row = self._class_row(state)
+        with self.writing(f"save class {state.job_class}") as conn:
+            self._upsert_class(conn, row)
+
+    def record_alone_runtime(self, job_class: str, runtime_s: float) -> None:
+        validate_job_class(job_class)
+        rt = check_finite(runtime_s, f"exclusive runtime of class {job_class}")
+        if rt is None or rt <= 0:
+            raise InvalidInput(f"exclusive runtime of class {job_class} must be > 0, got {runtime_s!r}")
+        with self.writing(f"record an exclusive runtime of class {job_class}") as conn:
+            conn.execute("INSERT INTO alone_runtimes (job_class, runtime_s, time) VALUES (?, ?, ?)",
+                         (job_class, rt, time.time()))
+
+    def alone_runtime(self, job_class: str) -> float | None:
+        """Median of the recorded exclusive runtimes of the class, None if none."""
+        with self.reading(f"read exclusive runtimes of class {job_class}") as conn:
+            runs = [r[0] for r in conn.execute(
+                "SELECT runtime_s FROM alone_runtimes WHERE job_class = ?", (job_class,))]
+        return statistics.median(runs) if runs else None
+
+    # -- combined writes (one transaction each) ---------------------------------------------
+    def record_update(self, closed: RoundClosed, state: ClassState) -> None:
+        """A closed round and the class state after it, atomically."""
+        if closed.job_class != state.job_class or closed.round != state.rounds:
+            raise InvalidInput(
+                f"round {closed.round} of class {closed.job_class} does not match the class state "
+                f"({state.job_class}, {state.rounds} rounds)"
+            )
+        round_row = self._round_row(closed)
+        class_row = self._class_row(state)
+        with self.writing(f"record round {closed.round} of class {closed.job_class}") as conn:
+            self._insert_round(conn, round_row)
+            self._upsert_class(conn, class_row)
+
+    def record_observation(self, outcome: OutcomeRecord, state: ClassState,
+                           closed: RoundClosed | None = None) -> None:
+        """What ``AsaxLearner.observe`` changed, atomically: the outcome, the class state
+        (its risk moved) and, if the observation closed a round, that round."""
+        if closed is not None and (closed.job_class != state.job_class or closed.round != state.rounds):
+            raise InvalidInput(f"round {closed.round} of class {closed.job_class} does not match "
+                               f"the class state ({state.job_class}, {state.rounds} rounds)")
+        out_row = self._outcome_row(outcome)
+        class_row = self._class_row(state)
+        round_row = self._round_row(closed) if closed is not None else None
+        with self.writing(f"record the outcome of decision {outcome.decision_id}") as conn:
+            job_class = self._insert_outcome(conn, outcome, out_row)
+            if job_class != state.job_class:
+                raise InvalidInput(f"decision {outcome.decision_id} is of class {job_class}, "
+                                   f"not of {state.job_class}")
+            if round_row is not None:
+                self._insert_round(conn, round_row)
+            self._upsert_class(conn, class_row)
+
+    # -- loading -----------------------------------------------------------------------------
+    def load(self, observed_per_class: int | None = None) -> LoadedState:
+        """Everything needed to rebuild the learner, from one consistent snapshot.
+
+        ``observed`` lists (decision, loss) of non-cancelled outcomes in the order they were
+        recorded; ``observed_per_class`` keeps only each class's most recent ones (a fitted
+        expert keeps a bounded window anyway).
+        """
+        with self.reading("load the learner state") as conn:
+            classes = [self._class_from_row(job_class, text)
+                       for job_class, text in conn.execute("SELECT job_class, state FROM classes ORDER BY job_class")]
+            pending = [self._decision_from_row(r) for r in conn.execute(
+                f"SELECT {_DECISION_COLS} FROM decisions d "
+                "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id")]
+            if observed_per_class is None:
+                rows = conn.execute(
+                    f"SELECT {_DECISION_COLS}, o.loss FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
+                    "WHERE o.kind != 'cancelled' ORDER BY o.seq").fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {_DECISION_COLS}, loss FROM (SELECT d.*, o.loss, o.seq, ROW_NUMBER() OVER "
+                    "(PARTITION BY d.job_class ORDER BY o.seq DESC) AS recent FROM outcomes o "
+                    "JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled') d "
+                    "WHERE recent <= ? ORDER BY seq", (int(observed_per_class),)).fetchall()
+            observed = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
+            top = conn.execute("SELECT MAX(id) FROM decisions").fetchone()[0]
+        return LoadedState(classes, pending, (top or 0) + 1, observed)
+
+    # -- rows <-> records ----------------------------------------------------------------------
+    def _decision_row(self, d: Decision, host_quota: float, guest_quota: float) -> tuple:
+        if not isinstance(d, Decision):
+            raise InvalidInput(f"expected a Decision, got {type(d).__name__}")
+        if isinstance(d.decision_id, bool) or not isinstance(d.decision_id, int) or d.decision_id < 1:
+            raise InvalidInput(f"decision id must be an integer >= 1, got {d.decision_id!r}")
+        where = f"decision {d.decision_id}"
+        validate_job_id(d.host_job, f"{where}: host_job")
+        validate_job_id(d.guest_job, f"{where}: guest_job")
+        validate_job_class(d.job_class)
+        check_finite(d.time, f"{where}: time", minimum=0.0)
+        n, m = len(d.expert_names), len(d.mixture)
+        if len(d.expert_dists) != n or len(d.weights) != n or any(len(p) != m for p in d.expert_dists):
+            raise InvalidInput(f"{where}: {n} experts, {len(d.weights)} weights and "
+                               f"{len(d.expert_dists)} distributions do not line up")
+        if not 0 <= d.action_index < m:
+            raise InvalidInput(f"{where}: action index {d.action_index} outside 0..{m - 1}")
+        return (
+            d.decision_id, float(d.time), d.host_job, d.guest_job, d.job_class, d.policy,
+            _dumps(d.state.to_dict(), f"{where}: host state"), _dumps(list(d.expert_names), where),
+            _dumps([list(p) for p in d.expert_dists], f"{where}: expert distributions"),
+            _dumps(list(d.weights), f"{where}: weights"), _dumps(list(d.mixture), f"{where}: mixture"),
+            int(d.action_index), check_finite(d.action_fraction, f"{where}: action fraction", minimum=0.0, maximum=1.0),
+            _quota(host_quota, f"{where}: host quota"), _quota(guest_quota, f"{where}: guest quota"),
+        )
+
+    def _decision_from_row(self, r: Sequence) -> Decision:
+        what = f"decision {r[0]}"
+        try:
+            return Decision(
+                decision_id=r[0], time=r[1], host_job=r[2], guest_job=r[3], job_class=r[4], policy=r[5],
+                state=HostState.from_dict(_loads(r[6], f"{what}: state", self.path)),
+                expert_names=tuple(_loads(r[7], what, self.path)),
+                expert_dists=tuple(tuple(float(x) for x in p) for p in _loads(r[8], what, self.path)),
+                weights=tuple(float(w) for w in _loads(r[9], what, self.path)),
+                mixture=tuple(float(x) for x in _loads(r[10], what, self.path)),
+                action_index=r[11], action_fraction=r[12],
+            )
+        except StoreError:
+            raise
+        except (InvalidInput, TypeError, ValueError) as exc:
+            raise StoreError(f"{self.path}: {what} is not a valid record: {exc}") from None
+
+    def _outcome_row(self, o: OutcomeRecord) -> tuple:
+        if not isinstance(o, OutcomeRecord):
+            raise InvalidInput(f"expected an OutcomeRecord, got {type(o).__name__}")
+        where = f"outcome of decision {o.decision_id}"
+        if o.kind not in LOSS_KINDS:
+            raise InvalidInput(f"{where}: kind must be one of {LOSS_KINDS}, got {o.kind!r}")
+        return (
+            int(o.decision_id), check_finite(o.time, f"{where}: time", minimum=0.0),
+            check_finite(o.loss, f"{where}: loss", minimum=0.0, maximum=1.0), o.kind,
+            check_finite(o.host_runtime_s, f"{where}: host runtime", minimum=0.0, allow_none=True),
+            check_finite(o.host_walltime_s, f"{where}: host walltime", minimum=0.0, allow_none=True),
+            check_finite(o.guest_runtime_s, f"{where}: guest runtime", minimum=0.0, allow_none=True),
+            str(o.note),
+        )
+
+    def _insert_outcome(self, conn: sqlite3.Connection, o: OutcomeRecord, row: tuple) -> str:
+        """Insert an outcome row; returns the decision's class."""
+        found = conn.execute("SELECT job_class FROM decisions WHERE id = ?", (o.decision_id,)).fetchone()
+        if found is None:
+            raise InvalidInput(f"outcome for unknown decision id {o.decision_id} (not in {self.path})")
+        if conn.execute("SELECT 1 FROM outcomes WHERE decision_id = ?", (o.decision_id,)).fetchone():
+            raise InvalidInput(f"decision {o.decision_id} already has an outcome in {self.path}")
+        conn.execute("INSERT INTO outcomes (decision_id, time, loss, kind, host_runtime_s, "
+                     "host_walltime_s, guest_runtime_s, note) VALUES (?,?,?,?,?,?,?,?)", row)
+        return found[0]
+
+    def _round_row(self, c: RoundClosed) -> tuple:
+        where = f"round {c.round} of class {c.job_class}"
+        validate_job_class(c.job_class)
+        if isinstance(c.round, bool) or not isinstance(c.round, int) or c.round < 1:
+            raise InvalidInput(f"{where}: round must be an integer >= 1")
+        return (c.job_class, c.round, check_finite(c.time, f"{where}: time", minimum=0.0),
+                check_finite(c.gamma, f"{where}: gamma", minimum=0.0),
+                _dumps(list(c.risk), f"{where}: risk"),
+                _dumps(list(c.weights_before), f"{where}: weights before"),
+                _dumps(list(c.weights_after), f"{where}: weights after"))
+
+    @staticmethod
+    def _insert_round(conn: sqlite3.Connection, row: tuple) -> None:
+        # REPLACE: a round recorded without its class state (two separate calls, killed in
+        # between) is closed again after the restart; the class state is the truth.
+        conn.execute("INSERT OR REPLACE INTO weight_history VALUES (?,?,?,?,?,?,?)", row)
+
+    def _class_row(self, state: ClassState) -> tuple:
+        if not isinstance(state, ClassState):
+            raise InvalidInput(f"expected a ClassState, got {type(state).__name__}")
+        d = state.to_dict()
+        ClassState.from_dict(d)  # the same checks a load will make: refuse now, not at restart
+        last = check_finite(state.last_update, f"class {state.job_class}: last update", allow_none=True)
+        return (state.job_class, _dumps(d, f"class {state.job_class}"), int(state.rounds), last, time.time())
+
+    @staticmethod
+    def _upsert_class(conn: sqlite3.Connection, row: tuple) -> None:
+        conn.execute(
+            "INSERT INTO classes (job_class, state, rounds, last_update, saved_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT (job_class) DO UPDATE SET state = excluded.state, rounds = excluded.rounds, "
+            "last_update = excluded.last_update, saved_at = excluded.saved_at", row)
+
+    def _class_from_row(self, job_class: str, text: str) -> ClassState:
+        d = _loads(text, f"class {job_class}", self.path)
+        try:
+            if not isinstance(d, dict):
+                raise InvalidInput("not an object")
+            return ClassState.from_dict(d)
+        except InvalidInput as exc:
+            raise StoreError(f"{self.path}: saved state of class {job_class!r} is not valid: {exc}") from None
+
+
+_DECISION_COLS = ("d.id, d.time, d.host_job, d.guest_job, d.job_class, d.policy, d.state, d.expert_names, "
+                  "d.expert_dists, d.weights, d.mixture, d.action_index, d.action_fraction")
