@@ -215,7 +215,7 @@ class AgentServer:
         return f"http://{host}:{port}"
 
     def serve_forever(self) -> None:
-        self._httpd.serve_forever(poll_interval=0.5)
+        self._httpd.serve_forever(poll_interval=0.1)
 
     def start(self) -> "AgentServer":
         self._thread = threading.Thread(target=self.serve_forever, name="cosched-agent-http",

@@ -1,0 +1,171 @@
+"""Monitoring agent HTTP API and client, on a MIMIC cgroup v2 directory (runs without root;
+the real-kernel API checks are in test_agent_cgroup.py)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coscheduler.progress import write_progress
+from monitoring.agent import NodeAgent
+from monitoring.api import AgentServer, parse_listen, read_token_file
+from monitoring.client import AgentClient, AgentError
+from monitoring.mimic import MimicV2FS
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+@pytest.fixture
+def served(tmp_path):
+    fs = MimicV2FS(tmp_path / "cgroup2")
+    fs.write(fs.mount / "cgroup.subtree_control", "+cpu")
+    agent = NodeAgent("cosched", layout=fs.layout(), fs=fs, state_dir=tmp_path / "state",
+                      max_lease_s=600)
+    server = AgentServer(agent, "127.0.0.1:0", TOKEN).start()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    client = AgentClient(server.url, token=TOKEN)
+    yield agent, server, client, sleeper, fs
+    sleeper.kill()
+    sleeper.wait()
+    client.close()
+    server.shutdown()
+    agent.close()
+
+
+def _raw(server, method, path, body=None, token=TOKEN):
+    host, port = server.url[len("http://"):].rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=5)
+    headers = {"Content-Length": str(len(body or b""))}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    c.request(method, path, body=body, headers=headers)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): (p.read_text() if p.is_file() else "<dir>")
+            for p in sorted(root.rglob("*"))}
+
+
+def test_contract_register_read_quota_clear(served):
+    agent, server, client, sleeper, fs = served
+    view = client.register_job("j1", [sleeper.pid], 2, walltime_s=600, tasks_total=100,
+                               job_class="blast/blastall")
+    assert view["job_id"] == "j1" and view["status"] == "running"
+    assert view["progress_file"].endswith("j1.json")
+    for key in ("cpu_percent", "mem_percent", "tasks_done", "tasks_per_s", "happiness", "cpu_fraction"):
+        assert key in view
+    assert view["cpu_fraction"] == 1.0
+    assert [j["job_id"] for j in client.jobs()] == ["j1"]
+    q = client.set_quota("j1", 0.25, lease_s=60)
+    assert q["cpu_fraction"] == 0.25 and q["quota_us"] == 50_000 and 59 < q["lease_expires_in_s"] <= 60
+    assert (fs.mount / "cosched" / "j1" / "cpu.max").read_text().strip() == "50000 100000"
+    c = client.clear_quota("j1")
+    assert c["cpu_fraction"] == 1.0 and c["lease_s"] is None
+    assert (fs.mount / "cosched" / "j1" / "cpu.max").read_text().startswith("max")
+    # registering again adds pids and updates fields, 200 instead of 201
+    st, body = _raw(server, "POST", "/v1/jobs", json.dumps({"job_id": "j1", "pids": [sleeper.pid],
+                                                            "cores": 2, "walltime_s": 900}).encode())
+    assert st == 200 and json.loads(body)["walltime_s"] == 900
+    node = client.node()
+    assert node["cgroup"]["version"] == 2 and node["jobs"]["running"] == 1
+    out = client.unregister("j1")
+    assert out["status"] == "released"
+
+
+def test_progress_file_gives_rate_and_happiness(served):
+    agent, server, client, sleeper, fs = served
+    now = time.time()
+    view = client.register_job("p1", [sleeper.pid], 1, walltime_s=120, start_time=now - 20,
+                               tasks_total=100)
+    path = view["progress_file"]
+    write_progress(0, 100, path, now=now - 10)
+    agent.tick()
+    write_progress(10, 100, path, now=now)
+    agent.tick()
+    j = client.job("p1")
+    assert j["tasks_done"] == 10 and j["tasks_total"] == 100
+    assert j["tasks_per_s"] == pytest.approx(1.0, rel=1e-3)
+    # Hp = (walltime - elapsed) x rate / remaining = (120 - ~20) x 1 / 90
+    assert j["happiness"] == pytest.approx(100 / 90, rel=0.05)
+    metrics = client.metrics()
+    assert 'cosched_job_tasks_done{job_id="p1",status="running"} 10.0' in metrics
+    assert "cosched_job_happiness" in metrics and "cosched_agent_process_cpu_seconds_total" in metrics
+
+
+def test_auth_missing_401_wrong_403_and_reads_open(served):
+    agent, server, client, sleeper, fs = served
+    client.register_job("j1", [sleeper.pid], 1)
+    body = json.dumps({"cpu_fraction": 0.1, "lease_s": 10}).encode()
+    st, _ = _raw(server, "PUT", "/v1/jobs/j1/quota", body, token=None)
+    assert st == 401
+    st, data = _raw(server, "PUT", "/v1/jobs/j1/quota", body, token="wrong-token-xxxxxxxxxx")
+    assert st == 403 and b"wrong token" in data
+    with pytest.raises(AgentError) as e:
+        AgentClient(server.url, token="nope-nope-nope-nope").register_job("j2", [sleeper.pid], 1)
+    assert e.value.status == 403
+    assert client.job("j1")["cpu_fraction"] == 1.0  # nothing changed
+    st, _ = _raw(server, "GET", "/v1/jobs/j1", token=None)
+    assert st == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs/../../x/quota", "/v1/jobs/..%2F..%2Fx/quota",
+                                  "/v1/jobs/%2e%2e/quota", "/v1/jobs/a/b/quota", "/v1/jobs/.hidden"])
+def test_traversal_ids_refused_400_and_nothing_written(served, path):
+    agent, server, client, sleeper, fs = served
+    client.register_job("j1", [sleeper.pid], 1)
+    before = _tree(fs.mount), _tree(agent.state_dir)
+    method = "DELETE" if path.endswith("hidden") else "PUT"
+    st, data = _raw(server, method, path, json.dumps({"cpu_fraction": 0.1, "lease_s": 10}).encode())
+    assert st == 400, data
+    assert b"not a valid job id" in data
+    st, _ = _raw(server, "POST", "/v1/jobs",
+                 json.dumps({"job_id": "../../x", "pids": [sleeper.pid], "cores": 1}).encode())
+    assert st == 400
+    assert (_tree(fs.mount), _tree(agent.state_dir)) == before
+
+
+def test_errors_name_the_problem(served):
+    agent, server, client, sleeper, fs = served
+    with pytest.raises(AgentError, match="no job 'ghost'") as e:
+        client.job("ghost")
+    assert e.value.status == 404
+    client.register_job("j1", [sleeper.pid], 1)
+    with pytest.raises(AgentError, match="lease_s must be") as e:
+        client.set_quota("j1", 0.5, 10_000)
+    assert e.value.status == 400
+    with pytest.raises(AgentError, match="cpu_fraction must be <= 1"):
+        client.set_quota("j1", 1.5, 10)
+    with pytest.raises(AgentError, match="already belong to job j1") as e:
+        client.register_job("j2", [sleeper.pid], 1)
+    assert e.value.status == 409
+    with pytest.raises(AgentError, match="not a running process"):
+        client.register_job("j3", [2 ** 22 + 17], 1)
+    st, data = _raw(server, "PUT", "/v1/jobs/j1/quota", b"{not json")
+    assert st == 400 and b"not valid JSON" in data
+    st, data = _raw(server, "PUT", "/v1/jobs/j1/quota", b'{"cpu_fraction": 0.5}')
+    assert st == 400 and b"lease_s" in data
+    st, _ = _raw(server, "GET", "/v2/nothing")
+    assert st == 404
+
+
+def test_listen_and_token_file_parsing(tmp_path):
+    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_listen(":9000") == ("127.0.0.1", 9000)
+    assert parse_listen("[::1]:9000") == ("::1", 9000)
+    f = tmp_path / "t"
+    f.write_text("short\n")
+    with pytest.raises(ValueError, match="at least 16"):
+        read_token_file(str(f))
+    f.write_text(TOKEN + "\nignored\n")
+    assert read_token_file(str(f)) == TOKEN
