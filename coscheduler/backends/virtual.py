@@ -1,0 +1,377 @@
+"""An in-memory backend in virtual time: the controller's unit-test body.
+
+It implements ``coscheduler.backend.Backend`` exactly as a live body does, so the same
+controller and policies run on it unchanged. Jobs are fluid: each has a profile (its
+runtime alone at full quota, the share u of its cores it would use alone, its memory use)
+and progresses at
+
+    rate = min(1, quota_fraction / u) * memory_factor        (1.0 = as fast as alone)
+
+because a cgroup CPU quota caps a job's CPU time, and a job that uses only u of its cores
+is not slowed by a quota above u. ``memory_factor`` models co-located jobs contending for
+memory: for a host A and its guests B_k, the memory they want, as a share of A's
+allocation, is
+
+    S = mem_A / 100 + sum_k (mem_B_k / 100) * cores_B_k / cores_A
+
+(a guest brings memory in proportion to its cores). When S <= 1 the factor is 1; above,
+swapping and cache thrashing slow every job of the group: factor = 1 / (1 + k * (S - 1))
+with ``memory_penalty`` k (default 2: worse than proportional). A job alone never pays it.
+
+It reports ``MetricsSample`` with cpu_percent = rate * u * 100, tasks_done from the
+progress, tasks_per_s = rate * tasks / alone_runtime. Jobs that depend on others
+(``Job.depends_on``) are queued only once every parent completed; a job whose parent
+ended otherwise is reported failed. A job still running at its walltime is killed
+(``timeout``), as Slurm does.
+
+Test hooks: ``inject_start_errors`` / ``inject_quota_errors`` make the next calls for a
+job raise ``BackendError``; ``hide_metrics`` drops a job's samples; ``Profile.fail_after_s``
+makes a job fail mid-run; ``cancel`` ends a running job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
+
+from ..backend import BackendError
+from ..model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome, RunningJob,
+                     check_finite)
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How a job behaves: runtime alone at full quota, CPU use u (share of its cores it
+    would keep busy alone, in (0, 1]), memory use (% of its allocation's memory)."""
+
+    alone_runtime_s: float
+    cpu_util: float = 1.0
+    mem_percent: float = 10.0
+    fail_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        rt = check_finite(self.alone_runtime_s, "profile: alone_runtime_s")
+        if rt is None or rt <= 0:
+            raise InvalidInput(f"profile: alone_runtime_s must be > 0, got {self.alone_runtime_s!r}")
+        u = check_finite(self.cpu_util, "profile: cpu_util")
+        if u is None or not 0.0 < u <= 1.0:
+            raise InvalidInput(f"profile: cpu_util must lie in (0, 1], got {self.cpu_util!r}")
+        check_finite(self.mem_percent, "profile: mem_percent", minimum=0.0)
+        check_finite(self.fail_after_s, "profile: fail_after_s", minimum=0.0, allow_none=True)
+
+
+@dataclass
+class _Run:
+    job: Job
+    profile: Profile
+    allocation: Allocation
+    start: float
+    quota: float
+    host: str | None
+    guests: list[str] = field(default_factory=list)
+    progress: float = 0.0      # share of the work done, 0..1
+    rate: float = 1.0          # current speed relative to alone
+
+    def running_job(self) -> RunningJob:
+        return RunningJob(self.job, self.allocation, self.start, self.quota, self.host,
+                          tuple(self.guests))
+
+
+class Stepper(Protocol):
+    def step(self): ...
+
+
+class VirtualBackend:
+    """Virtual-time nodes and fluid jobs behind the Backend interface."""
+
+    def __init__(self, nodes: Iterable[Node] | dict[str, int], *, start_time: float = 0.0,
+                 memory_penalty: float = 2.0, kill_at_walltime: bool = True):
+        if isinstance(nodes, dict):
+            nodes = [Node(n, c) for n, c in nodes.items()]
+        self._nodes = list(nodes)
+        if not self._nodes:
+            raise InvalidInput("virtual backend: needs at least one node")
+        names = [n.name for n in self._nodes]
+        if len(set(names)) != len(names):
+            raise InvalidInput(f"virtual backend: node names repeat: {names}")
+        self._capacity = {n.name: n.cores for n in self._nodes}
+        self._used = {n.name: 0 for n in self._nodes}
+        t = check_finite(start_time, "virtual backend: start_time", minimum=0.0)
+        self.t = float(t)
+        pen = check_finite(memory_penalty, "virtual backend: memory_penalty", minimum=0.0)
+        self.memory_penalty = float(pen)
+        self.kill_at_walltime = kill_at_walltime
+        self._waiting: dict[str, tuple[Job, Profile]] = {}   # submitted, not started
+        self._runs: dict[str, _Run] = {}
+        self._ended: dict[str, str] = {}                      # job id -> state
+        self._finished: list[Outcome] = []                    # not yet drained
+        self.history: list[Outcome] = []                      # every outcome, in order
+        self.starts: list[tuple[float, str, str | None]] = []  # (time, job, host)
+        self.quota_log: list[tuple[float, str, float]] = []
+        self._start_errors: dict[str, int] = {}
+        self._quota_errors: dict[str, int] = {}
+        self._hidden: set[str] = set()
+        self._dirty = True
+        self.busy_core_seconds = 0.0    # integral of CPU actually used (cores x s)
+
+    # -- workload -------------------------------------------------------------------------------
+    def submit(self, job: Job, profile: Profile) -> None:
+        """Add a job; it becomes visible at its submit time once its parents completed."""
+        if not isinstance(job, Job) or not isinstance(profile, Profile):
+            raise InvalidInput("virtual backend: submit(job, profile) takes a Job and a Profile")
+        jid = job.job_id
+        if jid in self._waiting or jid in self._runs or jid in self._ended:
+            raise InvalidInput(f"virtual backend: job {jid} was already submitted")
+        for dep in job.depends_on:
+            if dep not in self._waiting and dep not in self._runs and dep not in self._ended:
+                raise InvalidInput(f"job {jid} depends on {dep}, which was not submitted")
+        self._waiting[jid] = (job, profile)
+
+    def inject_start_errors(self, job_id: str, count: int = 1) -> None:
+        self._start_errors[job_id] = self._start_errors.get(job_id, 0) + count
+
+    def inject_quota_errors(self, job_id: str, count: int = 1) -> None:
+        self._quota_errors[job_id] = self._quota_errors.get(job_id, 0) + count
+
+    def hide_metrics(self, job_id: str, hidden: bool = True) -> None:
+        (self._hidden.add if hidden else self._hidden.discard)(job_id)
+
+    def cancel(self, job_id: str, reason: str = "cancelled by the user") -> None:
+        if job_id not in self._runs:
+            raise BackendError(f"cannot cancel job {job_id}: it is not running")
+        self._end(job_id, "cancelled", reason)
+
+    # -- Backend interface ----------------------------------------------------------------------
+    def now(self) -> float:
+        return self.t
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def queued(self) -> list[Job]:
+        self._resolve_dependencies()
+        out = []
+        for job, _ in self._waiting.values():
+            if job.submit_time <= self.t + _EPS and all(
+                    self._ended.get(d) == "completed" for d in job.depends_on):
+                out.append(job)
+        return out
+
+    def running(self) -> list[RunningJob]:
+        return [r.running_job() for r in self._runs.values()]
+
+    def metrics(self) -> dict[str, MetricsSample]:
+        self._update_rates()
+        out = {}
+        for jid, r in self._runs.items():
+            if jid in self._hidden:
+                continue
+            u, tasks = r.profile.cpu_util, r.job.tasks
+            out[jid] = MetricsSample(
+                job_id=jid, time=self.t, cpu_percent=r.rate * u * 100.0,
+                mem_percent=r.profile.mem_percent, tasks_done=min(tasks, int(r.progress * tasks + 1e-9)),
+                tasks_total=tasks, tasks_per_s=r.rate * tasks / r.profile.alone_runtime_s)
+        return out
+
+    def start(self, job: Job, allocation: Allocation, quota_fraction: float,
+              host_job: str | None = None) -> None:
+        jid = job.job_id
+        if self._start_errors.get(jid, 0) > 0:
+            self._start_errors[jid] -= 1
+            raise BackendError(f"injected start error for job {jid}")
+        entry = self._waiting.get(jid)
+        if entry is None or entry[0].submit_time > self.t + _EPS or any(
+                self._ended.get(d) != "completed" for d in entry[0].depends_on):
+            raise BackendError(f"cannot start job {jid}: it is not queued")
+        q = self._check_quota(jid, quota_fraction)
+        if allocation.job_id != jid or allocation.cores != job.cores or \
+                len(allocation.cores_by_node) != job.nodes:
+            raise BackendError(f"cannot start job {jid}: allocation {allocation} does not match "
+                               f"its request of {job.cores} cores on {job.nodes} node(s)")
+        if host_job is None:
+            for node, c in allocation.cores_by_node:
+                if node not in self._capacity:
+                    raise BackendError(f"cannot start job {jid}: unknown node {node!r}")
+                if self._used[node] + c > self._capacity[node]:
+                    raise BackendError(f"cannot start job {jid}: node {node} has "
+                                       f"{self._capacity[node] - self._used[node]} free cores, not {c}")
+            for node, c in allocation.cores_by_node:
+                self._used[node] += c
+        else:
+            host = self._runs.get(host_job)
+            if host is None or host.host is not None:
+                raise BackendError(f"cannot start job {jid} as a guest: {host_job} is not a running host")
+            held = host.allocation.as_dict()
+            for g in host.guests:
+                for node, c in self._runs[g].allocation.cores_by_node:
+                    held[node] = held.get(node, 0) - c
+            for node, c in allocation.cores_by_node:
+                if held.get(node, 0) < c:
+                    raise BackendError(f"cannot start job {jid} inside {host_job}: node {node} "
+                                       f"has {held.get(node, 0)} of the host's cores spare, not {c}")
+            host.guests.append(jid)
+        del self._waiting[jid]
+        self._runs[jid] = _Run(job, entry[1], allocation, self.t, q, host_job)
+        self.starts.append((self.t, jid, host_job))
+        self._dirty = True
+
+    def set_quota(self, job_id: str, quota_fraction: float) -> None:
+        if self._quota_errors.get(job_id, 0) > 0:
+            self._quota_errors[job_id] -= 1
+            raise BackendError(f"injected set_quota error for job {job_id}")
+        r = self._runs.get(job_id)
+        if r is None:
+            raise BackendError(f"cannot set the quota of job {job_id}: it is not running")
+        r.quota = self._check_quota(job_id, quota_fraction)
+        self.quota_log.append((self.t, job_id, r.quota))
+        self._dirty = True
+
+    def fail(self, job_id: str, reason: str) -> None:
+        if job_id not in self._waiting:
+            raise BackendError(f"cannot fail job {job_id}: it is not queued")
+        del self._waiting[job_id]
+        self._record(Outcome(job_id, self.t, self.t, "failed", reason))
+
+    def drain_finished(self) -> list[Outcome]:
+        self._resolve_dependencies()
+        out, self._finished = self._finished, []
+        return out
+
+    # -- virtual time ---------------------------------------------------------------------------
+    def quota_of(self, job_id: str) -> float:
+        return self._runs[job_id].quota
+
+    def idle(self) -> bool:
+        return not self._runs and not self._waiting
+
+    def next_event(self) -> float | None:
+        """The next time something changes by itself: a job ends or a job is submitted."""
+        self._update_rates()
+        times = [self._end_time(r)[0] for r in self._runs.values()]
+        times += [j.submit_time for j, _ in self._waiting.values() if j.submit_time > self.t + _EPS]
+        return min(times) if times else None
+
+    def advance(self, dt: float) -> None:
+        """Let ``dt`` virtual seconds pass, ending jobs as their work completes."""
+        d = check_finite(dt, "advance: dt", minimum=0.0)
+        target = self.t + d
+        while True:
+            self._update_rates()
+            nxt, ending = target, []
+            for jid, r in self._runs.items():
+                end, state = self._end_time(r)
+                if end < nxt - _EPS:
+                    nxt, ending = end, [(jid, state)]
+                elif abs(end - nxt) <= _EPS:
+                    ending.append((jid, state))
+            span = max(0.0, nxt - self.t)
+            for r in self._runs.values():
+                r.progress = min(1.0, r.progress + span * r.rate / r.profile.alone_runtime_s)
+                self.busy_core_seconds += span * r.rate * r.profile.cpu_util * r.job.cores
+            self.t = max(self.t, nxt)
+            for jid, state in ending:
+                if jid in self._runs:
+                    self._end(jid, state[0], state[1])
+            if self.t >= target - _EPS:
+                self.t = max(self.t, target)
+                return
+
+    def run_until_idle(self, controller: Stepper, tick_s: float = 10.0,
+                       max_time: float = 1e7) -> float:
+        """Run controller passes every ``tick_s`` virtual seconds (and at every job end or
+        submission) until no job is left; returns the time the last job ended."""
+        tick = check_finite(tick_s, "run_until_idle: tick_s")
+        if tick is None or tick <= 0:
+            raise InvalidInput(f"run_until_idle: tick_s must be > 0, got {tick_s!r}")
+        while True:
+            controller.step()
+            if self.idle():
+                controller.step()  # drain the last outcomes
+                return max((o.end_time for o in self.history), default=self.t)
+            if self.t > max_time:
+                stuck = sorted(self._waiting)[:10]
+                raise RuntimeError(f"virtual run passed {max_time} s with jobs left: "
+                                   f"queued {stuck}, running {sorted(self._runs)[:10]}")
+            nxt = self.next_event()
+            dt = tick if nxt is None else min(tick, max(nxt - self.t, 0.0))
+            self.advance(dt if dt > _EPS else min(tick, 1e-3))
+
+    # -- internals ------------------------------------------------------------------------------
+    def _check_quota(self, job_id: str, q: float) -> float:
+        try:
+            v = check_finite(q, f"quota fraction of job {job_id}")
+        except InvalidInput as exc:
+            raise BackendError(str(exc)) from None
+        if v is None or not 0.0 < v <= 1.0 + 1e-12:
+            raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
+        return min(1.0, v)
+
+    def _end_time(self, r: _Run) -> tuple[float, tuple[str, str]]:
+        left = (1.0 - r.progress) * r.profile.alone_runtime_s
+        end = self.t + left / r.rate if r.rate > 0 else math.inf
+        state = ("completed", "")
+        if r.profile.fail_after_s is not None and r.start + r.profile.fail_after_s < end:
+            end, state = r.start + r.profile.fail_after_s, ("failed", "profile: fails mid-run")
+        if self.kill_at_walltime and r.start + r.job.walltime_s < end - _EPS:
+            end, state = r.start + r.job.walltime_s, ("timeout", "killed at its walltime")
+        return max(end, self.t), state
+
+    def _update_rates(self) -> None:
+        if not self._dirty:
+            return
+        for r in self._runs.values():
+            r.rate = min(1.0, r.quota / r.profile.cpu_util)
+        for r in self._runs.values():
+            if r.host is not None or not r.guests:
+                continue
+            s = r.profile.mem_percent / 100.0
+            for g in r.guests:
+                gr = self._runs[g]
+                s += gr.profile.mem_percent / 100.0 * gr.job.cores / r.job.cores
+            if s > 1.0:
+                factor = 1.0 / (1.0 + self.memory_penalty * (s - 1.0))
+                r.rate *= factor
+                for g in r.guests:
+                    self._runs[g].rate *= factor
+        self._dirty = False
+
+    def _end(self, job_id: str, state: str, reason: str) -> None:
+        r = self._runs.pop(job_id)
+        if r.host is None:
+            for node, c in r.allocation.cores_by_node:
+                self._used[node] -= c
+            for g in r.guests:  # orphaned guests now hold their cores alone
+                gr = self._runs.get(g)
+                if gr is not None:
+                    gr.host = None
+                    for node, c in gr.allocation.cores_by_node:
+                        self._used[node] += c
+        else:
+            host = self._runs.get(r.host)
+            if host is not None:
+                host.guests.remove(job_id)
+        self._record(Outcome(job_id, r.start, self.t, state, reason))
+        self._dirty = True
+
+    def _record(self, outcome: Outcome) -> None:
+        self._ended[outcome.job_id] = outcome.state
+        self._finished.append(outcome)
+        self.history.append(outcome)
+
+    def _resolve_dependencies(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for jid, (job, _) in list(self._waiting.items()):
+                bad = [d for d in job.depends_on if self._ended.get(d, "completed") != "completed"]
+                if bad:
+                    del self._waiting[jid]
+                    self._record(Outcome(jid, self.t, self.t, "failed",
+                                         f"dependency {bad[0]} ended {self._ended[bad[0]]}"))
+                    changed = True
+
+
+__all__ = ["Profile", "VirtualBackend"]

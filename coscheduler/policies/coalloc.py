@@ -1,0 +1,193 @@
+"""Co-allocation policies: should a queued guest job share a running host job's cores, and
+with which CPU quota? Pure logic over plain data, the same on every backend.
+
+- ``SpaceSharing``: never co-allocates (today's Slurm: exclusive cores, backfilling).
+- ``Static``: the first candidate host gets the guest at a fixed fraction (the paper's
+  Static setting: every co-located pair gets 50 %).
+- ``Asax``: the ASA_X learner picks a fraction a_j per host; a_0 = 0 % means "not on this
+  host": that decision is observed at once with loss 0 and the next candidate is asked.
+
+Quota arithmetic. A guest B placed on ``B.cores`` of host A's ``A.cores`` with fraction
+a: on the shared cores A keeps (1 - a) and B gets a, so
+
+    A's quota fraction (over its whole allocation) = 1 - a * B.cores / A.cores
+    B's quota fraction (of its own cores)          = a
+
+and with several guests A gives up ``sum_k a_k * B_k.cores``. When a guest ends, its share
+goes back to A; when A ends first, its guests get 1.0 on their cores.
+
+The controller builds the candidates (hosts in first-fit order, filtered by the
+one-ask-per-pass rule, the decline cooldown and the cap on tries) and hands them over
+lazily; a policy takes candidates from the iterator only as far as it needs, so building a
+host's state costs nothing for hosts never asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Protocol
+
+from ..learner import AsaxLearner, Decision, HostState
+from ..model import Allocation, InvalidInput, Job, MetricsSample, RunningJob, check_finite
+
+
+def host_quota_fraction(host_cores: int, lent_core_share: float) -> float:
+    """A host's quota fraction over its whole allocation after lending
+    ``lent_core_share = sum_k a_k * guest_k.cores`` core-equivalents to its guests."""
+    if host_cores < 1:
+        raise InvalidInput(f"host cores must be >= 1, got {host_cores!r}")
+    q = 1.0 - lent_core_share / host_cores
+    if q <= 0.0 or q > 1.0 + 1e-12:
+        raise InvalidInput(
+            f"lending {lent_core_share} core-equivalents of {host_cores} cores leaves the host "
+            f"a quota fraction of {q}: it must stay in (0, 1]"
+        )
+    return min(1.0, q)
+
+
+def lent_share(fraction: float, guest_cores: int) -> float:
+    """Core-equivalents a guest of ``guest_cores`` cores takes at quota ``fraction``."""
+    return fraction * guest_cores
+
+
+@dataclass(frozen=True)
+class HostCandidate:
+    """A running job that could host the guest: where the guest would run inside it, what
+    it already lends, its latest metrics sample (None if unknown) and its state for the
+    experts (built lazily by the controller; see ``state``)."""
+
+    host: RunningJob
+    placement: Allocation
+    lent: float                      # core-equivalents already lent to other guests
+    sample: MetricsSample | None
+    state: HostState
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Co-allocate: run the guest on ``placement`` inside ``host_job`` at
+    ``guest_quota``; the host's quota becomes ``host_quota``."""
+
+    host_job: str
+    placement: Allocation
+    guest_quota: float
+    host_quota: float
+    decision: Decision | None = None
+
+
+@dataclass(frozen=True)
+class CoallocationResult:
+    """What a policy answers for one guest: a ``choice`` (None: do not co-allocate now),
+    the hosts it asked (each asked at most once per pass), and the decisions that declined
+    (ASA_X's a_0, already observed with loss 0) for the controller to record."""
+
+    choice: Choice | None
+    asked: tuple[str, ...] = ()
+    declined: tuple[Decision, ...] = ()
+
+
+NO_COALLOCATION = CoallocationResult(None)
+
+
+class CoallocationPolicy(Protocol):
+    """Decides where (if anywhere) a queued guest shares a host's cores."""
+
+    name: str
+    # False: the controller never builds candidates (space sharing).
+    co_allocates: bool
+    # The learner whose decisions the controller must feed back (None: nothing learns).
+    learner: AsaxLearner | None
+
+    def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
+        ...
+
+
+def _choice(guest: Job, cand: HostCandidate, a: float, decision: Decision | None) -> Choice:
+    host_q = host_quota_fraction(cand.host.job.cores, cand.lent + lent_share(a, guest.cores))
+    return Choice(cand.host.job_id, cand.placement, a, host_q, decision)
+
+
+class SpaceSharing:
+    """Never co-allocates: jobs run only on free cores (with backfilling)."""
+
+    name = "space-sharing"
+    co_allocates = False
+    learner = None
+
+    def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
+        return NO_COALLOCATION
+
+
+class Static:
+    """The first candidate host gets the guest at a fixed fraction (default 50 %)."""
+
+    co_allocates = True
+    learner = None
+
+    def __init__(self, fraction: float = 0.5):
+        f = check_finite(fraction, "static quota fraction")
+        if f is None or not 0.0 < f < 1.0:
+            raise InvalidInput(f"static quota fraction must lie in (0, 1), got {fraction!r}")
+        self.fraction = f
+        self.name = f"static-{round(f * 100):g}"
+
+    def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
+        for cand in candidates:
+            return CoallocationResult(_choice(guest, cand, self.fraction, None), (cand.host.job_id,))
+        return NO_COALLOCATION
+
+
+class Asax:
+    """ASA_X: the learner samples a fraction per host; a_0 declines and the next host is asked.
+
+    Each ask is a decision of the learner (pending until the host's loss arrives). A
+    decline is observed at once with loss 0: lending nothing cannot hurt the host, and
+    the experts that put probability on a_0 for that state bear no risk for it.
+    """
+
+    name = "asax"
+    co_allocates = True
+
+    def __init__(self, learner: AsaxLearner):
+        self.learner = learner
+
+    def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
+        asked: list[str] = []
+        declined: list[Decision] = []
+        it: Iterator[HostCandidate] = iter(candidates)
+        for cand in it:
+            host_id = cand.host.job_id
+            asked.append(host_id)
+            d = self.learner.decide(cand.state, host_id, guest.job_id, now,
+                                    job_class=cand.host.job.job_class)
+            if d.action_index == 0 or d.action_fraction <= 0.0:
+                # Observed now: loss 0 adds no risk, so this never closes a round.
+                self.learner.observe(d.decision_id, 0.0, now)
+                declined.append(d)
+                continue
+            return CoallocationResult(_choice(guest, cand, d.action_fraction, d), tuple(asked),
+                                      tuple(declined))
+        return CoallocationResult(None, tuple(asked), tuple(declined))
+
+
+POLICY_NAMES = ("space-sharing", "static", "asax")
+
+
+def make_policy(name: str, learner: AsaxLearner | None = None,
+                static_fraction: float = 0.5) -> CoallocationPolicy:
+    """A policy by name: ``space-sharing`` (alias ``slurm``), ``static``, ``asax``."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key in ("space-sharing", "spacesharing", "slurm"):
+        return SpaceSharing()
+    if key == "static":
+        return Static(static_fraction)
+    if key in ("asax", "asa_x"):
+        return Asax(learner or AsaxLearner())
+    raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
+
+
+__all__ = [
+    "Asax", "Choice", "CoallocationPolicy", "CoallocationResult", "HostCandidate",
+    "NO_COALLOCATION", "POLICY_NAMES", "SpaceSharing", "Static", "host_quota_fraction",
+    "lent_share", "make_policy",
+]
