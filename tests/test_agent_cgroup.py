@@ -1,0 +1,349 @@
+"""Monitoring agent for real: root, this machine's cgroup v1 ``cpu`` hierarchy, real busy
+processes, CPU measured from the processes' own CPU time over >= 2 s.
+
+The machine has 2 cores shared with other test runs, so CPU bounds are tolerant and a
+measurement that falls below a lower bound is repeated (up to 3 times) before failing:
+contention can only lower a share, never raise it above a quota.
+Every cgroup and process a test creates is removed by the fixtures, even on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from monitoring.agent import NodeAgent
+from monitoring.api import AgentServer
+from monitoring.client import AgentClient, AgentError
+
+pytestmark = pytest.mark.root
+
+CPU = Path("/sys/fs/cgroup/cpu")
+ACCT = Path("/sys/fs/cgroup/cpuacct")
+BUSY = [sys.executable, "-c", "while True: pass"]
+SLEEPY = [sys.executable, "-c", "import time; time.sleep(300)"]
+# Waits for a flag file, then forks a busy child (a process the job starts later).
+FORKER = [sys.executable, "-c", (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]): time.sleep(0.02)\n"
+    "if os.fork() == 0:\n"
+    "    while True: pass\n"
+    "time.sleep(300)\n")]
+AGENT_CMD = [sys.executable, "-c", "from coscheduler.cli import main; main()", "agent"]
+TOKEN = "root-test-token-0123456789"
+
+
+def _rm_tree(hier: Path, rel: str) -> None:
+    """Remove a test's cgroup tree bottom-up, moving stray processes to the hierarchy root."""
+    top = hier / rel
+    if not top.exists():
+        return
+    for d in sorted((p for p in [top, *top.rglob("*")] if p.is_dir()), key=lambda p: -len(p.parts)):
+        try:
+            for pid in (d / "cgroup.procs").read_text().split():
+                try:
+                    (hier / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass
+            d.rmdir()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def cg_root():
+    rel = f"cosched-test-{uuid.uuid4().hex[:8]}"
+    yield rel
+    for hier in (CPU, ACCT):
+        _rm_tree(hier, rel)
+        assert not (hier / rel).exists(), f"test left {hier / rel}"
+
+
+@pytest.fixture
+def procs():
+    started: list[subprocess.Popen] = []
+
+    def spawn(cmd, **kw):
+        p = subprocess.Popen(cmd, **kw)
+        started.append(p)
+        return p
+
+    yield spawn
+    for p in started:
+        try:
+            for c in psutil.Process(p.pid).children(recursive=True):
+                c.kill()
+        except psutil.Error:
+            pass
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def make_agent(cg_root, tmp_path):
+    agents: list[NodeAgent] = []
+
+    def make(**kw) -> NodeAgent:
+        kw.setdefault("state_dir", tmp_path / "state")
+        a = NodeAgent(cg_root, **kw)
+        agents.append(a)
+        return a
+
+    yield make
+    for a in agents:
+        a.close()
+
+
+def _cpu_s(pids) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def share(pids, seconds: float = 2.0) -> float:
+    """CPU used by the processes over ``seconds``, in CPUs (1.0 = one core busy)."""
+    t0, c0 = time.monotonic(), _cpu_s(pids)
+    time.sleep(seconds)
+    return (_cpu_s(pids) - c0) / (time.monotonic() - t0)
+
+
+def share_at_least(pids, low: float, tries: int = 3) -> float:
+    for _ in range(tries):
+        s = share(pids)
+        if s >= low:
+            return s
+    return s
+
+
+def quota_file(rel: str, job: str | None = None) -> str:
+    d = CPU / rel if job is None else CPU / rel / job
+    return (d / "cpu.cfs_quota_us").read_text().strip()
+
+
+def _wait(pred, timeout: float = 5.0, step: float = 0.02) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+@pytest.mark.live
+def test_20_percent_quota_measures_15_to_25_and_clearing_gives_it_back(make_agent, procs, cg_root):
+    agent = make_agent()
+    p = procs(BUSY)
+    agent.register_job({"job_id": "busy", "pids": [p.pid], "cores": 1})
+    agent.set_quota("busy", 0.2, lease_s=60)
+    assert quota_file(cg_root, "busy") == "20000"
+    agent.tick()
+    s = share_at_least([p.pid], 0.15)
+    agent.tick()
+    assert 0.15 <= s <= 0.25, f"20 % quota measured {s:.1%}"
+    seen = agent.job("busy")
+    assert seen["cpu_source"] == "cgroup"  # the cpuacct mirror covers the job
+    assert 12 <= seen["cpu_percent"] <= 28, seen
+    assert seen["nr_throttled"] > 0
+    agent.clear_quota("busy")
+    assert quota_file(cg_root, "busy") == "-1"
+    s = share_at_least([p.pid], 0.8)
+    assert s > 0.8, f"cleared quota measured only {s:.1%}"
+
+
+@pytest.mark.live
+def test_child_started_after_the_quota_is_throttled_too(make_agent, procs, cg_root, tmp_path):
+    agent = make_agent()
+    flag = tmp_path / "go"
+    parent = procs(FORKER + [str(flag)])
+    agent.register_job({"job_id": "forker", "pids": [parent.pid], "cores": 1})
+    agent.set_quota("forker", 0.2, lease_s=60)
+    flag.write_text("go")
+    assert _wait(lambda: psutil.Process(parent.pid).children())
+    child = psutil.Process(parent.pid).children()[0].pid
+    agent.tick()
+    assert child in agent.job("forker")["pids"]
+    assert str(child) in (CPU / cg_root / "forker" / "cgroup.procs").read_text().split()
+    s = share_at_least([child], 0.15)
+    assert 0.15 <= s <= 0.25, f"late child under a 20 % quota measured {s:.1%}"
+
+
+def test_descendant_moved_out_is_followed_back_and_drift_is_corrected(make_agent, procs, cg_root, tmp_path):
+    agent = make_agent()
+    flag = tmp_path / "go"
+    flag.write_text("go")
+    parent = procs(FORKER + [str(flag)])
+    assert _wait(lambda: psutil.Process(parent.pid).children())
+    child = psutil.Process(parent.pid).children()[0].pid
+    view = agent.register_job({"job_id": "fam", "pids": [parent.pid], "cores": 1})
+    assert {parent.pid, child} <= set(view["pids"])  # descendants followed at registration
+    agent.set_quota("fam", 0.3, lease_s=60)
+    # another manager moves the child out and rewrites our quota behind our back
+    (CPU / "cgroup.procs").write_text(str(child))
+    (CPU / cg_root / "fam" / "cpu.cfs_quota_us").write_text("-1")
+    agent.tick()
+    assert str(child) in (CPU / cg_root / "fam" / "cgroup.procs").read_text().split()
+    assert quota_file(cg_root, "fam") == "30000"
+    assert agent.actuator.stats.drift_corrected >= 1
+    # a second tick with nothing changed writes nothing
+    writes = agent.actuator.stats.writes
+    agent.tick()
+    assert agent.actuator.stats.writes == writes
+
+
+def test_lease_expiry_gives_the_full_quota_back_and_says_why(make_agent, procs, cg_root):
+    agent = make_agent(interval_s=1.0).start()
+    p = procs(SLEEPY)
+    agent.register_job({"job_id": "leased", "pids": [p.pid], "cores": 1})
+    t0 = time.monotonic()
+    agent.set_quota("leased", 0.2, lease_s=0.5)
+    assert quota_file(cg_root, "leased") == "20000"
+    assert _wait(lambda: quota_file(cg_root, "leased") == "-1", timeout=3)
+    # expiry is checked between ticks, so it is not late by a whole interval
+    assert time.monotonic() - t0 < 1.2
+    j = agent.job("leased")
+    assert j["cpu_fraction"] == 1.0 and "lease expired" in j["quota_reason"]
+    assert agent.node()["lease_expiries"] == 1
+
+
+def test_emulated_node_capacity_and_parent_never_below_child(make_agent, procs, cg_root):
+    agent = make_agent(node_cpus=0.5, cpu_per_core=0.25)
+    assert quota_file(cg_root) == "50000"
+    p = procs(SLEEPY)
+    agent.register_job({"job_id": "four", "pids": [p.pid], "cores": 4})
+    # full = 4 cores x 0.25 CPU x period = 100000, capped by the node's 50000
+    assert quota_file(cg_root, "four") == "50000"
+    agent.set_quota("four", 0.2, lease_s=60)
+    assert quota_file(cg_root, "four") == "20000"  # 0.2 x 4 x 0.25 x 100000
+    # shrinking the node below the child: the child is lowered first (else EINVAL)
+    agent.actuator.set_node_quota(10_000, ["four"])
+    assert quota_file(cg_root) == "10000" and quota_file(cg_root, "four") == "10000"
+    agent.actuator.set_node_quota(50_000, ["four"])
+    agent.tick()  # re-assertion raises the child back, parent first
+    assert quota_file(cg_root) == "50000" and quota_file(cg_root, "four") == "20000"
+
+
+@pytest.mark.live
+def test_emulated_node_caps_real_cpu(make_agent, procs, cg_root):
+    agent = make_agent(node_cpus=0.3)
+    a, b = procs(BUSY), procs(BUSY)
+    agent.register_job({"job_id": "a", "pids": [a.pid], "cores": 1})
+    agent.register_job({"job_id": "b", "pids": [b.pid], "cores": 1})
+    s = share_at_least([a.pid, b.pid], 0.2)
+    assert 0.2 <= s <= 0.36, f"two busy jobs on a 0.3-CPU node measured {s:.2f} CPUs"
+
+
+def test_finished_job_cgroup_removed_last_sample_kept(make_agent, procs, cg_root):
+    agent = make_agent()
+    p = procs(SLEEPY)
+    agent.register_job({"job_id": "short", "pids": [p.pid], "cores": 1})
+    agent.tick()
+    assert (CPU / cg_root / "short").is_dir() and (ACCT / cg_root / "short").is_dir()
+    p.kill()
+    p.wait()
+    agent.tick()
+    j = agent.job("short")
+    assert j["status"] == "finished" and j["finished_at"] is not None
+    assert j["mem_percent"] is not None  # the last sample stays readable
+    assert not (CPU / cg_root / "short").exists() and not (ACCT / cg_root / "short").exists()
+    with pytest.raises(Exception, match="finished"):
+        agent.set_quota("short", 0.5, 10)
+
+
+def test_http_wrong_token_and_traversal_write_nothing_on_real_cgroups(make_agent, procs, cg_root):
+    agent = make_agent()
+    server = AgentServer(agent, "127.0.0.1:0", TOKEN).start()
+    try:
+        p = procs(SLEEPY)
+        good = AgentClient(server.url, token=TOKEN)
+        good.register_job("j1", [p.pid], 1)
+        top_before = sorted(os.listdir(CPU))
+        tree_before = sorted(str(x) for x in (CPU / cg_root).rglob("*"))
+        q_before = quota_file(cg_root, "j1")
+        with pytest.raises(AgentError) as e:
+            AgentClient(server.url, token="wrong-token-wrong-token").set_quota("j1", 0.1, 10)
+        assert e.value.status == 403
+        with pytest.raises(AgentError) as e:
+            AgentClient(server.url).set_quota("j1", 0.1, 10)
+        assert e.value.status == 401
+        for bad in ("../../x", "../" + cg_root, "..", "j1/../../x"):
+            with pytest.raises(AgentError) as e:
+                good.set_quota(bad, 0.1, 10)
+            assert e.value.status == 400
+            with pytest.raises(AgentError) as e:
+                good.register_job(bad, [p.pid], 1)
+            assert e.value.status == 400
+        assert sorted(os.listdir(CPU)) == top_before
+        assert sorted(str(x) for x in (CPU / cg_root).rglob("*")) == tree_before
+        assert quota_file(cg_root, "j1") == q_before == "-1"
+        assert not Path("/sys/fs/cgroup/x").exists() and not (CPU / "x").exists()
+        good.close()
+    finally:
+        server.shutdown()
+
+
+def _start_agent(procs, cg_root, state_dir) -> tuple[subprocess.Popen, dict]:
+    state_dir.mkdir(exist_ok=True)
+    (state_dir / "tok").write_text(TOKEN + "\n")
+    ag = procs(AGENT_CMD + ["--listen", "127.0.0.1:0", "--cgroup-root", cg_root, "--state-dir",
+                            str(state_dir), "--token-file", str(state_dir / "tok"),
+                            "--interval", "0.5", "--log-level", "WARNING"],
+               stdout=subprocess.PIPE, text=True)
+    line = ag.stdout.readline()
+    assert line, "agent did not start"
+    return ag, json.loads(line)
+
+
+def test_sigterm_lifts_every_quota(procs, cg_root, tmp_path):
+    ag, info = _start_agent(procs, cg_root, tmp_path / "state")
+    c = AgentClient(info["url"], token=TOKEN)
+    p = procs(SLEEPY)
+    c.register_job("j1", [p.pid], 1)
+    c.set_quota("j1", 0.2, lease_s=600)
+    assert quota_file(cg_root, "j1") == "20000"
+    ag.send_signal(signal.SIGTERM)
+    assert ag.wait(timeout=10) == 0
+    assert quota_file(cg_root, "j1") == "-1"
+    assert p.poll() is None  # the job keeps running
+    state = json.loads((tmp_path / "state" / "state.json").read_text())
+    assert state["clean_exit"] and state["jobs"]["j1"]["fraction"] is None
+
+
+def test_restart_after_kill9_restores_and_cleans_leftovers(procs, cg_root, tmp_path):
+    ag, info = _start_agent(procs, cg_root, tmp_path / "state")
+    c = AgentClient(info["url"], token=TOKEN)
+    alive_job, ended_job = procs(SLEEPY), procs(SLEEPY)
+    c.register_job("alive", [alive_job.pid], 2, walltime_s=600)
+    c.register_job("ended", [ended_job.pid], 1)
+    c.set_quota("alive", 0.2, lease_s=600)
+    c.set_quota("ended", 0.3, lease_s=600)
+    ag.kill()  # SIGKILL: no chance to clean up
+    ag.wait()
+    assert quota_file(cg_root, "alive") == "40000"  # left throttled...
+    ended_job.kill()
+    ended_job.wait()
+    ag2, info2 = _start_agent(procs, cg_root, tmp_path / "state")  # ...until the next start
+    rec = info2["recovery"]
+    assert rec["previous_pid"] == info["pid"] and rec["clean_exit"] is False
+    assert sorted(rec["restored"]) == ["alive", "ended"]
+    assert rec["removed"] == ["ended"] and rec["adopted"] == ["alive"]
+    assert quota_file(cg_root, "alive") == "-1"
+    assert not (CPU / cg_root / "ended").exists() and not (ACCT / cg_root / "ended").exists()
+    j = AgentClient(info2["url"], token=TOKEN).job("alive")
+    assert j["status"] == "running" and j["cores"] == 2 and j["walltime_s"] == 600
+    assert "restart" in j["quota_reason"]
+    ag2.send_signal(signal.SIGTERM)
+    assert ag2.wait(timeout=10) == 0
