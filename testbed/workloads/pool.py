@@ -1,0 +1,107 @@
+"""Run a group's tasks over W worker processes, calling back after each finished task.
+
+Our own small pool rather than multiprocessing.Pool: each worker keeps per-worker state
+(buffers, a peer server) across tasks, and stays alive, serving its peers, until every task
+of the group is done. Workers are forked (Linux), so they inherit the runner prepared in the
+main process. One worker runs inline, in the main process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import traceback
+from typing import Callable
+
+from .tasks import Runner
+
+
+class TaskFailed(RuntimeError):
+    """A task raised: the message carries the worker's traceback."""
+
+
+def _worker_main(runner: Runner, worker: int, parent: int, tasks: mp.Queue, results: mp.Queue) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    try:
+        runner.setup(worker)
+    except BaseException:
+        results.put(("error", -1, traceback.format_exc()))
+        return
+    try:
+        while True:
+            try:
+                task = tasks.get(timeout=1.0)
+            except queue.Empty:
+                if os.getppid() != parent:  # main process gone: do not run on as an orphan
+                    return
+                continue
+            if task is None:
+                return
+            try:
+                runner.run(task)
+            except BaseException:
+                results.put(("error", task, traceback.format_exc()))
+                return
+            results.put(("done", task, ""))
+    finally:
+        runner.close()
+
+
+def run_group(runner: Runner, tasks: int, workers: int, on_done: Callable[[int], None]) -> None:
+    """Run tasks 0..tasks-1 with ``workers`` processes; ``on_done(task)`` after each one."""
+    runner.prepare()
+    try:
+        if workers <= 1:
+            runner.setup(0)
+            try:
+                for t in range(tasks):
+                    runner.run(t)
+                    on_done(t)
+            finally:
+                runner.close()
+            return
+        _run_forked(runner, tasks, workers, on_done)
+    finally:
+        runner.finish()
+
+
+def _run_forked(runner: Runner, tasks: int, workers: int, on_done: Callable[[int], None]) -> None:
+    ctx = mp.get_context("fork")
+    task_q: mp.Queue = ctx.Queue()
+    result_q: mp.Queue = ctx.Queue()
+    for t in range(tasks):
+        task_q.put(t)
+    procs = [ctx.Process(target=_worker_main, args=(runner, w, os.getpid(), task_q, result_q),
+                         name=f"worker-{w}", daemon=True) for w in range(workers)]
+    for p in procs:
+        p.start()
+    try:
+        done = 0
+        while done < tasks:
+            try:
+                kind, task, detail = result_q.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise TaskFailed(f"worker {dead[0].name} died with exit code {dead[0].exitcode}")
+                continue
+            if kind == "error":
+                raise TaskFailed(f"task {task} failed in a worker:\n{detail}")
+            done += 1
+            on_done(task)
+        # Only now let the workers go: until every task is done they serve their peers.
+        for _ in procs:
+            task_q.put(None)
+        for p in procs:
+            p.join(timeout=10)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=5)
+        task_q.close()
+        result_q.close()

@@ -1,0 +1,166 @@
+"""The stage program: runs one workflow stage's tasks for real and reports progress.
+
+    python -m testbed.workloads.stage --workflow montage --stage mProject \\
+        --tasks 198 --workers 8 --scale 0.05 [--workdir D] [--report]
+
+Runs the stage's task groups in order, each over ``--workers`` processes, and after every
+finished task writes ``{"done", "total"}`` with coscheduler.progress.write_progress (to
+$COSCHED_PROGRESS_FILE, or ``--progress-file``). Files go to a private temporary directory
+removed at the end; with ``--workdir`` they go to a scratch folder inside it (also removed)
+and only hand-offs between stages (BLAST's hit tables) stay in the workdir. SIGTERM (a
+walltime kill) cleans up too. ``--report`` prints one JSON line: elapsed and CPU seconds,
+peak memory, tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from coscheduler.model import InvalidInput
+from coscheduler.progress import write_progress
+
+from .definitions import get_workflow
+from .pool import TaskFailed, run_group
+from .profile import check_cores, check_scale, split_tasks, workers_for
+from .tasks import StageContext, make_runner, remove_tree
+
+
+@dataclass(frozen=True)
+class StageReport:
+    workflow: str
+    stage: str
+    tasks: int
+    workers: int
+    scale: float
+    elapsed_s: float
+    cpu_s: float
+    max_rss_mb: float
+
+    @property
+    def cpu_util(self) -> float:
+        """CPU time over (workers x elapsed): the share of the job's cores it kept busy."""
+        return self.cpu_s / (self.workers * self.elapsed_s) if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "workflow": self.workflow, "stage": self.stage, "tasks": self.tasks,
+            "workers": self.workers, "scale": self.scale,
+            "elapsed_s": round(self.elapsed_s, 3), "cpu_s": round(self.cpu_s, 3),
+            "cpu_util": round(self.cpu_util, 3), "max_rss_mb": round(self.max_rss_mb, 1),
+        }
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _max_rss_mb() -> float:
+    # ru_maxrss is in KB on Linux; children's is the largest single child.
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, kids) / 1024.0
+
+
+def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: int | None = None,
+              workdir: str | os.PathLike | None = None,
+              progress_file: str | os.PathLike | None = None) -> StageReport:
+    """Run one stage for real (see the module docstring). Raises InvalidInput, TaskFailed."""
+    wf = get_workflow(workflow)
+    spec = wf.stage(stage)
+    workers = check_cores(workers)
+    scale = check_scale(scale)
+    counts = split_tasks(spec.groups, tasks)
+    total = sum(counts)
+
+    private = workdir is None
+    if private:
+        base = Path(tempfile.mkdtemp(prefix=f"cosched-{wf.name}-{spec.name}-"))
+    else:
+        base = Path(workdir)
+        base.mkdir(parents=True, exist_ok=True)
+    scratch = base if private else Path(tempfile.mkdtemp(prefix=f".{wf.name}-{spec.name}-", dir=base))
+    ctx = StageContext(wf.name, spec.name, scale, base, scratch)
+
+    done = 0
+
+    def report(_task: int) -> None:
+        nonlocal done
+        done += 1
+        write_progress(done, total, progress_file)
+
+    t0 = time.perf_counter()
+    cpu0 = _cpu_seconds()
+    try:
+        write_progress(0, total, progress_file)
+        for group, n in zip(spec.groups, counts):
+            runner = make_runner(group, ctx, n, min(workers, n))
+            run_group(runner, n, min(workers, n), report)
+    finally:
+        remove_tree(scratch)
+    return StageReport(wf.name, spec.name, total, workers, scale,
+                       time.perf_counter() - t0, _cpu_seconds() - cpu0, _max_rss_mb())
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    # Turn SIGTERM into SystemExit so that the finally blocks remove the files.
+    raise SystemExit(128 + signum)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m testbed.workloads.stage",
+        description="Run one workflow stage's tasks for real and report progress.")
+    p.add_argument("--workflow", required=True)
+    p.add_argument("--stage", required=True)
+    p.add_argument("--tasks", type=int, default=None,
+                   help="number of tasks (default: the stage's own count)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: 1; use the job's cores for a parallel stage)")
+    p.add_argument("--scale", type=float, default=1.0, help="work per task factor (default 1)")
+    p.add_argument("--workdir", default=None, help="shared working directory (default: private temp)")
+    p.add_argument("--progress-file", default=None,
+                   help="progress file (default: $COSCHED_PROGRESS_FILE)")
+    p.add_argument("--report", action="store_true", help="print a JSON line with measurements")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    workers = args.workers
+    if workers is None:
+        workers = 1
+    try:
+        spec = get_workflow(args.workflow).stage(args.stage)
+        if workers_for(spec, check_cores(workers)) != workers:
+            print(f"stage: {args.workflow}/{args.stage} is sequential: running 1 worker, "
+                  f"not {workers}", file=sys.stderr)
+            workers = 1
+        rep = run_stage(args.workflow, args.stage, workers=workers, scale=args.scale,
+                        tasks=args.tasks, workdir=args.workdir, progress_file=args.progress_file)
+    except InvalidInput as e:
+        print(f"stage: {e}", file=sys.stderr)
+        return 2
+    except TaskFailed as e:
+        print(f"stage {args.workflow}/{args.stage} failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if args.report:
+        print(json.dumps(rep.as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
