@@ -145,22 +145,23 @@ def learner(n: int, seed: int, fitted: bool, store_writes: int, as_json: bool) -
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
-    click.echo(f"ASA_X learner, {out['decisions']:,} decisions, m = 10, seed {seed}, "
-               f"{len(CLASSES)} job classes, losses 1-20 decisions late")
-    click.echo(f"  {'experts':<34} {'decide median':>13} {'p99':>9} {'update median':>14} {'p99':>9}")
+    click.echo(f"ASA_X learner: {out['decisions']:,} decisions, m = 10, seed {seed}, "
+               f"{len(CLASSES)} job classes")
+    click.echo(f"(losses arrive 1-20 decisions late; {base['rounds_closed']} rounds closed)")
+    click.echo(f"  {'experts':<24} {'decide median':>13} {'p99':>10} {'update median':>14} {'p99':>10}")
 
     def row(label: str, r: dict) -> None:
-        click.echo(f"  {label:<34} {r['decision_median_us']:>10.1f} us {r['decision_p99_us']:>6.1f} us "
-                   f"{r['update_median_us']:>11.1f} us {r['update_p99_us']:>6.1f} us")
+        click.echo(f"  {label:<24} {r['decision_median_us']:>10.1f} us {r['decision_p99_us']:>7.1f} us "
+                   f"{r['update_median_us']:>11.1f} us {r['update_p99_us']:>7.1f} us")
 
     row("paper's four trees", base)
     if fitted:
-        row("four trees + fitted sklearn tree", out["fitted"])
+        row("four + fitted sklearn", out["fitted"])
     verdict = "within" if base["decision_median_us"] < 1000 else "OVER"
-    click.echo(f"  budget: decision median < 1000 us -> {verdict} "
-               f"({base['rounds_closed']} rounds closed)")
+    click.echo(f"  budget: decision median < 1000 us -> {verdict}")
     if store_writes:
+        click.echo("  state store, median per write (decision / observation):")
         for mode, r in out["store"].items():
-            click.echo(f"  store, synchronous={mode:<6} {r['writes']} writes: decision "
-                       f"{r['decision_write_median_us']:,.0f} us, observation "
-                       f"{r['observation_write_median_us']:,.0f} us (medians)")
+            click.echo(f"    synchronous={mode:<6} {r['writes']:>6} writes: "
+                       f"{r['decision_write_median_us']:>8,.0f} us / "
+                       f"{r['observation_write_median_us']:>8,.0f} us")

@@ -89,8 +89,8 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
     echo(f"              {pct(s.elapsed_fraction, 7).strip()} of walltime elapsed, Hp {hp}")
     echo(f"  action      lend {100 * d.action_fraction:.0f} % of the host's quota "
          f"(action {d.action_index} of 0..{len(d.mixture) - 1})")
-    echo(f"  quotas      host keeps {pct(detail.host_quota, 7).strip()}, "
-         f"guest gets {pct(detail.guest_quota, 7).strip()} of the shared cores")
+    echo(f"  quotas      host {pct(detail.host_quota, 7).strip()}, guest "
+         f"{pct(detail.guest_quota, 7).strip()} (CPU quota of each job's own cores)")
     if out is None:
         echo("  outcome     pending (the host has not finished)")
     else:

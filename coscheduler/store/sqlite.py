@@ -297,9 +297,9 @@ class SqliteStore:
     # -- the Recorder methods -----------------------------------------------------------------
     def record_decision(self, decision: Decision, host_quota: float, guest_quota: float,
                         class_state: ClassState | None = None) -> None:
-        """Save a decision and the quotas applied (fractions of the shared cores' CPU time:
-        what the host keeps, what the guest gets). With ``class_state``, the class's
-        decision count is saved in the same transaction."""
+        """Save a decision and the quotas applied: CPU quota fractions in [0, 1] (what the
+        host keeps of its cores, what the guest gets of its cores). With ``class_state``,
+        the class's decision count is saved in the same transaction."""
         row = self._decision_row(decision, host_quota, guest_quota)
         state_row = self._class_row(class_state) if class_state is not None else None
         with self.writing(f"record decision {decision.decision_id}") as conn:
