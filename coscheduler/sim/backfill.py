@@ -1,0 +1,153 @@
+"""Backfilling: starting later jobs ahead of a blocked head without delaying it (too much).
+
+EASY (Mu'alem & Feitelson, 2001): the head gets a reservation at its *shadow time*, the
+earliest estimated end of running jobs at which enough nodes are free for it; the nodes
+free then beyond the head's need are the *extra* nodes. A later job (in queue order) may
+start now if it fits now and either ends, by its estimate, by the shadow time or uses
+only extra nodes.
+
+Conservative: every waiting job, in queue order, gets a reservation at the earliest time
+the availability profile allows; a job starts now only when its earliest slot is now and
+it fits now, so no job is delayed beyond the reservation it would get from the jobs ahead
+of it. Reservations are recomputed at each decision (a compressing schedule).
+
+Both use running jobs' *estimated* ends; a job that outlived its estimate counts as
+ending at its estimate, which may be in the past (then the shadow time is in the past
+too, and only extra nodes can be backfilled until it ends).
+
+These functions read and update the decision's ``QueueState`` (see ``decision.py``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - for type hints only
+    from .decision import QueueState
+
+
+def shadow_time(
+    free: int, head_need: int, running_est: list[tuple[float, int]], need: list[int]
+) -> tuple[float, int]:
+    """(shadow time, extra nodes) for a head needing ``head_need`` nodes.
+
+    ``running_est`` is sorted by estimated end. Raises if the head can never fit, which
+    the engine rules out by checking every job against the machine size first.
+    """
+    avail = free
+    for est_end, job in running_est:
+        avail += need[job]
+        if avail >= head_need:
+            return est_end, avail - head_need
+    raise ValueError(f"a job needing {head_need} nodes can never fit ({avail} nodes in all)")
+
+
+def easy_backfill(state: "QueueState", now: float, started: list[int]) -> None:
+    """Start, in queue order, the jobs EASY allows ahead of ``state.head``."""
+    need, estimate = state.need, state.estimate
+    shadow, extra = shadow_time(state.free, need[state.head], state.running_est, need)
+    entries = state.entries
+    free = state.free
+    pos = 0
+    while pos < len(entries):
+        job = entries[pos][2]
+        nodes = need[job]
+        if nodes <= free:
+            if now + estimate[job] <= shadow:
+                pass  # gone by the shadow time: the head's nodes are back by then
+            elif nodes <= extra:
+                extra -= nodes  # still running at the shadow time, on nodes the head leaves
+            else:
+                pos += 1
+                continue
+            del entries[pos]
+            state.start(job, now, started)
+            free -= nodes
+            if free == 0:
+                break
+        else:
+            pos += 1
+
+
+class _Profile:
+    """Free nodes over time, as a step function: ``free[k]`` from ``times[k]`` on."""
+
+    def __init__(self, now: float, free: int, running_est: list[tuple[float, int]],
+                 need: list[int]):
+        self.times = [now]
+        self.free = [free]
+        for est_end, job in running_est:
+            t = est_end if est_end > now else now  # outlived its estimate: counts as now
+            if t == self.times[-1]:
+                self.free[-1] += need[job]
+            else:
+                self.times.append(t)
+                self.free.append(self.free[-1] + need[job])
+
+    def earliest(self, nodes: int, duration: float) -> float:
+        """Earliest breakpoint from which ``nodes`` are free for ``duration`` seconds."""
+        times, free = self.times, self.free
+        last = len(times)
+        for k in range(last):
+            if free[k] < nodes:
+                continue
+            end = times[k] + duration
+            m = k + 1
+            while m < last and times[m] < end and free[m] >= nodes:
+                m += 1
+            if m == last or times[m] >= end:
+                return times[k]
+        raise ValueError(f"{nodes} nodes are never free")  # ruled out by the engine's checks
+
+    def _split(self, t: float) -> int:
+        """Index of the breakpoint at ``t``, inserting one if needed."""
+        k = bisect_left(self.times, t)
+        if k < len(self.times) and self.times[k] == t:
+            return k
+        self.times.insert(k, t)
+        self.free.insert(k, self.free[k - 1])
+        return k
+
+    def reserve(self, start: float, duration: float, nodes: int) -> None:
+        k = self._split(start)
+        m = self._split(start + duration)
+        for i in range(k, m):
+            self.free[i] -= nodes
+
+
+def conservative_backfill(state: "QueueState", now: float, started: list[int]) -> None:
+    """Reserve for every waiting job in queue order; start those whose slot is now.
+
+    The pass stops once no job further down the queue could fit in the nodes free now:
+    reservations only matter for jobs behind them, and those cannot start now either.
+    This keeps a decision cheap when the machine is full, although a long queue with a
+    few free nodes still costs O(queue x profile) per decision.
+    """
+    need, estimate = state.need, state.estimate
+    entries = state.entries
+    # smallest node count from each position to the end of the queue
+    suffix_min = [0] * len(entries)
+    smallest = state.total_nodes + 1
+    for k in range(len(entries) - 1, -1, -1):
+        nodes = need[entries[k][2]]
+        if nodes < smallest:
+            smallest = nodes
+        suffix_min[k] = smallest
+    profile = _Profile(now, state.free, state.running_est, need)
+    head = state.head
+    profile.reserve(profile.earliest(need[head], estimate[head]), estimate[head], need[head])
+    kept = []
+    for k, entry in enumerate(entries):
+        if suffix_min[k] > state.free:
+            kept.extend(entries[k:])
+            break
+        job = entry[2]
+        nodes, duration = need[job], estimate[job]
+        at = profile.earliest(nodes, duration)
+        profile.reserve(at, duration, nodes)
+        if at == now and nodes <= state.free:
+            state.start(job, now, started)
+        else:
+            kept.append(entry)
+    state.entries = kept

@@ -1,0 +1,217 @@
+"""Reader for the Standard Workload Format (Parallel Workloads Archive), plain or gzip.
+
+Conventions (https://www.cs.huji.ac.il/labs/parallel/workload/swf.html): one job per
+line, 18 whitespace-separated numeric fields, -1 for unknown; header lines start with ';'.
+The fields used here (1-based): 1 job number, 2 submit time, 4 run time, 5 allocated
+processors, 8 requested processors, 9 requested time, 12 user id.
+
+Rules:
+
+- MaxNodes and MaxProcs come from the header, read as the leading integer after the
+  colon, because real headers carry comments (``; MaxNodes: 338 (batch partition; 512
+  total)``). MaxProcs defaults to MaxNodes (and MaxNodes to MaxProcs).
+- processors = max(allocated, requested); estimate = requested time, or the run time when
+  the requested time is unknown (-1; any value <= 0 is treated the same way, since a zero
+  estimate has no meaning and would divide by zero in WFP3/UNICEP).
+- Jobs whose run time is <= 0 are dropped, and so are jobs with no processor count or
+  with more processors than the machine has (they could never start); each is counted
+  per reason in ``SwfTrace.dropped``.
+- Jobs are sorted by job number and indexed 0.. in that order.
+- A malformed line raises ``SwfFormatError`` naming the file and line number, or, with
+  ``skip_bad_lines``, is counted in ``SwfTrace.skipped_lines``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from ..model import InvalidInput
+
+SWF_FIELDS = 18
+_HEADER_RE = re.compile(r"^;\s*([A-Za-z][A-Za-z0-9_]*)\s*:\s*(.*)$")
+_LEADING_INT_RE = re.compile(r"^\s*(\d+)")
+_FIELD_NAMES = (
+    "job number", "submit time", "wait time", "run time", "allocated processors",
+    "average CPU time", "used memory", "requested processors", "requested time",
+    "requested memory", "status", "user id", "group id", "executable", "queue",
+    "partition", "preceding job", "think time",
+)
+# Keep this many malformed-line examples for the report when skipping.
+_MAX_EXAMPLES = 5
+
+DROP_NO_RUNTIME = "run time <= 0"
+DROP_NO_PROCS = "no processor count"
+DROP_TOO_WIDE = "more processors than MaxProcs"
+
+
+class SwfFormatError(InvalidInput):
+    """A trace line or header that cannot be read; the message is ``file:line: reason``."""
+
+    def __init__(self, path: str, line_no: int | None, reason: str):
+        where = f"{path}:{line_no}" if line_no is not None else path
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.line_no = line_no
+        self.reason = reason
+
+
+class TraceJob(NamedTuple):
+    """One job of a trace, as the simulator needs it (a tuple: cheap for 200,000 jobs).
+
+    ``index`` is the position in the loaded (job-number sorted) trace; times are seconds.
+    """
+
+    index: int
+    job_id: int
+    submit: float
+    run: float
+    procs: int
+    estimate: float
+    user: int
+
+
+@dataclass
+class SwfTrace:
+    """A loaded trace: the machine from the header and the usable jobs."""
+
+    path: str
+    max_nodes: int
+    max_procs: int
+    jobs: list[TraceJob]
+    skipped_lines: int = 0
+    bad_line_examples: list[str] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    header: dict[str, str] = field(default_factory=dict)
+
+
+def _read_lines(path: Path) -> list[str]:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise SwfFormatError(str(path), None, f"not a readable gzip file ({exc})") from None
+    return raw.decode("utf-8", errors="replace").splitlines()
+
+
+def _leading_int(path: str, line_no: int, key: str, value: str) -> int:
+    m = _LEADING_INT_RE.match(value)
+    if m is None or int(m.group(1)) < 1:
+        raise SwfFormatError(
+            path, line_no, f"header {key} must start with a positive integer, got {value.strip()!r}"
+        )
+    return int(m.group(1))
+
+
+def _parse_fields(fields: list[str]) -> list[float] | str:
+    """The 18 numbers of a job line, or the reason the line is malformed."""
+    if len(fields) != SWF_FIELDS:
+        return f"expected {SWF_FIELDS} fields, found {len(fields)}"
+    try:
+        values = [float(x) for x in fields]
+    except ValueError:
+        for name, text in zip(_FIELD_NAMES, fields):
+            try:
+                float(text)
+            except ValueError:
+                return f"field {name!r} is not a number: {text!r}"
+        raise  # unreachable: some field failed above
+    # One sum catches NaN and infinities in any field (float() accepts 'nan' and 'inf').
+    if not math.isfinite(math.fsum(values)):
+        bad = next(n for n, v in zip(_FIELD_NAMES, values) if not math.isfinite(v))
+        return f"field {bad!r} is not finite"
+    if values[0] != int(values[0]) or values[0] < 0:
+        return f"job number must be a non-negative integer, got {fields[0]!r}"
+    if values[1] < 0:
+        return f"submit time must be >= 0, got {fields[1]!r}"
+    for pos in (4, 7):
+        if values[pos] != int(values[pos]):
+            return f"field {_FIELD_NAMES[pos]!r} must be an integer, got {fields[pos]!r}"
+    return values
+
+
+def read_swf(path: str | Path, *, skip_bad_lines: bool = False) -> SwfTrace:
+    """Load an SWF trace (plain or gzip) into a ``SwfTrace``; see the module doc for rules."""
+    path = Path(path)
+    name = str(path)
+    try:
+        lines = _read_lines(path)
+    except OSError as exc:
+        raise SwfFormatError(name, None, f"cannot read trace ({exc.strerror or exc})") from None
+
+    header: dict[str, str] = {}
+    max_nodes: int | None = None
+    max_procs: int | None = None
+    rows: list[tuple[int, float, float, int, float, int]] = []
+    skipped = 0
+    examples: list[str] = []
+    dropped = {DROP_NO_RUNTIME: 0, DROP_NO_PROCS: 0, DROP_TOO_WIDE: 0}
+
+    for line_no, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text:
+            continue
+        if text[0] == ";":
+            m = _HEADER_RE.match(text)
+            if m:
+                key, value = m.group(1), m.group(2)
+                header.setdefault(key, value.strip())
+                if key == "MaxNodes":
+                    max_nodes = _leading_int(name, line_no, key, value)
+                elif key == "MaxProcs":
+                    max_procs = _leading_int(name, line_no, key, value)
+            continue
+        values = _parse_fields(text.split())
+        if isinstance(values, str):
+            if not skip_bad_lines:
+                raise SwfFormatError(
+                    name, line_no, f"{values} (use --skip-bad-lines to skip such lines)"
+                )
+            skipped += 1
+            if len(examples) < _MAX_EXAMPLES:
+                examples.append(f"{name}:{line_no}: {values}")
+            continue
+        run = values[3]
+        if run <= 0:
+            dropped[DROP_NO_RUNTIME] += 1
+            continue
+        procs = int(max(values[4], values[7]))
+        if procs <= 0:
+            dropped[DROP_NO_PROCS] += 1
+            continue
+        requested = values[8]
+        estimate = requested if requested > 0 else run
+        rows.append((int(values[0]), values[1], run, procs, estimate, int(values[11])))
+
+    if max_nodes is None and max_procs is None:
+        raise SwfFormatError(
+            name, None, "header has neither MaxNodes nor MaxProcs: the machine size is unknown"
+        )
+    max_nodes = max_nodes if max_nodes is not None else max_procs
+    max_procs = max_procs if max_procs is not None else max_nodes
+    if max_procs % max_nodes != 0:
+        raise SwfFormatError(
+            name, None,
+            f"MaxProcs ({max_procs}) is not a multiple of MaxNodes ({max_nodes}): "
+            "nodes must have equal processor counts",
+        )
+
+    usable = [r for r in rows if r[3] <= max_procs]
+    dropped[DROP_TOO_WIDE] = len(rows) - len(usable)
+    usable.sort(key=lambda r: r[0])  # stable: equal job numbers keep file order
+    jobs = [TraceJob(i, *r) for i, r in enumerate(usable)]
+    return SwfTrace(
+        path=name,
+        max_nodes=max_nodes,
+        max_procs=max_procs,
+        jobs=jobs,
+        skipped_lines=skipped,
+        bad_line_examples=examples,
+        dropped={k: v for k, v in dropped.items() if v},
+        header=header,
+    )
