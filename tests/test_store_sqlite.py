@@ -205,3 +205,15 @@ def test_readonly_store_refuses_writes(tmp_path):
         with pytest.raises(StoreError, match="read-only"):
             s.record_alone_runtime("a/b", 1.0)
         assert s.load().classes == []
+
+
+def test_a_reader_sees_commits_while_the_writer_stays_open(tmp_path):
+    path = tmp_path / "state.db"
+    lrn = learner()
+    with SqliteStore(path, create=True) as writer:
+        writer.record_decision(lrn.decide(STATE, "h1", "g1", 0.0), 0.5, 0.5)
+        with SqliteStore(path, readonly=True) as reader:
+            assert len(reader.load().pending) == 1
+            writer.record_decision(lrn.decide(STATE, "h2", "g2", 1.0), 0.5, 0.5)
+            assert len(reader.load().pending) == 2        # each load is a fresh snapshot
+            assert reader.integrity_problems() == []

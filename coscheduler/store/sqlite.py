@@ -126,6 +126,17 @@ class SqliteStore:
             if self.readonly:
                 uri = self.path.resolve().as_uri() + "?mode=ro"
                 conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
+                try:
+                    conn.execute("PRAGMA schema_version").fetchone()
+                except sqlite3.OperationalError:
+                    # A WAL file read by a user who cannot create its -shm (an operator
+                    # reading root's /var/lib/coscheduler while the controller is stopped).
+                    # With no -wal file, everything is in the main file: read it as is.
+                    if Path(f"{self.path}-wal").exists():
+                        raise
+                    conn.close()
+                    conn = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=busy_timeout_s,
+                                           isolation_level=None)
             else:
                 conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
