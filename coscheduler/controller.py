@@ -457,7 +457,7 @@ class Controller:
             if reservation is None:
                 if not self.config.backfill:
                     break  # strict order: nothing passes the first job that waits
-                reservation = self._reservation(job, free.cores, running, now)
+                reservation = self._reservation(job, free.cores, running, plan, now)
                 if reservation is None:
                     continue
                 report.reservation = (job.job_id, reservation[0])
@@ -466,25 +466,35 @@ class Controller:
         return plan, declined
 
     def _reservation(self, job: Job, free: dict[str, int], running: list[RunningJob],
-                     now: float) -> tuple[float, dict[str, int]] | None:
-        """EASY: the earliest time (by running jobs' start + walltime) the job fits, and
-        the cores left over at that time beyond its reserved allocation."""
+                     plan: list, now: float) -> tuple[float, dict[str, int]] | None:
+        """EASY: the earliest time (by start + walltime of running jobs and of the jobs
+        this pass plans to start) the job fits, and the cores left over at that time
+        beyond its reserved allocation. A guest that outlives its host keeps its cores
+        until its own end."""
         by_id = self._last
-        events: list[tuple[float, list[tuple[str, int]]]] = []
+        guests: dict[str, list[tuple[Allocation, float]]] = {}
         for rj in running:
             if rj.host_job is not None and rj.host_job in by_id:
-                continue
-            end = max(now, rj.start_time + rj.job.walltime_s)
-            cores = dict(rj.allocation.cores_by_node)
-            for g in rj.guest_jobs:
-                grj = by_id.get(g)
-                if grj is None:
-                    continue
-                g_end = max(now, grj.start_time + grj.job.walltime_s)
-                if g_end > end:  # a guest that outlives its host holds its cores longer
-                    for node, c in grj.allocation.cores_by_node:
+                guests.setdefault(rj.host_job, []).append(
+                    (rj.allocation, max(now, rj.start_time + rj.job.walltime_s)))
+        holders: list[tuple[Allocation, float]] = []
+        for rj in running:
+            if rj.host_job is None or rj.host_job not in by_id:
+                holders.append((rj.allocation, max(now, rj.start_time + rj.job.walltime_s)))
+        for item in plan:
+            if isinstance(item, _Start):
+                holders.append((item.allocation, now + item.job.walltime_s))
+            else:
+                guests.setdefault(item.choice.host_job, []).append(
+                    (item.choice.placement, now + item.job.walltime_s))
+        events: list[tuple[float, list[tuple[str, int]]]] = []
+        for alloc, end in holders:
+            cores = alloc.as_dict()
+            for g_alloc, g_end in guests.get(alloc.job_id, ()):
+                if g_end > end:
+                    for node, c in g_alloc.cores_by_node:
                         cores[node] = cores.get(node, 0) - c
-                    events.append((g_end, list(grj.allocation.cores_by_node)))
+                    events.append((g_end, list(g_alloc.cores_by_node)))
             events.append((end, list(cores.items())))
         events.sort(key=lambda e: e[0])
         proj = dict(free)
