@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..learner import ClassState, Decision, RoundClosed
 from ..recorder import OutcomeRecord
+from .errors import StoreError
 from .sqlite import _DECISION_COLS, SqliteStore
 
 
@@ -62,7 +63,6 @@ def weight_history(store: SqliteStore, job_class: str) -> list[RoundClosed]:
             out.append(RoundClosed(job_class, rnd, t, gamma, tuple(json.loads(risk)),
                                    tuple(json.loads(before)), tuple(json.loads(after))))
         except (TypeError, ValueError) as exc:
-            from .errors import StoreError
             raise StoreError(f"{store.path}: round {rnd} of class {job_class} is not valid: {exc}") from None
     return out
 
