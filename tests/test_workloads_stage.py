@@ -1,0 +1,281 @@
+"""The stage programs really run: progress, files, hand-offs, signals, failures, CPU share.
+
+Everything here runs at tiny scales (a few seconds in total); the CPU-share tests compare
+runs side by side with tolerant thresholds because the 2-core machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from coscheduler.model import StageType
+from coscheduler.progress import read_progress
+from testbed.workloads import WORKFLOWS, stage_profile
+from testbed.workloads import stage as stage_mod
+from testbed.workloads import tasks as tasks_mod
+from testbed.workloads.pool import TaskFailed
+
+TINY = 0.002
+
+STAGES = [(wf.name, s.name, s.stage_type) for wf in WORKFLOWS.values() for s in wf.stages]
+
+
+def _tiny_tasks(workflow: str, stage: str) -> int:
+    groups = WORKFLOWS[workflow].stage(stage).groups
+    return max(len(groups), 4)
+
+
+@pytest.mark.parametrize("workflow,stage,stage_type", STAGES,
+                         ids=[f"{w}/{s}" for w, s, _ in STAGES])
+def test_every_stage_runs_and_reports_monotonic_progress(workflow, stage, stage_type, tmp_path,
+                                                         monkeypatch):
+    calls: list[tuple[int, int]] = []
+    real = stage_mod.write_progress
+
+    def record(done, total, path=None):
+        calls.append((done, total))
+        return real(done, total, path)
+
+    monkeypatch.setattr(stage_mod, "write_progress", record)
+    progress = tmp_path / "progress.json"
+    tasks = _tiny_tasks(workflow, stage)
+    workers = 2 if stage_type is StageType.PARALLEL else 1
+    rep = stage_mod.run_stage(workflow, stage, workers=workers, scale=TINY, tasks=tasks,
+                              workdir=tmp_path / "work", progress_file=progress)
+    assert calls == [(i, tasks) for i in range(tasks + 1)]
+    final = read_progress(progress)
+    assert final is not None and (final.done, final.total) == (tasks, tasks)
+    assert rep.tasks == tasks and rep.cpu_s > 0 and rep.elapsed_s > 0
+    # nothing left behind but hand-offs for the next stage
+    left = [p for p in (tmp_path / "work").rglob("*") if p.is_file()]
+    assert all("blast-hits" in str(p) for p in left), left
+
+
+def test_stage_program_writes_the_progress_file_named_by_the_environment(tmp_path):
+    progress = tmp_path / "p.json"
+    env = dict(os.environ, COSCHED_PROGRESS_FILE=str(progress))
+    seen: list[int] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "statistics",
+         "--stage", "partial", "--tasks", "12", "--workers", "2", "--scale", "0.005",
+         "--report"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None:
+        p = read_progress(progress)
+        if p is not None and (not seen or seen[-1] != p.done):
+            seen.append(p.done)
+        time.sleep(0.005)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert read_progress(progress).done == 12 and read_progress(progress).total == 12
+    assert seen == sorted(seen) and len(seen) >= 2  # watched it grow
+    rep = json.loads(out)
+    assert rep["tasks"] == 12 and rep["workers"] == 2
+
+
+def test_montage_tasks_really_create_and_remove_files(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the private workdir lands here
+    seen: dict[str, int] = {}
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for p in tmp_path.rglob("*.dat"):
+                try:
+                    seen[str(p)] = max(seen.get(str(p), 0), p.stat().st_size)
+                except FileNotFoundError:
+                    pass
+            time.sleep(0.002)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        stage_mod.run_stage("montage", "mProject", workers=2, scale=0.01, tasks=6)
+    finally:
+        stop.set()
+        t.join()
+    outputs = [p for p in seen if "-out" in p]
+    inputs = [p for p in seen if "-in" in p]
+    assert len(outputs) >= 4 and inputs  # outputs of several tasks, staged-in inputs
+    assert max(seen.values()) > 500_000  # MB-sized images, not empty files
+    assert list(tmp_path.iterdir()) == []  # the private workdir is gone
+
+
+def test_blast_merge_consumes_the_map_outputs_through_a_shared_workdir(tmp_path):
+    work = tmp_path / "wf"
+    stage_mod.run_stage("blast", "blastall", workers=2, scale=TINY, tasks=5, workdir=work)
+    hits = sorted((work / "blast-hits").glob("*.dat"))
+    assert len(hits) == 4  # one split task + four map tasks
+    stage_mod.run_stage("blast", "cat_blast", workers=1, scale=TINY, workdir=work)
+    assert list((work / "blast-hits").glob("*.dat")) == []  # merged and consumed
+    assert [p for p in work.rglob("*") if p.is_file()] == []
+
+
+def test_sigterm_stops_the_stage_and_cleans_up(tmp_path):
+    progress = tmp_path / "p.json"
+    work = tmp_path / "w"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "montage", "--stage",
+         "mProject", "--workers", "2", "--scale", "0.05", "--workdir", str(work),
+         "--progress-file", str(progress)], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        p = read_progress(progress)
+        if p is not None and p.done >= 1:
+            break
+        time.sleep(0.02)
+    else:
+        proc.kill()
+        pytest.fail("stage made no progress within 20 s")
+    assert any(work.rglob("*.dat"))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 128 + signal.SIGTERM
+    assert [p for p in work.rglob("*") if p.is_file()] == []
+    assert read_progress(progress).done < read_progress(progress).total
+
+
+def test_a_failing_task_fails_the_stage_with_its_traceback(tmp_path, monkeypatch):
+    def boom(self, task):
+        raise RuntimeError(f"disk on fire in task {task}")
+
+    monkeypatch.setattr(tasks_mod.MemComputeRunner, "run", boom)  # inherited by forked workers
+    with pytest.raises(TaskFailed, match="disk on fire"):
+        stage_mod.run_stage("synthetic", "compute", workers=2, scale=TINY, tasks=4,
+                            workdir=tmp_path)
+
+
+def test_bad_arguments_get_a_clear_message():
+    proc = subprocess.run(
+        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "montage",
+         "--stage", "mShrink"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "mShrink" in proc.stderr and "mProject" in proc.stderr
+
+
+def test_cpu_bound_and_io_bound_tasks_use_the_cpu_they_should(tmp_path):
+    """A fixed amount of CPU work per task; Montage spends a smaller share of its time on it.
+
+    Absolute shares depend on what else runs on the machine, so compare the two side by side.
+    """
+    blast = stage_mod.run_stage("blast", "blastall", workers=1, scale=0.01, tasks=5,
+                                workdir=tmp_path)
+    montage = stage_mod.run_stage("montage", "mProject", workers=1, scale=0.01, tasks=4,
+                                  workdir=tmp_path)
+    expected = stage_profile("blast", "blastall", 1, 0.01, tasks=5).cpu_s
+    assert 0.5 * expected < blast.cpu_s < 2.5 * expected, (blast, expected)
+    assert montage.cpu_util < 0.75 * blast.cpu_util, (montage, blast)
+
+
+# ---------------------------------------------------------------------------------------
+# CPU share: a CPU-bound task takes longer when it gets less CPU
+
+
+_BURN = """
+import sys, time
+from testbed.workloads.burn import Burner, new_buffer
+b = Burner(new_buffer(2**20))
+b.iterations(2000)  # warm up
+sys.stdin.readline()  # wait until placed (affinity, cgroup)
+t0 = time.perf_counter()
+b.seconds(float(sys.argv[1]))
+print(time.perf_counter() - t0, flush=True)
+"""
+
+
+def _timed_burn(seconds: float, place=None) -> float:
+    proc = subprocess.Popen([sys.executable, "-c", _BURN, str(seconds)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        if place:
+            place(proc.pid)
+        out, _ = proc.communicate("go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return float(out)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_cpu_work_takes_longer_when_sharing_a_core():
+    cpu = sorted(os.sched_getaffinity(0))[0]
+
+    def pin(pid):
+        os.sched_setaffinity(pid, {cpu})
+
+    alone = _timed_burn(0.2, pin)
+    # Two busy loops on the same core: our share drops from 1/(1+k) to 1/(3+k) when k other
+    # processes already run there, so the ratio stays above 1.5 for k <= 3.
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for h in hogs:
+            os.sched_setaffinity(h.pid, {cpu})
+        time.sleep(0.05)
+        shared = _timed_burn(0.2, pin)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert shared > 1.4 * alone, (alone, shared)  # ideal: 3x
+
+
+def _cgroup_cpu_limiter():
+    """(make, remove) for a CPU-limited cgroup on v1 or v2, or None."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    if (v1 / "cpu.cfs_quota_us").exists() and os.access(v1, os.W_OK):
+        def make(name, quota):
+            d = v1 / name
+            d.mkdir()
+            (d / "cpu.cfs_period_us").write_text("100000")
+            (d / "cpu.cfs_quota_us").write_text(str(int(quota * 100000)))
+            return d
+        return make
+    v2 = Path("/sys/fs/cgroup")
+    if "cpu" in (v2 / "cgroup.controllers").read_text().split() if (v2 / "cgroup.controllers").exists() else False:
+        def make(name, quota):
+            d = v2 / name
+            d.mkdir()
+            (d / "cpu.max").write_text(f"{int(quota * 100000)} 100000")
+            return d
+        return make
+    return None
+
+
+@pytest.mark.root
+def test_a_cgroup_quota_slows_cpu_bound_work(tmp_path):
+    make = _cgroup_cpu_limiter()
+    if make is None:
+        pytest.skip("no writable cgroup cpu controller (v1 cpu.cfs_quota_us or v2 cpu.max)")
+    quota = 0.2
+    group = make(f"cosched-test-workloads-{os.getpid()}", quota)
+    try:
+        def into(pid):
+            (group / "cgroup.procs").write_text(str(pid))
+
+        def run(place=None):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "blast",
+                 "--stage", "blastall", "--tasks", "3", "--scale", "0.01", "--report",
+                 "--workdir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+            if place:
+                place(proc.pid)  # before it gets past its imports
+            out, _ = proc.communicate(timeout=60)
+            assert proc.returncode == 0
+            return json.loads(out)
+
+        free = [run(), run()]  # best of two: other processes slow the free runs too
+        limited = run(into)
+    finally:
+        group.rmdir()  # the process has exited, so the group is empty
+    cpu_free = min(r["cpu_s"] for r in free)
+    # The same work is done under the quota (a fixed amount, not "until a deadline")...
+    assert 0.7 < limited["cpu_s"] / cpu_free < 1.5, (free, limited)
+    # ...so it takes at least its CPU time over the quota, and longer than without it.
+    assert limited["elapsed_s"] > 0.8 * limited["cpu_s"] / quota, (free, limited)
+    assert limited["elapsed_s"] > 1.5 * min(r["elapsed_s"] for r in free), (free, limited)
