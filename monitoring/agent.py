@@ -31,7 +31,8 @@ from coscheduler.model import InvalidInput, validate_job_id
 from coscheduler.progress import Progress
 
 from . import collect
-from .cgroupfs import CgroupError, CgroupFS, Layout, UnsafePath, detect_layout, validate_cgroup_name
+from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
+                       raise_open_file_limit, validate_cgroup_name)
 from .execute import Actuator, make_actuator
 from .lease import DEFAULT_MAX_LEASE_S, LeaseKeeper
 from .recovery import StateFile
@@ -79,7 +80,7 @@ class NodeAgent:
                  max_lease_s: float = DEFAULT_MAX_LEASE_S,
                  finished_retention_s: float = 300.0,
                  progress_window_s: float = 60.0,
-                 discover_slurm: bool = False,
+                 discover_slurm: bool = False, io_every: int = 5,
                  cgroup_version: int | None = None,
                  layout: Layout | None = None, fs: CgroupFS | None = None):
         if not interval_s > 0:
@@ -94,6 +95,9 @@ class NodeAgent:
         self.finished_retention_s = finished_retention_s
         self.progress_window_s = progress_window_s
         self.discover_slurm = discover_slurm
+        # I/O byte counters change slowly and cost one more file per process: read them
+        # every io_every ticks (and at once for a new process).
+        self.io_every = max(1, int(io_every))
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.progress_dir = Path(progress_dir) if progress_dir else self.state_dir / "progress"
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -109,8 +113,11 @@ class NodeAgent:
         self.state_file = StateFile(self.state_dir / "state.json")
         self._lock = threading.RLock()
         self._jobs: dict[str, JobState] = {}
-        self._reader = collect.ProcessReader()
         self._prev: dict[str, dict[str, Any]] = {}  # last counters per job, for rates
+        self._covered: dict[str, tuple[frozenset, bool]] = {}  # does the cgroup counter cover the job
+        self._io: dict[str, dict[int, tuple[int, int]]] = {}  # last I/O bytes per job and pid
+        raise_open_file_limit()
+        self._files = OpenFiles()  # /proc files kept open between ticks
         self._progress: dict[str, list[Progress]] = {}
         self._forbidden = _own_lineage()
         self._mem_total = psutil.virtual_memory().total
@@ -296,9 +303,10 @@ class NodeAgent:
             self._enforce_leases()
             if self.discover_slurm:
                 self._discover()
-            todo = [(jid, js.spec) for jid, js in self._jobs.items() if js.status == "running"]
+            todo = [(jid, js.spec, js.quota_us is not None or js.sample.get("nr_throttled") is not None)
+                    for jid, js in self._jobs.items() if js.status == "running"]
         # Reading /proc and cgroup counters is the slow part: no lock held.
-        observed = {jid: self._observe(jid, spec, now) for jid, spec in todo}
+        observed = {jid: self._observe(jid, spec, now, q) for jid, spec, q in todo}
         with self._lock:
             changed = False
             for jid, obs in observed.items():
@@ -389,6 +397,8 @@ class NodeAgent:
                     except (CgroupError, UnsafePath):
                         pass
                     (done["removed"] if self.actuator.remove_job(name) else done["left"]).append(name)
+            self._files.close()
+            self.actuator.fs.open_files.close()
             if not done["left"]:
                 try:
                     self.actuator.set_node_quota(None, [])
@@ -461,31 +471,42 @@ class NodeAgent:
         self.events.append({"time": round(time.time(), 3), "event": what})
         del self.events[:-100]
 
-    def _observe(self, jid: str, spec: JobSpec, now: float) -> dict[str, Any]:
+    def _observe(self, jid: str, spec: JobSpec, now: float, quota_set: bool) -> dict[str, Any]:
         """Read a job's processes and counters (no lock: only reads)."""
         in_cg = self.actuator.job_pids(jid)
-        roots = {p for p in spec.pids if collect.alive(p)}
         batch: set[int] = set()
         if spec.batch_cgroup:
             batch = collect.cgroup_tree_pids(Path(spec.batch_cgroup))
-        members = in_cg | roots | batch
-        members |= collect.descendants(members)
-        totals = self._reader.totals(members)
-        live = set(totals.cpu_s_by_pid)
+        # the registered processes, those in our cgroup or the batch system's, and every
+        # descendant of them: a process the job started later is found here
+        procs = collect.job_processes(in_cg | set(spec.pids) | batch, self._files)
+        live = set(procs)
+        io = self._io.get(jid, {})
+        fresh = self.counters["ticks"] % self.io_every == 0
+        io = {pid: (collect.proc_io(pid, self._files) if fresh or pid not in io else io[pid])
+              for pid in live}
+        totals = collect.totals(procs, io)
         usage_ns, usage_src = None, None
         if spec.batch_cgroup:
             usage_ns = _read_int(Path(spec.batch_cgroup) / "cpuacct.usage")
             usage_src = "batch"
-        else:
-            acct = self.actuator.acct_pids(jid)
-            covered = acct if acct is not None else in_cg
-            if live and live <= covered:
+        elif live:
+            # The cgroup counter is exact (it keeps the time of processes that exited) but
+            # only when the job's processes are all in it; re-checked when membership changes.
+            key = frozenset(live)
+            covered = self._covered.get(jid)
+            if covered is None or covered[0] != key:
+                acct = self.actuator.acct_pids(jid)
+                covered = (key, live <= (acct if acct is not None else in_cg))
+                self._covered[jid] = covered
+            if covered[1]:
                 usage_ns, usage_src = self.actuator.usage_ns(jid), "cgroup"
         prog = collect.read_progress_file(spec.progress_file)
-        return {"members": live, "to_move": live - in_cg, "totals": totals, "usage_ns": usage_ns,
-                "usage_src": usage_src if usage_ns is not None else "psutil", "progress": prog,
-                "throttling": self.actuator.throttling(jid), "time": time.monotonic(), "wall": now,
-                "cg_empty": not in_cg}
+        # throttling happens only under a limit: skip the read for unlimited jobs
+        thr = self.actuator.throttling(jid) if quota_set else None
+        return {"members": live, "to_move": live - in_cg, "totals": totals, "io": io, "usage_ns": usage_ns,
+                "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
+                "throttling": thr, "time": time.monotonic(), "wall": now}
 
     def _reconcile(self, js: JobState, obs: dict[str, Any], now: float) -> bool:
         jid = js.spec.job_id
@@ -496,10 +517,10 @@ class NodeAgent:
                 js.event(now, f"followed new process(es) {sorted(res.moved)}")
             for pid, why in res.failed.items():
                 js.event(now, f"could not move pid {pid}: {why}")
-        gone = js.members - obs["members"]
-        if gone:
-            self._reader.forget(gone)
+        for pid in js.members - obs["members"]:
+            self._files.forget(f"/proc/{pid}/")
         js.members = set(obs["members"])
+        self._io[jid] = obs["io"]
         if not js.members:
             self._finish(js, now)
             return True
@@ -517,10 +538,10 @@ class NodeAgent:
         cpu_pct = js.sample.get("cpu_percent")
         if prev is not None:
             wall = obs["time"] - prev["time"]
-            if obs["usage_src"] == prev["usage_src"] and obs["usage_src"] != "psutil":
+            if obs["usage_src"] == prev["usage_src"] and obs["usage_src"] != "proc":
                 cpu_s = max(0, obs["usage_ns"] - prev["usage_ns"]) / 1e9
             else:
-                cpu_s = collect.psutil_cpu_delta(prev["cpu_by_pid"], t.cpu_s_by_pid,
+                cpu_s = collect.per_process_cpu_delta(prev["cpu_by_pid"], t.cpu_s_by_pid,
                                                  t.create_by_pid, prev["wall"])
             cpu_pct = collect.cpu_percent(cpu_s, wall, js.spec.cores)
         self._prev[jid] = {"time": obs["time"], "wall": obs["wall"], "usage_ns": obs["usage_ns"],
@@ -541,7 +562,9 @@ class NodeAgent:
             elapsed = max(0.0, obs["wall"] - js.spec.start_time)
             hp = finite_happiness(happiness(elapsed, js.spec.walltime_s, done, total, rate))
         mem_alloc = js.spec.mem_mb * 2**20 if js.spec.mem_mb else self._mem_total
-        thr = obs["throttling"]
+        thr = obs["throttling"] or (js.sample.get("nr_throttled"), js.sample.get("throttled_s"))
+        if thr[0] is None:
+            thr = None
         js.sample = {
             "sample_time": round(obs["wall"], 3),
             "cpu_percent": None if cpu_pct is None else round(cpu_pct, 2),
@@ -567,6 +590,8 @@ class NodeAgent:
                                                         "; cgroup not yet removable"))
         self.counters["jobs_finished"] += 1
         self._prev.pop(jid, None)
+        self._covered.pop(jid, None)
+        self._io.pop(jid, None)
 
     def _retire(self, now: float) -> bool:
         """Forget finished jobs after the retention time; remove released cgroups once empty."""

@@ -64,6 +64,9 @@ def _job_segment(parts: list[str]) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
+    # client's delayed ACK hold the body back ~40 ms
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def log_message(self, fmt: str, *args: Any) -> None:

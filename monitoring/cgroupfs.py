@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,13 +118,98 @@ def read_controllers(mount: Path) -> set[str]:
         return set()
 
 
+class OpenFiles:
+    """Files kept open and re-read from offset 0 with pread: cgroup and /proc files are
+    generated anew on each read, and an open costs more than the read itself. The agent
+    reads the same few hundred files every tick. A /proc/PID file kept open stays bound to
+    that process, so a reused pid can never be mistaken for the old one."""
+
+    def __init__(self, max_open: int = 2048):
+        self.max_open = max_open
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def read(self, path: str) -> bytes | None:
+        with self._lock:
+            fd = self._fds.get(path)
+            if fd is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    return None
+                if len(self._fds) >= self.max_open:
+                    old = next(iter(self._fds))  # oldest first (dicts keep insertion order)
+                    os.close(self._fds.pop(old))
+                self._fds[path] = fd
+            try:
+                data = os.pread(fd, 8192, 0)
+                if len(data) == 8192:  # large file (many pids): read it whole
+                    chunks, off = [data], 8192
+                    while True:
+                        b = os.pread(fd, 65536, off)
+                        if not b:
+                            break
+                        chunks.append(b)
+                        off += len(b)
+                    data = b"".join(chunks)
+            except OSError:
+                data = None
+            if not data:  # the process or cgroup is gone: reopen next time
+                os.close(self._fds.pop(path))
+                return None
+            return data
+
+    def forget(self, prefix: str) -> None:
+        with self._lock:
+            for path in [p for p in self._fds if p.startswith(prefix)]:
+                os.close(self._fds.pop(path))
+
+    def close(self) -> None:
+        self.forget("")
+
+
+def raise_open_file_limit(want: int = 65536) -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit; returns the soft limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 class CgroupFS:
     """Raw file operations on cgroup files. Writes never create files (O_CREAT is not set):
     a missing interface file means the kernel does not support it."""
 
-    def read(self, path: Path) -> str:
-        with open(path) as f:
-            return f.read()
+    def __init__(self) -> None:
+        self.open_files = OpenFiles()
+
+    def read_hot(self, path: Path | str) -> str | None:
+        """A file read on every tick, through the kept-open files; None when unreadable."""
+        data = self.open_files.read(str(path))
+        return None if data is None else data.decode()
+
+    def forget(self, prefix: Path | str) -> None:
+        self.open_files.forget(str(prefix))
+
+    def read(self, path: Path | str) -> str:
+        # bare system calls: several times cheaper than open() on the per-tick hot path
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            chunks = []
+            while True:
+                b = os.read(fd, 8192)  # small buffer: a large one costs more than the read
+                if not b:
+                    return b"".join(chunks).decode()
+                chunks.append(b)
+        finally:
+            os.close(fd)
 
     def write(self, path: Path, value: str) -> None:
         fd = os.open(path, os.O_WRONLY)

@@ -66,6 +66,19 @@ class Actuator:
         self._lock = threading.Lock()
         self.period_us = 100_000
         self.created_ancestors: list[Path] = []
+        self._paths: dict[tuple[str, str, bool], str] = {}
+
+    def _p(self, job: str, name: str, acct: bool = False) -> str:
+        """Path of a job's file, validated once and cached (read on every tick)."""
+        key = (job, name, acct)
+        p = self._paths.get(key)
+        if p is None:
+            conf = self.acct if acct else self.cpu
+            p = str(conf.check(conf.job(job) / name))
+            if len(self._paths) > 100_000:
+                self._paths.clear()
+            self._paths[key] = p
+        return p
 
     # ---- files --------------------------------------------------------------------------
     def _confined_for(self, path: Path) -> Confined:
@@ -104,11 +117,14 @@ class Actuator:
                 self._cache[path] = value
             return True
 
-    def _read(self, path: Path) -> str | None:
+    def _read(self, path: Path | str) -> str | None:
         try:
             return self.fs.read(path)
         except OSError:
             return None
+
+    def _read_hot(self, path: str) -> str | None:
+        return self.fs.read_hot(path)
 
     def _mkdir(self, path: Path) -> bool:
         self._confined_for(path)
@@ -168,13 +184,13 @@ class Actuator:
         return self.fs.is_dir(self.cpu.job(job))
 
     def job_pids(self, job: str) -> set[int]:
-        text = self._read(self.cpu.job(job) / "cgroup.procs")
+        text = self._read_hot(self._p(job, "cgroup.procs"))
         return {int(x) for x in text.split()} if text else set()
 
     def acct_pids(self, job: str) -> set[int] | None:
         if self.acct is None:
             return None
-        text = self._read(self.acct.job(job) / "cgroup.procs")
+        text = self._read_hot(self._p(job, "cgroup.procs", acct=True))
         return {int(x) for x in text.split()} if text else set()
 
     def move(self, job: str, pids: list[int] | set[int]) -> MoveResult:
@@ -227,10 +243,10 @@ class Actuator:
     def set_quota(self, job: str, quota_us: int | None, *, verify: bool = False) -> bool:
         """Set a job's quota. With ``verify`` the kernel's value is read first and written
         only when it differs (the per-tick re-assertion); else the write cache decides."""
-        path = self.cpu.job(job) / self.quota_file
+        path = Path(self._p(job, self.quota_file))
         value = self.format_quota(quota_us)
         if verify:
-            current = self._read(path)
+            current = self._read_hot(str(path))
             with self._lock:
                 if current is not None and self.parse_quota(current) == quota_us:
                     self._cache[path] = value
@@ -262,6 +278,7 @@ class Actuator:
                 continue
             d = conf.job(job)
             conf.check(d)
+            self.fs.forget(str(d) + os.sep)
             if self.fs.is_dir(d):
                 ok = self.fs.rmdir(d) and ok
             self._forget(d)
@@ -303,13 +320,13 @@ class V1Actuator(Actuator):
 
     def usage_ns(self, job: str) -> int | None:
         if self.acct is not None:
-            text = self._read(self.acct.job(job) / "cpuacct.usage")
+            text = self._read_hot(self._p(job, "cpuacct.usage", acct=True))
         else:  # cpu,cpuacct co-mounted: the counter sits beside the quota
-            text = self._read(self.cpu.job(job) / "cpuacct.usage")
+            text = self._read_hot(self._p(job, "cpuacct.usage"))
         return int(text) if text else None
 
     def throttling(self, job: str) -> tuple[int, float] | None:
-        stat = parse_flat_keyed(self._read(self.cpu.job(job) / "cpu.stat"))
+        stat = parse_flat_keyed(self._read_hot(self._p(job, "cpu.stat")))
         if "nr_throttled" not in stat:
             return None
         return stat["nr_throttled"], stat.get("throttled_time", 0) / 1e9
@@ -352,11 +369,11 @@ class V2Actuator(Actuator):
         self._write(self.cpu.root / "cgroup.subtree_control", "+cpu", cache=False)
 
     def usage_ns(self, job: str) -> int | None:
-        stat = parse_flat_keyed(self._read(self.cpu.job(job) / "cpu.stat"))
+        stat = parse_flat_keyed(self._read_hot(self._p(job, "cpu.stat")))
         return stat["usage_usec"] * 1000 if "usage_usec" in stat else None
 
     def throttling(self, job: str) -> tuple[int, float] | None:
-        stat = parse_flat_keyed(self._read(self.cpu.job(job) / "cpu.stat"))
+        stat = parse_flat_keyed(self._read_hot(self._p(job, "cpu.stat")))
         if "nr_throttled" not in stat:
             return None
         return stat["nr_throttled"], stat.get("throttled_usec", 0) / 1e6

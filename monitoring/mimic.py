@@ -25,6 +25,7 @@ _CPU_MAX_RE = re.compile(r"^(max|\d+)( \d+)?\n?$")
 
 class MimicV2FS(CgroupFS):
     def __init__(self, mount: str | os.PathLike, controllers: str = "cpu memory io pids"):
+        super().__init__()
         self.mount = Path(mount)
         self.mount.mkdir(parents=True, exist_ok=True)
         self._files(self.mount, controllers, root=True)
@@ -43,6 +44,12 @@ class MimicV2FS(CgroupFS):
                 f.write("nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n")
 
     # ---- CgroupFS ------------------------------------------------------------------------
+    def read_hot(self, path: Path | str) -> str | None:
+        try:
+            return self.read(Path(path))
+        except OSError:
+            return None
+
     def mkdir(self, path: Path) -> bool:
         path = Path(path)
         try:

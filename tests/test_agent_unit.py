@@ -150,7 +150,7 @@ def test_cpu_accounting_helpers():
     cur = {1: 5.5, 3: 0.2, 4: 9.0}
     created = {3: 101.0, 4: 50.0}
     # pid 1 +0.5; pid 3 new since t=100 counts whole; pid 4 older than the reading: not counted
-    assert collect.psutil_cpu_delta(prev, cur, created, 100.0) == pytest.approx(0.7)
+    assert collect.per_process_cpu_delta(prev, cur, created, 100.0) == pytest.approx(0.7)
     assert collect.count_cpu_list("0-3,8,10-11") == 7
 
 

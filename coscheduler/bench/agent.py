@@ -1,0 +1,211 @@
+"""``cosched bench agent``: the monitoring agent's CPU overhead and quota latency, for real.
+
+Starts ``cosched agent`` as its own process on a scratch cgroup root, registers N jobs
+(each a launcher process with one lightly busy worker, so the agent follows 2N processes
+and the box is not saturated), sets quotas on half of them, and measures:
+
+* overhead: the agent process's own CPU time over ``--seconds`` at ``--interval`` (DESIGN.md
+  budget: < 1 % of one core at 1 Hz with 64 jobs);
+* latency: from a quota request (HTTP PUT, alternating values) to the kernel's
+  ``cpu.cfs_quota_us`` / ``cpu.max`` holding the new value, seen by a thread spinning on the
+  file; also to the HTTP answer, and for an in-process ``NodeAgent.set_quota`` call.
+
+Needs root and a writable cgroup CPU controller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import click
+
+# Forks N jobs; each job forks one worker that is busy ~0.5 ms every 100 ms; prints the
+# job (launcher) pids as one JSON line, then waits until killed.
+_SPAWNER = r"""
+import json, os, sys, time, signal
+n = int(sys.argv[1])
+pids = []
+for i in range(n):
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            while True:
+                end = time.perf_counter() + 0.0005
+                while time.perf_counter() < end:
+                    pass
+                time.sleep(0.1)
+        while True:
+            time.sleep(3600)
+    pids.append(pid)
+print(json.dumps(pids), flush=True)
+signal.signal(signal.SIGTERM, lambda *a: os.killpg(0, signal.SIGKILL))
+while True:
+    time.sleep(3600)
+"""
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _quota_path(info: dict, job: str) -> Path:
+    d = Path(info["cgroup"]) / job
+    return d / ("cpu.cfs_quota_us" if (d / "cpu.cfs_quota_us").exists() else "cpu.max")
+
+
+def measure(jobs: int, seconds: float, interval: float, requests: int) -> dict:
+    from monitoring.client import AgentClient
+
+    import psutil
+
+    rel = f"cosched-bench-{uuid.uuid4().hex[:8]}"
+    tmp = Path(tempfile.mkdtemp(prefix="cosched-bench-agent-"))
+    token = uuid.uuid4().hex + uuid.uuid4().hex
+    (tmp / "token").write_text(token + "\n")
+    agent = subprocess.Popen(
+        [sys.executable, "-c", "from coscheduler.cli import main; main()", "agent",
+         "--listen", "127.0.0.1:0", "--cgroup-root", rel, "--state-dir", str(tmp),
+         "--token-file", str(tmp / "token"), "--interval", str(interval), "--log-level", "WARNING"],
+        stdout=subprocess.PIPE, text=True)
+    spawner = subprocess.Popen([sys.executable, "-c", _SPAWNER, str(jobs)], stdout=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    out: dict = {"jobs": jobs, "processes": 2 * jobs, "interval_s": interval, "seconds": seconds}
+    try:
+        line = agent.stdout.readline()
+        if not line:
+            raise click.ClickException("the agent did not start (see its log above)")
+        info = json.loads(line)
+        job_pids = json.loads(spawner.stdout.readline())
+        c = AgentClient(info["url"], token=token)
+        for i, pid in enumerate(job_pids):
+            c.register_job(f"bench-{i}", [pid], 1, walltime_s=3600, tasks_total=100)
+            if i % 2 == 0:
+                c.set_quota(f"bench-{i}", 0.5, lease_s=3600)
+        # let a few ticks pass so every worker has been seen and followed
+        time.sleep(3 * interval)
+        followed = sum(len(j["pids"]) for j in c.jobs())
+        proc = psutil.Process(agent.pid)
+        node0 = c.node()
+        t0, c0 = time.monotonic(), sum(proc.cpu_times()[:2])
+        time.sleep(seconds)
+        t1, c1 = time.monotonic(), sum(proc.cpu_times()[:2])
+        node1 = c.node()
+        ticks = node1["ticks"] - node0["ticks"]
+        out.update({
+            "processes_followed": followed,
+            "agent_cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3),
+            "ticks": ticks,
+            "mean_tick_ms": round(1000 * node1["mean_tick_s"], 3),
+            "budget_percent": 1.0,
+        })
+        out["within_budget"] = out["agent_cpu_percent_of_one_core"] < 1.0
+
+        # latency: request -> kernel file changed (spinning reader) and -> HTTP answer
+        target = "bench-1"
+        qpath = _quota_path(info, target)
+        kernel_ms, answer_ms = [], []
+        for i in range(requests):
+            frac = 0.3 if i % 2 == 0 else 0.6
+            want = str(int(frac * 100_000))
+            done = threading.Event()
+            t_start = time.perf_counter()
+            th = threading.Thread(target=lambda f=frac: (c.set_quota(target, f, 3600), done.set()))
+            th.start()
+            seen = None
+            while seen is None:
+                if qpath.read_text().split()[0] == want:
+                    seen = time.perf_counter()
+            th.join()
+            kernel_ms.append(1000 * (seen - t_start))
+            answer_ms.append(1000 * (time.perf_counter() - t_start))
+        out["quota_latency_ms"] = {
+            "requests": requests,
+            "http_to_kernel_median": round(statistics.median(kernel_ms), 3),
+            "http_to_kernel_p95": round(_pct(kernel_ms, 0.95), 3),
+            "http_answer_median": round(statistics.median(answer_ms), 3),
+        }
+        c.close()
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        spawner.send_signal(signal.SIGTERM)
+        try:
+            os.killpg(spawner.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        spawner.wait()
+    out["quota_latency_ms"].update(_inprocess_latency(requests, tmp))
+    return out
+
+
+def _inprocess_latency(requests: int, tmp: Path) -> dict:
+    """NodeAgent.set_quota called directly (the local backend's path), to the kernel file."""
+    from monitoring.agent import NodeAgent
+
+    agent = NodeAgent(f"cosched-bench-{uuid.uuid4().hex[:8]}", state_dir=tmp / "inproc")
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        agent.register_job({"job_id": "lat", "pids": [p.pid], "cores": 1})
+        qpath = agent.actuator.cpu.job("lat") / agent.actuator.quota_file
+        ms = []
+        for i in range(requests):
+            frac = 0.3 if i % 2 == 0 else 0.6
+            t0 = time.perf_counter()
+            agent.set_quota("lat", frac, 3600)
+            assert qpath.read_text().split()[0] == str(int(frac * 100_000))
+            ms.append(1000 * (time.perf_counter() - t0))
+        return {"inprocess_to_kernel_median": round(statistics.median(ms), 3),
+                "inprocess_to_kernel_p95": round(_pct(ms, 0.95), 3)}
+    finally:
+        p.kill()
+        p.wait()
+        agent.tick()
+        agent.close()
+
+
+@click.command("agent")
+@click.option("--jobs", type=click.IntRange(1, 1024), default=64, show_default=True)
+@click.option("--seconds", type=float, default=20.0, show_default=True,
+              help="How long to measure the agent's CPU time.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Agent sampling interval.")
+@click.option("--requests", type=click.IntRange(1, 100000), default=200, show_default=True,
+              help="Quota requests for the latency figure.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def agent(jobs: int, seconds: float, interval: float, requests: int, as_json: bool) -> None:
+    """Agent CPU overhead with N lightly busy jobs, and quota request -> kernel latency."""
+    if os.geteuid() != 0:
+        raise click.ClickException("needs root: the agent writes real cgroup files")
+    from monitoring.cgroupfs import CgroupError, detect_layout
+
+    try:
+        detect_layout()
+    except CgroupError as e:
+        raise click.ClickException(str(e))
+    r = measure(jobs, seconds, interval, requests)
+    if as_json:
+        click.echo(json.dumps(r))
+        return
+    lat = r["quota_latency_ms"]
+    click.echo(f"agent overhead: {r['agent_cpu_percent_of_one_core']:.3f} % of one core "
+               f"({r['jobs']} jobs, {r['processes_followed']} processes followed, "
+               f"{r['interval_s']:g} s interval, {r['seconds']:g} s measured, {r['ticks']} ticks, "
+               f"mean tick {r['mean_tick_ms']:.2f} ms) -- budget < 1 %: "
+               f"{'met' if r['within_budget'] else 'MISSED'}")
+    click.echo(f"quota request -> kernel file ({lat['requests']} requests): HTTP median "
+               f"{lat['http_to_kernel_median']:.3f} ms (p95 {lat['http_to_kernel_p95']:.3f}), "
+               f"HTTP answer median {lat['http_answer_median']:.3f} ms; in-process median "
+               f"{lat['inprocess_to_kernel_median']:.3f} ms (p95 {lat['inprocess_to_kernel_p95']:.3f})")
