@@ -682,14 +682,64 @@ class Controller:
                          happiness)
 
 
+class _MaxTree:
+    """A max segment tree over a fixed list of values: the first index >= i whose value is
+    >= x in O(log n), and removal (value -> -inf). Lets the host index skip hosts already
+    asked, and hosts that end too early to take a guest past an EASY reservation, without
+    walking them one by one for every guest."""
+
+    __slots__ = ("size", "tree")
+
+    def __init__(self, values: list[float]):
+        size = 1
+        while size < max(1, len(values)):
+            size *= 2
+        tree = [-math.inf] * (2 * size)
+        tree[size:size + len(values)] = values
+        for k in range(size - 1, 0, -1):
+            tree[k] = max(tree[2 * k], tree[2 * k + 1])
+        self.size, self.tree = size, tree
+
+    def remove(self, i: int) -> None:
+        tree = self.tree
+        k = i + self.size
+        tree[k] = -math.inf
+        k //= 2
+        while k:
+            tree[k] = max(tree[2 * k], tree[2 * k + 1])
+            k //= 2
+
+    def first_at_least(self, i: int, x: float) -> int:
+        """Smallest index >= i with value >= x, or -1."""
+        tree, size = self.tree, self.size
+        if i >= size or tree[1] < x:
+            return -1
+        k = i + size
+        if tree[k] >= x:
+            return i
+        # Climb until a right sibling holds a value >= x, then descend to its leftmost such leaf.
+        while True:
+            if k & 1 == 0 and tree[k + 1] >= x:
+                k += 1
+                break
+            k //= 2
+            if k <= 1:
+                return -1
+        while k < size:
+            k = 2 * k if tree[2 * k] >= x else 2 * k + 1
+        return k - size
+
+
 class _HostIndex:
     """Candidate hosts for one pass, bucketed by spare room (cores not used by guests) and
     ranked in first-fit order (first node of the allocation, then job id).
 
     ``candidates(guest)`` merges the buckets with room >= guest cores in rank order,
-    skipping hosts already asked this pass, hosts in cooldown for this guest and hosts the
-    guest's node layout does not fit; it yields ``HostCandidate``s lazily, at most
-    ``max_candidates_per_guest``.
+    skipping hosts already asked this pass, hosts in cooldown for this guest, hosts the
+    guest's node layout does not fit and, under an EASY reservation, hosts that would
+    leave the guest holding their cores past the shadow time; it yields
+    ``HostCandidate``s lazily, at most ``max_candidates_per_guest``. Each bucket keeps a
+    max tree of its hosts' estimated ends, so both skips cost O(log n), not a walk.
     """
 
     def __init__(self, ctl: Controller, running: list[RunningJob], capacity: dict[str, int],
@@ -723,46 +773,49 @@ class _HostIndex:
             buckets.setdefault(room, []).append((rank, rj, used, lent))
         self.rooms = sorted(buckets)
         self.buckets = [sorted(buckets[r], key=lambda e: e[0]) for r in self.rooms]
-        self.heads = [0] * len(self.buckets)
+        self.trees = [_MaxTree([e[1].start_time + e[1].job.walltime_s for e in b])
+                      for b in self.buckets]
+        self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
+                      for i, e in enumerate(entries)}
         self.asked: set[str] = set()
 
     def mark_asked(self, host_ids) -> None:
-        self.asked.update(host_ids)
+        for h in host_ids:
+            if h not in self.asked:
+                self.asked.add(h)
+                pos = self.where.get(h)
+                if pos is not None:
+                    self.trees[pos[0]].remove(pos[1])
 
-    def _bucket_iter(self, b: int) -> Iterator[tuple[tuple, RunningJob, dict[str, int], float]]:
-        bucket, asked = self.buckets[b], self.asked
-        i = self.heads[b]
-        while i < len(bucket) and bucket[i][1].job_id in asked:
-            i += 1
-        self.heads[b] = i
-        for k in range(i, len(bucket)):
-            if bucket[k][1].job_id not in asked:
-                yield bucket[k]
+    def _bucket_iter(self, b: int, min_end: float):
+        bucket, tree = self.buckets[b], self.trees[b]
+        i = tree.first_at_least(0, min_end)
+        while i != -1:
+            yield bucket[i]
+            i = tree.first_at_least(i + 1, min_end)
 
     def candidates(self, guest: Job, shadow: float | None) -> Iterator[HostCandidate]:
         if not self.rooms or self.rooms[-1] < guest.cores:
             return iter(())
         first = next(i for i, r in enumerate(self.rooms) if r >= guest.cores)
-        merged = heapq.merge(*(self._bucket_iter(b) for b in range(first, len(self.rooms))),
-                             key=lambda e: e[0])
-        return islice(self._filter(guest, merged, shadow), self.ctl.config.max_candidates_per_guest)
+        guest_end = self.now + guest.walltime_s
+        # Under a reservation a guest that outlives its host past the shadow time could hold
+        # reserved cores: only hosts that end after the guest qualify then.
+        # (-1e308, not -inf: removed hosts hold -inf and must never match.)
+        min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
+        iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
+        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
+        return islice(self._filter(guest, merged), self.ctl.config.max_candidates_per_guest)
 
-    def _filter(self, guest: Job, entries, shadow: float | None) -> Iterator[HostCandidate]:
+    def _filter(self, guest: Job, entries) -> Iterator[HostCandidate]:
         ctl, now = self.ctl, self.now
         cooldown = ctl._cooldown
-        guest_end = now + guest.walltime_s
+        gid = guest.job_id
         for _, rj, used, lent in entries:
-            host_id = rj.job_id
-            if host_id in self.asked:
-                continue
-            until = cooldown.get((guest.job_id, host_id))
+            host_id = rj.job.job_id
+            until = cooldown.get((gid, host_id))
             if until is not None and until > now:
                 continue
-            if shadow is not None:
-                host_end = rj.start_time + rj.job.walltime_s
-                # A guest outliving its host past the reservation could hold reserved cores.
-                if guest_end > shadow and guest_end > host_end:
-                    continue
             placement = guest_placement(guest, rj.allocation, used)
             if placement is None:
                 continue

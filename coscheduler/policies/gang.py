@@ -16,8 +16,8 @@ A rigid job starts only with all its cores at once (gang): ``Job.cores`` split o
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from ..model import Allocation, InvalidInput, Job, check_finite, validate_job_id
 
@@ -26,6 +26,8 @@ FreeCores = Sequence[tuple[str, int]] | Mapping[str, int]
 
 
 def _pairs(free: FreeCores) -> Iterable[tuple[str, int]]:
+    if type(free) is dict:  # the hot path: skip the ABC check
+        return free.items()
     return free.items() if isinstance(free, Mapping) else free
 
 
