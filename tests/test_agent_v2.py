@@ -107,12 +107,16 @@ def test_v2_mimic_cpu_stat_accounting(mimic, procs, tmp_path):
     try:
         p = procs(BUSY)
         agent.register_job({"job_id": "busy", "pids": [p.pid], "cores": 1})
+        proc = psutil.Process(p.pid)
         agent.tick()
+        c0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
         time.sleep(1.0)
         agent.tick()
+        own = 100 * (sum(proc.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
         j = agent.job("busy")
         assert j["cpu_source"] == "cgroup"
-        assert j["cpu_percent"] > 40  # one busy process on a shared 2-core box
+        # what the process itself used (the box is shared: its share varies, the match not)
+        assert own > 5 and abs(j["cpu_percent"] - own) < 10, (j["cpu_percent"], own)
         assert j["nprocs"] == 1 and j["rss_bytes"] > 0
     finally:
         agent.close()
@@ -144,10 +148,13 @@ def test_v2_real_cgroup2_moves_and_cpu_stat_accounting(procs):
         res = act.move("j1", [p.pid])
         assert res.moved == [p.pid]
         assert act.job_pids("j1") == {p.pid}
-        u0 = act.usage_ns("j1")
+        proc = psutil.Process(p.pid)
+        u0, c0 = act.usage_ns("j1"), sum(proc.cpu_times()[:2])
         time.sleep(1.0)
-        u1 = act.usage_ns("j1")
-        assert u0 is not None and (u1 - u0) / 1e9 > 0.4
+        u1, c1 = act.usage_ns("j1"), sum(proc.cpu_times()[:2])
+        # the kernel's cgroup counter agrees with the process's own CPU time
+        assert u0 is not None and c1 - c0 > 0.05
+        assert (u1 - u0) / 1e9 == pytest.approx(c1 - c0, rel=0.2, abs=0.03)
         assert act.remove_job("j1") is False  # busy: nothing moved out, nothing removed
         p.kill()
         p.wait()
