@@ -46,8 +46,8 @@ from . import happiness as hp
 from .backend import Backend
 from .learner import AsaxLearner, Decision, HostState, LearnerConfig
 from .model import Allocation, InvalidInput, Job, MetricsSample, Outcome, RunningJob, check_finite
-from .policies.coalloc import (Asax, Choice, CoallocationPolicy, HostCandidate, SpaceSharing,
-                               host_quota_fraction, make_policy)
+from .policies.coalloc import (NO_COALLOCATION, Choice, CoallocationPolicy, HostCandidate,
+                               SpaceSharing, host_quota_fraction, make_policy)
 from .policies.gang import first_fit, guest_placement
 from .recorder import MemoryRecorder, OutcomeRecord, Recorder
 
@@ -197,15 +197,17 @@ class Controller:
     def from_recorder(cls, backend: Backend, recorder: Recorder, policy: str = "asax",
                       learner_config: LearnerConfig | None = None,
                       queue_order: QueueOrder = fcfs, config: ControllerConfig | None = None,
-                      static_fraction: float = 0.5) -> "Controller":
+                      static_fraction: float = 0.5,
+                      expert_factory: Callable[[], list] | None = None) -> "Controller":
         """Rebuild a controller after a restart: the learner from ``recorder.load()``
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
         learner = None
         loaded = recorder.load()
         if policy.strip().lower() in ("asax", "asa_x"):
-            learner = AsaxLearner(learner_config or LearnerConfig(), classes=loaded.classes,
-                                  pending=loaded.pending, next_decision_id=loaded.next_decision_id)
+            learner = AsaxLearner(learner_config or LearnerConfig(), expert_factory,
+                                  classes=loaded.classes, pending=loaded.pending,
+                                  next_decision_id=loaded.next_decision_id)
             for decision, loss in loaded.observed:
                 learner.teach(decision, loss)
         ctl = cls(backend, make_policy(policy, learner, static_fraction), recorder, queue_order,
@@ -259,6 +261,7 @@ class Controller:
             report.duration_s = time.perf_counter() - t0
             return report
         self._last = {rj.job_id: rj for rj in running}
+        self._resolve_vanished_hosts(now, report)
         samples = self._read_metrics(report)
         self._early_losses(samples, now, report)
         ordered = self.queue_order([j for j in queued if j.job_id not in self._last], now)
@@ -331,8 +334,20 @@ class Controller:
                 report.errors.append(f"recording the alone runtime of {o.job_id}: {exc}")
         self._shared.discard(o.job_id)
         self._was_guest.discard(o.job_id)
+        self._unplaceable.discard(o.job_id)
         self._attempts.pop(o.job_id, None)
         self._quota_retry.pop(o.job_id, None)
+
+    def _resolve_vanished_hosts(self, now: float, report: PassReport) -> None:
+        """A host with pending decisions that is neither running nor reported finished (it
+        ended while no controller was watching, and the backend forgot it): its decisions
+        are closed as cancelled, so none waits forever."""
+        for host_id in [h for h in self._by_host if h not in self._last]:
+            for did in sorted(self._by_host.pop(host_id)):
+                d = self.learner.pending.get(did) if self.learner else None
+                if d is not None:
+                    self._by_guest.pop(d.guest_job, None)
+                self._cancel(did, now, f"host {host_id} is no longer known to the backend", report)
 
     def _restore_host_quota(self, host_id: str, gone_guest: str, report: PassReport) -> None:
         host = self._last.get(host_id)
@@ -445,7 +460,12 @@ class Controller:
                 continue
             if index is not None:
                 shadow = reservation[0] if reservation is not None else None
-                result = self.policy.choose(job, index.candidates(job, shadow), now)
+                try:
+                    result = self.policy.choose(job, index.candidates(job, shadow), now)
+                except Exception as exc:  # noqa: BLE001 - a policy bug must not stop the pass
+                    log.exception("co-allocation policy %s failed for job %s", self.policy.name, job.job_id)
+                    report.errors.append(f"policy {self.policy.name} failed for job {job.job_id}: {exc}")
+                    result = NO_COALLOCATION
                 index.mark_asked(result.asked)
                 declined.extend(result.declined)
                 for d in result.declined:

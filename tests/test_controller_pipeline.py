@@ -427,3 +427,32 @@ def test_restart_from_a_recorder_gives_the_same_decisions(jobs, restart_after):
         {k: (o.kind, round(o.loss, 9)) for k, o in rec1.outcomes.items()}
     assert [(o.job_id, o.state, o.end_time) for o in b2.history] == \
         [(o.job_id, o.state, o.end_time) for o in b1.history]
+
+
+def test_restart_closes_decisions_of_hosts_the_backend_no_longer_knows():
+    rec = MemoryRecorder()
+    cfg = LearnerConfig(seed=2)
+    b, c = host_and_guest(Asax(AsaxLearner(cfg, expert_factory=lambda: [FixedExpert({"h": 5})])),
+                          recorder=rec)
+    c.step()
+    [did] = rec.decisions
+    # A new backend (the old one's jobs are gone without outcomes), controller restarted.
+    b2 = VirtualBackend({"n1": 8})
+    c2 = Controller.from_recorder(b2, rec, "asax", learner_config=cfg,
+                                  expert_factory=lambda: [FixedExpert({"h": 5})])
+    assert did in c2.learner.pending
+    r = c2.step()
+    assert r.cancelled == 1 and did not in c2.learner.pending
+    assert rec.outcomes[did].kind == "cancelled" and "no longer known" in rec.outcomes[did].note
+
+
+def test_a_failing_policy_does_not_stop_the_pass():
+    class Broken(Static):
+        def choose(self, guest, candidates, now):
+            raise ZeroDivisionError("bug")
+
+    b, c = host_and_guest(Broken())
+    b.submit(job("later", cores=8, submit=1.0), Profile(10.0))
+    r = c.step()
+    assert any("policy" in e and "bug" in e for e in r.errors)
+    assert r.coallocated == 0 and r.reservation is not None
