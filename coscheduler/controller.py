@@ -628,8 +628,15 @@ class Controller:
                  **extra) -> None:
         closed = self.learner.observe(d.decision_id, loss, now)
         report.observed += 1
-        self._record(lambda: self.recorder.record_outcome(
-            OutcomeRecord(d.decision_id, now, loss, kind, **extra)), report)
+        record = OutcomeRecord(d.decision_id, now, loss, kind, **extra)
+        combined = getattr(self.recorder, "record_observation", None)
+        if combined is not None:
+            # A store that can: outcome, class state and closed round in one transaction.
+            self._dirty_classes.discard(d.job_class)
+            state = self.learner.class_state(d.job_class)
+            self._record(lambda: combined(record, state, closed), report)
+            return
+        self._record(lambda: self.recorder.record_outcome(record), report)
         if closed is not None:
             self._record(lambda: self.recorder.record_round(closed), report)
         self._save_class(d.job_class, report)
