@@ -1,0 +1,366 @@
+"""The local backend: real processes on emulated nodes of this machine (the embedded default).
+
+Like submitit's local executor beside its Slurm one, it runs the same jobs the cluster
+backends run, with no cluster. Each emulated node is a cgroup with its own CPU capacity,
+managed by one in-process ``monitoring.NodeAgent`` (the agent stays the only part that
+writes cgroups). The machine's real CPUs are split evenly over the emulated cores:
+
+    cpu_per_core = real CPUs / total emulated cores
+
+so on a 2-CPU machine, 2 nodes x 4 cores make each "core" a quarter of a real CPU, and a
+job's full quota is cores x cpu_per_core. Lending works exactly as on a cluster: the host's
+quota shrinks, the guest gets the rest of the shared cores.
+
+How a job runs: its command starts under ``/bin/sh`` that stops itself first, the agent
+moves it into the job's cgroup (and sets its quota), then it continues; so no instruction
+of a job ever runs outside its quota. Its progress goes to ``$COSCHED_PROGRESS_FILE``.
+Its CPU time is the kernel's own count for the process tree (``wait4`` rusage). A job
+still running at (1 + overtime_factor) x its walltime is killed (``timeout``), like Slurm's
+OverTimeLimit; the default (1.0) lets a job overrun by one walltime, where ASA_X's loss
+saturates, so an overrun is measured rather than cut short. Quotas below 1 are
+leased; the backend renews the leases on every controller pass, so if this process dies
+the agents' leases lapse and, on the next start, the agents' state files undo the rest.
+
+Each job runs on one emulated node (``Job.nodes`` must be 1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import psutil
+
+from ..backend import BackendError
+from ..model import Allocation, InvalidInput, Job, MetricsSample, Node
+from ..progress import ENV_VAR as PROGRESS_ENV
+from .book import JobBook
+
+# `kill -STOP $$` holds the job until the agent has moved it into its cgroup.
+_LAUNCHER = ("/bin/sh", "-c", 'kill -STOP $$; exec "$@"', "cosched-job")
+_STOP_WAIT_S = 5.0
+_KILL_GRACE_S = 3.0
+
+
+class CgroupsUnavailable(RuntimeError):
+    """This machine (or user) cannot run the local backend; the message says what is needed."""
+
+
+def check_local_support() -> None:
+    """Raise CgroupsUnavailable with a plain reason when live co-scheduling cannot run here."""
+    if os.name != "posix" or not Path("/proc/self/stat").exists():
+        raise CgroupsUnavailable("the local backend needs Linux (/proc and cgroups)")
+    if os.geteuid() != 0:
+        raise CgroupsUnavailable(
+            "the local backend writes CPU quotas into cgroups, which needs root: run it as root "
+            "(for example `sudo cosched demo`)")
+    v1 = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+    if v1.exists():
+        if not os.access(v1.parent, os.W_OK):
+            raise CgroupsUnavailable(f"{v1.parent} is not writable (read-only cgroup mount?)")
+        return
+    if v2.exists():
+        if "cpu" not in v2.read_text().split():
+            raise CgroupsUnavailable("the cgroup v2 hierarchy has no cpu controller enabled")
+        return
+    raise CgroupsUnavailable("no cgroup cpu controller found (neither v1 cpu.cfs_quota_us nor v2 cpu.max)")
+
+
+@dataclass
+class _Proc:
+    """A running job's process and what the backend measures of it."""
+
+    popen: subprocess.Popen
+    node: str
+    log_path: Path
+    progress_path: Path
+    started_wall: float
+    lease_renewed: float = 0.0
+
+
+@dataclass
+class JobUsage:
+    """What was measured of one job: kernel CPU seconds, and core-seconds it held alone."""
+
+    cpu_seconds: float = 0.0
+    held_core_seconds: float = 0.0   # emulated cores held exclusively, x seconds
+    eligible_at: float | None = None
+
+
+class LocalBackend(JobBook):
+    """Runs jobs as local processes on emulated nodes, quotas applied by node agents."""
+
+    name = "local"
+
+    def __init__(self, nodes: Iterable[Node] | dict[str, int], workdir: str | os.PathLike, *,
+                 cpus: float | None = None, cgroup_base: str | None = None,
+                 lease_s: float = 20.0, agent_interval_s: float = 0.5,
+                 overtime_factor: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__(nodes)
+        if not overtime_factor >= 0:
+            raise InvalidInput(f"local backend: overtime_factor must be >= 0, got {overtime_factor!r}")
+        self.overtime_factor = float(overtime_factor)
+        check_local_support()
+        from monitoring.agent import NodeAgent  # the node side: imported only when used
+
+        real = float(cpus) if cpus is not None else float(len(os.sched_getaffinity(0)))
+        if not real > 0:
+            raise InvalidInput(f"local backend: cpus must be > 0, got {cpus!r}")
+        total = sum(n.cores for n in self._nodes)
+        self.cpu_per_core = real / total
+        self.lease_s = float(lease_s)
+        self.workdir = Path(workdir)
+        for sub in ("logs", "progress", "jobs", "agents"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        self.cgroup_base = cgroup_base or f"cosched-local-{os.getpid()}"
+        self._clock = clock
+        self._t0 = clock()
+        self.usage: dict[str, JobUsage] = {}
+        self._orphaned_at: dict[str, float] = {}
+        self.agents = {}
+        try:
+            for n in self._nodes:
+                self.agents[n.name] = NodeAgent(
+                    cgroup_root=f"{self.cgroup_base}/{n.name}", interval_s=agent_interval_s,
+                    node_cpus=n.cores * self.cpu_per_core, cpu_per_core=self.cpu_per_core,
+                    state_dir=self.workdir / "agents" / n.name,
+                    progress_dir=self.workdir / "progress").start()
+        except Exception:
+            self.close()
+            raise
+
+    # -- workload -------------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        if job.nodes != 1:
+            raise InvalidInput(f"local backend: job {job.job_id} asks for {job.nodes} nodes; "
+                               "each job runs on one emulated node here")
+        if not job.command:
+            raise InvalidInput(f"local backend: job {job.job_id} has no command to run")
+        if max(self._capacity.values()) < job.cores:
+            raise InvalidInput(f"local backend: job {job.job_id} needs {job.cores} cores; "
+                               f"the largest emulated node has {max(self._capacity.values())}")
+        self._submit(job, None)
+        self.usage[job.job_id] = JobUsage()
+
+    # -- Backend interface ----------------------------------------------------------------
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    def queued(self) -> list[Job]:
+        self._reap()
+        jobs = super().queued()
+        now = self.now()
+        for j in jobs:
+            u = self.usage[j.job_id]
+            if u.eligible_at is None:
+                u.eligible_at = now
+        return jobs
+
+    def metrics(self) -> dict[str, MetricsSample]:
+        self._reap()
+        self._renew_leases()
+        out: dict[str, MetricsSample] = {}
+        now = self.now()
+        for jid, run in self._runs.items():
+            try:
+                v = self.agents[run.data.node].job(jid)
+            except Exception:  # the agent lost it: unknown this pass
+                continue
+            if v.get("cpu_percent") is None:
+                continue
+            try:
+                out[jid] = MetricsSample(
+                    job_id=jid, time=now, cpu_percent=v["cpu_percent"],
+                    mem_percent=v.get("mem_percent") or 0.0, tasks_done=v.get("tasks_done") or 0,
+                    tasks_total=v.get("tasks_total"), tasks_per_s=v.get("tasks_per_s"))
+            except InvalidInput:
+                continue
+        return out
+
+    def start(self, job: Job, allocation: Allocation, quota_fraction: float,
+              host_job: str | None = None) -> None:
+        _, q = self._check_start(job, allocation, quota_fraction, host_job)
+        node = allocation.nodes[0]
+        agent = self.agents[node]
+        jid = job.job_id
+        progress = self.workdir / "progress" / f"{jid}.json"
+        log_path = self.workdir / "logs" / f"{jid}.log"
+        jobdir = self.workdir / "jobs" / jid
+        jobdir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, **{PROGRESS_ENV: str(progress), "COSCHED_JOB_ID": jid,
+                                  "COSCHED_CORES": str(job.cores)})
+        with open(log_path, "ab") as log:
+            try:
+                popen = subprocess.Popen(_LAUNCHER + tuple(job.command), env=env, cwd=jobdir,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:
+                raise BackendError(f"cannot start job {jid}: {exc}") from None
+        try:
+            self._wait_stopped(popen.pid)
+            agent.register_job({
+                "job_id": jid, "pids": [popen.pid], "cores": job.cores,
+                "walltime_s": job.walltime_s, "start_time": time.time(),
+                "tasks_total": job.tasks, "job_class": job.job_class,
+                "progress_file": str(progress)})
+            if q < 1.0:
+                agent.set_quota(jid, q, self.lease_s)
+            os.kill(popen.pid, signal.SIGCONT)
+        except Exception as exc:
+            self._kill(popen)
+            try:
+                agent.unregister(jid)
+            except Exception:
+                pass
+            raise BackendError(f"cannot start job {jid} on {node}: {exc}") from None
+        run = self._commit_start(job, allocation, q, host_job,
+                                 _Proc(popen, node, log_path, progress, time.time(), time.time()))
+        self.quota_log.append((run.start, jid, q))
+
+    def set_quota(self, job_id: str, quota_fraction: float) -> None:
+        run = self._runs.get(job_id)
+        if run is None:
+            raise BackendError(f"cannot set the quota of job {job_id}: it is not running")
+        q = self._check_quota(job_id, quota_fraction)
+        agent = self.agents[run.data.node]
+        try:
+            if q >= 1.0:
+                agent.clear_quota(job_id, "full quota given back by the controller")
+            else:
+                agent.set_quota(job_id, q, self.lease_s)
+                run.data.lease_renewed = time.time()
+        except Exception as exc:
+            raise BackendError(f"cannot set the quota of job {job_id}: {exc}") from None
+        run.quota = q
+        self.quota_log.append((self.now(), job_id, q))
+
+    def drain_finished(self):
+        self._reap()
+        return super().drain_finished()
+
+    # -- running --------------------------------------------------------------------------
+    def cancel(self, job_id: str, reason: str = "cancelled by the user") -> None:
+        run = self._runs.get(job_id)
+        if run is None:
+            raise BackendError(f"cannot cancel job {job_id}: it is not running")
+        self._kill(run.data.popen)
+        self._reap(forced={job_id: ("cancelled", reason)})
+
+    def close(self) -> None:
+        """Kill what still runs, give every quota back, remove the cgroups."""
+        for jid in list(self._runs):
+            self._kill(self._runs[jid].data.popen)
+        self._reap(forced={j: ("cancelled", "backend closed") for j in self._runs})
+        for agent in self.agents.values():
+            try:
+                agent.close()
+            except Exception:
+                pass
+        self.agents = {}
+
+    def __enter__(self) -> "LocalBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def cpu_seconds(self) -> float:
+        return sum(u.cpu_seconds for u in self.usage.values())
+
+    def held_core_seconds(self) -> float:
+        return sum(u.held_core_seconds for u in self.usage.values())
+
+    # -- internals ------------------------------------------------------------------------
+    def _wait_stopped(self, pid: int) -> None:
+        deadline = time.monotonic() + _STOP_WAIT_S
+        proc = psutil.Process(pid)
+        while proc.status() != psutil.STATUS_STOPPED:
+            if time.monotonic() > deadline:
+                raise BackendError(f"process {pid} did not reach its start barrier")
+            time.sleep(0.002)
+
+    def _renew_leases(self) -> None:
+        now = time.time()
+        for jid, run in self._runs.items():
+            if run.quota < 1.0 and now - run.data.lease_renewed > self.lease_s / 3:
+                try:
+                    self.agents[run.data.node].set_quota(jid, run.quota, self.lease_s)
+                    run.data.lease_renewed = now
+                except Exception:
+                    pass  # the lease lapses: the host gets its full quota: safe
+
+    def _reap(self, forced: dict[str, tuple[str, str]] | None = None) -> None:
+        """Collect ended processes (and kill those past their walltime)."""
+        forced = dict(forced or {})
+        now = self.now()
+        for jid, run in list(self._runs.items()):
+            popen = run.data.popen
+            if jid not in forced and now - run.start > run.job.walltime_s * (1 + self.overtime_factor):
+                self._kill(popen)
+                forced[jid] = ("timeout", f"killed at {1 + self.overtime_factor:g} x its walltime")
+            try:
+                pid, status, rusage = os.wait4(popen.pid, 0 if jid in forced else os.WNOHANG)
+            except ChildProcessError:
+                pid, status, rusage = popen.pid, 0, None
+            if pid == 0:
+                continue
+            popen.returncode = os.waitstatus_to_exitcode(status)
+            if jid in forced:
+                state, reason = forced[jid]
+            elif popen.returncode == 0:
+                state, reason = "completed", ""
+            else:
+                state, reason = "failed", f"exit code {popen.returncode} (log: {run.data.log_path})"
+            self._account(jid, run, rusage, now)
+            try:
+                self.agents[run.data.node].unregister(jid)
+            except Exception:
+                pass
+            self._end(jid, state, reason, end_time=now)
+
+    def _account(self, jid: str, run, rusage, now: float) -> None:
+        u = self.usage[jid]
+        if rusage is not None:
+            u.cpu_seconds = rusage.ru_utime + rusage.ru_stime
+        held_from = run.start if run.host is None and jid not in self._orphaned_at else \
+            self._orphaned_at.get(jid)
+        if held_from is not None:
+            u.held_core_seconds += (now - held_from) * run.job.cores
+        if run.host is None:
+            for g in run.guests:   # guests hold these cores alone from now on
+                self._orphaned_at[g] = now
+
+    @staticmethod
+    def _kill(popen: subprocess.Popen) -> None:
+        """SIGTERM the job's process group, SIGKILL it after a grace period."""
+        try:
+            os.killpg(popen.pid, signal.SIGCONT)   # a stopped group cannot handle SIGTERM
+            os.killpg(popen.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + _KILL_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(popen.pid, 0)
+            except ProcessLookupError:
+                return
+            try:
+                if os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    break
+            except ChildProcessError:
+                return
+            time.sleep(0.05)
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+__all__ = ["CgroupsUnavailable", "JobUsage", "LocalBackend", "check_local_support"]

@@ -1,0 +1,115 @@
+"""``cosched demo``: live co-scheduling of real workflow stages on this machine.
+
+Runs one Montage-, BLAST-, Statistics- and Synthetic-like workflow under space sharing,
+Static 50 % and ASA_X, on emulated nodes (cgroups) with real CPU quotas, then compares
+what was measured and shows where the learned expert weights went.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from ..backends.local import CgroupsUnavailable, check_local_support
+from ..demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs, run_policy
+from ..model import InvalidInput
+from ._common import echo_json
+
+DEFAULT_SCALE = 0.02
+
+
+def _progress(stream):
+    last = [0.0]
+
+    def show(policy, backend, controller) -> None:
+        now = time.monotonic()
+        if now - last[0] < 1.0 or not stream.isatty():
+            return
+        last[0] = now
+        running = backend.running()
+        guests = sum(1 for r in running if r.host_job)
+        done = len(backend.history)
+        total = done + len(running) + len(backend._waiting)
+        stream.write(f"\r  {policy:<14} t={backend.now():5.0f}s  running {len(running)} "
+                     f"({guests} guest{'s' if guests != 1 else ''})  done {done}/{total}   ")
+        stream.flush()
+
+    return show
+
+
+@click.command()
+@click.option("--scale", type=float, default=DEFAULT_SCALE, show_default=True,
+              help="Work per task relative to the paper's workflows.")
+@click.option("--policies", default=",".join(DEMO_POLICIES), show_default=True,
+              help="Comma-separated: space-sharing, static, asax.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="ASA_X state database (default: demo-state.db in the work folder).")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where jobs write files, logs and progress (default: a new temp folder).")
+@click.option("--seed", type=int, default=0, show_default=True, help="ASA_X's seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, seed: int,
+         as_json: bool) -> None:
+    """Co-schedule real workloads live on this machine under each policy (a few minutes)."""
+    try:
+        check_local_support()
+    except CgroupsUnavailable as exc:
+        raise click.ClickException(
+            f"cosched demo runs real jobs under real cgroup CPU quotas and cannot run here: {exc}.\n"
+            "Without root and cgroups you can still compare the policies in virtual time: "
+            "`cosched simulate swf TRACE` replays a trace with the classic queue policies.") from None
+    chosen = [p.strip() for p in policies.split(",") if p.strip()]
+    bad = [p for p in chosen if p not in DEMO_POLICIES]
+    if bad or not chosen:
+        raise click.BadParameter(f"unknown policy {bad or policies!r}; choose from {', '.join(DEMO_POLICIES)}",
+                                 param_hint="--policies")
+    if not 0 < scale <= 1:
+        raise click.BadParameter(f"must lie in (0, 1], got {scale}", param_hint="--scale")
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="cosched-demo-"))
+    db = db or workdir / "demo-state.db"
+    from ..store import SqliteStore
+
+    err = sys.stderr
+    if not as_json:
+        click.echo(f"coscheduler demo: {len(DEMO_NODES)} emulated nodes x "
+                   f"{max(DEMO_NODES.values())} cores on this machine; work in {workdir}", err=True)
+    runs = []
+    try:
+        for policy in chosen:
+            jobs = demo_jobs(scale, workdir / policy)
+            store = SqliteStore(db, create=True) if policy == "asax" else None
+            try:
+                runs.append(run_policy(policy, jobs, workdir / policy, recorder=store, seed=seed,
+                                       on_tick=None if as_json else _progress(err)))
+            finally:
+                if store is not None:
+                    store.close()
+            if not as_json:
+                r = runs[-1]
+                err.write(f"\r  {policy:<14} done in {r.makespan_s:.0f} s: {r.completed}/{r.jobs} "
+                          f"jobs completed, {r.coallocations} co-allocated" + " " * 20 + "\n")
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    add_slowdowns(runs)
+    if as_json:
+        echo_json({"mode": "live", "workdir": str(workdir), "db": str(db),
+                   "results": [r.summary() for r in runs]})
+        return
+    click.echo("")
+    click.echo(f"{'policy':<14} {'makespan':>9} {'mean wait':>10} {'CPU util':>9} "
+               f"{'slowdown':>9} {'co-alloc':>9}")
+    for r in runs:
+        slow = "-" if r.mean_slowdown is None else f"{r.mean_slowdown * 100:+.1f}%"
+        click.echo(f"{r.policy:<14} {r.makespan_s:>8.1f}s {r.mean_wait_s:>9.1f}s "
+                   f"{r.cpu_util * 100:>8.1f}% {slow:>9} {r.coallocations:>9}")
+    click.echo("\nCPU util: kernel CPU time over the capacity of the held cores; slowdown: "
+               "runtime vs the same job under space sharing.")
+    if "asax" in chosen:
+        from .experts import show
+
+        click.echo(f"\nWhere ASA_X's expert weights went (cosched experts show --db {db}):\n")
+        click.get_current_context().invoke(show, db=db, job_class=None, as_json=False)
