@@ -233,6 +233,10 @@ class NodeAgent:
             js = self._get(job_id)
             if js.status != "running":
                 raise Conflict(f"job {job_id} is {js.status}; no quota can be set")
+            if self._sample_only(js.spec):
+                raise Conflict(f"job {job_id} lives in the batch system's cgroup {js.spec.batch_cgroup} "
+                               "on cgroup v2; the agent samples it but cannot set its quota "
+                               "without writing outside its own cgroup root")
             lease_s = self.leases.check_lease_s(lease_s)
             previous = (js.fraction, js.quota_reason)
             js.fraction = f
@@ -423,6 +427,11 @@ class NodeAgent:
             raise UnknownJob(f"no job {job_id!r} is registered on this node")
         return js
 
+    def _sample_only(self, spec: JobSpec) -> bool:
+        """On cgroup v2 there is one hierarchy: moving a batch job's processes into our
+        cgroup would take them out of the batch system's. Such jobs are sampled only."""
+        return spec.batch_cgroup is not None and self.layout.version == 2
+
     def _desired_quota(self, js: JobState) -> int | None:
         return job_quota_us(js.fraction, js.spec.cores, self.cpu_per_core, self.period_us,
                             self.node_quota_us, cap_full=self.node_quota_us is not None)
@@ -488,7 +497,7 @@ class NodeAgent:
         totals = collect.totals(procs, io)
         usage_ns, usage_src = None, None
         if spec.batch_cgroup:
-            usage_ns = _read_int(Path(spec.batch_cgroup) / "cpuacct.usage")
+            usage_ns = collect.batch_usage_ns(Path(spec.batch_cgroup))
             usage_src = "batch"
         elif live:
             # The cgroup counter is exact (it keeps the time of processes that exited) but
@@ -504,7 +513,8 @@ class NodeAgent:
         prog = collect.read_progress_file(spec.progress_file)
         # throttling happens only under a limit: skip the read for unlimited jobs
         thr = self.actuator.throttling(jid) if quota_set else None
-        return {"members": live, "to_move": live - in_cg, "totals": totals, "io": io, "usage_ns": usage_ns,
+        to_move = set() if self._sample_only(spec) else live - in_cg
+        return {"members": live, "to_move": to_move, "totals": totals, "io": io, "usage_ns": usage_ns,
                 "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
                 "throttling": thr, "time": time.monotonic(), "wall": now}
 
@@ -524,10 +534,11 @@ class NodeAgent:
         if not js.members:
             self._finish(js, now)
             return True
-        try:
-            self._apply(js, verify=True)  # re-assert: writes only when the kernel drifted
-        except CgroupError as e:
-            log.error("job %s: quota not applied: %s", jid, e)
+        if not self._sample_only(js.spec):
+            try:
+                self._apply(js, verify=True)  # re-assert: writes only when the kernel drifted
+            except CgroupError as e:
+                log.error("job %s: quota not applied: %s", jid, e)
         self._update_sample(js, obs)
         return changed
 
@@ -619,13 +630,20 @@ class NodeAgent:
             pids = sorted(collect.cgroup_tree_pids(d))
             if not pids:
                 continue
-            cores = collect.cpuset_cores(Path(str(d).replace(str(mount), "/sys/fs/cgroup/cpuset", 1))) or 1
+            if self.layout.version == 2:
+                cores = collect.cpuset_cores(d)
+            else:  # v1: the job's cpuset lives in the cpuset hierarchy, same relative path
+                cpuset = Path(str(mount)).parent / "cpuset" / d.relative_to(mount)
+                cores = collect.cpuset_cores(cpuset)
+            cores = cores or 1
             spec = JobSpec(job_id=slurm_id, cores=float(cores), pids=tuple(pids), source="slurm",
                            batch_cgroup=str(d),
                            progress_file=str(Path(os.path.realpath(self.progress_dir)) / f"{slurm_id}.json"))
             js = JobState(spec=spec, registered_at=time.time())
             js.event(time.time(), f"discovered in {d}")
             self._jobs[slurm_id] = js
+            if self._sample_only(spec):
+                continue
             try:
                 self.actuator.ensure_job(slurm_id)
                 self._apply(js)

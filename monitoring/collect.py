@@ -278,13 +278,28 @@ def cgroup_tree_pids(d: Path) -> set[int]:
     return pids
 
 
+def batch_usage_ns(d: Path) -> int | None:
+    """CPU time of a batch-system cgroup: v1 ``cpuacct.usage`` or v2 ``cpu.stat``."""
+    raw = read_small(str(d / "cpuacct.usage"))
+    if raw:
+        return int(raw)
+    raw = read_small(str(d / "cpu.stat"))
+    for line in (raw or b"").splitlines():
+        if line.startswith(b"usage_usec "):
+            return int(line.split()[1]) * 1000
+    return None
+
+
 def cpuset_cores(d: Path) -> int | None:
     """Cores in a cpuset list such as ``0-3,8`` read from ``cpuset.cpus`` (None if absent)."""
-    try:
-        text = (d / "cpuset.cpus").read_text().strip() or (d / "cpuset.cpus.effective").read_text().strip()
-    except OSError:
-        return None
-    return count_cpu_list(text)
+    for name in ("cpuset.cpus.effective", "cpuset.cpus"):
+        try:
+            text = (d / name).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return count_cpu_list(text)
+    return None
 
 
 def count_cpu_list(text: str) -> int | None:

@@ -190,3 +190,32 @@ def test_v2_real_cgroup2_quota_where_kernel_allows(procs, tmp_path):
         assert 0.10 <= share <= 0.25
     finally:
         agent.close()
+
+
+def test_v2_mimic_slurm_discovery_is_sampled_not_moved(mimic, procs, tmp_path):
+    """MIMIC v2 directory holding a Slurm-like job cgroup: the agent finds the job by itself,
+    reads its cores from the cpuset and its CPU from cpu.stat, and never moves its processes
+    (on v2 that would take them out of Slurm's cgroup), so it refuses a quota, saying why."""
+    from monitoring.agent import Conflict
+
+    job = mimic.mount / "system.slice" / "slurmstepd.scope" / "job_42"
+    job.mkdir(parents=True)
+    p = procs(SLEEPY)
+    (job / "cgroup.procs").write_text(f"{p.pid}\n")
+    (job / "cpuset.cpus.effective").write_text("0-3\n")
+    (job / "cpu.stat").write_text("usage_usec 5000000\n")
+    agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=True,
+                      state_dir=tmp_path / "s")
+    try:
+        agent.tick()
+        j = agent.job("42")
+        assert j["source"] == "slurm" and j["cores"] == 4 and p.pid in j["pids"]
+        (job / "cpu.stat").write_text("usage_usec 6000000\n")
+        agent.tick()
+        assert agent.job("42")["cpu_source"] == "batch"
+        assert (job / "cgroup.procs").read_text().split() == [str(p.pid)]  # not moved
+        assert not (mimic.mount / "cosched" / "42").exists()
+        with pytest.raises(Conflict, match="cannot set its quota"):
+            agent.set_quota("42", 0.5, 10)
+    finally:
+        agent.close()
