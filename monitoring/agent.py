@@ -80,7 +80,7 @@ class NodeAgent:
                  max_lease_s: float = DEFAULT_MAX_LEASE_S,
                  finished_retention_s: float = 300.0,
                  progress_window_s: float = 60.0,
-                 discover_slurm: bool = False, io_every: int = 5,
+                 discover_slurm: bool = False, io_every: int = 5, start_grace_s: float = 60.0,
                  cgroup_version: int | None = None,
                  layout: Layout | None = None, fs: CgroupFS | None = None):
         if not interval_s > 0:
@@ -98,6 +98,9 @@ class NodeAgent:
         # I/O byte counters change slowly and cost one more file per process: read them
         # every io_every ticks (and at once for a new process).
         self.io_every = max(1, int(io_every))
+        # a job registered before its processes start (pids []) is not "finished" while empty
+        # for this long
+        self.start_grace_s = start_grace_s
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.progress_dir = Path(progress_dir) if progress_dir else self.state_dir / "progress"
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -198,6 +201,7 @@ class NodeAgent:
                 pid, why = next(iter(res.failed.items()))
                 raise InvalidInput(f"job {spec.job_id}: pid {pid} cannot be moved into a cgroup: {why}")
             js.members |= set(res.moved)
+            js.seen_processes = js.seen_processes or bool(js.members)
             if res.failed:
                 js.event(now, f"could not move pid(s) {sorted(res.failed)}")
             self._save()
@@ -531,9 +535,13 @@ class NodeAgent:
             self._files.forget(f"/proc/{pid}/")
         js.members = set(obs["members"])
         self._io[jid] = obs["io"]
-        if not js.members:
+        if js.members:
+            js.seen_processes = True
+        elif js.seen_processes or now - js.registered_at > self.start_grace_s:
             self._finish(js, now)
             return True
+        else:
+            return changed  # still waiting for the job to start in its cgroup
         if not self._sample_only(js.spec):
             try:
                 self._apply(js, verify=True)  # re-assert: writes only when the kernel drifted
@@ -697,6 +705,7 @@ class NodeAgent:
             js = JobState(spec=spec, registered_at=now, status=status,
                           quota_reason="full quota restored after agent restart")
             js.members = set(pids)
+            js.seen_processes = True
             js.event(now, f"adopted after restart (previous agent pid {report.get('previous_pid')})")
             if status == "released":
                 js.finished_at = now
@@ -740,6 +749,7 @@ class NodeAgent:
             "job_class": js.spec.job_class, "progress_file": js.spec.progress_file,
             "mem_mb": js.spec.mem_mb,
             "cgroup": str(self.actuator.cpu.job(js.spec.job_id)),
+            "cgroup_procs": self.actuator.procs_files(js.spec.job_id),
             "registered_at": js.registered_at, "finished_at": js.finished_at,
             "events": list(js.events)[-5:],
         }

@@ -180,6 +180,14 @@ class Actuator:
         if self.acct is not None:
             self._mkdir(self.acct.job(job))
 
+    def procs_files(self, job: str) -> list[str]:
+        """The cgroup.procs files a launcher writes its own pid into to start a job inside
+        the job's cgroups (see monitoring.launch.enter_cgroups)."""
+        out = [self._p(job, "cgroup.procs")]
+        if self.acct is not None:
+            out.append(self._p(job, "cgroup.procs", acct=True))
+        return out
+
     def has_job(self, job: str) -> bool:
         return self.fs.is_dir(self.cpu.job(job))
 

@@ -110,9 +110,10 @@ def parse_registration(body: object, progress_dir: Path, *, forbidden_pids: set[
     if unknown:
         raise InvalidInput(f"registration: unknown field(s) {unknown}; known: {sorted(allowed)}")
     job_id = validate_job_id(body.get("job_id"))
-    pids = check_pids(body.get("pids", []), forbidden=forbidden_pids)
-    if not pids:
-        raise InvalidInput(f"job {job_id}: pids must list at least one process")
+    if "pids" not in body:
+        raise InvalidInput(f"job {job_id}: pids is required (a list; [] to start the job in "
+                           "its cgroup afterwards, see cgroup_procs)")
+    pids = check_pids(body["pids"], forbidden=forbidden_pids)
     cores = check_finite(body.get("cores"), f"job {job_id}: cores")
     if cores is None or not 0 < cores <= MAX_CORES:
         raise InvalidInput(f"job {job_id}: cores must be > 0 and <= {MAX_CORES}, got {body.get('cores')!r}")
@@ -190,6 +191,7 @@ class JobState:
     sample: dict[str, Any] = field(default_factory=dict)
     events: collections.deque = field(default_factory=lambda: collections.deque(maxlen=20))
     apply_error: str | None = None
+    seen_processes: bool = False  # a job registered with no pids waits for its first one
 
     def event(self, now: float, what: str) -> None:
         self.events.append({"time": round(now, 3), "event": what})

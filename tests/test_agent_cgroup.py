@@ -258,6 +258,27 @@ def test_emulated_node_caps_real_cpu(make_agent, procs, cg_root):
     assert 0.2 <= s <= 0.36, f"two busy jobs on a 0.3-CPU node measured {s:.2f} CPUs"
 
 
+def test_job_started_inside_its_cgroup_by_task_id(make_agent, procs, cg_root):
+    """A job registered before it starts (pids []) and launched straight into its cgroup:
+    waiting is not finishing; its processes are found by the cgroup of its id."""
+    from monitoring.launch import enter_cgroups
+
+    agent = make_agent()
+    view = agent.register_job({"job_id": "task-7", "pids": [], "cores": 1})
+    agent.tick()
+    assert agent.job("task-7")["status"] == "running"  # not finished while waiting
+    p = procs(SLEEPY, preexec_fn=enter_cgroups(view["cgroup_procs"]))
+    assert str(p.pid) in (CPU / cg_root / "task-7" / "cgroup.procs").read_text().split()
+    assert str(p.pid) in (ACCT / cg_root / "task-7" / "cgroup.procs").read_text().split()
+    agent.tick()
+    j = agent.job("task-7")
+    assert j["pids"] == [p.pid] and j["nprocs"] == 1
+    p.kill()
+    p.wait()
+    agent.tick()
+    assert agent.job("task-7")["status"] == "finished"
+
+
 def test_finished_job_cgroup_removed_last_sample_kept(make_agent, procs, cg_root):
     agent = make_agent()
     p = procs(SLEEPY)
