@@ -17,6 +17,7 @@ Conventions every backend follows:
   runs on cores inside its host's allocation and reports ``host_job``; when its host ends
   first it keeps running on those cores alone and is reported with ``host_job=None`` from
   then on (the controller then gives it its full quota). A host lists its ``guest_jobs``.
+  ``quota_fraction`` is the quota last applied (the controller re-asserts what differs).
 - ``start`` gang-starts a job on exactly the given allocation; ``set_quota`` sets the CPU
   quota fraction of a running job over its own allocation (1.0 = all its cores). A host
   sharing ``c`` of its ``C`` cores at fraction ``a`` has quota ``1 - a * c / C``.

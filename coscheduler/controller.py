@@ -9,6 +9,9 @@ of the Kubernetes scheduler framework:
    gives its guests full quota; a job that ran alone records its class's alone runtime;
    a failed or cancelled host or guest resolves its decisions as ``cancelled`` with the
    reason (never lost, never silently dropped).
+   Then the running jobs are read and quotas reconciled: every job that is not a guest
+   should hold ``1 - lent / cores`` (1.0 without guests); where the backend reports
+   otherwise (a failed write, a restart that missed an end) it is set again.
 2. metrics: the latest sample per job; a missing or invalid one is "unknown" (Hp None).
    A host whose Hp already shows it cannot finish in time gets its loss early
    (``projected``), as DESIGN.md allows.
@@ -180,7 +183,6 @@ class Controller:
         self._was_guest: set[str] = set()     # guests never host (even after their host ends)
         self._cooldown: dict[tuple[str, str], float] = {}   # (guest, host) -> until
         self._attempts: dict[str, int] = {}
-        self._quota_retry: dict[str, float] = {}            # quotas that failed to apply
         self._unplaceable: set[str] = set()
         self._dirty_classes: set[str] = set()
         self.passes = 0
@@ -249,7 +251,6 @@ class Controller:
             return PassReport(time=math.nan, errors=[f"backend.now() failed: {exc}"])
         report = PassReport(time=now)
         self.passes += 1
-        self._retry_quotas(report)
         self._drain(now, report)
         try:
             running = self.backend.running()
@@ -262,6 +263,7 @@ class Controller:
             return report
         self._last = {rj.job_id: rj for rj in running}
         self._resolve_vanished_hosts(now, report)
+        self._reconcile_quotas(running, report)
         samples = self._read_metrics(report)
         self._early_losses(samples, now, report)
         ordered = self.queue_order([j for j in queued if j.job_id not in self._last], now)
@@ -299,8 +301,7 @@ class Controller:
                 continue
             self._by_guest.pop(d.guest_job, None)
             if job is None:
-                self._cancel(did, when, f"host {o.job_id} ended ({o.state}) while its job "
-                             "was unknown to this controller; walltime unknown", report)
+                self._finish_unknown_host(d, o, when, report)
             elif o.state == "completed":
                 alone = self.recorder.alone_runtime(job.job_class)
                 loss = hp.host_loss(o.runtime_s, job.walltime_s, alone)
@@ -336,7 +337,31 @@ class Controller:
         self._was_guest.discard(o.job_id)
         self._unplaceable.discard(o.job_id)
         self._attempts.pop(o.job_id, None)
-        self._quota_retry.pop(o.job_id, None)
+
+    def _finish_unknown_host(self, d: Decision, o: Outcome, when: float,
+                             report: PassReport) -> None:
+        """A host ended before this (restarted) controller saw it run: its Job is not at
+        hand, but the decision knows its class and its elapsed share of walltime when the
+        decision was made, which give the walltime back: (t_d - start) / elapsed_fraction."""
+        if o.state not in ("completed", "timeout"):
+            self._cancel(d.decision_id, when, f"host {o.job_id} {o.state}: {o.reason}".rstrip(": "), report)
+            return
+        ef = d.state.elapsed_fraction
+        walltime = (d.time - o.start_time) / ef if ef > 0 and d.time > o.start_time else None
+        alone = self.recorder.alone_runtime(d.job_class)
+        if o.state == "timeout":
+            self._observe(d, 1.0, "walltime", when, report, host_runtime_s=o.runtime_s,
+                          host_walltime_s=walltime, note="host hit its walltime")
+        elif alone is not None and alone > 0:
+            self._observe(d, hp.host_loss(o.runtime_s, walltime or 1.0, alone), "degradation", when,
+                          report, host_runtime_s=o.runtime_s, host_walltime_s=walltime)
+        elif walltime is not None:
+            self._observe(d, hp.host_loss(o.runtime_s, walltime), "walltime", when, report,
+                          host_runtime_s=o.runtime_s, host_walltime_s=walltime,
+                          note="walltime recovered from the decision's elapsed share")
+        else:
+            self._cancel(d.decision_id, when, f"host {o.job_id} ended before this controller "
+                         "saw it run; its walltime is unknown", report)
 
     def _resolve_vanished_hosts(self, now: float, report: PassReport) -> None:
         """A host with pending decisions that is neither running nor reported finished (it
@@ -676,14 +701,30 @@ class Controller:
     def _set_quota(self, job_id: str, q: float, report: PassReport) -> None:
         try:
             self.backend.set_quota(job_id, q)
-            self._quota_retry.pop(job_id, None)
-        except Exception as exc:  # noqa: BLE001 - retried at the start of the next pass
-            self._quota_retry[job_id] = q
+        except Exception as exc:  # noqa: BLE001 - _reconcile_quotas retries next pass
             report.errors.append(f"set_quota({job_id}, {q:.3f}) failed: {exc}")
 
-    def _retry_quotas(self, report: PassReport) -> None:
-        for job_id, q in list(self._quota_retry.items()):
-            self._set_quota(job_id, q, report)
+    def _reconcile_quotas(self, running: list[RunningJob], report: PassReport) -> None:
+        """Every job that is not a guest should hold ``1 - lent / cores`` (1.0 without
+        guests): re-assert it where the backend reports otherwise. This retries quota
+        writes that failed, and after a restart gives full quota back to hosts whose guests
+        ended and to guests whose host ended while no controller was watching."""
+        by_id = self._last
+        for rj in running:
+            if rj.host_job is not None and rj.host_job in by_id:
+                continue
+            lent = 0.0
+            for g in rj.guest_jobs:
+                grj = by_id.get(g)
+                if grj is not None and grj.host_job == rj.job_id:
+                    lent += grj.quota_fraction * grj.job.cores
+            try:
+                want = host_quota_fraction(rj.job.cores, lent)
+            except InvalidInput:
+                want = 1.0  # guests claim more than the host has: the host comes first
+            if abs(rj.quota_fraction - want) > 1e-9:
+                self._set_quota(rj.job_id, want, report)
+                self._last[rj.job_id] = _replace(rj, quota_fraction=want)
 
     def _expire_cooldowns(self, now: float) -> None:
         if len(self._cooldown) > 4096 or self.passes % 64 == 0:

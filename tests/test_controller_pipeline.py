@@ -456,3 +456,24 @@ def test_a_failing_policy_does_not_stop_the_pass():
     r = c.step()
     assert any("policy" in e and "bug" in e for e in r.errors)
     assert r.coallocated == 0 and r.reservation is not None
+
+
+def test_reconcile_gives_an_orphaned_guest_full_quota_after_a_restart():
+    b, c = host_and_guest(Static(), host_profile=Profile(20.0, 0.3, 20),
+                          guest_profile=Profile(200.0, 0.3, 20), guest_walltime=400.0)
+    assert c.step().coallocated == 1
+    b.advance(50.0)                      # the host ends while no controller watches
+    c2 = Controller(b, Static())         # a fresh controller: it never saw the pair
+    assert b.quota_of("g") == 0.5
+    c2.step()
+    assert b.quota_of("g") == 1.0
+
+
+def test_a_failed_quota_restore_is_retried_next_pass():
+    b, c = host_and_guest(Static(), guest_profile=Profile(10.0, 0.3, 20))
+    c.step()
+    b.inject_quota_errors("h", 1)
+    b.advance(20.0)                      # the guest ends; restoring the host fails once
+    r = c.step()
+    assert any("set_quota(h" in e for e in r.errors)
+    assert b.quota_of("h") == 1.0        # re-asserted in the same pass by reconciliation
