@@ -137,19 +137,41 @@ def measure(jobs: int, seconds: float, interval: float, requests: int) -> dict:
         }
         c.close()
     finally:
-        agent.send_signal(signal.SIGTERM)
-        try:
-            agent.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            agent.kill()
+        # the jobs end first, so that the agent's clean stop finds empty cgroups to remove
         spawner.send_signal(signal.SIGTERM)
         try:
             os.killpg(spawner.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         spawner.wait()
+        time.sleep(0.2)
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        _remove_scratch_root(rel)
     out["quota_latency_ms"].update(_inprocess_latency(requests, tmp))
     return out
+
+
+def _remove_scratch_root(rel: str) -> None:
+    """Last resort: remove the bench's own scratch cgroups if the agent left any."""
+    from monitoring.cgroupfs import detect_layout
+
+    lay = detect_layout()
+    for mount in {lay.cpu_mount, lay.acct_mount} - {None}:
+        root = Path(mount) / rel
+        if root.is_dir():
+            for d in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+            try:
+                root.rmdir()
+            except OSError:
+                click.echo(f"warning: could not remove {root}", err=True)
 
 
 def _inprocess_latency(requests: int, tmp: Path) -> dict:
