@@ -120,6 +120,42 @@ def test_blast_merge_consumes_the_map_outputs_through_a_shared_workdir(tmp_path)
     assert [p for p in work.rglob("*") if p.is_file()] == []
 
 
+def test_a_workflows_job_commands_run_end_to_end(tmp_path):
+    """The Job commands themselves, in dependency order, sharing a workdir (BLAST hand-off)."""
+    from testbed.workloads import workflow_jobs
+    jobs = workflow_jobs("blast", 2, 0.0005, workdir=tmp_path, id_prefix="b1")
+    for job in jobs:
+        progress = tmp_path / f"{job.job_id}.progress"
+        env = dict(os.environ, COSCHED_PROGRESS_FILE=str(progress))
+        proc = subprocess.run(list(job.command), env=env, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        p = read_progress(progress)
+        assert (p.done, p.total) == (job.tasks, job.tasks)
+        if job.job_class == "blast/blastall":
+            assert len(list((tmp_path / "b1" / "blast-hits").glob("*.dat"))) == 120
+    assert [p for p in (tmp_path / "b1").rglob("*.dat")] == []  # merged and consumed
+
+
+def test_killing_the_stage_kills_its_workers(tmp_path):
+    import psutil
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "synthetic",
+         "--stage", "compute", "--workers", "2", "--scale", "0.05", "--workdir", str(tmp_path)])
+    try:
+        deadline = time.time() + 20
+        kids: list = []
+        while time.time() < deadline and len(kids) < 2:
+            kids = psutil.Process(proc.pid).children()
+            time.sleep(0.02)
+        assert len(kids) == 2
+    finally:
+        proc.kill()  # SIGKILL: no cleanup code runs in the main process
+        proc.wait()
+    gone, alive = psutil.wait_procs(kids, timeout=5)
+    assert alive == [], "workers outlived their stage"
+
+
 def test_sigterm_stops_the_stage_and_cleans_up(tmp_path):
     progress = tmp_path / "p.json"
     work = tmp_path / "w"

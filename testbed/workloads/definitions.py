@@ -180,7 +180,8 @@ def _montage() -> WorkflowSpec:
 def _blast() -> WorkflowSpec:
     # The instance's blastall reads a 5 GB database; here each map worker keeps a database
     # shard in memory (buffer_mb, scaled) and searches it, and writes a hit table that the
-    # reduce stage merges (handed off through a shared --workdir, else stand-ins).
+    # reduce stage merges (handed off through a shared --workdir, else stand-ins). Only the
+    # merged result is fsync'ed: BLAST is CPU-bound, its hit tables are small.
     map_tasks = _measured("blast", "blastall")["tasks"] * SIZE_FACTOR
     return WorkflowSpec(
         name="blast",
@@ -188,10 +189,10 @@ def _blast() -> WorkflowSpec:
         stages=(
             StageSpec("blastall", StageType.PARALLEL, (
                 _from_instance("blast", "split_fasta", parallel=False, files_in=1, mb_in=0.5,
-                               files_out=4, mb_out=0.5),
+                               files_out=4, mb_out=0.5, fsync_outputs=0),
                 _from_instance("blast", "blastall", parallel=True, files_in=1, mb_in=0.05,
                                files_out=1, mb_out=0.5, buffer_mb=256.0, rounds=2,
-                               handoff_out="blast-hits"),
+                               fsync_outputs=0, handoff_out="blast-hits"),
             )),
             StageSpec("cat_blast", StageType.SEQUENTIAL, (
                 _from_instance("blast", "cat_blast", parallel=False, kind="merge",

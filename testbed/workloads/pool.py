@@ -8,6 +8,8 @@ main process. One worker runs inline, in the main process.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing as mp
 import os
 import queue
@@ -22,9 +24,24 @@ class TaskFailed(RuntimeError):
     """A task raised: the message carries the worker's traceback."""
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the stage's main process dies (best effort)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the getppid() check below still stops an idle orphan
+
+
 def _worker_main(runner: Runner, worker: int, parent: int, tasks: mp.Queue, results: mp.Queue) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    _die_with_parent()
+    if os.getppid() != parent:  # died before prctl took effect
+        return
     try:
         runner.setup(worker)
     except BaseException:
