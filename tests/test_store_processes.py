@@ -28,8 +28,8 @@ def writer(path: str, k: int, barrier, spans) -> None:
     lrn = AsaxLearner(LearnerConfig(fitted_expert=False, risk_threshold=0.2),
                       next_decision_id=k * 100_000 + 1)
     barrier.wait()                       # both processes create/open the file at once
+    start = time.monotonic()
     with SqliteStore(path, create=True) as store:
-        start = time.monotonic()
         for i in range(PER_WRITER):
             job_class = f"writer{k}/class{i % 3}"
             d = lrn.decide(HostState(job_class, i % 100, 50, "parallel", 0.5, 1.2),
