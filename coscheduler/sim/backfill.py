@@ -36,9 +36,15 @@ def shadow_time(
     the engine rules out by checking every job against the machine size first.
     """
     avail = free
-    for est_end, job in running_est:
+    count = len(running_est)
+    for k, (est_end, job) in enumerate(running_est):
         avail += need[job]
         if avail >= head_need:
+            # Jobs with the same estimated end free their nodes at that instant too.
+            k += 1
+            while k < count and running_est[k][0] == est_end:
+                avail += need[running_est[k][1]]
+                k += 1
             return est_end, avail - head_need
     raise ValueError(f"a job needing {head_need} nodes can never fit ({avail} nodes in all)")
 

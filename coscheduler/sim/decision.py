@@ -70,6 +70,8 @@ class QueueState:
 
     def start(self, job: int, now: float, started: list[int]) -> None:
         """Start a job now (the caller checked that it fits); record it in ``started``."""
+        if self.need[job] > self.free:  # a broken rule must not over-allocate silently
+            raise RuntimeError(f"job {job} needs {self.need[job]} nodes, {self.free} free")
         self.free -= self.need[job]
         est_end = self.est_end[job] = now + self.estimate[job]
         insort(self.running_est, (est_end, job))

@@ -13,6 +13,7 @@ The loop keeps per-job state in plain lists and a heap of end events, so replayi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from typing import Callable, Protocol, Sequence
@@ -42,7 +43,8 @@ class Schedule:
     end: list[float]
     # Under EASY: the shadow time each job got when it first became the blocked head.
     reservation: dict[int, float] = field(default_factory=dict)
-    decisions: int = 0
+    decisions: int = 0  # decision points visited
+    finished: int = 0  # end events processed: equals the number of jobs
 
 
 def _validate(jobs: Sequence[JobRecord], cluster: Cluster) -> None:
@@ -92,8 +94,8 @@ def simulate(
         estimate=[j.estimate for j in jobs],
         need=[-(-p // ppn) for p in procs],
     )
-    start = [0.0] * n
-    end = [0.0] * n
+    start = [math.nan] * n
+    end = [math.nan] * n
     arrivals = sorted(range(n), key=submit.__getitem__)  # stable: ties keep trace order
     ends: list[tuple[float, int]] = []  # heap of (end time, job)
     next_arrival = 0
@@ -124,4 +126,8 @@ def simulate(
             report_at = finished + progress_every
     if progress is not None:
         progress(finished)
-    return Schedule(start=start, end=end, reservation=state.reservation, decisions=decisions)
+    if finished != n or state.waiting():
+        # Cannot happen with validated input; a broken invariant must not pass silently.
+        raise RuntimeError(f"simulation ended with {n - finished} of {n} jobs not finished")
+    return Schedule(start=start, end=end, reservation=state.reservation,
+                    decisions=decisions, finished=finished)

@@ -108,12 +108,12 @@ def _leading_int(path: str, line_no: int, key: str, value: str) -> int:
     return int(m.group(1))
 
 
-def _parse_fields(fields: list[str]) -> list[float] | str:
+def _check_fields(fields: list[str]) -> list[float] | str:
     """The 18 numbers of a job line, or the reason the line is malformed."""
     if len(fields) != SWF_FIELDS:
         return f"expected {SWF_FIELDS} fields, found {len(fields)}"
     try:
-        values = [float(x) for x in fields]
+        values = list(map(float, fields))
     except ValueError:
         for name, text in zip(_FIELD_NAMES, fields):
             try:
@@ -122,9 +122,9 @@ def _parse_fields(fields: list[str]) -> list[float] | str:
                 return f"field {name!r} is not a number: {text!r}"
         raise  # unreachable: some field failed above
     # One sum catches NaN and infinities in any field (float() accepts 'nan' and 'inf').
-    if not math.isfinite(math.fsum(values)):
-        bad = next(n for n, v in zip(_FIELD_NAMES, values) if not math.isfinite(v))
-        return f"field {bad!r} is not finite"
+    if not math.isfinite(sum(values)):
+        bad = next((n for n, v in zip(_FIELD_NAMES, values) if not math.isfinite(v)), None)
+        return f"field {bad!r} is not finite" if bad else "values too large"
     if values[0] != int(values[0]) or values[0] < 0:
         return f"job number must be a non-negative integer, got {fields[0]!r}"
     if values[1] < 0:
@@ -166,7 +166,7 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False) -> SwfTrace:
                 elif key == "MaxProcs":
                     max_procs = _leading_int(name, line_no, key, value)
             continue
-        values = _parse_fields(text.split())
+        values = _check_fields(text.split())
         if isinstance(values, str):
             if not skip_bad_lines:
                 raise SwfFormatError(

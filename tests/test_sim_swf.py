@@ -1,0 +1,157 @@
+"""The SWF reader: header rules, per-job rules, gzip, malformed lines, the real traces."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+
+import pytest
+
+from conftest import FIXTURES
+from coscheduler.sim.swf import SwfFormatError, TraceJob, read_swf
+
+SMALL = FIXTURES / "swf" / "small.swf"
+BAD = FIXTURES / "swf" / "bad.swf"
+
+# small.swf, sorted by job number, job 2 dropped (run time 0):
+SMALL_JOBS = [
+    # index, id, submit, run, procs = max(alloc, req), estimate, user
+    TraceJob(0, 1, 0.0, 100.0, 8, 120.0, 5),
+    TraceJob(1, 3, 20.0, 30.0, 4, 60.0, 7),   # requested 4 > allocated 2
+    TraceJob(2, 4, 25.0, 40.0, 3, 40.0, 7),   # requested time -1: estimate = run time
+    TraceJob(3, 5, 30.0, 15.0, 1, 10.0, 5),   # estimate below run time: kept as given
+]
+
+
+def swf_line(job=1, submit=0, run=10, alloc=1, req=-1, req_time=20, user=1, extra=None):
+    fields = [job, submit, -1, run, alloc, -1, -1, req, req_time, -1, 1, user, -1, -1, -1, -1, -1, -1]
+    if extra is not None:
+        fields = extra
+    return " ".join(str(f) for f in fields)
+
+
+def write(tmp_path, lines, name="t.swf"):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_small_fixture():
+    trace = read_swf(SMALL)
+    assert (trace.max_nodes, trace.max_procs) == (4, 8)
+    assert trace.jobs == SMALL_JOBS
+    assert trace.dropped == {"run time <= 0": 1}
+    assert trace.skipped_lines == 0
+    assert trace.header["MaxNodes"] == "4 (batch partition; 8 total)"
+
+
+def test_gzip_reads_the_same(tmp_path):
+    gz = tmp_path / "small.swf.gz"
+    with SMALL.open("rb") as src, gzip.open(gz, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert read_swf(gz).jobs == SMALL_JOBS
+
+
+def test_max_procs_defaults_to_max_nodes(tmp_path):
+    trace = read_swf(write(tmp_path, ["; MaxNodes: 16", swf_line()]))
+    assert (trace.max_nodes, trace.max_procs) == (16, 16)
+
+
+def test_malformed_line_names_file_and_line():
+    with pytest.raises(SwfFormatError) as err:
+        read_swf(BAD)
+    assert str(err.value).startswith(f"{BAD}:3: expected 18 fields, found 17")
+    assert err.value.line_no == 3
+    assert "--skip-bad-lines" in str(err.value)
+
+
+def test_skip_bad_lines_counts_and_keeps_examples():
+    trace = read_swf(BAD, skip_bad_lines=True)
+    assert trace.skipped_lines == 2
+    assert [j.job_id for j in trace.jobs] == [1, 4]
+    assert trace.bad_line_examples == [
+        f"{BAD}:3: expected 18 fields, found 17",
+        f"{BAD}:4: field 'run time' is not a number: 'x5'",
+    ]
+    assert trace.max_procs == 4  # defaulted from MaxNodes
+
+
+@pytest.mark.parametrize(
+    "fields, reason",
+    [
+        ([1, 0, -1, "nan"] + [1] * 14, "field 'run time' is not finite"),
+        ([1, 0, -1, 10, "inf"] + [1] * 13, "field 'allocated processors' is not finite"),
+        ([1.5, 0, -1, 10, 1] + [1] * 13, "job number must be a non-negative integer"),
+        ([1, -5, -1, 10, 1] + [1] * 13, "submit time must be >= 0"),
+        ([1, 0, -1, 10, 2.5] + [1] * 13, "'allocated processors' must be an integer"),
+    ],
+)
+def test_bad_values_are_malformed(tmp_path, fields, reason):
+    path = write(tmp_path, ["; MaxNodes: 4", swf_line(extra=fields)])
+    with pytest.raises(SwfFormatError, match=f"{path}:2: .*{reason}"):
+        read_swf(path)
+
+
+def test_jobs_that_cannot_run_are_dropped_and_counted(tmp_path):
+    path = write(tmp_path, [
+        "; MaxNodes: 4",
+        swf_line(job=1, run=-1),            # no run time
+        swf_line(job=2, alloc=-1, req=-1),  # no processor count
+        swf_line(job=3, alloc=5),           # wider than the machine
+        swf_line(job=4, req_time=0),        # estimate 0: falls back to run time
+    ])
+    trace = read_swf(path)
+    assert trace.dropped == {
+        "run time <= 0": 1, "no processor count": 1, "more processors than MaxProcs": 1,
+    }
+    assert [(j.job_id, j.estimate) for j in trace.jobs] == [(4, 10.0)]
+
+
+def test_header_without_machine_size_is_refused(tmp_path):
+    with pytest.raises(SwfFormatError, match="neither MaxNodes nor MaxProcs"):
+        read_swf(write(tmp_path, ["; Version: 2", swf_line()]))
+
+
+def test_header_size_must_start_with_an_integer(tmp_path):
+    path = write(tmp_path, ["; MaxNodes: about 300", swf_line()])
+    with pytest.raises(SwfFormatError, match=f"{path}:1: header MaxNodes must start with"):
+        read_swf(path)
+
+
+def test_procs_must_split_evenly_over_nodes(tmp_path):
+    with pytest.raises(SwfFormatError, match="not a multiple of MaxNodes"):
+        read_swf(write(tmp_path, ["; MaxNodes: 4", "; MaxProcs: 10", swf_line()]))
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(SwfFormatError, match="cannot read trace"):
+        read_swf(tmp_path / "nope.swf")
+
+
+def test_broken_gzip_is_a_clear_error(tmp_path):
+    path = tmp_path / "broken.swf.gz"
+    path.write_bytes(b"\x1f\x8b" + b"garbage" * 10)
+    with pytest.raises(SwfFormatError, match="not a readable gzip file"):
+        read_swf(path)
+
+
+REAL = [
+    # file, MaxNodes, MaxProcs, jobs after dropping run time <= 0
+    ("lublin_256.swf", 256, 256, 10000),
+    ("CTC-SP2-1996-3.1-cln.swf.gz", 338, 338, 77205),  # '; MaxNodes: 338 (batch partition; 512 total)'
+    ("HPC2N-2002-2.2-cln.swf.gz", 240, 240, 202871),
+]
+
+
+@pytest.mark.parametrize("name, nodes, procs, jobs", REAL)
+def test_real_traces_parse(shared_data, name, nodes, procs, jobs):
+    path = shared_data / "swf" / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    trace = read_swf(path)
+    assert (trace.max_nodes, trace.max_procs) == (nodes, procs)
+    assert len(trace.jobs) == jobs
+    assert trace.skipped_lines == 0
+    ids = [j.job_id for j in trace.jobs]
+    assert ids == sorted(ids)
+    assert all(j.run > 0 and j.estimate > 0 and 1 <= j.procs <= procs for j in trace.jobs)
