@@ -115,6 +115,7 @@ class NodeAgent:
         self.leases = LeaseKeeper(max_lease_s)
         self.state_file = StateFile(self.state_dir / "state.json")
         self._lock = threading.RLock()
+        self._tick_lock = threading.Lock()
         self._jobs: dict[str, JobState] = {}
         self._prev: dict[str, dict[str, Any]] = {}  # last counters per job, for rates
         self._covered: dict[str, tuple[frozenset, bool]] = {}  # does the cgroup counter cover the job
@@ -305,6 +306,10 @@ class NodeAgent:
     # ---- the loop ------------------------------------------------------------------------
     def tick(self) -> None:
         """One pass: expire leases, follow processes, re-assert quotas, sample, retire."""
+        with self._tick_lock:  # one pass at a time (the loop, or a caller of sample())
+            self._tick()
+
+    def _tick(self) -> None:
         t0 = time.perf_counter()
         now = time.time()
         with self._lock:
@@ -754,9 +759,3 @@ class NodeAgent:
             "events": list(js.events)[-5:],
         }
 
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None

@@ -15,15 +15,12 @@ carrying the node's capacity when the node is emulated. Like koordlet's resource
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cgroupfs import CgroupError, CgroupFS, Confined, Layout, UnsafePath
-
-log = logging.getLogger(__name__)
 
 
 @dataclass

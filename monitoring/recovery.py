@@ -9,15 +9,12 @@ the agent also scans its own cgroup root, which finds leftovers without the file
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 FORMAT = "cosched-agent-state/1"
 
