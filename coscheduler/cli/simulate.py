@@ -33,10 +33,10 @@ class DelayedProgress:
     moves on to the next policy, so the bar covers all policies of one command.
     """
 
-    def __init__(self, total: int, label: str, delay: float = PROGRESS_AFTER_S):
+    def __init__(self, total: int, label: str, delay: float | None = None):
         self.total = total
         self.label = label
-        self.delay = delay
+        self.delay = PROGRESS_AFTER_S if delay is None else delay
         self.t0 = time.monotonic()
         self.offset = 0
         self.shown = 0
