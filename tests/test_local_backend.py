@@ -1,0 +1,166 @@
+"""The local backend on this machine's real cgroups, with real busy processes (root)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from coscheduler.backend import BackendError
+from coscheduler.backends.local import LocalBackend, check_local_support
+from coscheduler.controller import Controller
+from coscheduler.model import Allocation, InvalidInput, Job
+
+BUSY = str(Path(__file__).parent / "fixtures" / "busy_job.py")
+LOOPS_PER_CPU_S = 10_000_000      # busy_job.py spins about this many loops per CPU-second
+
+pytestmark = pytest.mark.root
+
+
+def busy(job_id, cores=1, tasks=4, loops=2_000_000, walltime=60.0, children=0, **kw):
+    cmd = [sys.executable, BUSY, str(tasks), str(loops)]
+    if children:
+        cmd += ["--children", str(children)]
+    return Job(job_id=job_id, cores=cores, walltime_s=walltime, job_class="test/busy",
+               tasks=tasks, command=tuple(cmd), **kw)
+
+
+def wait_until(pred, timeout=30.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+def kernel_quota_us(backend, job_id) -> int:
+    node = backend._runs[job_id].data.node
+    cg = Path(backend.agents[node].job(job_id)["cgroup"])
+    f = cg / "cpu.cfs_quota_us"
+    if f.exists():
+        return int(f.read_text())
+    quota = (cg / "cpu.max").read_text().split()[0]
+    return -1 if quota == "max" else int(quota)
+
+
+def run_to_end(backend, controller=None, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not backend.idle():
+        if controller is not None:
+            controller.step()
+        else:
+            backend.drain_finished()
+        assert time.monotonic() < deadline, f"jobs still running: {[r.job_id for r in backend.running()]}"
+        time.sleep(0.1)
+    if controller is not None:
+        controller.step()
+
+
+@pytest.fixture
+def backend_factory(tmp_path):
+    made = []
+
+    def make(nodes, **kw):
+        b = LocalBackend(nodes, tmp_path / f"b{len(made)}", **kw)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.close()
+        assert not Path(f"/sys/fs/cgroup/cpu/{b.cgroup_base}").exists(), "cgroups left behind"
+
+
+def test_quota_caps_a_cpu_bound_job(backend_factory):
+    b = backend_factory({"n1": 1}, cpus=1.0)
+    job = busy("capped", tasks=4, loops=LOOPS_PER_CPU_S // 8)     # ~0.5 CPU-s of work
+    b.submit(job)
+    b.start(job, Allocation("capped", (("n1", 1),)), quota_fraction=0.25)
+    assert kernel_quota_us(b, "capped") == 25_000                 # 0.25 x 1 core x 100 ms
+    run_to_end(b)
+    (o,) = b.history
+    assert o.state == "completed"
+    cpu = b.usage["capped"].cpu_seconds
+    assert cpu > 0.2
+    # A cap is a cap, whatever else the machine runs: CPU time <= quota x wall time.
+    assert cpu / o.runtime_s <= 0.25 * 1.3
+
+
+def test_guest_inside_host_gets_the_lent_quota_and_host_gets_it_back(backend_factory):
+    b = backend_factory({"n1": 4}, cpus=1.0)          # each emulated core = 0.25 CPU
+    host = busy("host", cores=4, tasks=1000, loops=LOOPS_PER_CPU_S)
+    guest = busy("guest", cores=2, tasks=1000, loops=LOOPS_PER_CPU_S)
+    for j in (host, guest):
+        b.submit(j)
+    b.start(host, Allocation("host", (("n1", 4),)), 1.0)
+    assert kernel_quota_us(b, "host") == 100_000                  # 4 x 0.25 CPU: its full share
+    a = 0.5                                                       # lend half of 2 shared cores
+    b.set_quota("host", 1 - a * 2 / 4)
+    b.start(guest, Allocation("guest", (("n1", 2),)), a, host_job="host")
+    assert kernel_quota_us(b, "host") == 75_000
+    assert kernel_quota_us(b, "guest") == 25_000                  # 0.5 x 2 x 0.25 CPU
+    (rg,) = [r for r in b.running() if r.job_id == "guest"]
+    assert rg.host_job == "host"
+    with pytest.raises(BackendError, match="spare"):
+        b.submit(busy("third", cores=3))
+        b.start(busy("third", cores=3), Allocation("third", (("n1", 3),)), 0.5, host_job="host")
+    b.cancel("guest")
+    b.set_quota("host", 1.0)
+    assert kernel_quota_us(b, "host") == 100_000
+    b.cancel("host")
+    states = {o.job_id: o.state for o in b.drain_finished()}
+    assert states == {"guest": "cancelled", "host": "cancelled"}
+
+
+def test_processes_a_job_starts_later_are_followed(backend_factory):
+    b = backend_factory({"n1": 1}, cpus=1.0, agent_interval_s=0.2)
+    job = busy("forker", tasks=1000, loops=LOOPS_PER_CPU_S, children=2)
+    b.submit(job)
+    b.start(job, Allocation("forker", (("n1", 1),)), 0.3)
+    node = b.agents["n1"]
+    cg = Path(node.job("forker")["cgroup"])
+    procs_file = cg / ("cgroup.procs" if (cg / "cgroup.procs").exists() else "tasks")
+    # The shell launcher, the job and its two children all end up in the job's cgroup.
+    assert wait_until(lambda: len(procs_file.read_text().split()) >= 3, timeout=10)
+    b.cancel("forker")
+
+
+def test_walltime_overrun_is_killed(backend_factory):
+    b = backend_factory({"n1": 1}, cpus=1.0, overtime_factor=0.0)
+    job = busy("late", tasks=1000, loops=LOOPS_PER_CPU_S, walltime=1.0)
+    b.submit(job)
+    b.start(job, Allocation("late", (("n1", 1),)), 1.0)
+    run_to_end(b, timeout=20)
+    (o,) = b.history
+    assert o.state == "timeout" and 1.0 <= o.runtime_s < 5.0
+
+
+def test_controller_runs_a_dependency_chain_for_real(backend_factory):
+    b = backend_factory({"n1": 2}, cpus=1.0)
+    first = busy("wf.a", cores=2, tasks=2, loops=LOOPS_PER_CPU_S // 20)
+    second = busy("wf.b", cores=1, tasks=2, loops=LOOPS_PER_CPU_S // 20, depends_on=("wf.a",))
+    for j in (first, second):
+        b.submit(j)
+    ctl = Controller(b)
+    run_to_end(b, ctl)
+    out = {o.job_id: o for o in b.history}
+    assert out["wf.a"].state == out["wf.b"].state == "completed"
+    assert out["wf.b"].start_time >= out["wf.a"].end_time
+    assert b.usage["wf.a"].cpu_seconds > 0 and b.held_core_seconds() > 0
+
+
+def test_bad_jobs_are_refused_at_submit(backend_factory):
+    b = backend_factory({"n1": 2}, cpus=1.0)
+    with pytest.raises(InvalidInput, match="one emulated node"):
+        b.submit(busy("wide", cores=2, nodes=2))
+    with pytest.raises(InvalidInput, match="no command"):
+        b.submit(Job("nocmd", 1, 10.0, "test/x"))
+    with pytest.raises(InvalidInput, match="largest emulated node"):
+        b.submit(busy("big", cores=3))
+
+
+def test_support_check_passes_here():
+    check_local_support()
