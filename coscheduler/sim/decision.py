@@ -23,7 +23,7 @@ from typing import Callable
 from .backfill import conservative_backfill, easy_backfill, shadow_time
 
 # A queue entry sorts by (policy key, submit time, position): the tie-break rule.
-Entry = tuple
+Entry = tuple[object, float, int]
 
 
 @dataclass
