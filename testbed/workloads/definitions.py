@@ -47,8 +47,8 @@ class TaskGroup:
     kind:
       files      read ``files_in`` inputs, compute, write ``files_out`` outputs, in ``rounds``
                  interleaved rounds; waiting time is real file I/O stretched to the floor.
-      merge      read every output a previous stage handed off (or stand-ins), sort-merge
-                 them into one file; then like ``files``.
+      merge      read every output a previous stage handed off (or ``stand_ins`` files of
+                 ``mb_in`` MB each when there are none), sort-merge them into one file.
       message    ``rounds`` of compute + a request/reply of ``msg_kb`` to a peer worker over
                  loopback TCP; waiting time is the round trip stretched to the floor.
       memload    allocate and fill ``1/tasks`` of a ``buffer_mb`` array and compute on it;

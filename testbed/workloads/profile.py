@@ -21,6 +21,10 @@ STARTUP_S = 0.25
 GROUP_OVERHEAD_S = 0.05
 FILL_BYTES_PER_S = 2e9  # first touch + fill of fresh memory (synthetic arrays)
 PROCESS_MB = 30.0  # resident memory of one worker process before it allocates anything
+# CPU spent inside the waiting time (building, copying and parsing file and message data);
+# it adds CPU seconds but, hidden under the waiting floor, no runtime.
+IO_CPU_BYTES_PER_S = 2e9
+MESSAGE_CPU_S = 0.0004  # per request/reply round trip on loopback, besides the bytes
 WALLTIME_FACTOR = 1.75  # users overestimate: request 1.75x the expected runtime...
 WALLTIME_MIN_MARGIN_S = 5.0  # ...and at least this much more (process start jitter)
 
@@ -82,9 +86,10 @@ class GroupPlan:
     kind: str
     tasks: int
     workers: int
-    cpu_s: float  # per task
-    wait_s: float  # per task
+    cpu_s: float  # per task: the computation
+    wait_s: float  # per task: I/O or message waiting (the floor)
     overhead_s: float
+    io_cpu_s: float = 0.0  # per task: CPU used while waiting (copying data)
 
     @property
     def waves(self) -> int:
@@ -96,8 +101,9 @@ class GroupPlan:
         ``cpu_capacity`` is the cores' worth of CPU time the job may use (quota x cores).
         Optimistic: it assumes waiting overlaps perfectly with other tasks' computing.
         """
-        alone = self.waves * (self.cpu_s + self.wait_s)
-        cpu_bound = self.tasks * self.cpu_s / cpu_capacity if cpu_capacity > 0 else math.inf
+        alone = self.waves * (self.cpu_s + max(self.wait_s, self.io_cpu_s))
+        cpu_bound = (self.tasks * (self.cpu_s + self.io_cpu_s) / cpu_capacity
+                     if cpu_capacity > 0 else math.inf)
         overhead = self.overhead_s / min(1.0, cpu_capacity)
         return overhead + max(alone, cpu_bound)
 
@@ -168,6 +174,19 @@ def workers_for(stage: StageSpec, cores: int) -> int:
     return cores if stage.stage_type is StageType.PARALLEL else 1
 
 
+def message_bytes(group: TaskGroup, scale: float) -> int:
+    """Bytes of one message of a ``message`` group at this scale."""
+    return max(16, int(group.msg_kb * 1024 * io_factor(scale)))
+
+
+def _io_cpu_s(g: TaskGroup, scale: float) -> float:
+    if g.kind == "message":
+        return g.rounds * (MESSAGE_CPU_S + 2 * message_bytes(g, scale) / IO_CPU_BYTES_PER_S)
+    moved = (file_bytes(g.mb_in, g.files_in, scale) * g.files_in
+             + file_bytes(g.mb_out, g.files_out, scale) * g.files_out)
+    return moved / IO_CPU_BYTES_PER_S
+
+
 def plan_groups(stage: StageSpec, workers: int, scale: float,
                 tasks: int | None = None) -> tuple[GroupPlan, ...]:
     counts = split_tasks(stage.groups, tasks)
@@ -177,7 +196,8 @@ def plan_groups(stage: StageSpec, workers: int, scale: float,
         overhead = GROUP_OVERHEAD_S
         if g.kind in ("memload", "memcompute"):
             overhead += g.buffer_mb * 1e6 * scale / FILL_BYTES_PER_S
-        plans.append(GroupPlan(g.name, g.kind, n, w, g.cpu_s(scale), g.wait_s(scale), overhead))
+        plans.append(GroupPlan(g.name, g.kind, n, w, g.cpu_s(scale), g.wait_s(scale), overhead,
+                               _io_cpu_s(g, scale)))
     return tuple(plans)
 
 
@@ -211,7 +231,7 @@ def stage_profile(workflow: str | WorkflowSpec, stage: str, cores: int, scale: f
     workers = workers_for(spec, cores)
     groups = plan_groups(spec, workers, scale, tasks)
     runtime = STARTUP_S + sum(g.runtime_s() for g in groups)
-    cpu = STARTUP_S + sum(g.overhead_s + g.tasks * g.cpu_s for g in groups)
+    cpu = STARTUP_S + sum(g.overhead_s + g.tasks * (g.cpu_s + g.io_cpu_s) for g in groups)
     job_cores = cores if spec.stage_type is StageType.PARALLEL else 1
     return StageProfile(
         workflow=wf.name, stage=spec.name, job_class=f"{wf.name}/{spec.name}",

@@ -19,7 +19,7 @@ import numpy as np
 
 from .burn import Burner, WaitFloor, new_buffer, read_file, write_file
 from .definitions import TaskGroup
-from .profile import buffer_bytes, file_bytes, io_factor
+from .profile import buffer_bytes, file_bytes, message_bytes
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,7 @@ class MessageRunner(Runner):
             s.listen(64)
             self.listeners.append(s)
         self.ports = [s.getsockname()[1] for s in self.listeners]
-        g = self.group
-        self.msg_bytes = max(_REPLY.size, int(g.msg_kb * 1024 * io_factor(self.ctx.scale)))
+        self.msg_bytes = message_bytes(self.group, self.ctx.scale)
 
     def setup(self, worker: int) -> None:
         super().setup(worker)
