@@ -106,7 +106,8 @@ def _run_forked(runner: Runner, tasks: int, workers: int, on_done: Callable[[int
                     raise TaskFailed(f"worker {dead[0].name} died with exit code {dead[0].exitcode}")
                 continue
             if kind == "error":
-                raise TaskFailed(f"task {task} failed in a worker:\n{detail}")
+                what = "a worker's setup" if task < 0 else f"task {task}"
+                raise TaskFailed(f"{what} failed:\n{detail}")
             done += 1
             on_done(task)
         # Only now let the workers go: until every task is done they serve their peers.
