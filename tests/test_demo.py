@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -44,4 +46,6 @@ def test_demo_short_live_run(tmp_path):
     # What ASA_X decided is in its state database for the operator CLI.
     shown = CliRunner().invoke(main, ["decisions", "list", "--db", out["db"], "--json"])
     assert shown.exit_code == 0
-    assert len(json.loads(shown.stdout)["decisions"]) >= 0
+    assert isinstance(json.loads(shown.stdout)["decisions"], list)
+    # Every quota was given back and every cgroup the run made is gone.
+    assert not Path(f"/sys/fs/cgroup/cpu/cosched-local-{os.getpid()}").exists()

@@ -258,7 +258,8 @@ class LocalBackend(JobBook):
         for jid in list(self._runs):
             self._kill(self._runs[jid].data.popen)
         self._reap(forced={j: ("cancelled", "backend closed") for j in self._runs})
-        for agent in self.agents.values():
+        # Newest first: the first agent made the shared parent cgroup and removes it last.
+        for agent in reversed(list(self.agents.values())):
             try:
                 agent.close()
             except Exception:
