@@ -18,6 +18,13 @@ from .model import InvalidInput, check_finite
 DEGRADATION_AT_FULL_LOSS = 0.5
 
 
+def _positive(value: float, name: str) -> float:
+    v = check_finite(value, name)
+    if v is None or v <= 0:
+        raise InvalidInput(f"{name} must be > 0, got {value!r}")
+    return v
+
+
 def happiness(elapsed_s: float, walltime_s: float, tasks_done: int, tasks_total: int,
               tasks_per_s: float | None) -> float | None:
     """Hp at ``elapsed_s`` seconds into a job with walltime ``walltime_s``.
@@ -27,9 +34,7 @@ def happiness(elapsed_s: float, walltime_s: float, tasks_done: int, tasks_total:
     its walltime with work left, has Hp = 0.
     """
     check_finite(elapsed_s, "elapsed_s", minimum=0.0)
-    wt = check_finite(walltime_s, "walltime_s")
-    if wt is None or wt <= 0:
-        raise InvalidInput(f"walltime_s must be > 0, got {walltime_s!r}")
+    wt = _positive(walltime_s, "walltime_s")
     if tasks_total is None or tasks_per_s is None:
         return None
     check_finite(tasks_per_s, "tasks_per_s", minimum=0.0)
@@ -45,9 +50,7 @@ def happiness(elapsed_s: float, walltime_s: float, tasks_done: int, tasks_total:
 def walltime_loss(runtime_s: float, walltime_s: float) -> float:
     """0 when the job finished within its walltime, else min(1, overrun / walltime)."""
     rt = check_finite(runtime_s, "runtime_s", minimum=0.0)
-    wt = check_finite(walltime_s, "walltime_s")
-    if wt is None or wt <= 0:
-        raise InvalidInput(f"walltime_s must be > 0, got {walltime_s!r}")
+    wt = _positive(walltime_s, "walltime_s")
     assert rt is not None
     return min(1.0, max(0.0, rt - wt) / wt)
 
@@ -55,9 +58,7 @@ def walltime_loss(runtime_s: float, walltime_s: float) -> float:
 def degradation(shared_runtime_s: float, alone_runtime_s: float) -> float:
     """d = (T_shared - T_alone) / T_alone; negative when the shared run was faster."""
     ts = check_finite(shared_runtime_s, "shared_runtime_s", minimum=0.0)
-    ta = check_finite(alone_runtime_s, "alone_runtime_s")
-    if ta is None or ta <= 0:
-        raise InvalidInput(f"alone_runtime_s must be > 0, got {alone_runtime_s!r}")
+    ta = _positive(alone_runtime_s, "alone_runtime_s")
     assert ts is not None
     return (ts - ta) / ta
 

@@ -12,10 +12,29 @@ import json
 import os
 import tempfile
 import time
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
 ENV_VAR = "COSCHED_PROGRESS_FILE"
+
+
+def write_json_atomic(path: str | os.PathLike, doc: Any, prefix: str = ".tmp-") -> Path:
+    """Write ``doc`` as JSON to ``path`` so a reader sees the old or the new file, never
+    half of one: write a temporary file beside it, then rename it over the target."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
 
 
 @dataclass(frozen=True)
@@ -35,20 +54,8 @@ def write_progress(done: int, total: int | None, path: str | os.PathLike | None 
     target = path if path is not None else os.environ.get(ENV_VAR)
     if not target:
         return None
-    target = Path(target)
     record = {"done": done, "total": total, "time": time.time() if now is None else now}
-    fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return target
+    return write_json_atomic(target, record, prefix=".progress-")
 
 
 def read_progress(path: str | os.PathLike) -> Progress | None:

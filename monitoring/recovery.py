@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from coscheduler.progress import write_json_atomic
 
 FORMAT = "cosched-agent-state/1"
 
@@ -40,17 +41,7 @@ class StateFile:
         doc = {"format": FORMAT, "pid": os.getpid(), "saved_at": time.time(),
                "cgroup_version": cgroup_version, "cgroup_root": cgroup_root,
                "clean_exit": clean_exit, "jobs": jobs}
-        fd, tmp = tempfile.mkstemp(prefix=".state-", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        write_json_atomic(self.path, doc, prefix=".state-")
 
     def load(self) -> SavedState | None:
         """The saved state, None when there is no file; a broken file is renamed aside and
