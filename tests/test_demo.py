@@ -29,6 +29,7 @@ def test_demo_refuses_unknown_policy():
 @pytest.mark.live
 def test_demo_short_live_run(tmp_path):
     r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.004", "--workdir", str(tmp_path),
+                                  "--db", str(tmp_path / "demo.db"),
                                   "--policies", "space-sharing,static,asax"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)

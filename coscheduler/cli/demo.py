@@ -47,7 +47,8 @@ def _progress(stream):
 @click.option("--policies", default=",".join(DEMO_POLICIES), show_default=True,
               help="Comma-separated: space-sharing, static, asax.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="ASA_X state database (default: demo-state.db in the work folder).")
+              help="ASA_X state database; what ASA_X learns carries over between runs "
+                   "(default: demo.db beside the default state database).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where jobs write files, logs and progress (default: a new temp folder).")
 @click.option("--seed", type=int, default=0, show_default=True, help="ASA_X's seed.")
@@ -70,13 +71,17 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, see
     if not 0 < scale <= 1:
         raise click.BadParameter(f"must lie in (0, 1], got {scale}", param_hint="--scale")
     workdir = workdir or Path(tempfile.mkdtemp(prefix="cosched-demo-"))
-    db = db or workdir / "demo-state.db"
     from ..store import SqliteStore
+    from ..store.paths import default_db_path
+
+    db = db or default_db_path().with_name("demo.db")
+    db.parent.mkdir(parents=True, exist_ok=True)
 
     err = sys.stderr
     if not as_json:
         click.echo(f"coscheduler demo: {len(DEMO_NODES)} emulated nodes x "
                    f"{max(DEMO_NODES.values())} cores on this machine; work in {workdir}", err=True)
+        click.echo(f"ASA_X state: {db} (what it learns carries over to the next run)", err=True)
     runs = []
     try:
         for policy in chosen:
