@@ -32,12 +32,12 @@ makes a job fail mid-run; ``cancel`` ends a running job.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from ..backend import BackendError
-from ..model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome, RunningJob,
-                     check_finite)
+from ..model import Allocation, InvalidInput, Job, MetricsSample, Node, check_finite
+from .book import JobBook, Run
 
 _EPS = 1e-9
 
@@ -64,57 +64,39 @@ class Profile:
 
 
 @dataclass
-class _Run:
-    job: Job
+class _Fluid:
+    """A running job's fluid state, kept in ``Run.data``."""
+
     profile: Profile
-    allocation: Allocation
-    start: float
-    quota: float
-    host: str | None
-    guests: list[str] = field(default_factory=list)
     progress: float = 0.0      # share of the work done, 0..1
     rate: float = 1.0          # current speed relative to alone
-
-    def running_job(self) -> RunningJob:
-        return RunningJob(self.job, self.allocation, self.start, self.quota, self.host,
-                          tuple(self.guests))
 
 
 class Stepper(Protocol):
     def step(self): ...
 
 
-class VirtualBackend:
-    """Virtual-time nodes and fluid jobs behind the Backend interface."""
+class VirtualBackend(JobBook):
+    """Virtual-time nodes and fluid jobs behind the Backend interface.
+
+    The queue, hosts and guests, cores and outcomes are ``JobBook``'s; this class adds the
+    fluid model, the virtual clock, metrics and the test hooks.
+    """
+
+    name = "virtual"
 
     def __init__(self, nodes: Iterable[Node] | dict[str, int], *, start_time: float = 0.0,
                  memory_penalty: float = 2.0, kill_at_walltime: bool = True):
-        if isinstance(nodes, dict):
-            nodes = [Node(n, c) for n, c in nodes.items()]
-        self._nodes = list(nodes)
-        if not self._nodes:
-            raise InvalidInput("virtual backend: needs at least one node")
-        names = [n.name for n in self._nodes]
-        if len(set(names)) != len(names):
-            raise InvalidInput(f"virtual backend: node names repeat: {names}")
-        self._capacity = {n.name: n.cores for n in self._nodes}
-        self._used = {n.name: 0 for n in self._nodes}
+        super().__init__(nodes)
         t = check_finite(start_time, "virtual backend: start_time", minimum=0.0)
         self.t = float(t)
         pen = check_finite(memory_penalty, "virtual backend: memory_penalty", minimum=0.0)
         self.memory_penalty = float(pen)
         self.kill_at_walltime = kill_at_walltime
-        self._waiting: dict[str, tuple[Job, Profile]] = {}   # submitted, not started
-        self._runs: dict[str, _Run] = {}
-        self._ended: dict[str, str] = {}                      # job id -> state
-        self._finished: list[Outcome] = []                    # not yet drained
-        self.history: list[Outcome] = []                      # every outcome, in order
-        self.starts: list[tuple[float, str, str | None]] = []  # (time, job, host)
-        self.quota_log: list[tuple[float, str, float]] = []
         self._start_errors: dict[str, int] = {}
         self._quota_errors: dict[str, int] = {}
         self._hidden: set[str] = set()
-        self._dirty = True
+        self._dirty = True              # rates need recomputing
         self.busy_core_seconds = 0.0    # integral of CPU actually used (cores x s)
 
     # -- workload -------------------------------------------------------------------------------
@@ -122,13 +104,7 @@ class VirtualBackend:
         """Add a job; it becomes visible at its submit time once its parents completed."""
         if not isinstance(job, Job) or not isinstance(profile, Profile):
             raise InvalidInput("virtual backend: submit(job, profile) takes a Job and a Profile")
-        jid = job.job_id
-        if jid in self._waiting or jid in self._runs or jid in self._ended:
-            raise InvalidInput(f"virtual backend: job {jid} was already submitted")
-        for dep in job.depends_on:
-            if dep not in self._waiting and dep not in self._runs and dep not in self._ended:
-                raise InvalidInput(f"job {jid} depends on {dep}, which was not submitted")
-        self._waiting[jid] = (job, profile)
+        self._submit(job, profile)
 
     def inject_start_errors(self, job_id: str, count: int = 1) -> None:
         self._start_errors[job_id] = self._start_errors.get(job_id, 0) + count
@@ -144,24 +120,9 @@ class VirtualBackend:
             raise BackendError(f"cannot cancel job {job_id}: it is not running")
         self._end(job_id, "cancelled", reason)
 
-    # -- Backend interface ----------------------------------------------------------------------
+    # -- Backend interface (the rest is JobBook's) ------------------------------------------------
     def now(self) -> float:
         return self.t
-
-    def nodes(self) -> list[Node]:
-        return list(self._nodes)
-
-    def queued(self) -> list[Job]:
-        self._resolve_dependencies()
-        out = []
-        for job, _ in self._waiting.values():
-            if job.submit_time <= self.t + _EPS and all(
-                    self._ended.get(d) == "completed" for d in job.depends_on):
-                out.append(job)
-        return out
-
-    def running(self) -> list[RunningJob]:
-        return [r.running_job() for r in self._runs.values()]
 
     def metrics(self) -> dict[str, MetricsSample]:
         self._update_rates()
@@ -169,11 +130,12 @@ class VirtualBackend:
         for jid, r in self._runs.items():
             if jid in self._hidden:
                 continue
-            u, tasks = r.profile.cpu_util, r.job.tasks
+            f = r.data
+            u, tasks = f.profile.cpu_util, r.job.tasks
             out[jid] = MetricsSample(
-                job_id=jid, time=self.t, cpu_percent=r.rate * u * 100.0,
-                mem_percent=r.profile.mem_percent, tasks_done=min(tasks, int(r.progress * tasks + 1e-9)),
-                tasks_total=tasks, tasks_per_s=r.rate * tasks / r.profile.alone_runtime_s)
+                job_id=jid, time=self.t, cpu_percent=f.rate * u * 100.0,
+                mem_percent=f.profile.mem_percent, tasks_done=min(tasks, int(f.progress * tasks + 1e-9)),
+                tasks_total=tasks, tasks_per_s=f.rate * tasks / f.profile.alone_runtime_s)
         return out
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
@@ -182,40 +144,8 @@ class VirtualBackend:
         if self._start_errors.get(jid, 0) > 0:
             self._start_errors[jid] -= 1
             raise BackendError(f"injected start error for job {jid}")
-        entry = self._waiting.get(jid)
-        if entry is None or entry[0].submit_time > self.t + _EPS or any(
-                self._ended.get(d) != "completed" for d in entry[0].depends_on):
-            raise BackendError(f"cannot start job {jid}: it is not queued")
-        q = self._check_quota(jid, quota_fraction)
-        if allocation.job_id != jid or allocation.cores != job.cores or \
-                len(allocation.cores_by_node) != job.nodes:
-            raise BackendError(f"cannot start job {jid}: allocation {allocation} does not match "
-                               f"its request of {job.cores} cores on {job.nodes} node(s)")
-        if host_job is None:
-            for node, c in allocation.cores_by_node:
-                if node not in self._capacity:
-                    raise BackendError(f"cannot start job {jid}: unknown node {node!r}")
-                if self._used[node] + c > self._capacity[node]:
-                    raise BackendError(f"cannot start job {jid}: node {node} has "
-                                       f"{self._capacity[node] - self._used[node]} free cores, not {c}")
-            for node, c in allocation.cores_by_node:
-                self._used[node] += c
-        else:
-            host = self._runs.get(host_job)
-            if host is None or host.host is not None:
-                raise BackendError(f"cannot start job {jid} as a guest: {host_job} is not a running host")
-            held = host.allocation.as_dict()
-            for g in host.guests:
-                for node, c in self._runs[g].allocation.cores_by_node:
-                    held[node] = held.get(node, 0) - c
-            for node, c in allocation.cores_by_node:
-                if held.get(node, 0) < c:
-                    raise BackendError(f"cannot start job {jid} inside {host_job}: node {node} "
-                                       f"has {held.get(node, 0)} of the host's cores spare, not {c}")
-            host.guests.append(jid)
-        del self._waiting[jid]
-        self._runs[jid] = _Run(job, entry[1], allocation, self.t, q, host_job)
-        self.starts.append((self.t, jid, host_job))
+        profile, q = self._check_start(job, allocation, quota_fraction, host_job)
+        self._commit_start(job, allocation, q, host_job, _Fluid(profile))
         self._dirty = True
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
@@ -229,23 +159,9 @@ class VirtualBackend:
         self.quota_log.append((self.t, job_id, r.quota))
         self._dirty = True
 
-    def fail(self, job_id: str, reason: str) -> None:
-        if job_id not in self._waiting:
-            raise BackendError(f"cannot fail job {job_id}: it is not queued")
-        del self._waiting[job_id]
-        self._record(Outcome(job_id, self.t, self.t, "failed", reason))
-
-    def drain_finished(self) -> list[Outcome]:
-        self._resolve_dependencies()
-        out, self._finished = self._finished, []
-        return out
-
     # -- virtual time ---------------------------------------------------------------------------
     def quota_of(self, job_id: str) -> float:
         return self._runs[job_id].quota
-
-    def idle(self) -> bool:
-        return not self._runs and not self._waiting
 
     def next_event(self) -> float | None:
         """The next time something changes by itself: a job ends or a job is submitted."""
@@ -269,8 +185,9 @@ class VirtualBackend:
                     ending.append((jid, state))
             span = max(0.0, nxt - self.t)
             for r in self._runs.values():
-                r.progress = min(1.0, r.progress + span * r.rate / r.profile.alone_runtime_s)
-                self.busy_core_seconds += span * r.rate * r.profile.cpu_util * r.job.cores
+                f = r.data
+                f.progress = min(1.0, f.progress + span * f.rate / f.profile.alone_runtime_s)
+                self.busy_core_seconds += span * f.rate * f.profile.cpu_util * r.job.cores
             self.t = max(self.t, nxt)
             for jid, state in ending:
                 if jid in self._runs:
@@ -300,21 +217,13 @@ class VirtualBackend:
             self.advance(dt if dt > _EPS else min(tick, 1e-3))
 
     # -- internals ------------------------------------------------------------------------------
-    def _check_quota(self, job_id: str, q: float) -> float:
-        try:
-            v = check_finite(q, f"quota fraction of job {job_id}")
-        except InvalidInput as exc:
-            raise BackendError(str(exc)) from None
-        if v is None or not 0.0 < v <= 1.0 + 1e-12:
-            raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
-        return min(1.0, v)
-
-    def _end_time(self, r: _Run) -> tuple[float, tuple[str, str]]:
-        left = (1.0 - r.progress) * r.profile.alone_runtime_s
-        end = self.t + left / r.rate if r.rate > 0 else math.inf
+    def _end_time(self, r: Run) -> tuple[float, tuple[str, str]]:
+        f = r.data
+        left = (1.0 - f.progress) * f.profile.alone_runtime_s
+        end = self.t + left / f.rate if f.rate > 0 else math.inf
         state = ("completed", "")
-        if r.profile.fail_after_s is not None and r.start + r.profile.fail_after_s < end:
-            end, state = r.start + r.profile.fail_after_s, ("failed", "profile: fails mid-run")
+        if f.profile.fail_after_s is not None and r.start + f.profile.fail_after_s < end:
+            end, state = r.start + f.profile.fail_after_s, ("failed", "profile: fails mid-run")
         if self.kill_at_walltime and r.start + r.job.walltime_s < end - _EPS:
             end, state = r.start + r.job.walltime_s, ("timeout", "killed at its walltime")
         return max(end, self.t), state
@@ -323,55 +232,25 @@ class VirtualBackend:
         if not self._dirty:
             return
         for r in self._runs.values():
-            r.rate = min(1.0, r.quota / r.profile.cpu_util)
+            r.data.rate = min(1.0, r.quota / r.data.profile.cpu_util)
         for r in self._runs.values():
             if r.host is not None or not r.guests:
                 continue
-            s = r.profile.mem_percent / 100.0
+            s = r.data.profile.mem_percent / 100.0
             for g in r.guests:
                 gr = self._runs[g]
-                s += gr.profile.mem_percent / 100.0 * gr.job.cores / r.job.cores
+                s += gr.data.profile.mem_percent / 100.0 * gr.job.cores / r.job.cores
             if s > 1.0:
                 factor = 1.0 / (1.0 + self.memory_penalty * (s - 1.0))
-                r.rate *= factor
+                r.data.rate *= factor
                 for g in r.guests:
-                    self._runs[g].rate *= factor
+                    self._runs[g].data.rate *= factor
         self._dirty = False
 
-    def _end(self, job_id: str, state: str, reason: str) -> None:
-        r = self._runs.pop(job_id)
-        if r.host is None:
-            for node, c in r.allocation.cores_by_node:
-                self._used[node] -= c
-            for g in r.guests:  # orphaned guests now hold their cores alone
-                gr = self._runs.get(g)
-                if gr is not None:
-                    gr.host = None
-                    for node, c in gr.allocation.cores_by_node:
-                        self._used[node] += c
-        else:
-            host = self._runs.get(r.host)
-            if host is not None:
-                host.guests.remove(job_id)
-        self._record(Outcome(job_id, r.start, self.t, state, reason))
-        self._dirty = True
-
-    def _record(self, outcome: Outcome) -> None:
-        self._ended[outcome.job_id] = outcome.state
-        self._finished.append(outcome)
-        self.history.append(outcome)
-
-    def _resolve_dependencies(self) -> None:
-        changed = True
-        while changed:
-            changed = False
-            for jid, (job, _) in list(self._waiting.items()):
-                bad = [d for d in job.depends_on if self._ended.get(d, "completed") != "completed"]
-                if bad:
-                    del self._waiting[jid]
-                    self._record(Outcome(jid, self.t, self.t, "failed",
-                                         f"dependency {bad[0]} ended {self._ended[bad[0]]}"))
-                    changed = True
+    def _end(self, job_id: str, state: str, reason: str, end_time: float | None = None) -> Run:
+        run = super()._end(job_id, state, reason, end_time)
+        self._dirty = True   # a group lost a member: its memory factor changes
+        return run
 
 
 __all__ = ["Profile", "VirtualBackend"]
