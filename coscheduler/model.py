@@ -68,6 +68,18 @@ class StageType(str, Enum):
     SEQUENTIAL = "sequential"
     PARALLEL = "parallel"
 
+    @classmethod
+    def parse(cls, value: object, where: str) -> "StageType":
+        """``value`` as a StageType, or InvalidInput naming ``where``."""
+        if isinstance(value, cls):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise InvalidInput(
+                f"{where}: stage_type must be 'sequential' or 'parallel', got {value!r}"
+            ) from None
+
 
 @dataclass(frozen=True)
 class Job:
@@ -109,13 +121,7 @@ class Job:
         check_finite(self.submit_time, f"job {self.job_id}: submit_time", minimum=0.0)
         if isinstance(self.tasks, bool) or not isinstance(self.tasks, int) or self.tasks < 1:
             raise InvalidInput(f"job {self.job_id}: tasks must be an integer >= 1, got {self.tasks!r}")
-        if not isinstance(self.stage_type, StageType):
-            try:
-                object.__setattr__(self, "stage_type", StageType(self.stage_type))
-            except ValueError:
-                raise InvalidInput(
-                    f"job {self.job_id}: stage_type must be 'sequential' or 'parallel', got {self.stage_type!r}"
-                ) from None
+        object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, f"job {self.job_id}"))
         for dep in self.depends_on:
             validate_job_id(dep, f"job {self.job_id}: dependency")
         object.__setattr__(self, "depends_on", tuple(self.depends_on))

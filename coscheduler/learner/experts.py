@@ -67,13 +67,7 @@ class HostState:
             hp = float(self.happiness)
             if math.isnan(hp) or hp < 0:
                 raise InvalidInput(f"host state: happiness must be >= 0 or None, got {self.happiness!r}")
-        if not isinstance(self.stage_type, StageType):
-            try:
-                object.__setattr__(self, "stage_type", StageType(self.stage_type))
-            except ValueError:
-                raise InvalidInput(
-                    f"host state: stage_type must be 'sequential' or 'parallel', got {self.stage_type!r}"
-                ) from None
+        object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, "host state"))
 
     def features(self) -> list[float]:
         """Numeric features for fitted experts (Hp clipped, unknown as -1)."""
