@@ -72,3 +72,12 @@ def test_run_stage_runs_a_sequential_stage_on_one_worker(tmp_path):
                  "--workers", "4", "--scale", "0.002", "--workdir", str(tmp_path))
     assert res.exit_code == 0, res.output
     assert "sequential: running 1 worker" in res.output and "on 1 workers" in res.output
+
+
+def test_show_measure_runs_the_stages_and_reports_beside_the_profile():
+    res = invoke("show", "synthetic", "--cores", "1", "--scale", "0.0005", "--measure", "--json")
+    assert res.exit_code == 0, res.output
+    stages = json.loads(res.output)["stages"]
+    assert [s["stage"] for s in stages] == ["load", "compute"]
+    for s in stages:
+        assert s["measured"]["tasks"] == s["tasks"] and s["measured"]["cpu_s"] > 0

@@ -57,25 +57,35 @@ def list_cmd(as_json: bool) -> None:
 @click.argument("workflow")
 @click.option("--cores", type=int, default=8, show_default=True, help="cores of the parallel stages")
 @click.option("--scale", type=float, default=1.0, show_default=True, help="work factor")
+@click.option("--measure", is_flag=True,
+              help="also run every stage for real, one after the other, and show what it did")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
-def show_cmd(workflow: str, cores: int, scale: float, as_json: bool) -> None:
+def show_cmd(workflow: str, cores: int, scale: float, measure: bool, as_json: bool) -> None:
     """Show WORKFLOW's stage jobs and their expected runtime, CPU and memory use."""
     try:
         profiles = workflow_profiles(workflow, cores, scale)
         jobs = workflow_jobs(workflow, cores, scale)
     except InvalidInput as e:
         raise click.BadParameter(str(e)) from None
+    measured = [run_stage(p.workflow, p.stage, workers=p.workers, scale=scale).as_dict()
+                for p in profiles] if measure else [None] * len(profiles)
     if as_json:
-        out = [{**p.as_dict(), "job": _job_dict(j)} for p, j in zip(profiles, jobs)]
+        out = [{**p.as_dict(), "job": _job_dict(j), **({"measured": m} if m else {})}
+               for p, j, m in zip(profiles, jobs, measured)]
         click.echo(json.dumps({"workflow": get_workflow(workflow).name, "cores": cores,
                                "scale": scale, "stages": out}, indent=2))
         return
     click.echo(f"{'job':<24} {'type':<10} {'cores':>5} {'tasks':>5} {'runtime_s':>10} "
                f"{'walltime_s':>10} {'cpu_util':>8} {'mem_mb':>8}")
-    for p, j in zip(profiles, jobs):
+    for p, j, m in zip(profiles, jobs, measured):
         click.echo(f"{j.job_id:<24} {p.stage_type.value:<10} {j.cores:>5} {p.tasks:>5} "
                    f"{p.runtime_s:>10.1f} {j.walltime_s:>10.0f} {p.cpu_util:>8.2f} {p.mem_mb:>8.0f}")
-    click.echo(f"total runtime alone: {sum(p.runtime_s for p in profiles):.1f} s")
+        if m:
+            click.echo(f"{'  measured':<46} {m['elapsed_s']:>10.1f} {'':>10} "
+                       f"{m['cpu_util']:>8.2f} {m['max_rss_mb']:>8.0f}")
+    click.echo(f"total runtime alone: {sum(p.runtime_s for p in profiles):.1f} s"
+               + (f" (measured {sum(m['elapsed_s'] for m in measured):.1f} s, without "
+                  "interpreter starts; max_rss is the largest process)" if measure else ""))
 
 
 @workload.command("mix")
