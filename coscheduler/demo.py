@@ -8,8 +8,8 @@ was measured, never from the policy's expectations:
 - mean_wait_s: mean of start - the time a stage became eligible (its parents done);
 - cpu_util: kernel CPU seconds of all jobs (wait4 rusage) over the CPU capacity of the
   cores they held (a guest's cores are its host's, counted once);
-- mean_slowdown: mean over jobs of runtime / runtime of the same job under space sharing
-  - 1 (None when space sharing was not run).
+- mean_slowdown: mean over job classes of runtime / runtime of the same class under space
+  sharing - 1 (None when space sharing was not run).
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from .recorder import MemoryRecorder, Recorder
 
 DEMO_NODES = {"n1": 4, "n2": 4}
 DEMO_POLICIES = ("space-sharing", "static", "asax")
-# Walltime requests assume each emulated core gets this share of its nominal CPU, leaving
-# room for a noisy, shared machine (users overestimate too).
-WALLTIME_SPEED_MARGIN = 0.6
 
 
 @dataclass
@@ -47,24 +44,25 @@ class PolicyRun:
     jobs: int
     completed: int
     coallocations: int
-    runtimes: dict[str, float] = field(default_factory=dict)
-    states: dict[str, str] = field(default_factory=dict)
+    # Completed jobs' runtimes by job class (job ids differ between runs; classes repeat).
+    runtimes: dict[str, list[float]] = field(default_factory=dict)
 
     def summary(self) -> dict:
         d = asdict(self)
-        del d["runtimes"], d["states"]
+        del d["runtimes"]
         return d
 
 
 def demo_jobs(scale: float, workdir: Path, nodes: dict[str, int] = DEMO_NODES,
-              cpus: float | None = None) -> list[Job]:
-    """One workflow of each kind sized for the demo's emulated nodes."""
+              cpus: float | None = None, tag: str = "demo") -> list[Job]:
+    """One workflow of each kind sized for the demo's emulated nodes; ``tag`` goes into the
+    job ids so that runs sharing a state database never reuse one."""
     from testbed.workloads.jobs import small_mix  # workloads live in the testbed
 
     real = cpus if cpus is not None else float(len(os.sched_getaffinity(0)))
     per_core = real / sum(nodes.values())
     return small_mix(scale=scale, node_cores=max(nodes.values()), workdir=workdir / "shared",
-                     core_speed=min(1.0, per_core * WALLTIME_SPEED_MARGIN))
+                     core_speed=min(1.0, per_core), tag=tag)
 
 
 def run_policy(policy: str, jobs: list[Job], workdir: Path, *,
@@ -93,7 +91,11 @@ def run_policy(policy: str, jobs: list[Job], workdir: Path, *,
 
 def _measure(policy: str, jobs: list[Job], backend: LocalBackend) -> PolicyRun:
     outcomes = {o.job_id: o for o in backend.history}
-    started = [o for o in outcomes.values() if o.end_time > o.start_time or o.state == "completed"]
+    runtimes: dict[str, list[float]] = {}
+    for j in jobs:
+        o = outcomes.get(j.job_id)
+        if o is not None and o.state == "completed":
+            runtimes.setdefault(j.job_class, []).append(o.runtime_s)
     first_submit = min(j.submit_time for j in jobs)
     makespan = max((o.end_time for o in outcomes.values()), default=0.0) - first_submit
     waits = []
@@ -110,20 +112,18 @@ def _measure(policy: str, jobs: list[Job], backend: LocalBackend) -> PolicyRun:
         mean_slowdown=None, jobs=len(jobs),
         completed=sum(1 for o in outcomes.values() if o.state == "completed"),
         coallocations=guests,
-        runtimes={o.job_id: o.runtime_s for o in started},
-        states={o.job_id: o.state for o in outcomes.values()},
+        runtimes=runtimes,
     )
 
 
 def add_slowdowns(runs: list[PolicyRun], baseline: str = "space-sharing") -> None:
-    """Fill mean_slowdown: runtime over the same job's runtime under ``baseline`` - 1,
-    over jobs that completed in both runs."""
+    """Fill mean_slowdown: a job class's mean runtime over its mean runtime under
+    ``baseline``, minus 1, averaged over the classes that completed in both runs."""
     base = next((r for r in runs if r.policy == baseline), None)
     if base is None:
         return
     for r in runs:
-        ratios = [r.runtimes[j] / base.runtimes[j] - 1 for j in r.runtimes
-                  if j in base.runtimes and base.runtimes[j] > 0
-                  and r.states.get(j) == "completed" and base.states.get(j) == "completed"]
+        ratios = [statistics.fmean(rts) / statistics.fmean(base.runtimes[c]) - 1
+                  for c, rts in r.runtimes.items() if c in base.runtimes]
         r.mean_slowdown = round(statistics.fmean(ratios), 4) if ratios else None
 

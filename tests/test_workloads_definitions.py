@@ -51,7 +51,10 @@ def test_workflow_jobs_defaults_and_options():
     assert all("/tmp/wfs/b" in j.command for j in shared)
     slow = workflow_jobs("blast", 4, 0.1, core_speed=0.25)
     fast = workflow_jobs("blast", 4, 0.1)
-    assert slow[0].walltime_s > 3 * fast[0].walltime_s  # CPU-bound: 4x slower cores
+    # On 4x slower cores the stage does a quarter of the CPU work (it keeps its profile), so
+    # only the interpreter's start-up takes longer: the walltime grows a little, not 4x.
+    assert "--core-speed" in slow[0].command and "--core-speed" not in fast[0].command
+    assert fast[0].walltime_s < slow[0].walltime_s < 1.5 * fast[0].walltime_s
 
 
 @pytest.mark.parametrize("bad", [

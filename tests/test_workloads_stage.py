@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from coscheduler.model import InvalidInput
+
 from coscheduler.model import StageType
 from coscheduler.progress import read_progress
 from testbed.workloads import WORKFLOWS, stage_profile
@@ -214,6 +216,19 @@ def test_cpu_bound_and_io_bound_tasks_use_the_cpu_they_should(tmp_path):
     assert 0.6 < blast_share < 2.0, blast  # ~0.95 of its time computing
     assert 0.15 < montage_share < 0.6, montage  # ~0.4
     assert montage.cpu_util < blast.cpu_util, (montage, blast)
+
+
+def test_core_speed_shrinks_the_cpu_work_only(tmp_path):
+    """On an emulated core worth a quarter of a reference core the stage does a quarter of
+    the CPU work, so it keeps its CPU-to-wait profile there."""
+    full = stage_mod.run_stage("blast", "blastall", workers=1, scale=0.01, tasks=4,
+                               workdir=tmp_path / "a")
+    quarter = stage_mod.run_stage("blast", "blastall", workers=1, scale=0.01, tasks=4,
+                                  workdir=tmp_path / "b", core_speed=0.25)
+    assert quarter.cpu_s < 0.5 * full.cpu_s, (quarter, full)
+    with pytest.raises(InvalidInput, match="core_speed"):
+        stage_mod.run_stage("blast", "blastall", workers=1, scale=0.01, tasks=2,
+                            workdir=tmp_path / "c", core_speed=0.0)
 
 
 # ---------------------------------------------------------------------------------------

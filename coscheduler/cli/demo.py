@@ -82,23 +82,27 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, see
         click.echo(f"coscheduler demo: {len(DEMO_NODES)} emulated nodes x "
                    f"{max(DEMO_NODES.values())} cores on this machine; work in {workdir}", err=True)
         click.echo(f"ASA_X state: {db} (what it learns carries over to the next run)", err=True)
+    run_tag = time.strftime("%H%M%S")
     runs = []
     try:
+        # One store for every run: the runtimes of jobs that ran alone (space sharing) are
+        # what ASA_X's degradation loss compares a shared run against.
+        store = SqliteStore(db, create=True)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
         for policy in chosen:
-            jobs = demo_jobs(scale, workdir / policy)
-            store = SqliteStore(db, create=True) if policy == "asax" else None
-            try:
-                runs.append(run_policy(policy, jobs, workdir / policy, recorder=store, seed=seed,
-                                       on_tick=None if as_json else _progress(err)))
-            finally:
-                if store is not None:
-                    store.close()
+            jobs = demo_jobs(scale, workdir / policy, tag=f"{run_tag}-{policy}")
+            runs.append(run_policy(policy, jobs, workdir / policy, recorder=store, seed=seed,
+                                   on_tick=None if as_json else _progress(err)))
             if not as_json:
                 r = runs[-1]
                 err.write(f"\r  {policy:<14} done in {r.makespan_s:.0f} s: {r.completed}/{r.jobs} "
                           f"jobs completed, {r.coallocations} co-allocated" + " " * 20 + "\n")
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        store.close()
     add_slowdowns(runs)
     if as_json:
         echo_json({"mode": "live", "workdir": str(workdir), "db": str(db),

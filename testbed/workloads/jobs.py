@@ -14,7 +14,7 @@ import sys
 from coscheduler.model import InvalidInput, Job, check_finite, validate_job_id
 
 from .definitions import WORKFLOWS, get_workflow
-from .profile import check_cores, check_scale, stage_profile, walltime_request
+from .profile import STARTUP_S, check_cores, check_scale, stage_profile, walltime_request
 
 # Paper, section 4.4: 4 Montage, 4 BLAST, 4 Statistics at 8/16/32/64 cores; 3 Synthetic at
 # 16/32/64 cores; all queued at t = 0.
@@ -33,11 +33,13 @@ DEMO_CORES: dict[str, int] = {"montage": 2, "blast": 4, "statistics": 2, "synthe
 
 
 def stage_command(workflow: str, stage: str, tasks: int, workers: int, scale: float,
-                  workdir: str | None = None) -> tuple[str, ...]:
+                  workdir: str | None = None, core_speed: float = 1.0) -> tuple[str, ...]:
     """The argv that runs one stage program with this interpreter."""
     argv = [sys.executable, "-m", "testbed.workloads.stage", "--workflow", workflow,
             "--stage", stage, "--tasks", str(tasks), "--workers", str(workers),
             "--scale", repr(float(scale))]
+    if core_speed != 1.0:
+        argv += ["--core-speed", repr(float(core_speed))]
     if workdir is not None:
         argv += ["--workdir", workdir]
     return tuple(argv)
@@ -56,7 +58,8 @@ def workflow_jobs(workflow: str, cores: int, scale: float, submit_time: float = 
     reads the map's real outputs; without it every stage works in its own temp folder.
     ``node_cores``: cores per node, to set how many nodes a job spans (default one node).
     ``core_speed``: what one of the job's cores is worth in reference cores (emulated nodes
-    that claim more cores than the host has are slower): the walltime request allows for it.
+    that claim more cores than the host has are slower): the stage program shrinks its CPU
+    work by it, so the stage keeps its CPU-to-wait profile on such cores.
     """
     wf = get_workflow(workflow)
     cores = check_cores(cores)
@@ -80,8 +83,10 @@ def workflow_jobs(workflow: str, cores: int, scale: float, submit_time: float = 
             job_id=job_id,
             cores=prof.cores,
             nodes=nodes,
+            # CPU work shrinks with the core speed (the stage keeps its profile); only the
+            # interpreter's start-up, a fixed amount of CPU, runs slower.
             walltime_s=prof.walltime_s if speed == 1.0 else walltime_request(
-                prof.runtime_under_quota(speed)),
+                prof.runtime_s + STARTUP_S * (1.0 / speed - 1.0)),
             job_class=prof.job_class,
             submit_time=submit_time,
             stage_type=prof.stage_type,
@@ -90,7 +95,8 @@ def workflow_jobs(workflow: str, cores: int, scale: float, submit_time: float = 
             depends_on=(previous,) if previous else (),
             mem_mb=max(1, math.ceil(prof.mem_mb)),
             user=user,
-            command=stage_command(wf.name, spec.name, prof.tasks, prof.workers, scale, shared),
+            command=stage_command(wf.name, spec.name, prof.tasks, prof.workers, scale, shared,
+                                  speed),
         ))
         previous = job_id
     return jobs
@@ -114,12 +120,13 @@ def demo_core_speed(host_cores: int | None = None, nodes: int = DEMO_NODES,
 def small_mix(scale: float = DEMO_SCALE, cores: dict[str, int] | None = None,
               node_cores: int = DEMO_NODE_CORES, submit_time: float = 0.0,
               workdir: str | os.PathLike | None = None,
-              core_speed: float | None = None) -> list[Job]:
+              core_speed: float | None = None, tag: str = "demo") -> list[Job]:
     """One workflow of each kind, small enough for a live demo (about a minute in total).
 
     ``cores`` maps workflow -> cores (default DEMO_CORES: 2-4 cores on 2-core nodes).
     ``core_speed`` defaults to demo_core_speed() (4 emulated 2-core nodes on this host), so
-    walltime requests hold when emulated cores are slower than real ones.
+    walltime requests hold when emulated cores are slower than real ones. ``tag`` names the
+    run in the job ids (``montage-TAG.mProject``): a batch system never reuses a job id.
     """
     speed = demo_core_speed(node_cores=node_cores) if core_speed is None else core_speed
     chosen = dict(DEMO_CORES if cores is None else cores)
@@ -128,7 +135,7 @@ def small_mix(scale: float = DEMO_SCALE, cores: dict[str, int] | None = None,
         raise InvalidInput(f"small_mix: unknown workflow(s) {unknown}; choose from {list(WORKFLOWS)}")
     jobs: list[Job] = []
     for wf, c in chosen.items():
-        jobs += workflow_jobs(wf, c, scale, submit_time, f"{wf}-demo", workdir=workdir,
+        jobs += workflow_jobs(wf, c, scale, submit_time, f"{wf}-{tag}", workdir=workdir,
                               node_cores=node_cores, core_speed=speed)
     return jobs
 

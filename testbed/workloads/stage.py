@@ -74,7 +74,8 @@ def _max_rss_mb() -> float:
 
 def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: int | None = None,
               workdir: str | os.PathLike | None = None,
-              progress_file: str | os.PathLike | None = None) -> StageReport:
+              progress_file: str | os.PathLike | None = None,
+              core_speed: float = 1.0) -> StageReport:
     """Run one stage for real (see the module docstring). Raises InvalidInput, TaskFailed."""
     wf = get_workflow(workflow)
     spec = wf.stage(stage)
@@ -90,7 +91,9 @@ def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: i
         base = Path(workdir)
         base.mkdir(parents=True, exist_ok=True)
     scratch = base if private else Path(tempfile.mkdtemp(prefix=f".{wf.name}-{spec.name}-", dir=base))
-    ctx = StageContext(wf.name, spec.name, scale, base, scratch)
+    if not 0.0 < core_speed <= 1.0:
+        raise InvalidInput(f"core_speed must lie in (0, 1], got {core_speed!r}")
+    ctx = StageContext(wf.name, spec.name, scale, base, scratch, core_speed)
 
     done = 0
 
@@ -131,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default=None, help="shared working directory (default: private temp)")
     p.add_argument("--progress-file", default=None,
                    help="progress file (default: $COSCHED_PROGRESS_FILE)")
+    p.add_argument("--core-speed", type=float, default=1.0,
+                   help="what one core is worth in reference cores, in (0, 1] (emulated nodes): "
+                        "CPU work shrinks by it so the stage keeps its profile (default 1)")
     p.add_argument("--report", action="store_true", help="print a JSON line with measurements")
     return p
 
@@ -148,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"not {workers}", file=sys.stderr)
             workers = 1
         rep = run_stage(args.workflow, args.stage, workers=workers, scale=args.scale,
-                        tasks=args.tasks, workdir=args.workdir, progress_file=args.progress_file)
+                        tasks=args.tasks, workdir=args.workdir, progress_file=args.progress_file,
+                        core_speed=args.core_speed)
     except InvalidInput as e:
         print(f"stage: {e}", file=sys.stderr)
         return 2

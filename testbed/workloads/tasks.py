@@ -31,6 +31,9 @@ class StageContext:
     scale: float
     workdir: Path
     scratch: Path
+    # What one of the job's cores is worth in reference cores (emulated nodes): CPU work
+    # shrinks by it so a stage keeps its CPU-to-wait ratio, and so its profile, there.
+    core_speed: float = 1.0
 
 
 class Runner:
@@ -39,7 +42,7 @@ class Runner:
         self.ctx = ctx
         self.tasks = tasks
         self.workers = workers
-        self.cpu_s = group.cpu_s(ctx.scale)
+        self.cpu_s = group.cpu_s(ctx.scale) * ctx.core_speed
         self.wait_s = group.wait_s(ctx.scale)
         self.worker = 0
 
