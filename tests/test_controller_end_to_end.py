@@ -82,3 +82,18 @@ def test_asax_learns_to_lend_less_from_cpu_heavy_hosts_over_repeated_runs(seed):
     # The losses that drove this were real: lending slowed heavy hosts.
     kinds = {o.kind for o in rec.outcomes.values()}
     assert {"declined"} < kinds and max(o.loss for o in rec.outcomes.values()) > 0.3
+
+
+@pytest.mark.parametrize("u", [0.3, 0.95])
+def test_theorem1_bound_holds_on_real_controller_runs(u):
+    """DESIGN: the excess risk after t rounds, on the losses the controller really fed the
+    learner, stays within (ln n + 0.5 sum gamma_s^2) / gamma_t."""
+    learner = AsaxLearner(LearnerConfig(seed=3))
+    policy, rec = Asax(learner), MemoryRecorder()
+    for run in range(4):
+        run_workload(policy, u=u, recorder=rec, run=run)
+    st = learner.class_state("w")
+    assert st.observations > 20 and st.rounds >= 1
+    assert learner.excess_risk("w") <= learner.theorem1_bound("w")
+    # The bookkeeping matches the recorded rounds.
+    assert len(rec.rounds) == st.rounds
