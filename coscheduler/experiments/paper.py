@@ -1,0 +1,448 @@
+"""The ASA_X paper's evaluation (section 4) in virtual time, with the real controller.
+
+What runs: the paper's 15 workflows as 46 stage jobs (testbed/workloads: 4 Montage, 4 BLAST,
+4 Statistics at 8/16/32/64 cores, 3 Synthetic at 16/32/64 cores), all submitted at t = 0,
+on a ``VirtualBackend`` cluster driven by ``Controller`` with one of the co-allocation
+policies (space sharing with EASY backfilling, Static 50 %, ASA_X). Nothing here decides
+anything: the controller and the policies are the ones a real cluster runs.
+
+Modelling choices (each one is a parameter or documented in docs/simulator.md):
+
+- The cluster is one node of ``cluster_cores`` cores by default: the paper's NumaScale
+  machine (6 x 48 cores) appears to jobs as a single server. ``node_cores`` splits it into
+  equal nodes; every job (at most 64 cores, one node each) must fit one node.
+- A stage's profile comes from ``testbed.workloads.profile.stage_profile``: its runtime
+  alone and its CPU use u (CPU time over cores x runtime). Its memory use is the paper's
+  Table 2 memory share of the allocation for its workflow (``mem_share``: Montage 10 %,
+  BLAST 44 %, Statistics 5 %, Synthetic 95 %), because the virtual backend's interference
+  model is written in shares of the host's allocation; the program's own peak ``mem_mb``
+  depends on the machine's memory per core, which the paper does not pin down per job.
+- Job classes are ``{workflow}-{cores}/{stage}`` (``montage-8/mProject``), not the
+  testbed's ``montage/mProject``: the controller measures ASA_X's degradation loss against
+  the class's runtime alone, and a stage on 8 cores runs 8x longer than on 64.
+- Queue order is submission order (FCFS by the job's position in the paper's list, as
+  Slurm orders equal-priority jobs by job id), not alphabetical job ids.
+- ``scale`` shrinks every stage's work (scale 1: workflows of 2-5 min, the paper's took
+  0.3-0.7 h). The controller's time constants (pass period 10 s, decline cooldown 30 s)
+  shrink with it, so a small-scale run is the scale-1 run in miniature (up to the stages'
+  fixed start-up overheads and walltime margins).
+- ASA_X's learning carries over between repetitions through its recorder (what the
+  controller persists anyway): pass the same recorder to successive ``run_paper`` calls.
+  A fresh recorder is a fresh learner. Each repetition seeds the learner with
+  ``seed + repeat_index``.
+
+Metrics (per run), as the paper defines them (section 4.3):
+
+- makespan_s: the last stage's end (everything was submitted at t = 0);
+- workflow_runtime_s: per workflow, the sum of its stages' runtimes (end - start);
+- mean_wait_s: mean over stage jobs of start - eligible, where eligible is the time the
+  stage could first start: max(submit, its parent's end);
+- mean_response_s: mean over stage jobs of end - submit ("the time elapsed between the
+  submission and the time when the job finishes execution");
+- cpu_util: CPU core-seconds the jobs used (the fluid model's integral) over the
+  core-seconds of allocated capacity: a host's cores from its start to its end; a guest's
+  cores only while it outlives its host (before that they are its host's, counted once);
+- cluster_util: the same CPU core-seconds over the whole cluster's capacity (cores x
+  makespan), idle cores included;
+- coallocations: guests started inside a host; guest_quotas their quota fractions;
+- timeouts: stages killed at their walltime (their successors then fail).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from ..backends.virtual import Profile, VirtualBackend
+from ..controller import Controller, ControllerConfig
+from ..learner import LearnerConfig
+from ..model import Allocation, InvalidInput, Job
+from ..policies.coalloc import Asax, SpaceSharing, Static, make_policy
+from ..recorder import MemoryRecorder, Recorder
+
+PAPER_CLUSTER_CORES: tuple[int, ...] = (64, 128, 256)
+PAPER_LOAD = {64: "8x", 128: "4x", 256: "2x"}
+POLICIES: tuple[str, ...] = ("space-sharing", "static", "asax")
+WORKFLOW_KINDS: tuple[str, ...] = ("montage", "blast", "statistics", "synthetic")
+
+# The paper's Table 3: (mean waiting time h, CPU utilisation %, mean response time h).
+PAPER_TABLE3: dict[tuple[str, int], tuple[float, float, float]] = {
+    ("space-sharing", 64): (3.5, 53, 4.4), ("space-sharing", 128): (1.5, 45, 2.4),
+    ("space-sharing", 256): (0.5, 32, 1.4),
+    ("static", 64): (1.7, 90, 4.8), ("static", 128): (0.8, 92, 2.8), ("static", 256): (0.3, 89, 2.0),
+    ("asax", 64): (1.8, 82, 3.5), ("asax", 128): (1.0, 84, 2.0), ("asax", 256): (0.3, 83, 0.9),
+}
+
+# The paper's Table 2: mean total runtime (h) per workflow kind.
+PAPER_TABLE2_RUNTIME_H: dict[int, dict[str, dict[str, float]]] = {
+    64: {"space-sharing": {"montage": 0.35, "blast": 0.71, "statistics": 0.69, "synthetic": 0.49},
+         "static": {"montage": 0.38, "blast": 0.82, "statistics": 0.77, "synthetic": 0.57},
+         "asax": {"montage": 0.35, "blast": 0.75, "statistics": 0.73, "synthetic": 0.56}},
+    128: {"space-sharing": {"montage": 0.32, "blast": 0.72, "statistics": 0.70, "synthetic": 0.50},
+          "static": {"montage": 0.35, "blast": 0.79, "statistics": 0.76, "synthetic": 0.57},
+          "asax": {"montage": 0.33, "blast": 0.73, "statistics": 0.72, "synthetic": 0.55}},
+    256: {"space-sharing": {"montage": 0.29, "blast": 0.70, "statistics": 0.72, "synthetic": 0.48},
+          "static": {"montage": 0.32, "blast": 0.80, "statistics": 0.76, "synthetic": 0.53},
+          "asax": {"montage": 0.30, "blast": 0.76, "statistics": 0.73, "synthetic": 0.52}},
+}
+
+# The controller's time constants at scale 1 (see the module docstring).
+TICK_S = 10.0
+DECLINE_COOLDOWN_S = 30.0
+
+_EPS = 1e-9
+
+
+# -- the workload ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PaperStage:
+    """One stage job of the paper's mix, with the profile the virtual backend runs it by."""
+
+    job: Job
+    profile: Profile
+    workflow: str     # the workflow instance, e.g. "montage-8"
+    kind: str         # the workflow kind, e.g. "montage"
+
+
+def paper_workload(scale: float = 1.0, tag: str | None = None) -> list[PaperStage]:
+    """The paper's 46 stage jobs in submission order, all submitted at t = 0.
+
+    ``tag`` goes in front of every job id (``{tag}.montage-8.mProject``) so that runs
+    sharing one state database never reuse a job id."""
+    from testbed.workloads.jobs import PAPER_MIX, workflow_jobs   # workloads live in the testbed
+    from testbed.workloads.profile import workflow_profiles
+
+    stages: list[PaperStage] = []
+    for kind, cores in PAPER_MIX:
+        name = f"{kind}-{cores}"
+        prefix = name if tag is None else f"{tag}.{name}"
+        jobs = workflow_jobs(kind, cores, scale, 0.0, prefix)
+        profiles = workflow_profiles(kind, cores, scale)
+        for job, prof in zip(jobs, profiles, strict=True):
+            job = dataclasses.replace(job, job_class=f"{name}/{prof.stage}")
+            stages.append(PaperStage(job, Profile(prof.runtime_s, prof.cpu_util,
+                                                  prof.mem_share * 100.0), name, kind))
+    return stages
+
+
+def cluster_nodes(cluster_cores: object, node_cores: object | None = None,
+                  largest_job: int = 64) -> dict[str, int]:
+    """The virtual cluster's nodes: one node of ``cluster_cores`` by default, else equal
+    nodes of ``node_cores``. Refuses a cluster or node too small for the largest job."""
+    if isinstance(cluster_cores, bool) or not isinstance(cluster_cores, int) or cluster_cores < 1:
+        raise InvalidInput(f"cluster cores must be a positive integer, got {cluster_cores!r}")
+    if cluster_cores < largest_job:
+        raise InvalidInput(f"cluster cores {cluster_cores} cannot hold the workload's largest "
+                           f"job ({largest_job} cores): give at least {largest_job}")
+    if node_cores is None:
+        return {"n1": cluster_cores}
+    if isinstance(node_cores, bool) or not isinstance(node_cores, int) or node_cores < largest_job:
+        raise InvalidInput(f"node cores must be an integer >= {largest_job} (the largest job "
+                           f"runs on one node), got {node_cores!r}")
+    if cluster_cores % node_cores:
+        raise InvalidInput(f"cluster cores {cluster_cores} is not a multiple of node cores "
+                           f"{node_cores}")
+    return {f"n{i + 1}": node_cores for i in range(cluster_cores // node_cores)}
+
+
+def canonical_policy(name: object) -> str:
+    """``space-sharing`` (alias slurm), ``static`` or ``asax`` (alias asa_x); else a named error."""
+    pol = make_policy(name) if isinstance(name, str) else None
+    for cls, key in ((SpaceSharing, "space-sharing"), (Static, "static"), (Asax, "asax")):
+        if isinstance(pol, cls):
+            return key
+    raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(POLICIES)}")
+
+
+def submission_order(stages: Sequence[PaperStage]):
+    """FCFS by submission position (what Slurm's increasing job ids give), not by job id."""
+    position = {s.job.job_id: i for i, s in enumerate(stages)}
+
+    def order(jobs: Sequence[Job], now: float) -> list[Job]:
+        return sorted(jobs, key=lambda j: (j.submit_time, position.get(j.job_id, len(position)),
+                                           j.job_id))
+
+    return order
+
+
+class _RecordingBackend(VirtualBackend):
+    """The virtual backend, noting each start's quota fraction (to report guests' quotas)."""
+
+    def __init__(self, nodes: dict[str, int]):
+        super().__init__(nodes)
+        self.start_quotas: dict[str, float] = {}
+
+    def start(self, job: Job, allocation: Allocation, quota_fraction: float,
+              host_job: str | None = None) -> None:
+        super().start(job, allocation, quota_fraction, host_job)
+        self.start_quotas[job.job_id] = float(quota_fraction)
+
+
+# -- one run --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What happened to one stage job in a run."""
+
+    job_id: str
+    workflow: str
+    cores: int
+    submit: float
+    eligible: float | None     # None: it never became eligible (a parent did not complete)
+    start: float
+    end: float
+    state: str
+    host: str | None           # the host it ran inside as a guest, else None
+
+
+@dataclass
+class PaperRun:
+    """The paper's metrics for one run (one cluster size, one policy, one repetition)."""
+
+    cores: int
+    policy: str
+    repeat: int
+    seed: int
+    scale: float
+    learning: str | None       # ASA_X: "carried" or "fresh"; None for the others
+    makespan_s: float
+    mean_wait_s: float
+    mean_response_s: float
+    cpu_util: float
+    cluster_util: float
+    busy_core_seconds: float
+    held_core_seconds: float
+    peak_held_cores: int
+    coallocations: int
+    guest_quotas: list[float]
+    timeouts: int
+    failed: int
+    completed: int
+    workflow_runtime_s: dict[str, float]
+    stages: list[StageRecord] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        """The run as docs/simulator.md documents it (no per-stage records)."""
+        return {
+            "cores": self.cores, "policy": self.policy, "repeat": self.repeat,
+            "seed": self.seed, "scale": self.scale, "learning": self.learning,
+            "makespan_s": round(self.makespan_s, 3), "mean_wait_s": round(self.mean_wait_s, 3),
+            "mean_response_s": round(self.mean_response_s, 3),
+            "cpu_util": round(self.cpu_util, 4), "cluster_util": round(self.cluster_util, 4),
+            "peak_held_cores": self.peak_held_cores,
+            "coallocations": self.coallocations,
+            "mean_guest_quota": (round(statistics.fmean(self.guest_quotas), 4)
+                                 if self.guest_quotas else None),
+            "timeouts": self.timeouts, "failed": self.failed, "completed": self.completed,
+            "workflow_runtime_s": {k: round(v, 3) for k, v in self.workflow_runtime_s.items()},
+        }
+
+
+def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0,
+              repeat_index: int = 0, recorder: Recorder | None = None, *,
+              node_cores: int | None = None, tag: str | None = None,
+              learning: str | None = None) -> PaperRun:
+    """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
+    ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
+
+    ``recorder``: where ASA_X keeps what it learns (a ``MemoryRecorder`` or a
+    ``SqliteStore``); pass the same one to successive repetitions to carry learning over.
+    None: a fresh one (a fresh learner). ``learning`` labels the run ("carried"/"fresh").
+    """
+    from testbed.workloads.profile import check_scale
+
+    scale = check_scale(scale)
+    if isinstance(repeat_index, bool) or not isinstance(repeat_index, int) or repeat_index < 0:
+        raise InvalidInput(f"repeat_index must be an integer >= 0, got {repeat_index!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InvalidInput(f"seed must be an integer, got {seed!r}")
+    policy = canonical_policy(policy)
+    stages = paper_workload(scale, tag)
+    largest = max(s.job.cores for s in stages)
+    nodes = cluster_nodes(cluster_cores, node_cores, largest)
+    backend = _RecordingBackend(nodes)
+    for s in stages:
+        backend.submit(s.job, s.profile)
+    config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale)
+    order = submission_order(stages)
+    recorder = recorder if recorder is not None else MemoryRecorder()
+    if policy == "asax":
+        controller = Controller.from_recorder(
+            backend, recorder, "asax", learner_config=LearnerConfig(seed=seed + repeat_index),
+            queue_order=order, config=config)
+    else:
+        controller = Controller(backend, make_policy(policy), recorder, order, config)
+    backend.run_until_idle(controller, tick_s=TICK_S * scale)
+    return _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
+                    (learning or "carried") if policy == "asax" else None)
+
+
+def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, policy: str,
+             repeat: int, seed: int, scale: float, learning: str | None) -> PaperRun:
+    outcomes = {o.job_id: o for o in backend.history}
+    hosts = {job: host for _, job, host in backend.starts}
+    records: list[StageRecord] = []
+    for s in stages:
+        j = s.job
+        o = outcomes[j.job_id]
+        parents = [outcomes[d] for d in j.depends_on]
+        eligible = (max([j.submit_time] + [p.end_time for p in parents])
+                    if all(p.state == "completed" for p in parents) else None)
+        ran = j.job_id in backend.start_quotas
+        records.append(StageRecord(j.job_id, s.workflow, j.cores, j.submit_time,
+                                   eligible if ran else None, o.start_time, o.end_time, o.state,
+                                   hosts.get(j.job_id)))
+    ran = [r for r in records if r.eligible is not None]
+    held = _held_intervals(records)
+    held_cs = sum((b - a) * c for a, b, c in held)
+    runtimes: dict[str, float] = {}
+    for r in records:
+        runtimes[r.workflow] = runtimes.get(r.workflow, 0.0) + (r.end - r.start)
+    guests = [r for r in records if r.host is not None]
+    by_id = {s.job.job_id: s for s in stages}
+    makespan = max(r.end for r in records) - min(r.submit for r in records)
+    return PaperRun(
+        cores=cores, policy=policy, repeat=repeat, seed=seed, scale=scale, learning=learning,
+        makespan_s=makespan,
+        mean_wait_s=statistics.fmean(r.start - r.eligible for r in ran) if ran else 0.0,
+        mean_response_s=statistics.fmean(r.end - r.submit for r in ran) if ran else 0.0,
+        cpu_util=backend.busy_core_seconds / held_cs if held_cs > 0 else 0.0,
+        cluster_util=backend.busy_core_seconds / (cores * makespan) if makespan > 0 else 0.0,
+        busy_core_seconds=backend.busy_core_seconds, held_core_seconds=held_cs,
+        peak_held_cores=_peak(held), coallocations=len(guests),
+        guest_quotas=[backend.start_quotas[r.job_id] for r in guests],
+        timeouts=sum(1 for r in records if r.state == "timeout"),
+        failed=sum(1 for r in records if r.state in ("failed", "cancelled")),
+        completed=sum(1 for r in records if r.state == "completed"),
+        workflow_runtime_s={w: runtimes[w] for w in dict.fromkeys(
+            by_id[r.job_id].workflow for r in records)},
+        stages=records,
+    )
+
+
+def _held_intervals(records: Iterable[StageRecord]) -> list[tuple[float, float, int]]:
+    """(from, to, cores) the cluster's capacity was allocated: a host's (or lone job's)
+    cores from start to end; a guest's cores only while it outlives its host."""
+    ends = {r.job_id: r.end for r in records}
+    out = []
+    for r in records:
+        if r.eligible is None:
+            continue
+        begin = r.start if r.host is None else max(r.start, ends.get(r.host, r.start))
+        if r.end > begin:
+            out.append((begin, r.end, r.cores))
+    return out
+
+
+def _peak(intervals: list[tuple[float, float, int]]) -> int:
+    """Most cores held at once (an interval ending at t frees its cores before one
+    starting at t takes them)."""
+    events = sorted([(a, 1, c) for a, _, c in intervals] + [(b, 0, -c) for _, b, c in intervals])
+    now = peak = 0
+    for _, _, delta in events:
+        now += delta
+        peak = max(peak, now)
+    return peak
+
+
+# -- the whole experiment -------------------------------------------------------------------------
+
+def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
+                   policies: Sequence[str] = POLICIES, repeat: int = 3, scale: float = 1.0,
+                   seed: int = 0, carry_learning: bool = True, store: Recorder | None = None,
+                   node_cores: int | None = None, tag: str | None = None,
+                   on_run=None) -> list[PaperRun]:
+    """Every cluster size x policy x repetition. ASA_X's learning carries over between the
+    repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
+    each cluster size starts fresh, so its figures do not depend on which sizes ran first.
+    With ``store`` (a state database) every ASA_X run learns into it and from it, across
+    sizes and invocations. ``on_run(run)`` is called after each run (progress)."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise InvalidInput(f"repeat must be an integer >= 1, got {repeat!r}")
+    policies = [canonical_policy(p) for p in policies]
+    runs: list[PaperRun] = []
+    for cores in cluster_sizes:
+        carried: Recorder | None = store if store is not None else (
+            MemoryRecorder() if carry_learning else None)
+        for policy in policies:
+            for k in range(repeat):
+                recorder = carried if policy == "asax" else None
+                run_tag = f"c{cores}-r{k}" if tag is None else f"{tag}-c{cores}-r{k}"
+                run = run_paper(cores, policy, seed, scale, k, recorder,
+                                node_cores=node_cores, tag=run_tag,
+                                learning="carried" if (carry_learning or store is not None)
+                                else "fresh")
+                runs.append(run)
+                if on_run is not None:
+                    on_run(run)
+    return runs
+
+
+SUMMARY_FIELDS = ("makespan_s", "mean_wait_s", "mean_response_s", "cpu_util", "cluster_util",
+                  "coallocations", "timeouts")
+
+
+def summarise(runs: Sequence[PaperRun]) -> list[dict]:
+    """Medians over the repetitions, per (cluster size, policy), in the runs' order; each
+    with the paper's Table 3 figures for that cell (None where the paper has none)."""
+    groups: dict[tuple[int, str], list[PaperRun]] = {}
+    for r in runs:
+        groups.setdefault((r.cores, r.policy), []).append(r)
+    out = []
+    for (cores, policy), rs in groups.items():
+        row: dict = {"cores": cores, "policy": policy, "repeats": len(rs)}
+        for f in SUMMARY_FIELDS:
+            row[f] = round(statistics.median(getattr(r, f) for r in rs), 4)
+        row["workflow_runtime_s"] = {
+            w: round(statistics.median(r.workflow_runtime_s[w] for r in rs), 3)
+            for w in rs[0].workflow_runtime_s}
+        paper = PAPER_TABLE3.get((policy, cores))
+        row["paper"] = None if paper is None else {
+            "load": PAPER_LOAD[cores], "mean_wait_h": paper[0], "cpu_util": paper[1] / 100.0,
+            "mean_response_h": paper[2]}
+        out.append(row)
+    return out
+
+
+def runtime_by_kind(row: dict) -> dict[str, float]:
+    """Mean total runtime per workflow kind (Table 2 averages a kind's instances)."""
+    out: dict[str, list[float]] = {}
+    for w, t in row["workflow_runtime_s"].items():
+        out.setdefault(w.rsplit("-", 1)[0], []).append(t)
+    return {k: statistics.fmean(v) for k, v in out.items()}
+
+
+def normalised_runtimes(summary: Sequence[dict],
+                        baseline: str = "space-sharing") -> dict[int, dict[str, dict[str, float]]]:
+    """Per cluster size, policy and workflow kind: mean runtime over the baseline's
+    (Table 2's "normalised against Slurm"); sizes without a baseline run are left out."""
+    base = {r["cores"]: runtime_by_kind(r) for r in summary if r["policy"] == baseline}
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    for r in summary:
+        b = base.get(r["cores"])
+        if b is None:
+            continue
+        mine = runtime_by_kind(r)
+        out.setdefault(r["cores"], {})[r["policy"]] = {
+            k: round(mine[k] / b[k], 4) for k in mine if b.get(k)}
+    return out
+
+
+def paper_normalised_runtimes(cores: int) -> dict[str, dict[str, float]] | None:
+    """The paper's Table 2 runtimes over its Slurm runtimes, per policy and kind."""
+    t = PAPER_TABLE2_RUNTIME_H.get(cores)
+    if t is None:
+        return None
+    base = t["space-sharing"]
+    return {p: {k: round(v / base[k], 4) for k, v in kinds.items()} for p, kinds in t.items()}
+
+
+__all__ = [
+    "PAPER_CLUSTER_CORES", "PAPER_LOAD", "PAPER_TABLE2_RUNTIME_H", "PAPER_TABLE3", "POLICIES",
+    "PaperRun", "PaperStage", "StageRecord", "WORKFLOW_KINDS", "canonical_policy", "cluster_nodes",
+    "normalised_runtimes", "paper_normalised_runtimes", "paper_workload", "run_experiment",
+    "run_paper", "runtime_by_kind", "submission_order", "summarise",
+]
