@@ -76,3 +76,37 @@ class StateFile:
             self.path.unlink()
         except FileNotFoundError:
             pass
+
+
+def remove_orphaned_roots(prefix: str, layout=None) -> list[str]:
+    """Remove the empty cgroup trees ``<mount>/<prefix><pid>`` left by a process that died
+    without cleaning up (kill -9), when that pid is gone.
+
+    The local backend names its agents' roots ``cosched-local-<pid>``; its jobs die with it
+    (parent-death signal), so what such a process leaves is empty cgroups. A tree that
+    still holds processes is left alone (rmdir refuses it). Returns the roots removed.
+    """
+    import errno
+
+    import psutil
+
+    from .cgroupfs import detect_layout
+
+    layout = layout or detect_layout()
+    mounts = {layout.cpu_mount} | ({layout.acct_mount} if layout.acct_mount else set())
+    removed = []
+    for mount in mounts:
+        for root in mount.glob(f"{prefix}*"):
+            pid = root.name[len(prefix):]
+            if not root.is_dir() or not pid.isdigit() or psutil.pid_exists(int(pid)):
+                continue
+            dirs = sorted((d for d in root.rglob("*") if d.is_dir()),
+                          key=lambda d: len(d.parts), reverse=True) + [root]
+            try:
+                for d in dirs:
+                    os.rmdir(d)
+                removed.append(str(root))
+            except OSError as e:
+                if e.errno not in (errno.EBUSY, errno.ENOTEMPTY, errno.ENOENT):
+                    raise
+    return removed

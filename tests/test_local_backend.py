@@ -164,3 +164,44 @@ def test_bad_jobs_are_refused_at_submit(backend_factory):
 
 def test_support_check_passes_here():
     check_local_support()
+
+
+def test_jobs_die_with_the_backend_process(tmp_path):
+    """If the process that owns the backend is killed (-9), its jobs do not run on, unseen
+    and possibly throttled: the launcher's parent-death signal kills them."""
+    import json
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    script = f"""
+import json, sys, time
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+from coscheduler.backends.local import LocalBackend
+from coscheduler.model import Allocation, Job
+b = LocalBackend({{"n1": 1}}, {str(tmp_path / "w")!r}, cpus=1.0)
+job = Job("long", 1, 600.0, "test/busy", tasks=1000,
+          command=({sys.executable!r}, {BUSY!r}, "1000", "{LOOPS_PER_CPU_S}"))
+b.submit(job)
+b.start(job, Allocation("long", (("n1", 1),)), 0.5)
+print(json.dumps({{"pid": b._runs["long"].data.popen.pid}}), flush=True)
+time.sleep(600)
+"""
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        job_pid = json.loads(owner.stdout.readline())["pid"]
+        assert psutil.pid_exists(job_pid)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(10)
+        assert wait_until(lambda: not psutil.pid_exists(job_pid)
+                          or psutil.Process(job_pid).status() == psutil.STATUS_ZOMBIE, timeout=10)
+        # The dead owner's empty cgroups are tidied by the next backend that starts.
+        left = Path(f"/sys/fs/cgroup/cpu/cosched-local-{owner.pid}")
+        assert left.exists()
+        LocalBackend({"n1": 1}, tmp_path / "next", cpus=1.0).close()
+        assert not left.exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()

@@ -27,6 +27,7 @@ Each job runs on one emulated node (``Job.nodes`` must be 1).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -41,9 +42,14 @@ from ..model import Allocation, InvalidInput, Job, MetricsSample, Node
 from ..progress import ENV_VAR as PROGRESS_ENV
 from .book import JobBook
 
-# `kill -STOP $$` holds the job until the agent has moved it into its cgroup.
-_LAUNCHER = ("/bin/sh", "-c", 'kill -STOP $$; exec "$@"', "cosched-job")
+# `kill -STOP $$` holds the job until the agent has moved it into its cgroup. setpriv's
+# parent-death signal kills the job if this process dies, so no job outlives the backend
+# (and its quota) unseen; the stage programs stop their own workers when they are killed.
+_BARRIER = ("/bin/sh", "-c", 'kill -STOP $$; exec "$@"', "cosched-job")
+_SETPRIV = shutil.which("setpriv")
+_LAUNCHER = ((_SETPRIV, "--pdeathsig", "KILL") + _BARRIER) if _SETPRIV else _BARRIER
 _STOP_WAIT_S = 5.0
+_CGROUP_PREFIX = "cosched-local-"
 _KILL_GRACE_S = 3.0
 
 
@@ -109,6 +115,10 @@ class LocalBackend(JobBook):
         self.overtime_factor = float(overtime_factor)
         check_local_support()
         from monitoring.agent import NodeAgent  # the node side: imported only when used
+        from monitoring.recovery import remove_orphaned_roots
+
+        # A backend killed with -9 took its jobs with it but left empty cgroups: tidy them.
+        remove_orphaned_roots(_CGROUP_PREFIX)
 
         real = float(cpus) if cpus is not None else float(len(os.sched_getaffinity(0)))
         if not real > 0:
@@ -119,7 +129,7 @@ class LocalBackend(JobBook):
         self.workdir = Path(workdir)
         for sub in ("logs", "progress", "jobs", "agents"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
-        self.cgroup_base = cgroup_base or f"cosched-local-{os.getpid()}"
+        self.cgroup_base = cgroup_base or f"{_CGROUP_PREFIX}{os.getpid()}"
         self._clock = clock
         self._t0 = clock()
         self.usage: dict[str, JobUsage] = {}

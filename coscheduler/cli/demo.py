@@ -7,6 +7,7 @@ what was measured and shows where the learned expert weights went.
 
 from __future__ import annotations
 
+import signal
 import sys
 import tempfile
 import time
@@ -83,6 +84,8 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, see
                    f"{max(DEMO_NODES.values())} cores on this machine; work in {workdir}", err=True)
         click.echo(f"ASA_X state: {db} (what it learns carries over to the next run)", err=True)
     run_tag = time.strftime("%H%M%S")
+    # SIGTERM unwinds like Ctrl-C, so every backend kills its jobs and gives quotas back.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = []
     try:
         # One store for every run: the runtimes of jobs that ran alone (space sharing) are
