@@ -6,6 +6,13 @@
 stdout carries the result only (a table, or with ``--json`` one object per policy, a list
 when several); notes (skipped lines, dropped jobs, parse time) and the progress bar go to
 stderr.
+
+``cosched simulate paper [--cores 64,128,256] [--policies space-sharing,static,asax]
+[--repeat 3] [--scale 1.0] [--seed 0] [--db PATH] [--fresh-learner]
+[--sequential-cores one|workflow] [--node-cores N] [--json]``: the ASA_X paper's
+evaluation (section 4) in virtual time with the real controller and policies
+(coscheduler/experiments/paper.py); tables like the paper's Tables 3 and 2 with the
+paper's own figures beside ours.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import click
 
 from ..model import InvalidInput
+from ..experiments import paper as paper_exp
 from ..policies.queue import POLICIES, get_policy
 from ..sim.engine import BACKFILL_MODES
 from ..sim.replay import ReplayResult, replay, window
@@ -161,3 +170,129 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
         click.echo(_table(results))
+
+
+def _parse_cores(text: str) -> list[int]:
+    sizes: list[int] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        try:
+            cores = int(item)
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not a whole number of cores (in {text!r})",
+                                     param_hint="--cores") from None
+        try:
+            paper_exp.cluster_nodes(cores)
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--cores") from None
+        if cores not in sizes:
+            sizes.append(cores)
+    return sizes
+
+
+def _parse_coalloc_policies(text: str) -> list[str]:
+    names: list[str] = []
+    for raw in text.split(","):
+        try:
+            name = paper_exp.canonical_policy(raw)
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--policies") from None
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _positive_scale(ctx, param, value: float) -> float:
+    if not value > 0 or value != value or value == float("inf"):
+        raise click.BadParameter(f"must be a finite number > 0, got {value}")
+    return value
+
+
+@simulate.command("paper")
+@click.option("--cores", "cores_text", default="64,128,256", show_default=True,
+              help="Cluster sizes in cores, separated by commas (each >= 64, the largest job).")
+@click.option("--policies", "policies_text", default="space-sharing,static,asax",
+              show_default=True, help="Co-allocation policies: space-sharing, static, asax.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Repetitions of the workload per cluster size and policy.")
+@click.option("--scale", type=float, default=1.0, show_default=True, callback=_positive_scale,
+              help="Work per stage (1: workflows of minutes; the paper's took 0.3-0.7 h).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="ASA_X's seed (repetition k uses seed + k).")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Keep ASA_X's learning in this state database (across sizes and runs); "
+                   "default: in memory, carried over between the repetitions of a size.")
+@click.option("--fresh-learner", is_flag=True,
+              help="Start ASA_X from scratch in every repetition (no carried-over learning).")
+@click.option("--sequential-cores", type=click.Choice(paper_exp.SEQUENTIAL_CORES),
+              default="one", show_default=True,
+              help="What a sequential stage asks for: one core, or its workflow's cores.")
+@click.option("--node-cores", type=click.IntRange(min=1), default=None,
+              help="Split the cluster into nodes of this many cores (default: one node, as "
+                   "the paper's NumaScale machine appears to jobs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs and medians as JSON.")
+def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: int,
+          db: Path | None, fresh_learner: bool, sequential_cores: str, node_cores: int | None,
+          as_json: bool) -> None:
+    """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
+    virtual time under each policy and cluster size, with the real controller, and compare
+    with the paper's Tables 3 and 2."""
+    from ..experiments.report import report
+
+    sizes = _parse_cores(cores_text)
+    policies = _parse_coalloc_policies(policies_text)
+    if node_cores is not None:
+        for cores in sizes:
+            try:
+                paper_exp.cluster_nodes(cores, node_cores)
+            except InvalidInput as exc:
+                raise click.BadParameter(str(exc), param_hint="--node-cores") from None
+    if fresh_learner and db is not None:
+        raise click.BadParameter("--fresh-learner and --db contradict each other (the database "
+                                 "carries learning over)", param_hint="--fresh-learner")
+    store = None
+    tag = None
+    if db is not None and "asax" in policies:
+        from ..store import SqliteStore, StoreError
+
+        try:
+            store = SqliteStore(db, create=True, synchronous="NORMAL")
+        except (InvalidInput, StoreError) as exc:
+            raise click.ClickException(str(exc)) from None
+        # Job ids never repeat within one state database, across invocations too.
+        tag = "p" + time.strftime("%Y%m%d%H%M%S")
+    learning = ("in " + str(db)) if store is not None else (
+        "fresh in every repetition" if fresh_learner
+        else "carried over between repetitions (fresh for each cluster size)")
+    t0 = time.perf_counter()
+    try:
+        runs = paper_exp.run_experiment(sizes, policies, repeat, scale, seed,
+                                        carry_learning=not fresh_learner, store=store,
+                                        node_cores=node_cores, tag=tag,
+                                        sequential_cores=sequential_cores)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if store is not None:
+            store.close()
+    wall = time.perf_counter() - t0
+    summary = paper_exp.summarise(runs)
+    click.echo(f"{len(runs)} virtual runs in {wall:.1f} s", err=True)
+    if as_json:
+        click.echo(json.dumps({
+            "settings": {"cores": sizes, "policies": policies, "repeat": repeat, "scale": scale,
+                         "seed": seed, "asax_learning": learning, "db": str(db) if db else None,
+                         "sequential_cores": sequential_cores, "node_cores": node_cores},
+            "runs": [r.as_json() for r in runs],
+            "summary": summary,
+            "normalised_runtime": {str(c): v for c, v in
+                                   paper_exp.normalised_runtimes(summary).items()},
+        }, indent=2, allow_nan=False))
+        return
+    notes = [f"ASA_X's learning: {learning}.",
+             "Space sharing and Static are deterministic here (fluid model): their "
+             "repetitions agree exactly.",
+             "CPU util (held): CPU time used over the allocated core-seconds; (cluster): over "
+             "all cores x makespan.",
+             "Paper: Souza et al., ASA_X, Tables 2 and 3 (NumaScale, 3 repetitions)."]
+    click.echo(report(summary, notes))

@@ -107,11 +107,21 @@ class PaperStage:
     kind: str         # the workflow kind, e.g. "montage"
 
 
-def paper_workload(scale: float = 1.0, tag: str | None = None) -> list[PaperStage]:
+SEQUENTIAL_CORES = ("one", "workflow")
+
+
+def paper_workload(scale: float = 1.0, tag: str | None = None,
+                   sequential_cores: str = "one") -> list[PaperStage]:
     """The paper's 46 stage jobs in submission order, all submitted at t = 0.
 
     ``tag`` goes in front of every job id (``{tag}.montage-8.mProject``) so that runs
-    sharing one state database never reuse a job id."""
+    sharing one state database never reuse a job id. ``sequential_cores``: "one" (the
+    testbed's jobs: a sequential stage asks for one core) or "workflow" (it asks for its
+    workflow's cores and keeps one of them busy, as a job script that requests the
+    workflow's size for every stage does)."""
+    if sequential_cores not in SEQUENTIAL_CORES:
+        raise InvalidInput(f"sequential_cores must be one of {', '.join(SEQUENTIAL_CORES)}, "
+                           f"got {sequential_cores!r}")
     from testbed.workloads.jobs import PAPER_MIX, workflow_jobs   # workloads live in the testbed
     from testbed.workloads.profile import workflow_profiles
 
@@ -122,9 +132,12 @@ def paper_workload(scale: float = 1.0, tag: str | None = None) -> list[PaperStag
         jobs = workflow_jobs(kind, cores, scale, 0.0, prefix)
         profiles = workflow_profiles(kind, cores, scale)
         for job, prof in zip(jobs, profiles, strict=True):
-            job = dataclasses.replace(job, job_class=f"{name}/{prof.stage}")
-            stages.append(PaperStage(job, Profile(prof.runtime_s, prof.cpu_util,
-                                                  prof.mem_share * 100.0), name, kind))
+            held, util = job.cores, prof.cpu_util
+            if sequential_cores == "workflow" and job.cores < cores:
+                held, util = cores, prof.cpu_util * job.cores / cores
+            job = dataclasses.replace(job, job_class=f"{name}/{prof.stage}", cores=held)
+            stages.append(PaperStage(job, Profile(prof.runtime_s, util, prof.mem_share * 100.0),
+                                     name, kind))
     return stages
 
 
@@ -190,6 +203,7 @@ class StageRecord:
     job_id: str
     workflow: str
     cores: int
+    depends_on: tuple[str, ...]
     submit: float
     eligible: float | None     # None: it never became eligible (a parent did not complete)
     start: float
@@ -223,6 +237,8 @@ class PaperRun:
     completed: int
     workflow_runtime_s: dict[str, float]
     stages: list[StageRecord] = field(default_factory=list)
+    # Job ids in the order the backend reported their ends (the contract: each exactly once).
+    outcome_ids: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict:
         """The run as docs/simulator.md documents it (no per-stage records)."""
@@ -244,7 +260,7 @@ class PaperRun:
 def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0,
               repeat_index: int = 0, recorder: Recorder | None = None, *,
               node_cores: int | None = None, tag: str | None = None,
-              learning: str | None = None) -> PaperRun:
+              learning: str | None = None, sequential_cores: str = "one") -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -260,7 +276,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidInput(f"seed must be an integer, got {seed!r}")
     policy = canonical_policy(policy)
-    stages = paper_workload(scale, tag)
+    stages = paper_workload(scale, tag, sequential_cores)
     largest = max(s.job.cores for s in stages)
     nodes = cluster_nodes(cluster_cores, node_cores, largest)
     backend = _RecordingBackend(nodes)
@@ -292,7 +308,7 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         eligible = (max([j.submit_time] + [p.end_time for p in parents])
                     if all(p.state == "completed" for p in parents) else None)
         ran = j.job_id in backend.start_quotas
-        records.append(StageRecord(j.job_id, s.workflow, j.cores, j.submit_time,
+        records.append(StageRecord(j.job_id, s.workflow, j.cores, j.depends_on, j.submit_time,
                                    eligible if ran else None, o.start_time, o.end_time, o.state,
                                    hosts.get(j.job_id)))
     ran = [r for r in records if r.eligible is not None]
@@ -320,6 +336,7 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         workflow_runtime_s={w: runtimes[w] for w in dict.fromkeys(
             by_id[r.job_id].workflow for r in records)},
         stages=records,
+        outcome_ids=[o.job_id for o in backend.history],
     )
 
 
@@ -354,7 +371,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    policies: Sequence[str] = POLICIES, repeat: int = 3, scale: float = 1.0,
                    seed: int = 0, carry_learning: bool = True, store: Recorder | None = None,
                    node_cores: int | None = None, tag: str | None = None,
-                   on_run=None) -> list[PaperRun]:
+                   sequential_cores: str = "one", on_run=None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -373,6 +390,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 run_tag = f"c{cores}-r{k}" if tag is None else f"{tag}-c{cores}-r{k}"
                 run = run_paper(cores, policy, seed, scale, k, recorder,
                                 node_cores=node_cores, tag=run_tag,
+                                sequential_cores=sequential_cores,
                                 learning="carried" if (carry_learning or store is not None)
                                 else "fresh")
                 runs.append(run)

@@ -1,0 +1,228 @@
+"""`cosched simulate paper`: the paper's evaluation in virtual time with the real controller.
+
+Runs at a small scale (stages of seconds) so the whole file takes a few seconds; the
+controller's time constants shrink with the scale, so these are the scale-1 runs in
+miniature.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.cli import main
+from coscheduler.experiments.paper import (PAPER_TABLE3, cluster_nodes, normalised_runtimes,
+                                           paper_workload, run_experiment, run_paper, summarise)
+from coscheduler.experiments.report import report
+from coscheduler.model import InvalidInput
+from coscheduler.recorder import MemoryRecorder
+
+SCALE = 0.05
+POLICIES = ("space-sharing", "static", "asax")
+
+
+@pytest.fixture(scope="module")
+def runs64():
+    return {p: run_paper(64, p, seed=0, scale=SCALE) for p in POLICIES}
+
+
+def cosched(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+# -- the workload -----------------------------------------------------------------------------
+
+def test_workload_is_the_papers_mix():
+    stages = paper_workload(SCALE)
+    assert len(stages) == 46
+    assert len({s.workflow for s in stages}) == 15
+    kinds = {k: len({s.workflow for s in stages if s.kind == k})
+             for k in ("montage", "blast", "statistics", "synthetic")}
+    assert kinds == {"montage": 4, "blast": 4, "statistics": 4, "synthetic": 3}
+    assert all(s.job.submit_time == 0.0 for s in stages)
+    assert max(s.job.cores for s in stages) == 64
+    # Classes keep the core count: the degradation loss compares like with like.
+    assert stages[0].job.job_class == "montage-8/mProject"
+    # Memory is the paper's Table 2 share of the allocation.
+    assert {s.kind: s.profile.mem_percent for s in stages} == pytest.approx(
+        {"montage": 10.0, "blast": 44.0, "statistics": 5.0, "synthetic": 95.0})
+
+
+def test_sequential_stages_can_hold_their_workflows_cores():
+    one = paper_workload(SCALE)
+    held = paper_workload(SCALE, sequential_cores="workflow")
+    for a, b in zip(one, held):
+        cores = int(a.workflow.rsplit("-", 1)[1])
+        assert b.job.cores == cores
+        # Same CPU work: u x cores is kept.
+        assert b.profile.cpu_util * b.job.cores == pytest.approx(a.profile.cpu_util * a.job.cores)
+    with pytest.raises(InvalidInput, match="sequential_cores"):
+        paper_workload(SCALE, sequential_cores="all")
+
+
+# -- structural facts of a run ------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_job_ends_exactly_once_after_its_parent(runs64, policy):
+    run = runs64[policy]
+    assert sorted(run.outcome_ids) == sorted(s.job_id for s in run.stages)
+    assert len(run.outcome_ids) == len(set(run.outcome_ids)) == 46
+    end = {s.job_id: s.end for s in run.stages}
+    for s in run.stages:
+        assert s.state == "completed", (s.job_id, s.state)
+        for parent in s.depends_on:
+            assert s.start >= end[parent] - 1e-9, (s.job_id, parent)
+            assert s.eligible == pytest.approx(max(end[p] for p in s.depends_on))
+
+
+def test_space_sharing_never_coallocates_nor_overbooks(runs64):
+    run = runs64["space-sharing"]
+    assert run.coallocations == 0 and all(s.host is None for s in run.stages)
+    # Held cores at every start (the sum of the running jobs' cores), checked here from
+    # the stage records rather than trusted from the run's own peak.
+    for t in sorted({s.start for s in run.stages}):
+        held = sum(s.cores for s in run.stages if s.start <= t < s.end)
+        assert held <= 64, t
+    assert run.peak_held_cores <= 64
+    # Nothing co-allocated: held core-seconds are exactly the jobs' cores x runtimes.
+    assert run.held_core_seconds == pytest.approx(
+        sum(s.cores * (s.end - s.start) for s in run.stages))
+    assert 0 < run.cpu_util <= 1 and 0 < run.cluster_util <= run.cpu_util
+
+
+def test_static_coallocates_at_half_quota(runs64):
+    run = runs64["static"]
+    assert run.coallocations > 0
+    assert run.guest_quotas == [0.5] * run.coallocations
+    assert run.peak_held_cores <= 64
+
+
+def test_asax_quotas_are_its_action_fractions(runs64):
+    run = runs64["asax"]
+    assert run.coallocations > 0
+    # Quotas are a_j = j/10 for j >= 1 (a_0 declines and never starts a guest).
+    assert all(1 <= round(q * 10) <= 9 and q == pytest.approx(round(q * 10) / 10)
+               for q in run.guest_quotas)
+    assert run.learning == "carried"
+
+
+def test_coallocation_shortens_waits_at_load_8x(runs64):
+    ss = runs64["space-sharing"].mean_wait_s
+    assert runs64["static"].mean_wait_s < ss
+    assert runs64["asax"].mean_wait_s < ss
+
+
+def test_metrics_follow_their_definitions(runs64):
+    run = runs64["static"]
+    assert run.makespan_s == pytest.approx(max(s.end for s in run.stages))
+    assert run.mean_response_s == pytest.approx(
+        sum(s.end - s.submit for s in run.stages) / 46)
+    assert run.mean_wait_s == pytest.approx(
+        sum(s.start - s.eligible for s in run.stages) / 46)
+    assert sum(run.workflow_runtime_s.values()) == pytest.approx(
+        sum(s.end - s.start for s in run.stages))
+    assert run.cpu_util == pytest.approx(run.busy_core_seconds / run.held_core_seconds)
+
+
+def test_nodes_split_the_cluster():
+    assert cluster_nodes(128, 64) == {"n1": 64, "n2": 64}
+    run = run_paper(128, "static", scale=SCALE, node_cores=64)
+    assert run.completed == 46 and run.peak_held_cores <= 128
+    for bad, match in (((0,), "positive"), ((32,), "largest job"), ((128, 32), "node cores"),
+                       ((96, 64), "multiple")):
+        with pytest.raises(InvalidInput, match=match):
+            cluster_nodes(*bad)
+
+
+def test_learning_carries_over_through_the_recorder():
+    recorder = MemoryRecorder()
+    run_paper(64, "asax", scale=SCALE, recorder=recorder, tag="r0")
+    first = set(recorder.decisions)
+    assert first and recorder.classes
+    run_paper(64, "asax", scale=SCALE, repeat_index=1, recorder=recorder, tag="r1")
+    # The second run continued the learner: new decision ids follow the first run's.
+    assert min(set(recorder.decisions) - first) > max(first)
+
+
+def test_experiment_and_summary():
+    runs = run_experiment([64], POLICIES, repeat=2, scale=SCALE)
+    assert [(r.policy, r.repeat) for r in runs] == [(p, k) for p in POLICIES for k in (0, 1)]
+    summary = summarise(runs)
+    assert [s["policy"] for s in summary] == list(POLICIES)
+    ss = summary[0]
+    assert ss["repeats"] == 2 and ss["paper"]["mean_wait_h"] == PAPER_TABLE3[("space-sharing", 64)][0]
+    norm = normalised_runtimes(summary)[64]
+    assert norm["space-sharing"] == {k: 1.0 for k in ("montage", "blast", "statistics", "synthetic")}
+    text = report(summary)
+    assert "64 cores (the paper's load 8x)" in text and "montage" in text
+    fresh = run_experiment([64], ["asax"], repeat=1, scale=SCALE, carry_learning=False)
+    assert fresh[0].learning == "fresh"
+
+
+# -- the command line -----------------------------------------------------------------------
+
+RUN_KEYS = {"cores", "policy", "repeat", "makespan_s", "mean_wait_s", "mean_response_s",
+            "cpu_util", "coallocations", "timeouts", "workflow_runtime_s"}
+
+
+def test_cli_json_shape():
+    result = cosched("simulate", "paper", "--cores", "64", "--repeat", "2", "--scale", str(SCALE),
+                     "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert len(out["runs"]) == 6
+    for run in out["runs"]:
+        assert RUN_KEYS <= set(run)
+        assert len(run["workflow_runtime_s"]) == 15
+    assert [(s["cores"], s["policy"]) for s in out["summary"]] == [(64, p) for p in POLICIES]
+    assert out["summary"][0]["paper"]["cpu_util"] == pytest.approx(0.53)
+    assert out["settings"]["asax_learning"].startswith("carried")
+    assert "virtual runs" in result.stderr
+
+
+def test_cli_table():
+    result = cosched("simulate", "paper", "--cores", "64", "--repeat", "1", "--scale", str(SCALE),
+                     "--policies", "slurm,asax")
+    assert result.exit_code == 0, result.output
+    assert "space-sharing" in result.stdout and "asax" in result.stdout
+    assert "vs space sharing" in result.stdout and "carried over" in result.stdout
+
+
+@pytest.mark.parametrize("cores, message", [
+    ("0", "positive integer"), ("-64", "positive integer"), ("abc", "not a whole number"),
+    ("32", "largest job"), ("64,", "not a whole number"), ("1.5", "not a whole number"),
+])
+def test_cli_bad_cores(cores, message):
+    result = cosched("simulate", "paper", "--cores", cores, "--scale", str(SCALE))
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_cli_bad_policy_and_scale():
+    r = cosched("simulate", "paper", "--policies", "fifo")
+    assert r.exit_code == 2 and "unknown co-allocation policy" in r.output
+    r = cosched("simulate", "paper", "--scale", "-1")
+    assert r.exit_code == 2 and "--scale" in r.output
+    r = cosched("simulate", "paper", "--node-cores", "48", "--cores", "96")
+    assert r.exit_code == 2 and "--node-cores" in r.output
+
+
+def test_cli_db_keeps_learning(tmp_path):
+    from coscheduler.store import SqliteStore
+
+    db = tmp_path / "paper.db"
+    args = ("simulate", "paper", "--cores", "64", "--repeat", "1", "--scale", str(SCALE),
+            "--policies", "asax", "--db", str(db), "--json")
+    first = cosched(*args)
+    assert first.exit_code == 0, first.output
+    store = SqliteStore(db, readonly=True)
+    try:
+        loaded = store.load()
+    finally:
+        store.close()
+    assert loaded.classes and loaded.observed
+    assert not loaded.pending   # every host ended: every decision got its loss
+    assert json.loads(first.stdout)["settings"]["db"] == str(db)
