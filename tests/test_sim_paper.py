@@ -126,6 +126,19 @@ def test_metrics_follow_their_definitions(runs64):
     assert run.cpu_util == pytest.approx(run.busy_core_seconds / run.held_core_seconds)
 
 
+def test_walltime_overruns_and_kills():
+    # Guests at 90 % leave I/O-bound hosts 10 % of their cores: they overrun their walltime
+    # (at scale 0.5: below it the walltimes' fixed 5 s margin hides the slowdown).
+    soft = run_paper(64, "static", scale=0.5, static_fraction=0.9)
+    assert soft.overruns > 0 and soft.timeouts == 0 and soft.completed == 46
+    hard = run_paper(64, "static", scale=0.5, static_fraction=0.9, kill_at_walltime=True)
+    assert hard.timeouts > 0 and hard.completed < 46
+    # A killed stage's successors fail and never wait: they leave the wait average.
+    failed = [s for s in hard.stages if s.state == "failed"]
+    assert failed and all(s.eligible is None for s in failed)
+    assert len(hard.outcome_ids) == len(set(hard.outcome_ids)) == 46
+
+
 def test_nodes_split_the_cluster():
     assert cluster_nodes(128, 64) == {"n1": 64, "n2": 64}
     run = run_paper(128, "static", scale=SCALE, node_cores=64)

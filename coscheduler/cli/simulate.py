@@ -9,7 +9,7 @@ stderr.
 
 ``cosched simulate paper [--cores 64,128,256] [--policies space-sharing,static,asax]
 [--repeat 3] [--scale 1.0] [--seed 0] [--db PATH] [--fresh-learner]
-[--sequential-cores one|workflow] [--node-cores N] [--json]``: the ASA_X paper's
+[--sequential-cores one|workflow] [--node-cores N] [--kill-at-walltime] [--json]``: the ASA_X paper's
 evaluation (section 4) in virtual time with the real controller and policies
 (coscheduler/experiments/paper.py); tables like the paper's Tables 3 and 2 with the
 paper's own figures beside ours.
@@ -230,10 +230,13 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--node-cores", type=click.IntRange(min=1), default=None,
               help="Split the cluster into nodes of this many cores (default: one node, as "
                    "the paper's NumaScale machine appears to jobs).")
+@click.option("--kill-at-walltime", is_flag=True,
+              help="Kill a stage at its walltime, as Slurm does (the paper did not: an "
+                   "overrun only lengthens the runtime).")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs and medians as JSON.")
 def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: int,
           db: Path | None, fresh_learner: bool, sequential_cores: str, node_cores: int | None,
-          as_json: bool) -> None:
+          kill_at_walltime: bool, as_json: bool) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -269,7 +272,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         runs = paper_exp.run_experiment(sizes, policies, repeat, scale, seed,
                                         carry_learning=not fresh_learner, store=store,
                                         node_cores=node_cores, tag=tag,
-                                        sequential_cores=sequential_cores)
+                                        sequential_cores=sequential_cores,
+                                        kill_at_walltime=kill_at_walltime)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -282,7 +286,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         click.echo(json.dumps({
             "settings": {"cores": sizes, "policies": policies, "repeat": repeat, "scale": scale,
                          "seed": seed, "asax_learning": learning, "db": str(db) if db else None,
-                         "sequential_cores": sequential_cores, "node_cores": node_cores},
+                         "sequential_cores": sequential_cores, "node_cores": node_cores,
+                         "kill_at_walltime": kill_at_walltime},
             "runs": [r.as_json() for r in runs],
             "summary": summary,
             "normalised_runtime": {str(c): v for c, v in

@@ -45,7 +45,9 @@ Metrics (per run), as the paper defines them (section 4.3):
 - cluster_util: the same CPU core-seconds over the whole cluster's capacity (cores x
   makespan), idle cores included;
 - coallocations: guests started inside a host; guest_quotas their quota fractions;
-- timeouts: stages killed at their walltime (their successors then fail).
+- timeouts: stages killed at their walltime (their successors then fail), only with
+  ``kill_at_walltime`` (off by default: the paper set no hard deadlines);
+- overruns: stages whose runtime exceeded their walltime request.
 """
 
 from __future__ import annotations
@@ -184,8 +186,8 @@ def submission_order(stages: Sequence[PaperStage]):
 class _RecordingBackend(VirtualBackend):
     """The virtual backend, noting each start's quota fraction (to report guests' quotas)."""
 
-    def __init__(self, nodes: dict[str, int]):
-        super().__init__(nodes)
+    def __init__(self, nodes: dict[str, int], kill_at_walltime: bool):
+        super().__init__(nodes, kill_at_walltime=kill_at_walltime)
         self.start_quotas: dict[str, float] = {}
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
@@ -233,6 +235,7 @@ class PaperRun:
     coallocations: int
     guest_quotas: list[float]
     timeouts: int
+    overruns: int
     failed: int
     completed: int
     workflow_runtime_s: dict[str, float]
@@ -252,7 +255,7 @@ class PaperRun:
             "coallocations": self.coallocations,
             "mean_guest_quota": (round(statistics.fmean(self.guest_quotas), 4)
                                  if self.guest_quotas else None),
-            "timeouts": self.timeouts, "failed": self.failed, "completed": self.completed,
+            "timeouts": self.timeouts, "overruns": self.overruns, "failed": self.failed, "completed": self.completed,
             "workflow_runtime_s": {k: round(v, 3) for k, v in self.workflow_runtime_s.items()},
         }
 
@@ -260,13 +263,18 @@ class PaperRun:
 def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0,
               repeat_index: int = 0, recorder: Recorder | None = None, *,
               node_cores: int | None = None, tag: str | None = None,
-              learning: str | None = None, sequential_cores: str = "one") -> PaperRun:
+              learning: str | None = None, sequential_cores: str = "one",
+              kill_at_walltime: bool = False, static_fraction: float = 0.5) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
     ``recorder``: where ASA_X keeps what it learns (a ``MemoryRecorder`` or a
     ``SqliteStore``); pass the same one to successive repetitions to carry learning over.
     None: a fresh one (a fresh learner). ``learning`` labels the run ("carried"/"fresh").
+    ``kill_at_walltime``: kill a stage at its walltime as Slurm does; off by default, as in
+    the paper ("no hard deadlines are set for jobs' wall-clock times"), so an overrun
+    shows as a longer runtime (counted in ``overruns``) rather than a killed workflow.
+    ``static_fraction``: the guest's quota under Static (the paper's 50 %).
     """
     from testbed.workloads.profile import check_scale
 
@@ -279,7 +287,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     stages = paper_workload(scale, tag, sequential_cores)
     largest = max(s.job.cores for s in stages)
     nodes = cluster_nodes(cluster_cores, node_cores, largest)
-    backend = _RecordingBackend(nodes)
+    backend = _RecordingBackend(nodes, kill_at_walltime)
     for s in stages:
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale)
@@ -290,7 +298,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
             backend, recorder, "asax", learner_config=LearnerConfig(seed=seed + repeat_index),
             queue_order=order, config=config)
     else:
-        controller = Controller(backend, make_policy(policy), recorder, order, config)
+        controller = Controller(backend, make_policy(policy, static_fraction=static_fraction),
+                                recorder, order, config)
     backend.run_until_idle(controller, tick_s=TICK_S * scale)
     return _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
                     (learning or "carried") if policy == "asax" else None)
@@ -331,6 +340,8 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         peak_held_cores=_peak(held), coallocations=len(guests),
         guest_quotas=[backend.start_quotas[r.job_id] for r in guests],
         timeouts=sum(1 for r in records if r.state == "timeout"),
+        overruns=sum(1 for r in records
+                     if r.end - r.start > by_id[r.job_id].job.walltime_s + _EPS),
         failed=sum(1 for r in records if r.state in ("failed", "cancelled")),
         completed=sum(1 for r in records if r.state == "completed"),
         workflow_runtime_s={w: runtimes[w] for w in dict.fromkeys(
@@ -371,7 +382,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    policies: Sequence[str] = POLICIES, repeat: int = 3, scale: float = 1.0,
                    seed: int = 0, carry_learning: bool = True, store: Recorder | None = None,
                    node_cores: int | None = None, tag: str | None = None,
-                   sequential_cores: str = "one", on_run=None) -> list[PaperRun]:
+                   sequential_cores: str = "one", kill_at_walltime: bool = False,
+                   on_run=None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -391,6 +403,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 run = run_paper(cores, policy, seed, scale, k, recorder,
                                 node_cores=node_cores, tag=run_tag,
                                 sequential_cores=sequential_cores,
+                                kill_at_walltime=kill_at_walltime,
                                 learning="carried" if (carry_learning or store is not None)
                                 else "fresh")
                 runs.append(run)
@@ -400,7 +413,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
 
 
 SUMMARY_FIELDS = ("makespan_s", "mean_wait_s", "mean_response_s", "cpu_util", "cluster_util",
-                  "coallocations", "timeouts")
+                  "coallocations", "timeouts", "overruns")
 
 
 def summarise(runs: Sequence[PaperRun]) -> list[dict]:

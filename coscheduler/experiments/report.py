@@ -81,6 +81,7 @@ def cluster_table(rows: Sequence[dict], unit: tuple[str, float]) -> str:
     lines.append(_row("makespan", [(_num(r["makespan_s"] / size), "") for r in rows]))
     lines.append(_row("co-allocations", [(f"{r['coallocations']:g}", "") for r in rows]))
     lines.append(_row("timeouts", [(f"{r['timeouts']:g}", "") for r in rows]))
+    lines.append(_row("walltime overruns", [(f"{r['overruns']:g}", "") for r in rows]))
     return "\n".join(lines)
 
 
