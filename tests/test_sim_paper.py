@@ -105,7 +105,7 @@ def test_asax_quotas_are_its_action_fractions(runs64):
     # Quotas are a_j = j/10 for j >= 1 (a_0 declines and never starts a guest).
     assert all(1 <= round(q * 10) <= 9 and q == pytest.approx(round(q * 10) / 10)
                for q in run.guest_quotas)
-    assert run.learning == "carried"
+    assert run.learning == "fresh"   # no recorder given: a fresh learner
 
 
 def test_coallocation_shortens_waits_at_load_8x(runs64):

@@ -18,6 +18,7 @@ paper's own figures beside ours.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -263,7 +264,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         except (InvalidInput, StoreError) as exc:
             raise click.ClickException(str(exc)) from None
         # Job ids never repeat within one state database, across invocations too.
-        tag = "p" + time.strftime("%Y%m%d%H%M%S")
+        tag = f"p{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
     learning = ("in " + str(db)) if store is not None else (
         "fresh in every repetition" if fresh_learner
         else "carried over between repetitions (fresh for each cluster size)")

@@ -292,6 +292,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale)
     order = submission_order(stages)
+    learning_label = learning or ("carried" if recorder is not None else "fresh")
     recorder = recorder if recorder is not None else MemoryRecorder()
     if policy == "asax":
         controller = Controller.from_recorder(
@@ -302,7 +303,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
                                 recorder, order, config)
     backend.run_until_idle(controller, tick_s=TICK_S * scale)
     return _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
-                    (learning or "carried") if policy == "asax" else None)
+                    learning_label if policy == "asax" else None)
 
 
 def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, policy: str,
