@@ -255,7 +255,8 @@ class PaperRun:
             "coallocations": self.coallocations,
             "mean_guest_quota": (round(statistics.fmean(self.guest_quotas), 4)
                                  if self.guest_quotas else None),
-            "timeouts": self.timeouts, "overruns": self.overruns, "failed": self.failed, "completed": self.completed,
+            "timeouts": self.timeouts, "overruns": self.overruns, "failed": self.failed,
+            "completed": self.completed,
             "workflow_runtime_s": {k: round(v, 3) for k, v in self.workflow_runtime_s.items()},
         }
 
