@@ -1,168 +1,39 @@
-"""The controller: one loop that drives any backend with any co-allocation policy.
+"""The Controller: the loop that runs the pipeline (see the package docstring).
 
-A pass (``Controller.step``) is a fixed pipeline of small stages, like a scheduling cycle
-of the Kubernetes scheduler framework:
-
-1. drain: collect finished jobs; a finished host's pending decisions get their loss
-   (``happiness.host_loss`` against its class's alone runtime when known) and go to the
-   learner and the recorder; a guest's end gives its host its quota back; a host's end
-   gives its guests full quota; a job that ran alone records its class's alone runtime;
-   a failed or cancelled host or guest resolves its decisions as ``cancelled`` with the
-   reason (never lost, never silently dropped).
-   Then the running jobs are read and quotas reconciled: every job that is not a guest
-   should hold ``1 - lent / cores`` (1.0 without guests); where the backend reports
-   otherwise (a failed write, a restart that missed an end) it is set again.
-2. metrics: the latest sample per job; a missing or invalid one is "unknown" (Hp None).
-   A host whose Hp already shows it cannot finish in time gets its loss early
-   (``projected``), as DESIGN.md allows.
-3. order: the queue-ordering callable (default FCFS by submit time, then job id).
-4. place: for each queued job in order, first-fit gang allocation on free cores with
-   EASY backfilling (the first job that does not fit gets a reservation at the earliest
-   time enough cores free up, from running jobs' start + walltime; later jobs start only
-   if they do not delay it); if it does not fit, the co-allocation policy is asked over
-   the candidate hosts in first-fit order.
-5. act: start jobs and set quotas through the backend, and record every decision. A
-   backend error never crashes the pass: the guest goes back to the queue (reported
-   failed with the reason after ``max_start_attempts``) and the host gets its quota back.
-
-A host is asked at most once per pass; a host that declined a guest is not asked again
-for that guest for ``decline_cooldown_s``; at most ``max_candidates_per_guest`` hosts are
-asked per guest per pass. Hosts are indexed by their spare room, so a pass over 1,000
-queued x 1,000 running jobs stays well under DESIGN.md's 100 ms budget.
-
-The controller keeps little state of its own, and all of it can be rebuilt: the learner
-from ``recorder.load()`` and the host/guest relations from ``backend.running()``
-(``Controller.from_recorder``).
+Read ``step`` first: it calls the stages in order, and the methods below follow them
+(drain, metrics, place, act), then the learner feedback and quota helpers they share.
+The pure pieces live beside this module: ``order`` (stage 3), ``placement`` (free cores and
+the EASY reservation), ``hosts`` (candidate hosts for a guest), ``quotas``.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 import time
-from dataclasses import dataclass, field
-from itertools import islice
-from typing import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Callable
 
-from . import happiness as hp
-from .backend import Backend
-from .learner import AsaxLearner, Decision, HostState, LearnerConfig
-from .model import Allocation, InvalidInput, Job, MetricsSample, Outcome, RunningJob, check_finite
-from .policies.coalloc import (NO_COALLOCATION, Choice, CoallocationPolicy, HostCandidate,
-                               SpaceSharing, host_quota_fraction, make_policy)
-from .policies.gang import first_fit, guest_placement
-from .recorder import MemoryRecorder, OutcomeRecord, Recorder
+from .. import happiness as hp
+from ..backend import Backend
+from ..learner import AsaxLearner, Decision, HostState, LearnerConfig
+from ..model import Job, MetricsSample, Outcome, RunningJob
+from ..policies.coalloc import (NO_COALLOCATION, Choice, CoallocationPolicy, SpaceSharing,
+                                make_policy)
+from ..policies.gang import first_fit
+from ..recorder import MemoryRecorder, OutcomeRecord, Recorder
+from .config import ControllerConfig, PassReport
+from .hosts import HostIndex, host_state
+from .order import QueueOrder, fcfs
+from .placement import CoStart, EasyBackfill, Start, easy_reservation, free_cores
+from .quotas import quota_without_guest, wanted_quota
 
-log = logging.getLogger(__name__)
-
-QueueOrder = Callable[[Sequence[Job], float], list[Job]]
-
-
-def fcfs(jobs: Sequence[Job], now: float) -> list[Job]:
-    """First come, first served: by submit time, then job id."""
-    return sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
-
-
-def order_by(policy) -> QueueOrder:
-    """Adapt a queue policy with ``key(now, submit, procs, estimate)`` (for example
-    ``coscheduler.policies.queue.get_policy("SJF")``) to a queue-ordering callable.
-    Ties: submit time, then job id."""
-    key = policy.key
-
-    def order(jobs: Sequence[Job], now: float) -> list[Job]:
-        return sorted(jobs, key=lambda j: (key(now, j.submit_time, j.cores, j.walltime_s),
-                                           j.submit_time, j.job_id))
-
-    return order
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    """Knobs of the controller loop (the learner has its own ``LearnerConfig``)."""
-
-    max_guests_per_host: int = 1
-    max_candidates_per_guest: int = 4
-    decline_cooldown_s: float = 30.0
-    max_start_attempts: int = 3
-    backfill: bool = True
-    # Observe a host's loss as soon as its Hp projects an overrun, once this share of its
-    # walltime has passed (early progress rates are noisy).
-    early_loss: bool = True
-    early_loss_min_elapsed: float = 0.25
-
-    def __post_init__(self) -> None:
-        for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise InvalidInput(f"controller {name} must be an integer >= 1, got {v!r}")
-        check_finite(self.decline_cooldown_s, "controller decline_cooldown_s", minimum=0.0)
-        check_finite(self.early_loss_min_elapsed, "controller early_loss_min_elapsed", minimum=0.0)
-
-
-@dataclass
-class PassReport:
-    """What one pass did (for logs, tests and the benchmark)."""
-
-    time: float
-    duration_s: float = 0.0
-    finished: int = 0
-    started: int = 0           # space-shared starts
-    coallocated: int = 0       # guests started inside a host
-    declined: int = 0          # ASA_X a_0 decisions
-    observed: int = 0          # losses fed to the learner
-    cancelled: int = 0         # decisions resolved as cancelled
-    failed: list[str] = field(default_factory=list)   # jobs reported failed by the controller
-    reservation: tuple[str, float] | None = None      # (job id, shadow time) under EASY
-    errors: list[str] = field(default_factory=list)
-
-
-# -- plan items (stage 4 -> stage 5) ---------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Start:
-    job: Job
-    allocation: Allocation
-
-
-@dataclass(frozen=True)
-class _CoStart:
-    job: Job
-    choice: Choice
-    host_quota_before: float
-
-
-class _FreeCores:
-    """Free cores per node with a running total and a lazily refreshed maximum, so a job
-    that cannot fit is rejected without walking the nodes."""
-
-    __slots__ = ("cores", "total", "_max")
-
-    def __init__(self, cores: dict[str, int]):
-        self.cores = cores
-        self.total = sum(cores.values())
-        self._max: int | None = None
-
-    @property
-    def max(self) -> int:
-        if self._max is None:
-            self._max = max(self.cores.values(), default=0)
-        return self._max
-
-    def fit(self, job: Job) -> Allocation | None:
-        if job.cores > self.total or -(-job.cores // job.nodes) > self.max:
-            return None
-        return first_fit(job, self.cores)
-
-    def take(self, allocation: Allocation) -> None:
-        for node, c in allocation.cores_by_node:
-            self.cores[node] -= c
-            self.total -= c
-        self._max = None
+# The package's name, as before the controller became a package, so log filters still match.
+log = logging.getLogger("coscheduler.controller")
 
 
 class Controller:
-    """Drives one backend with one co-allocation policy; see the module docstring."""
+    """Drives one backend with one co-allocation policy; see the package docstring."""
 
     def __init__(self, backend: Backend, policy: CoallocationPolicy | None = None,
                  recorder: Recorder | None = None, queue_order: QueueOrder = fcfs,
@@ -378,17 +249,9 @@ class Controller:
         host = self._last.get(host_id)
         if host is None:
             return
-        lent = 0.0
-        guests = []
-        for g in host.guest_jobs:
-            grj = self._last.get(g)
-            if g != gone_guest and grj is not None:
-                lent += grj.quota_fraction * grj.job.cores
-                guests.append(g)
-        q = host_quota_fraction(host.job.cores, lent)
-        self._last[host_id] = _replace(host, quota_fraction=q, guest_jobs=tuple(guests))
+        q, guests = quota_without_guest(host, gone_guest, self._last)
+        self._last[host_id] = replace(host, quota_fraction=q, guest_jobs=guests)
         self._set_quota(host_id, q, report)
-
     # -- stage 2: metrics ---------------------------------------------------------------------
     def _read_metrics(self, report: PassReport) -> dict[str, MetricsSample]:
         try:
@@ -435,19 +298,14 @@ class Controller:
                report: PassReport) -> tuple[list, list[Decision]]:
         capacity = {n.name: n.cores for n in nodes}
         by_id = self._last
-        free_map = dict(capacity)
-        for rj in running:
-            if rj.host_job is not None and rj.host_job in by_id:
-                continue  # a guest runs on its host's cores
-            for node, c in rj.allocation.cores_by_node:
-                if node in free_map:
-                    free_map[node] -= c
-        free = _FreeCores({n: max(0, c) for n, c in free_map.items()})
-        index = _HostIndex(self, running, capacity, samples, now) if self.policy.co_allocates else None
-        plan: list = []
+        cores = EasyBackfill(free_cores(capacity, running, by_id))
+        index = None
+        if self.policy.co_allocates:
+            index = HostIndex(running, capacity, samples, now, running_by_id=by_id,
+                              was_guest=self._was_guest, cooldown=self._cooldown,
+                              config=self.config)
+        plan: list[Start | CoStart] = []
         declined: list[Decision] = []
-        reservation: tuple[float, dict[str, int]] | None = None
-        window: _FreeCores | None = None   # cores a job may use past the shadow time
         fits_empty: dict[tuple[int, int], bool] = {}
         for job in ordered:
             shape = (job.cores, job.nodes)
@@ -459,34 +317,15 @@ class Controller:
                     self._give_up(job.job_id, f"needs {job.cores} cores on {job.nodes} node(s); "
                                   "no set of this cluster's nodes can hold it", report)
                 continue
-            alloc = None
-            if reservation is None:
-                alloc = free.fit(job)
-                if alloc is not None:
-                    free.take(alloc)
-            else:
-                shadow = reservation[0]
-                if now + job.walltime_s <= shadow:
-                    alloc = free.fit(job)
-                    if alloc is not None:
-                        free.take(alloc)
-                        for node, _ in alloc.cores_by_node:  # the window never exceeds free
-                            if window.cores[node] > free.cores[node]:
-                                window.total -= window.cores[node] - free.cores[node]
-                                window.cores[node] = free.cores[node]
-                                window._max = None
-                else:
-                    alloc = window.fit(job)
-                    if alloc is not None:
-                        free.take(alloc)
-                        window.take(alloc)
+            # On free cores, without delaying the EASY reservation if there is one.
+            alloc = cores.start(job, now)
             if alloc is not None:
-                plan.append(_Start(job, alloc))
+                plan.append(Start(job, alloc))
                 continue
+            # Else inside a running host, if the policy co-allocates.
             if index is not None:
-                shadow = reservation[0] if reservation is not None else None
                 try:
-                    result = self.policy.choose(job, index.candidates(job, shadow), now)
+                    result = self.policy.choose(job, index.candidates(job, cores.shadow), now)
                 except Exception as exc:  # noqa: BLE001 - a policy bug must not stop the pass
                     log.exception("co-allocation policy %s failed for job %s", self.policy.name, job.job_id)
                     report.errors.append(f"policy {self.policy.name} failed for job {job.job_id}: {exc}")
@@ -497,69 +336,19 @@ class Controller:
                     self._cooldown[(job.job_id, d.host_job)] = now + self.config.decline_cooldown_s
                 if result.choice is not None:
                     host = by_id[result.choice.host_job]
-                    plan.append(_CoStart(job, result.choice, host.quota_fraction))
+                    plan.append(CoStart(job, result.choice, host.quota_fraction))
                     continue
-            if reservation is None:
+            # Else the first waiting job that can get a reservation (EASY) gets it.
+            if cores.shadow is None:
                 if not self.config.backfill:
                     break  # strict order: nothing passes the first job that waits
-                reservation = self._reservation(job, free.cores, running, plan, now)
+                reservation = easy_reservation(job, cores.free.cores, running, plan, now, by_id)
                 if reservation is None:
                     continue
-                report.reservation = (job.job_id, reservation[0])
-                extra = reservation[1]
-                window = _FreeCores({n: min(free.cores[n], extra.get(n, 0)) for n in free.cores})
+                shadow, left_over = reservation
+                report.reservation = (job.job_id, shadow)
+                cores.reserve(shadow, left_over)
         return plan, declined
-
-    def _reservation(self, job: Job, free: dict[str, int], running: list[RunningJob],
-                     plan: list, now: float) -> tuple[float, dict[str, int]] | None:
-        """EASY: the earliest time (by start + walltime of running jobs and of the jobs
-        this pass plans to start) the job fits, and the cores left over at that time
-        beyond its reserved allocation. A guest that outlives its host keeps its cores
-        until its own end."""
-        by_id = self._last
-        guests: dict[str, list[tuple[Allocation, float]]] = {}
-        for rj in running:
-            if rj.host_job is not None and rj.host_job in by_id:
-                guests.setdefault(rj.host_job, []).append(
-                    (rj.allocation, max(now, rj.start_time + rj.job.walltime_s)))
-        holders: list[tuple[Allocation, float]] = []
-        for rj in running:
-            if rj.host_job is None or rj.host_job not in by_id:
-                holders.append((rj.allocation, max(now, rj.start_time + rj.job.walltime_s)))
-        for item in plan:
-            if isinstance(item, _Start):
-                holders.append((item.allocation, now + item.job.walltime_s))
-            else:
-                guests.setdefault(item.choice.host_job, []).append(
-                    (item.choice.placement, now + item.job.walltime_s))
-        events: list[tuple[float, list[tuple[str, int]]]] = []
-        for alloc, end in holders:
-            cores = alloc.as_dict()
-            for g_alloc, g_end in guests.get(alloc.job_id, ()):
-                if g_end > end:
-                    for node, c in g_alloc.cores_by_node:
-                        cores[node] = cores.get(node, 0) - c
-                    events.append((g_end, list(g_alloc.cores_by_node)))
-            events.append((end, list(cores.items())))
-        events.sort(key=lambda e: e[0])
-        proj = dict(free)
-        total = sum(proj.values())
-        part = -(-job.cores // job.nodes)
-        for end, cores in events:
-            grew = False
-            for node, c in cores:
-                if node in proj:
-                    proj[node] += c
-                    total += c
-                    grew = grew or proj[node] >= part
-            if total < job.cores or not grew:
-                continue
-            alloc = first_fit(job, proj)
-            if alloc is not None:
-                for node, c in alloc.cores_by_node:
-                    proj[node] -= c
-                return end, proj
-        return None
 
     # -- stage 5: act -------------------------------------------------------------------------
     def _act(self, plan: list, declined: list[Decision], now: float, report: PassReport) -> None:
@@ -572,12 +361,12 @@ class Controller:
                 d.decision_id, now, 0.0, "declined", note="a_0: not on this host")), report)
             self._dirty_classes.add(d.job_class)
         for item in plan:
-            if isinstance(item, _Start):
+            if isinstance(item, Start):
                 self._start(item, now, report)
             else:
                 self._co_start(item, now, report)
 
-    def _start(self, item: _Start, now: float, report: PassReport) -> None:
+    def _start(self, item: Start, now: float, report: PassReport) -> None:
         job = item.job
         try:
             self.backend.start(job, item.allocation, 1.0)
@@ -587,7 +376,7 @@ class Controller:
         report.started += 1
         self._last[job.job_id] = RunningJob(job, item.allocation, now)
 
-    def _co_start(self, item: _CoStart, now: float, report: PassReport) -> None:
+    def _co_start(self, item: CoStart, now: float, report: PassReport) -> None:
         job, ch = item.job, item.choice
         d = ch.decision
         try:
@@ -609,7 +398,7 @@ class Controller:
         self._was_guest.add(job.job_id)
         host = self._last.get(ch.host_job)
         if host is not None:
-            self._last[ch.host_job] = _replace(host, quota_fraction=ch.host_quota,
+            self._last[ch.host_job] = replace(host, quota_fraction=ch.host_quota,
                                                guest_jobs=host.guest_jobs + (job.job_id,))
         self._last[job.job_id] = RunningJob(job, ch.placement, now, ch.guest_quota, ch.host_job,
                                             decision_id=d.decision_id if d else None)
@@ -713,18 +502,10 @@ class Controller:
         for rj in running:
             if rj.host_job is not None and rj.host_job in by_id:
                 continue
-            lent = 0.0
-            for g in rj.guest_jobs:
-                grj = by_id.get(g)
-                if grj is not None and grj.host_job == rj.job_id:
-                    lent += grj.quota_fraction * grj.job.cores
-            try:
-                want = host_quota_fraction(rj.job.cores, lent)
-            except InvalidInput:
-                want = 1.0  # guests claim more than the host has: the host comes first
+            want = wanted_quota(rj, by_id)
             if abs(rj.quota_fraction - want) > 1e-9:
                 self._set_quota(rj.job_id, want, report)
-                self._last[rj.job_id] = _replace(rj, quota_fraction=want)
+                self._last[rj.job_id] = replace(rj, quota_fraction=want)
 
     def _expire_cooldowns(self, now: float) -> None:
         if len(self._cooldown) > 4096 or self.passes % 64 == 0:
@@ -732,168 +513,6 @@ class Controller:
 
     # -- host state for the experts -------------------------------------------------------------
     def host_state(self, rj: RunningJob, sample: MetricsSample | None, now: float) -> HostState:
-        """HostState of a host from its latest sample. Unknown metrics are read as a busy
-        host (100 % CPU and memory, Hp None): with nothing known, lend little."""
-        job = rj.job
-        elapsed = max(0.0, now - rj.start_time)
-        happiness = None
-        cpu = mem = 100.0
-        if sample is not None:
-            cpu, mem = sample.cpu_percent, sample.mem_percent
-            total = sample.tasks_total if sample.tasks_total is not None else job.tasks
-            try:
-                happiness = hp.happiness(elapsed, job.walltime_s, sample.tasks_done, total,
-                                         sample.tasks_per_s)
-            except InvalidInput:
-                happiness = None
-        return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
-                         happiness)
-
-
-class _MaxTree:
-    """A max segment tree over a fixed list of values: the first index >= i whose value is
-    >= x in O(log n), and removal (value -> -inf). Lets the host index skip hosts already
-    asked, and hosts that end too early to take a guest past an EASY reservation, without
-    walking them one by one for every guest."""
-
-    __slots__ = ("size", "tree")
-
-    def __init__(self, values: list[float]):
-        size = 1
-        while size < max(1, len(values)):
-            size *= 2
-        tree = [-math.inf] * (2 * size)
-        tree[size:size + len(values)] = values
-        for k in range(size - 1, 0, -1):
-            tree[k] = max(tree[2 * k], tree[2 * k + 1])
-        self.size, self.tree = size, tree
-
-    def remove(self, i: int) -> None:
-        tree = self.tree
-        k = i + self.size
-        tree[k] = -math.inf
-        k //= 2
-        while k:
-            tree[k] = max(tree[2 * k], tree[2 * k + 1])
-            k //= 2
-
-    def first_at_least(self, i: int, x: float) -> int:
-        """Smallest index >= i with value >= x, or -1."""
-        tree, size = self.tree, self.size
-        if i >= size or tree[1] < x:
-            return -1
-        k = i + size
-        if tree[k] >= x:
-            return i
-        # Climb until a right sibling holds a value >= x, then descend to its leftmost such leaf.
-        while True:
-            if k & 1 == 0 and tree[k + 1] >= x:
-                k += 1
-                break
-            k //= 2
-            if k <= 1:
-                return -1
-        while k < size:
-            k = 2 * k if tree[2 * k] >= x else 2 * k + 1
-        return k - size
-
-
-class _HostIndex:
-    """Candidate hosts for one pass, bucketed by spare room (cores not used by guests) and
-    ranked in first-fit order (first node of the allocation, then job id).
-
-    ``candidates(guest)`` merges the buckets with room >= guest cores in rank order,
-    skipping hosts already asked this pass, hosts in cooldown for this guest, hosts the
-    guest's node layout does not fit and, under an EASY reservation, hosts that would
-    leave the guest holding their cores past the shadow time; it yields
-    ``HostCandidate``s lazily, at most ``max_candidates_per_guest``. Each bucket keeps a
-    max tree of its hosts' estimated ends, so both skips cost O(log n), not a walk.
-    """
-
-    def __init__(self, ctl: Controller, running: list[RunningJob], capacity: dict[str, int],
-                 samples: dict[str, MetricsSample], now: float):
-        self.ctl = ctl
-        self.samples = samples
-        self.now = now
-        by_id = ctl._last
-        node_rank = {n: i for i, n in enumerate(capacity)}
-        max_guests = ctl.config.max_guests_per_host
-        buckets: dict[int, list[tuple[tuple, RunningJob, dict[str, int], float]]] = {}
-        for rj in running:
-            if rj.host_job is not None or rj.job_id in ctl._was_guest:
-                continue
-            if len(rj.guest_jobs) >= max_guests:
-                continue
-            used: dict[str, int] = {}
-            lent = 0.0
-            for g in rj.guest_jobs:
-                grj = by_id.get(g)
-                if grj is None:
-                    continue
-                lent += grj.quota_fraction * grj.job.cores
-                for node, c in grj.allocation.cores_by_node:
-                    used[node] = used.get(node, 0) + c
-            room = rj.allocation.cores - sum(used.values())
-            if room < 1:
-                continue
-            first = rj.allocation.cores_by_node[0][0] if rj.allocation.cores_by_node else ""
-            rank = (node_rank.get(first, len(node_rank)), rj.job_id)
-            buckets.setdefault(room, []).append((rank, rj, used, lent))
-        self.rooms = sorted(buckets)
-        self.buckets = [sorted(buckets[r], key=lambda e: e[0]) for r in self.rooms]
-        self.trees = [_MaxTree([e[1].start_time + e[1].job.walltime_s for e in b])
-                      for b in self.buckets]
-        self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
-                      for i, e in enumerate(entries)}
-        self.asked: set[str] = set()
-
-    def mark_asked(self, host_ids) -> None:
-        for h in host_ids:
-            if h not in self.asked:
-                self.asked.add(h)
-                pos = self.where.get(h)
-                if pos is not None:
-                    self.trees[pos[0]].remove(pos[1])
-
-    def _bucket_iter(self, b: int, min_end: float):
-        bucket, tree = self.buckets[b], self.trees[b]
-        i = tree.first_at_least(0, min_end)
-        while i != -1:
-            yield bucket[i]
-            i = tree.first_at_least(i + 1, min_end)
-
-    def candidates(self, guest: Job, shadow: float | None) -> Iterator[HostCandidate]:
-        if not self.rooms or self.rooms[-1] < guest.cores:
-            return iter(())
-        first = next(i for i, r in enumerate(self.rooms) if r >= guest.cores)
-        guest_end = self.now + guest.walltime_s
-        # Under a reservation a guest that outlives its host past the shadow time could hold
-        # reserved cores: only hosts that end after the guest qualify then.
-        # (-1e308, not -inf: removed hosts hold -inf and must never match.)
-        min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
-        iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
-        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
-        return islice(self._filter(guest, merged), self.ctl.config.max_candidates_per_guest)
-
-    def _filter(self, guest: Job, entries) -> Iterator[HostCandidate]:
-        ctl, now = self.ctl, self.now
-        cooldown = ctl._cooldown
-        gid = guest.job_id
-        for _, rj, used, lent in entries:
-            host_id = rj.job.job_id
-            until = cooldown.get((gid, host_id))
-            if until is not None and until > now:
-                continue
-            placement = guest_placement(guest, rj.allocation, used)
-            if placement is None:
-                continue
-            sample = self.samples.get(host_id)
-            yield HostCandidate(rj, placement, lent, sample, ctl.host_state(rj, sample, now))
-
-
-def _replace(rj: RunningJob, **changes) -> RunningJob:
-    from dataclasses import replace
-    return replace(rj, **changes)
-
-
-__all__ = ["Controller", "ControllerConfig", "PassReport", "QueueOrder", "fcfs", "order_by"]
+        """HostState of a host from its latest sample (``hosts.host_state``). Unknown
+        metrics are read as a busy host (100 % CPU and memory, Hp None): lend little."""
+        return host_state(rj, sample, now)

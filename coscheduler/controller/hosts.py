@@ -1,0 +1,188 @@
+"""Stage 4, place, inside running jobs: which hosts the co-allocation policy is asked about.
+
+- ``host_state``: what the experts see of a host (its class, CPU %, memory %, stage type,
+  elapsed share of walltime, happiness Hp).
+- ``HostIndex``: the candidate hosts of one pass, indexed by spare room so that finding a
+  guest's candidates costs O(log n) per candidate, not a walk over every running job.
+- ``MaxTree``: the segment tree behind that index.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from itertools import islice
+from typing import Iterator, Mapping
+
+from .. import happiness as hp
+from ..learner import HostState
+from ..model import InvalidInput, Job, MetricsSample, RunningJob
+from ..policies.coalloc import HostCandidate
+from ..policies.gang import guest_placement
+from .config import ControllerConfig
+
+
+def host_state(rj: RunningJob, sample: MetricsSample | None, now: float) -> HostState:
+    """HostState of a host from its latest sample. Unknown metrics are read as a busy
+    host (100 % CPU and memory, Hp None): with nothing known, lend little."""
+    job = rj.job
+    elapsed = max(0.0, now - rj.start_time)
+    happiness = None
+    cpu = mem = 100.0
+    if sample is not None:
+        cpu, mem = sample.cpu_percent, sample.mem_percent
+        total = sample.tasks_total if sample.tasks_total is not None else job.tasks
+        try:
+            happiness = hp.happiness(elapsed, job.walltime_s, sample.tasks_done, total,
+                                     sample.tasks_per_s)
+        except InvalidInput:
+            happiness = None
+    return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
+                     happiness)
+
+
+class MaxTree:
+    """A max segment tree over a fixed list of values: the first index >= i whose value is
+    >= x in O(log n), and removal (value -> -inf). Lets the host index skip hosts already
+    asked, and hosts that end too early to take a guest past an EASY reservation, without
+    walking them one by one for every guest."""
+
+    __slots__ = ("size", "tree")
+
+    def __init__(self, values: list[float]):
+        size = 1
+        while size < max(1, len(values)):
+            size *= 2
+        tree = [-math.inf] * (2 * size)
+        tree[size:size + len(values)] = values
+        for k in range(size - 1, 0, -1):
+            tree[k] = max(tree[2 * k], tree[2 * k + 1])
+        self.size, self.tree = size, tree
+
+    def remove(self, i: int) -> None:
+        tree = self.tree
+        k = i + self.size
+        tree[k] = -math.inf
+        k //= 2
+        while k:
+            tree[k] = max(tree[2 * k], tree[2 * k + 1])
+            k //= 2
+
+    def first_at_least(self, i: int, x: float) -> int:
+        """Smallest index >= i with value >= x, or -1."""
+        tree, size = self.tree, self.size
+        if i >= size or tree[1] < x:
+            return -1
+        k = i + size
+        if tree[k] >= x:
+            return i
+        # Climb until a right sibling holds a value >= x, then descend to its leftmost such leaf.
+        while True:
+            if k & 1 == 0 and tree[k + 1] >= x:
+                k += 1
+                break
+            k //= 2
+            if k <= 1:
+                return -1
+        while k < size:
+            k = 2 * k if tree[2 * k] >= x else 2 * k + 1
+        return k - size
+
+
+class HostIndex:
+    """Candidate hosts for one pass, bucketed by spare room (cores not used by guests) and
+    ranked in first-fit order (first node of the allocation, then job id).
+
+    A host is a running job that is not a guest, never was one (``was_guest``) and holds
+    fewer than ``config.max_guests_per_host`` guests. ``candidates(guest)`` merges the
+    buckets with room >= guest cores in rank order, skipping hosts already asked this pass,
+    hosts in cooldown for this guest, hosts the guest's node layout does not fit and, under
+    an EASY reservation, hosts that would leave the guest holding their cores past the
+    shadow time; it yields ``HostCandidate``s lazily, at most
+    ``config.max_candidates_per_guest``. Each bucket keeps a max tree of its hosts'
+    estimated ends, so both skips cost O(log n), not a walk.
+
+    ``cooldown`` ((guest, host) -> until) is read as candidates are asked for, so declines
+    added to it during the pass count at once.
+    """
+
+    def __init__(self, running: list[RunningJob], capacity: Mapping[str, int],
+                 samples: Mapping[str, MetricsSample], now: float, *,
+                 running_by_id: Mapping[str, RunningJob], was_guest: set[str],
+                 cooldown: Mapping[tuple[str, str], float], config: ControllerConfig):
+        self.samples = samples
+        self.now = now
+        self.cooldown = cooldown
+        self.max_candidates = config.max_candidates_per_guest
+        node_rank = {n: i for i, n in enumerate(capacity)}
+        max_guests = config.max_guests_per_host
+        buckets: dict[int, list[tuple[tuple, RunningJob, dict[str, int], float]]] = {}
+        for rj in running:
+            if rj.host_job is not None or rj.job_id in was_guest:
+                continue
+            if len(rj.guest_jobs) >= max_guests:
+                continue
+            used: dict[str, int] = {}
+            lent = 0.0
+            for g in rj.guest_jobs:
+                grj = running_by_id.get(g)
+                if grj is None:
+                    continue
+                lent += grj.quota_fraction * grj.job.cores
+                for node, c in grj.allocation.cores_by_node:
+                    used[node] = used.get(node, 0) + c
+            room = rj.allocation.cores - sum(used.values())
+            if room < 1:
+                continue
+            first = rj.allocation.cores_by_node[0][0] if rj.allocation.cores_by_node else ""
+            rank = (node_rank.get(first, len(node_rank)), rj.job_id)
+            buckets.setdefault(room, []).append((rank, rj, used, lent))
+        self.rooms = sorted(buckets)
+        self.buckets = [sorted(buckets[r], key=lambda e: e[0]) for r in self.rooms]
+        self.trees = [MaxTree([e[1].start_time + e[1].job.walltime_s for e in b])
+                      for b in self.buckets]
+        self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
+                      for i, e in enumerate(entries)}
+        self.asked: set[str] = set()
+
+    def mark_asked(self, host_ids) -> None:
+        for h in host_ids:
+            if h not in self.asked:
+                self.asked.add(h)
+                pos = self.where.get(h)
+                if pos is not None:
+                    self.trees[pos[0]].remove(pos[1])
+
+    def _bucket_iter(self, b: int, min_end: float):
+        bucket, tree = self.buckets[b], self.trees[b]
+        i = tree.first_at_least(0, min_end)
+        while i != -1:
+            yield bucket[i]
+            i = tree.first_at_least(i + 1, min_end)
+
+    def candidates(self, guest: Job, shadow: float | None) -> Iterator[HostCandidate]:
+        if not self.rooms or self.rooms[-1] < guest.cores:
+            return iter(())
+        first = next(i for i, r in enumerate(self.rooms) if r >= guest.cores)
+        guest_end = self.now + guest.walltime_s
+        # Under a reservation a guest that outlives its host past the shadow time could hold
+        # reserved cores: only hosts that end after the guest qualify then.
+        # (-1e308, not -inf: removed hosts hold -inf and must never match.)
+        min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
+        iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
+        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
+        return islice(self._filter(guest, merged), self.max_candidates)
+
+    def _filter(self, guest: Job, entries) -> Iterator[HostCandidate]:
+        now, cooldown = self.now, self.cooldown
+        gid = guest.job_id
+        for _, rj, used, lent in entries:
+            host_id = rj.job.job_id
+            until = cooldown.get((gid, host_id))
+            if until is not None and until > now:
+                continue
+            placement = guest_placement(guest, rj.allocation, used)
+            if placement is None:
+                continue
+            sample = self.samples.get(host_id)
+            yield HostCandidate(rj, placement, lent, sample, host_state(rj, sample, now))
