@@ -1,0 +1,183 @@
+"""The controller's pure pieces on their own: free cores and the EASY reservation
+(placement.py), the candidate-host index (hosts.py) and the quota rule (quotas.py)."""
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coscheduler.controller.hosts import HostIndex, MaxTree, host_state
+from coscheduler.controller.placement import (CoStart, EasyBackfill, FreeCores, Start,
+                                              easy_reservation, free_cores)
+from coscheduler.controller.quotas import quota_without_guest, wanted_quota
+from coscheduler.controller import ControllerConfig
+from coscheduler.model import Allocation, Job, MetricsSample, RunningJob
+
+
+def job(jid, cores, walltime=100.0, nodes=1):
+    return Job(jid, cores=cores, walltime_s=walltime, job_class="c", nodes=nodes)
+
+
+def running(jid, cores_by_node, start, walltime, quota=1.0, host=None, guests=()):
+    cores = sum(c for _, c in cores_by_node)
+    return RunningJob(job(jid, cores, walltime), Allocation(jid, tuple(cores_by_node)), start,
+                      quota, host, tuple(guests))
+
+
+def by_id(*rjs):
+    return {rj.job_id: rj for rj in rjs}
+
+
+# -- placement.py ----------------------------------------------------------------------------
+
+def test_free_cores_counts_a_guest_only_when_its_host_is_gone():
+    host = running("h", [("n0", 4)], 0.0, 100.0, guests=("g",))
+    guest = running("g", [("n0", 2)], 0.0, 100.0, host="h")
+    orphan = running("o", [("n1", 1)], 0.0, 100.0, host="gone")
+    jobs = [host, guest, orphan]
+    assert free_cores({"n0": 4, "n1": 4}, jobs, by_id(*jobs)) == {"n0": 0, "n1": 3}
+
+
+def test_free_cores_never_go_below_zero():
+    over = running("a", [("n0", 6)], 0.0, 100.0)
+    assert free_cores({"n0": 4}, [over], by_id(over)) == {"n0": 0}
+
+
+def test_free_cores_fit_take_and_cap():
+    free = FreeCores({"n0": 2, "n1": 4})
+    assert free.fit(job("big", 5)) is None               # more than any node holds
+    alloc = free.fit(job("a", 3))
+    assert alloc.cores_by_node == (("n1", 3),)
+    free.take(alloc)
+    assert (free.cores, free.total, free.max) == ({"n0": 2, "n1": 1}, 3, 2)
+    window = FreeCores({"n0": 2, "n1": 4})
+    window.cap_at(free, alloc)
+    assert (window.cores, window.total, window.max) == ({"n0": 2, "n1": 1}, 3, 2)
+
+
+def test_reservation_is_the_earliest_end_that_frees_enough_cores():
+    a = running("a", [("n0", 4)], 0.0, 50.0)
+    b = running("b", [("n1", 4)], 0.0, 80.0)
+    res = easy_reservation(job("w", 6, nodes=2), {"n0": 0, "n1": 0}, [a, b], [], 10.0, by_id(a, b))
+    assert res == (80.0, {"n0": 1, "n1": 1})
+    # A job this pass plans to start holds its cores until now + its walltime.
+    half = running("half", [("n1", 2)], 0.0, 80.0)
+    planned = [Start(job("p", 2), Allocation("p", (("n1", 2),)))]
+    res = easy_reservation(job("w", 6, nodes=2), {"n0": 0, "n1": 0}, [a, half], planned, 10.0,
+                           by_id(a, half))
+    assert res == (110.0, {"n0": 1, "n1": 1})
+
+
+def test_reservation_never_found_for_a_job_larger_than_what_frees():
+    a = running("a", [("n0", 4)], 0.0, 50.0)
+    assert easy_reservation(job("w", 5), {"n0": 0}, [a], [], 0.0, by_id(a)) is None
+
+
+def test_a_guest_that_outlives_its_host_keeps_its_cores_until_its_own_end():
+    host = running("h", [("n0", 4)], 0.0, 50.0, guests=("g",))
+    guest = running("g", [("n0", 2)], 0.0, 90.0, host="h")
+    jobs = [host, guest]
+    res = easy_reservation(job("w", 4), {"n0": 0}, jobs, [], 0.0, by_id(*jobs))
+    assert res == (90.0, {"n0": 0})
+    # Same for a guest this pass plans to start inside a host.
+    lone = running("h2", [("n0", 4)], 0.0, 50.0)
+    choice = type("C", (), {"host_job": "h2", "placement": Allocation("g2", (("n0", 2),))})()
+    plan = [CoStart(job("g2", 2, walltime=100.0), choice, 1.0)]
+    res = easy_reservation(job("w", 4), {"n0": 0}, [lone], plan, 0.0, by_id(lone))
+    assert res == (100.0, {"n0": 0})
+
+
+def test_backfill_lets_short_jobs_use_free_cores_and_long_ones_only_the_window():
+    cores = EasyBackfill({"n0": 4, "n1": 4})
+    cores.reserve(100.0, {"n0": 0, "n1": 2})    # the reserved job needs n0 and 2 of n1
+    assert cores.start(job("long", 3, walltime=500.0), now=0.0) is None
+    long_ok = cores.start(job("long2", 2, walltime=500.0), now=0.0)
+    assert long_ok.cores_by_node == (("n1", 2),)
+    short = cores.start(job("short", 4, walltime=50.0), now=0.0)
+    assert short.cores_by_node == (("n0", 4),)
+    assert cores.free.cores == {"n0": 0, "n1": 2}
+    # The window never exceeds what is free: a short job on n1 shrinks it.
+    assert cores.start(job("short2", 1, walltime=50.0), now=0.0).cores_by_node == (("n1", 1),)
+    assert cores.start(job("long3", 2, walltime=500.0), now=0.0) is None
+
+
+def test_backfill_without_reservation_is_plain_first_fit():
+    cores = EasyBackfill({"n0": 2})
+    assert cores.shadow is None
+    assert cores.start(job("a", 2, walltime=1e6), now=0.0).cores_by_node == (("n0", 2),)
+    assert cores.start(job("b", 1), now=0.0) is None
+
+
+# -- hosts.py --------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-10, 10), min_size=0, max_size=40), st.data())
+def test_max_tree_finds_what_a_walk_finds(values, data):
+    tree = MaxTree(list(values))
+    alive = list(values)
+    for i in data.draw(st.lists(st.integers(0, max(0, len(values) - 1)), max_size=10)):
+        if values:
+            tree.remove(i)
+            alive[i] = -math.inf
+    start = data.draw(st.integers(0, len(values) + 2))
+    x = data.draw(st.floats(-11, 11))
+    want = next((k for k in range(start, len(alive)) if alive[k] >= x), -1)
+    assert tree.first_at_least(start, x) == want
+
+
+def test_host_index_ranks_by_first_fit_and_skips_asked_cooldown_and_guests():
+    h1 = running("h1", [("n1", 4)], 0.0, 1000.0)
+    h0 = running("h0", [("n0", 4)], 0.0, 1000.0)
+    h2 = running("h2", [("n2", 4)], 0.0, 1000.0)
+    was = running("was", [("n3", 4)], 0.0, 1000.0)
+    jobs = [h1, h0, h2, was]
+    index = HostIndex(jobs, {"n0": 4, "n1": 4, "n2": 4, "n3": 4}, {}, 10.0,
+                      running_by_id=by_id(*jobs), was_guest={"was"},
+                      cooldown={("g", "h0"): 20.0}, config=ControllerConfig())
+    ids = [c.host.job_id for c in index.candidates(job("g", 2), None)]
+    assert ids == ["h1", "h2"]                       # h0 in cooldown, "was" was a guest
+    index.mark_asked(["h1"])
+    assert [c.host.job_id for c in index.candidates(job("g", 2), None)] == ["h2"]
+    assert list(index.candidates(job("g", 5), None)) == []   # no host has 5 spare cores
+
+
+def test_host_index_under_a_reservation_keeps_only_hosts_that_outlive_the_guest():
+    early = running("early", [("n0", 4)], 0.0, 100.0)
+    late = running("late", [("n1", 4)], 0.0, 1000.0)
+    jobs = [early, late]
+    index = HostIndex(jobs, {"n0": 4, "n1": 4}, {}, 0.0, running_by_id=by_id(*jobs),
+                      was_guest=set(), cooldown={}, config=ControllerConfig())
+    guest = job("g", 2, walltime=500.0)
+    assert [c.host.job_id for c in index.candidates(guest, shadow=None)] == ["early", "late"]
+    assert [c.host.job_id for c in index.candidates(guest, shadow=200.0)] == ["late"]
+
+
+def test_host_state_reads_unknown_metrics_as_busy():
+    h = running("h", [("n0", 4)], 0.0, 100.0)
+    s = host_state(h, None, 50.0)
+    assert (s.cpu_percent, s.mem_percent, s.happiness, s.elapsed_fraction) == (100.0, 100.0, None, 0.5)
+    s = host_state(h, MetricsSample("h", 50.0, 20.0, 30.0, 5, 10, 0.1), 50.0)
+    assert (s.cpu_percent, s.mem_percent) == (20.0, 30.0) and s.happiness is not None
+
+
+# -- quotas.py -------------------------------------------------------------------------------
+
+def test_wanted_quota_counts_only_guests_that_name_the_host():
+    host = running("h", [("n0", 4)], 0.0, 100.0, quota=0.5, guests=("g", "stray", "gone"))
+    g = running("g", [("n0", 2)], 0.0, 100.0, quota=0.5, host="h")
+    stray = running("stray", [("n0", 2)], 0.0, 100.0, quota=0.5, host="other")
+    assert wanted_quota(host, by_id(host, g, stray)) == 0.75
+    assert wanted_quota(running("alone", [("n0", 4)], 0.0, 1.0), {}) == 1.0
+
+
+def test_wanted_quota_puts_the_host_first_when_guests_claim_too_much():
+    host = running("h", [("n0", 2)], 0.0, 100.0, guests=("g",))
+    g = running("g", [("n0", 4)], 0.0, 100.0, quota=0.9, host="h")
+    assert wanted_quota(host, by_id(host, g)) == 1.0
+
+
+def test_quota_without_guest_drops_the_gone_guest_and_unknown_ones():
+    host = running("h", [("n0", 4)], 0.0, 100.0, quota=0.25, guests=("a", "b", "unknown"))
+    a = running("a", [("n0", 2)], 0.0, 100.0, quota=0.5, host="h")
+    b = running("b", [("n0", 2)], 0.0, 100.0, quota=1.0, host="h")
+    assert quota_without_guest(host, "b", by_id(host, a, b)) == (0.75, ("a",))
