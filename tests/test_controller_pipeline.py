@@ -12,24 +12,11 @@ from coscheduler.model import Job
 from coscheduler.policies.coalloc import Asax, SpaceSharing, Static
 from coscheduler.policies.queue import get_policy
 from coscheduler.recorder import MemoryRecorder
-
-
-class FixedExpert:
-    """All probability on one action per host class."""
-
-    def __init__(self, by_class, m=10, name="fixed"):
-        self.by_class, self.m, self.name = by_class, m, name
-
-    def distribution(self, state):
-        j = self.by_class.get(state.job_class, 0)
-        return tuple(1.0 if k == j else 0.0 for k in range(self.m))
-
-    def learn(self, state, action_fraction, loss):
-        return None
+from fixed_experts import OneActionPerClass
 
 
 def fixed_asax(by_class):
-    return Asax(AsaxLearner(LearnerConfig(seed=1), expert_factory=lambda: [FixedExpert(by_class)]))
+    return Asax(AsaxLearner(LearnerConfig(seed=1), expert_factory=lambda: [OneActionPerClass(by_class)]))
 
 
 def job(jid, cores=8, walltime=200.0, job_class="c", submit=0.0, nodes=1, tasks=100):
@@ -432,14 +419,14 @@ def test_restart_from_a_recorder_gives_the_same_decisions(jobs, restart_after):
 def test_restart_closes_decisions_of_hosts_the_backend_no_longer_knows():
     rec = MemoryRecorder()
     cfg = LearnerConfig(seed=2)
-    b, c = host_and_guest(Asax(AsaxLearner(cfg, expert_factory=lambda: [FixedExpert({"h": 5})])),
+    b, c = host_and_guest(Asax(AsaxLearner(cfg, expert_factory=lambda: [OneActionPerClass({"h": 5})])),
                           recorder=rec)
     c.step()
     [did] = rec.decisions
     # A new backend (the old one's jobs are gone without outcomes), controller restarted.
     b2 = VirtualBackend({"n1": 8})
     c2 = Controller.from_recorder(b2, rec, "asax", learner_config=cfg,
-                                  expert_factory=lambda: [FixedExpert({"h": 5})])
+                                  expert_factory=lambda: [OneActionPerClass({"h": 5})])
     assert did in c2.learner.pending
     r = c2.step()
     assert r.cancelled == 1 and did not in c2.learner.pending

@@ -7,25 +7,13 @@ import pytest
 from coscheduler.learner import (AsaxLearner, ClassState, Decision, FittedTreeExpert, HostState,
                                  LearnerConfig, action_fractions, leaf_distribution, paper_experts)
 from coscheduler.model import InvalidInput, StageType
-
-
-class FixedExpert:
-    """An expert whose distribution does not depend on the state (for hand computation)."""
-
-    def __init__(self, name, p):
-        self.name, self.p = name, tuple(p)
-
-    def distribution(self, state):
-        return self.p
-
-    def learn(self, state, action_fraction, loss):
-        pass
+from fixed_experts import ConstantExpert
 
 
 def two_expert_learner(**cfg):
     cfg.setdefault("seed", 7)
     return AsaxLearner(LearnerConfig(m=2, fitted_expert=False, **cfg),
-                       expert_factory=lambda: [FixedExpert("a", (0.8, 0.2)), FixedExpert("b", (0.2, 0.8))])
+                       expert_factory=lambda: [ConstantExpert("a", (0.8, 0.2)), ConstantExpert("b", (0.2, 0.8))])
 
 
 STATE = HostState("wf/stage", cpu_percent=10, mem_percent=10, stage_type="parallel",

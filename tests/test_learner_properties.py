@@ -7,19 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coscheduler.learner import AsaxLearner, HostState, LearnerConfig
+from fixed_experts import ConstantExpert
 
 STATE = HostState("prop/stage", 30, 30, "parallel", 0.2, 1.5)
-
-
-class FixedExpert:
-    def __init__(self, name, p):
-        self.name, self.p = name, tuple(p)
-
-    def distribution(self, state):
-        return self.p
-
-    def learn(self, *args):
-        pass
 
 
 def distributions(m):
@@ -36,7 +26,7 @@ def expert_sets(draw, min_n=2, max_n=6):
 
 
 def make_learner(m, dists, seed, schedule="sqrt", gamma0=1.0):
-    experts = [FixedExpert(f"e{i}", p) for i, p in enumerate(dists)]
+    experts = [ConstantExpert(f"e{i}", p) for i, p in enumerate(dists)]
     return AsaxLearner(LearnerConfig(m=m, seed=seed, fitted_expert=False,
                                      gamma_schedule=schedule, gamma0=gamma0),
                        expert_factory=lambda: experts)

@@ -8,24 +8,11 @@ from coscheduler.learner import AsaxLearner, HostState, LearnerConfig
 from coscheduler.model import Allocation, InvalidInput, Job, RunningJob
 from coscheduler.policies.coalloc import (Asax, HostCandidate, SpaceSharing, Static,
                                           host_quota_fraction, lent_share, make_policy)
-
-
-class FixedExpert:
-    """An expert that puts all probability on one action per host class (for tests)."""
-
-    def __init__(self, by_class: dict[str, int], m: int = 10, name: str = "fixed"):
-        self.by_class, self.m, self.name = by_class, m, name
-
-    def distribution(self, state):
-        j = self.by_class.get(state.job_class, 0)
-        return tuple(1.0 if k == j else 0.0 for k in range(self.m))
-
-    def learn(self, state, action_fraction, loss):
-        return None
+from fixed_experts import OneActionPerClass
 
 
 def fixed_learner(by_class: dict[str, int]) -> AsaxLearner:
-    return AsaxLearner(LearnerConfig(seed=3), expert_factory=lambda: [FixedExpert(by_class)])
+    return AsaxLearner(LearnerConfig(seed=3), expert_factory=lambda: [OneActionPerClass(by_class)])
 
 
 def host(jid, cores, job_class="h"):
