@@ -91,11 +91,11 @@ def test_montage_tasks_really_create_and_remove_files(tmp_path, monkeypatch):
 
     def watch():
         while not stop.is_set():
-            for p in tmp_path.rglob("*.dat"):
-                try:
+            try:
+                for p in tmp_path.rglob("*.dat"):
                     seen[str(p)] = max(seen.get(str(p), 0), p.stat().st_size)
-                except FileNotFoundError:
-                    pass
+            except FileNotFoundError:
+                pass  # a file or folder went away mid-walk: look again
             time.sleep(0.002)
 
     t = threading.Thread(target=watch)
