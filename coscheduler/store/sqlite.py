@@ -83,7 +83,7 @@ class SqliteStore:
                 self._identify_readonly()
             else:
                 self._identify_and_migrate(create or fresh)
-                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                mode = self._switch_to_wal(busy_timeout_s)
                 if str(mode).lower() != "wal":
                     raise StoreError(f"{self.path}: cannot switch to WAL mode (journal mode is {mode})")
                 self._conn.execute(f"PRAGMA synchronous={synchronous}")
@@ -92,6 +92,19 @@ class SqliteStore:
             raise
 
     # -- opening ---------------------------------------------------------------------------
+    def _switch_to_wal(self, timeout_s: float) -> str:
+        """Set WAL mode, retrying while another process holds the file: SQLite can answer
+        "database is locked" to this pragma at once, without its busy handler, while a
+        second process opens a new file at the same moment. WAL then persists in the file."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
     def _check_file(self, create: bool) -> bool:
         """Refuse what is plainly not ours before SQLite touches it. True: a new file."""
         p = self.path
