@@ -319,7 +319,7 @@ def test_a_cgroup_quota_slows_cpu_bound_work(tmp_path):
         def run(place=None):
             proc = subprocess.Popen(
                 [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "blast",
-                 "--stage", "blastall", "--tasks", "3", "--scale", "0.01", "--report",
+                 "--stage", "blastall", "--tasks", "3", "--scale", "0.02", "--report",
                  "--workdir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
             if place:
                 place(proc.pid)  # before it gets past its imports
@@ -332,8 +332,9 @@ def test_a_cgroup_quota_slows_cpu_bound_work(tmp_path):
     finally:
         group.rmdir()  # the process has exited, so the group is empty
     cpu_free = min(r["cpu_s"] for r in free)
-    # The same work is done under the quota (a fixed amount, not "until a deadline")...
-    assert 0.7 < limited["cpu_s"] / cpu_free < 1.5, (free, limited)
+    # The same work is done under the quota (a fixed amount, not "until a deadline"); the
+    # bounds are loose because process and pool start-up CPU varies from run to run...
+    assert 0.6 < limited["cpu_s"] / cpu_free < 1.6, (free, limited)
     # ...so it takes at least its CPU time over the quota, and longer than without it.
     assert limited["elapsed_s"] > 0.8 * limited["cpu_s"] / quota, (free, limited)
     assert limited["elapsed_s"] > 1.5 * min(r["elapsed_s"] for r in free), (free, limited)
