@@ -205,3 +205,29 @@ time.sleep(600)
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_controller_co_allocates_a_guest_inside_a_busy_host_for_real(backend_factory):
+    """Static on real processes: the node is full, so the queued job runs inside the host at
+    50 %, the kernel holds both quotas, and the host gets its full quota back after."""
+    from coscheduler.policies.coalloc import Static
+
+    b = backend_factory({"n1": 4}, cpus=1.0)
+    host = busy("host", cores=4, tasks=1000, loops=LOOPS_PER_CPU_S, walltime=120.0)
+    guest = busy("guest", cores=2, tasks=2, loops=LOOPS_PER_CPU_S // 20, walltime=60.0,
+                 submit_time=0.0)
+    b.submit(host)
+    ctl = Controller(b, Static(0.5))
+    ctl.step()
+    b.submit(guest)
+    ctl.step()
+    running = {r.job_id: r for r in b.running()}
+    assert running["guest"].host_job == "host"
+    assert kernel_quota_us(b, "host") == 75_000     # 1 - 0.5 x 2/4 of 4 x 0.25 CPU
+    assert kernel_quota_us(b, "guest") == 25_000    # 0.5 x 2 x 0.25 CPU
+    assert wait_until(lambda: (ctl.step(), "guest" not in {r.job_id for r in b.running()})[1],
+                      timeout=30)
+    ctl.step()
+    assert kernel_quota_us(b, "host") == 100_000
+    assert {o.job_id: o.state for o in b.history}["guest"] == "completed"
+    b.cancel("host")
