@@ -21,6 +21,16 @@ def digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def assert_refused_and_left_alone(path, error, match) -> None:
+    """Every way of opening ``path`` (plain, create, read-only) raises ``error`` naming it,
+    and the file is byte-for-byte unchanged afterwards."""
+    before = digest(path)
+    for kwargs in ({}, {"create": True}, {"readonly": True}):
+        with pytest.raises(error, match=match):
+            SqliteStore(path, **kwargs)
+    assert digest(path) == before
+
+
 def fill(path) -> None:
     lrn = AsaxLearner(LearnerConfig(fitted_expert=False))
     with SqliteStore(path, create=True) as s:
@@ -51,11 +61,7 @@ def test_store_errors_are_invalid_input():
 def test_random_bytes_are_refused_and_left_alone(tmp_path):
     path = tmp_path / "state.db"
     path.write_bytes(os.urandom(4096))
-    before = digest(path)
-    for kwargs in ({}, {"create": True}, {"readonly": True}):
-        with pytest.raises(NotAStateDatabase, match=f"{path} is not an SQLite database"):
-            SqliteStore(path, **kwargs)
-    assert digest(path) == before
+    assert_refused_and_left_alone(path, NotAStateDatabase, f"{path} is not an SQLite database")
 
 
 def test_a_damaged_sqlite_file_is_refused(tmp_path):
@@ -76,11 +82,8 @@ def test_a_foreign_sqlite_database_is_refused_and_left_alone(tmp_path):
     con.execute("INSERT INTO invoices (amount) VALUES (12.5)")
     con.commit()
     con.close()
-    before = digest(path)
-    for kwargs in ({}, {"create": True}, {"readonly": True}):
-        with pytest.raises(ForeignDatabase, match=rf"{path} is an SQLite database of another program.*invoices"):
-            SqliteStore(path, **kwargs)
-    assert digest(path) == before
+    assert_refused_and_left_alone(path, ForeignDatabase,
+                                  rf"{path} is an SQLite database of another program.*invoices")
     assert not (tmp_path / "other.db-wal").exists()
 
 
@@ -102,11 +105,8 @@ def test_a_newer_schema_is_refused_and_left_alone(tmp_path):
     con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     con.commit()
     con.close()
-    before = digest(path)
-    for kwargs in ({}, {"create": True}, {"readonly": True}):
-        with pytest.raises(NewerSchema, match=rf"{path} has schema version {SCHEMA_VERSION + 1}, newer"):
-            SqliteStore(path, **kwargs)
-    assert digest(path) == before
+    assert_refused_and_left_alone(path, NewerSchema,
+                                  rf"{path} has schema version {SCHEMA_VERSION + 1}, newer")
 
 
 def test_an_older_schema_is_migrated_in_a_transaction(tmp_path):
