@@ -79,10 +79,10 @@ class StateFile:
 
 
 def remove_orphaned_roots(prefix: str, layout=None) -> list[str]:
-    """Remove the empty cgroup trees ``<mount>/<prefix><pid>`` left by a process that died
+    """Remove the empty cgroup trees ``<mount>/<prefix><pid>[-<n>]`` left by a process that died
     without cleaning up (kill -9), when that pid is gone.
 
-    The local backend names its agents' roots ``cosched-local-<pid>``; its jobs die with it
+    The local backend names its agents' roots ``cosched-local-<pid>-<n>``; its jobs die with it
     (parent-death signal), so what such a process leaves is empty cgroups. A tree that
     still holds processes is left alone (rmdir refuses it). Returns the roots removed.
     """
@@ -97,7 +97,7 @@ def remove_orphaned_roots(prefix: str, layout=None) -> list[str]:
     removed = []
     for mount in mounts:
         for root in mount.glob(f"{prefix}*"):
-            pid = root.name[len(prefix):]
+            pid = root.name[len(prefix):].split("-")[0]   # <pid> or <pid>-<n>
             if not root.is_dir() or not pid.isdigit() or psutil.pid_exists(int(pid)):
                 continue
             dirs = sorted((d for d in root.rglob("*") if d.is_dir()),

@@ -103,6 +103,7 @@ class LocalBackend(JobBook):
     """Runs jobs as local processes on emulated nodes, quotas applied by node agents."""
 
     name = "local"
+    _instances = 0
 
     def __init__(self, nodes: Iterable[Node] | dict[str, int], workdir: str | os.PathLike, *,
                  cpus: float | None = None, cgroup_base: str | None = None,
@@ -129,7 +130,10 @@ class LocalBackend(JobBook):
         self.workdir = Path(workdir)
         for sub in ("logs", "progress", "jobs", "agents"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
-        self.cgroup_base = cgroup_base or f"{_CGROUP_PREFIX}{os.getpid()}"
+        # One root per backend (pid and a counter): a root one backend could not remove
+        # never becomes another's, and a dead process's roots are found by the pid.
+        LocalBackend._instances += 1
+        self.cgroup_base = cgroup_base or f"{_CGROUP_PREFIX}{os.getpid()}-{LocalBackend._instances}"
         self._clock = clock
         self._t0 = clock()
         self.usage: dict[str, JobUsage] = {}
@@ -350,7 +354,12 @@ class LocalBackend(JobBook):
 
     @staticmethod
     def _kill(popen: subprocess.Popen) -> None:
-        """SIGTERM the job's process group, SIGKILL it after a grace period."""
+        """SIGTERM the job's process group, SIGKILL it after a grace period, and wait until
+        every process of the job is gone (so its cgroup can be removed right after)."""
+        try:
+            members = psutil.Process(popen.pid).children(recursive=True)
+        except psutil.Error:
+            members = []
         try:
             os.killpg(popen.pid, signal.SIGCONT)   # a stopped group cannot handle SIGTERM
             os.killpg(popen.pid, signal.SIGTERM)
@@ -372,6 +381,8 @@ class LocalBackend(JobBook):
             os.killpg(popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        # Exit is asynchronous: a worker still exiting keeps the job's cgroup busy.
+        psutil.wait_procs(members, timeout=_KILL_GRACE_S)
 
 
 __all__ = ["CgroupsUnavailable", "JobUsage", "LocalBackend", "check_local_support"]
