@@ -3,8 +3,21 @@
 # machine, then runs the whole suite; as root the tests that need real cgroups and the live
 # demo run too (they skip with a reason otherwise). Extra arguments go to pytest, e.g.
 # `bash testbed/test.sh -m "not live" -x`.
+#
+# Python packages go into the project's own virtual environment (.venv at the top of the
+# checkout), so this works on a stock distribution whose python3 refuses `pip install`
+# outside one (PEP 668, "externally-managed-environment"). COSCHED_VENV picks another place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
-exec python3 -m pytest "$@"
+venv="${COSCHED_VENV:-$PWD/.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+    echo "test.sh: creating the virtual environment $venv" >&2
+    python3 -m venv "$venv" || {
+        echo "test.sh: python3 -m venv failed; on Debian/Ubuntu install python3-venv first" >&2
+        exit 1
+    }
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+export PATH="$venv/bin:$PATH"
+exec "$venv/bin/python" -m pytest "$@"

@@ -67,7 +67,12 @@ def cg_root():
     rel = f"cosched-test-{uuid.uuid4().hex[:8]}"
     yield rel
     for hier in (CPU, ACCT):
+        # A killed process stays in its cgroup until it is reaped: retry for a moment.
+        deadline = time.monotonic() + 3.0
         _rm_tree(hier, rel)
+        while (hier / rel).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+            _rm_tree(hier, rel)
         assert not (hier / rel).exists(), f"test left {hier / rel}"
 
 
