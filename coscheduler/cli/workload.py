@@ -162,3 +162,9 @@ def calibrate_cmd(as_json: bool) -> None:
                f"{out['streaming_per_s']} it/s streaming (reference {REF_RATE_STREAMING:.0f})")
     click.echo(f"one core here is {out['speed_vs_reference']:.2f}x the reference core: "
                f"CPU-bound stages take about {1 / out['speed_vs_reference']:.2f}x their profile")
+
+
+# MRSch's multi-resource sets (S1-S10): defined with the other multi-resource commands.
+from .multi import workload_multi  # noqa: E402
+
+workload.add_command(workload_multi)
