@@ -12,6 +12,16 @@ point (issue 3, point 3):
 
 ``decide`` is the seam a co-scheduling step will extend later (guest jobs placed on a
 host job's nodes): it reads and updates one ``QueueState`` and returns the jobs started.
+
+Resources beside nodes (``sim/resources.py``): with ``pool_take`` set, a job fits only
+when its nodes *and* its take from every global pool (burst buffer, power) are free, and
+reservations and backfilling count every pool. Without it the code below runs exactly the
+CPU-only path (the pool checks sit behind one flag).
+
+A *selector* (``select``) may replace "the top of the queue" as the next job to try: it
+gets the state and the time and returns a position in ``entries`` (the window is the
+front of the queue in base order). The rule stays the same: the picked job starts if it
+fits, otherwise it becomes the head and holds the reservation.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .backfill import conservative_backfill, easy_backfill, shadow_time
+from .backfill import conservative_backfill, easy_backfill, shadow_time, shadow_time_pools
 
 # A queue entry sorts by (policy key, submit time, position): the tie-break rule.
 Entry = tuple[object, float, int]
@@ -51,11 +61,34 @@ class QueueState:
     running_est: list[tuple[float, int]] = field(default_factory=list)
     # First reservation (shadow time) each head received under EASY: checked by tests.
     reservation: dict[int, float] = field(default_factory=dict)
+    # Global pools beside nodes (burst buffer, power): capacity and per-job take, or None.
+    pool_cap: tuple[int, ...] = ()
+    pool_take: list[tuple[int, ...]] | None = None
+    pool_free: list[int] = field(init=False)
+    # Optional selector: (state, now) -> position in ``entries`` of the next job to try.
+    select: Callable[["QueueState", float], int] | None = None
 
     def __post_init__(self) -> None:
         self.free = self.total_nodes
         if not self.est_end:
             self.est_end = [0.0] * len(self.need)
+        self.pool_free = list(self.pool_cap)
+        if self.pool_take is not None and not self.pool_cap:
+            self.pool_take = None  # no pools: the CPU-only path
+
+    def pools_fit(self, job: int) -> bool:
+        """True when ``job``'s take from every pool is free now (True without pools)."""
+        take = self.pool_take
+        if take is None:
+            return True
+        for t, f in zip(take[job], self.pool_free):
+            if t > f:
+                return False
+        return True
+
+    def fits(self, job: int) -> bool:
+        """Nodes and every pool: can ``job`` start now?"""
+        return self.need[job] <= self.free and self.pools_fit(job)
 
     def enqueue(self, job: int, now: float) -> None:
         """Queue an arriving job."""
@@ -72,6 +105,12 @@ class QueueState:
         """Start a job now (the caller checked that it fits); record it in ``started``."""
         if self.need[job] > self.free:  # a broken rule must not over-allocate silently
             raise RuntimeError(f"job {job} needs {self.need[job]} nodes, {self.free} free")
+        if self.pool_take is not None:
+            take, pool_free = self.pool_take[job], self.pool_free
+            if not self.pools_fit(job):
+                raise RuntimeError(f"job {job} takes {take} from the pools, {pool_free} free")
+            for k, t in enumerate(take):
+                pool_free[k] -= t
         self.free -= self.need[job]
         est_end = self.est_end[job] = now + self.estimate[job]
         insort(self.running_est, (est_end, job))
@@ -80,6 +119,10 @@ class QueueState:
     def release(self, job: int) -> None:
         """A running job finished: give its nodes back."""
         self.free += self.need[job]
+        if self.pool_take is not None:
+            pool_free = self.pool_free
+            for k, t in enumerate(self.pool_take[job]):
+                pool_free[k] += t
         running = self.running_est
         del running[bisect_left(running, (self.est_end[job], job))]
 
@@ -102,18 +145,27 @@ def decide(state: QueueState, now: float, backfill: str) -> list[int]:
     entries = state.entries
     need = state.need
     head = state.head
+    pools = state.pool_take is not None
+    select = state.select
     while True:
         if head is None:
             if not entries:
                 break
-            head = entries.pop(0)[2]
-        if need[head] > state.free:
+            if select is None:
+                head = entries.pop(0)[2]
+            else:
+                state.head = None
+                head = entries.pop(select(state, now))[2]
+        if need[head] > state.free or (pools and not state.pools_fit(head)):
             break
         state.start(head, now, started)
         head = None
     if head is not None and head != state.head and backfill == "easy":
         # A new head: note the reservation it gets now (the property tests check it).
-        state.reservation[head] = shadow_time(state.free, need[head], state.running_est, need)[0]
+        state.reservation[head] = (
+            shadow_time_pools(state, head)[0] if pools
+            else shadow_time(state.free, need[head], state.running_est, need)[0]
+        )
     state.head = head
     if head is None or not entries or state.free == 0:
         return started

@@ -22,6 +22,7 @@ from ..model import InvalidInput
 from ..policies.queue import QueuePolicy
 from .cluster import Cluster
 from .decision import QueueState, decide
+from .resources import PoolModel
 
 BACKFILL_MODES = ("none", "easy", "conservative")
 
@@ -69,11 +70,17 @@ def simulate(
     *,
     progress: Callable[[int], None] | None = None,
     progress_every: int = 4096,
+    pools: PoolModel | None = None,
+    selector: Callable[[QueueState, float], int] | None = None,
 ) -> Schedule:
     """Replay ``jobs`` on an empty ``cluster``; time starts at the earliest submit time.
 
     ``progress(finished)`` (optional) is called every ``progress_every`` finished jobs and
     once at the end: the engine itself does no I/O.
+
+    ``pools`` (from ``resources.pool_model``) adds the global pools beside the nodes (burst
+    buffer, power): every job then starts only when all of its requests fit. ``selector``
+    picks the next job to try from the queue (see ``decision.py``); ``None`` takes the top.
     """
     if backfill not in BACKFILL_MODES:
         raise InvalidInput(
@@ -93,7 +100,12 @@ def simulate(
         procs=procs,
         estimate=[j.estimate for j in jobs],
         need=[-(-p // ppn) for p in procs],
+        pool_cap=pools.capacity if pools is not None else (),
+        pool_take=pools.take if pools is not None and not pools.empty else None,
+        select=selector,
     )
+    if pools is not None and len(pools.take) != n:
+        raise InvalidInput(f"{len(pools.take)} pool requests for {n} jobs")
     start = [math.nan] * n
     end = [math.nan] * n
     arrivals = sorted(range(n), key=submit.__getitem__)  # stable: ties keep trace order
