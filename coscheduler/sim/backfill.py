@@ -83,15 +83,40 @@ def shadow_time_pools(state: "QueueState", head: int) -> tuple[float, int, list[
     return shadow, avail - head_need, [a - t for a, t in zip(pool_avail, head_take)]
 
 
+def _easy_pools(state: "QueueState", now: float, started: list[int]) -> None:
+    """EASY counting nodes and every pool (see module doc)."""
+    need, estimate, take = state.need, state.estimate, state.pool_take
+    shadow, extra, pool_extra = shadow_time_pools(state, state.head)
+    entries = state.entries
+    pos = 0
+    while pos < len(entries):
+        job = entries[pos][2]
+        nodes = need[job]
+        if nodes <= state.free and state.pools_fit(job):
+            if now + estimate[job] <= shadow:
+                pass  # gone by the shadow time: the head's resources are back by then
+            elif nodes <= extra and all(t <= e for t, e in zip(take[job], pool_extra)):
+                extra -= nodes  # runs past the shadow time within every extra
+                for p, t in enumerate(take[job]):
+                    pool_extra[p] -= t
+            else:
+                pos += 1
+                continue
+            del entries[pos]
+            state.start(job, now, started)
+            if state.free == 0:
+                break
+        else:
+            pos += 1
+
+
 def easy_backfill(state: "QueueState", now: float, started: list[int]) -> None:
     """Start, in queue order, the jobs EASY allows ahead of ``state.head``."""
+    if state.pool_take is not None:
+        _easy_pools(state, now, started)
+        return
     need, estimate = state.need, state.estimate
-    take = state.pool_take
-    if take is None:
-        shadow, extra = shadow_time(state.free, need[state.head], state.running_est, need)
-        pool_extra: list[int] = []
-    else:
-        shadow, extra, pool_extra = shadow_time_pools(state, state.head)
+    shadow, extra = shadow_time(state.free, need[state.head], state.running_est, need)
     entries = state.entries
     free = state.free
     pos = 0
@@ -99,20 +124,7 @@ def easy_backfill(state: "QueueState", now: float, started: list[int]) -> None:
         job = entries[pos][2]
         nodes = need[job]
         if nodes <= free:
-            if take is not None:
-                if not state.pools_fit(job):
-                    pos += 1
-                    continue
-                if now + estimate[job] <= shadow:
-                    pass  # gone by the shadow time: the head's resources are back by then
-                elif nodes <= extra and all(t <= e for t, e in zip(take[job], pool_extra)):
-                    extra -= nodes  # runs past the shadow time within every extra
-                    for p, t in enumerate(take[job]):
-                        pool_extra[p] -= t
-                else:
-                    pos += 1
-                    continue
-            elif now + estimate[job] <= shadow:
+            if now + estimate[job] <= shadow:
                 pass  # gone by the shadow time: the head's nodes are back by then
             elif nodes <= extra:
                 extra -= nodes  # still running at the shadow time, on nodes the head leaves

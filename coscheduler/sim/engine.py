@@ -21,7 +21,7 @@ from typing import Callable, Protocol, Sequence
 from ..model import InvalidInput
 from ..policies.queue import QueuePolicy
 from .cluster import Cluster
-from .decision import QueueState, decide
+from .decision import PoolQueueState, QueueState, decide, decide_general
 from .resources import PoolModel
 
 BACKFILL_MODES = ("none", "easy", "conservative")
@@ -92,7 +92,8 @@ def simulate(
     run = [j.run for j in jobs]
     procs = [j.procs for j in jobs]
     ppn = cluster.procs_per_node
-    state = QueueState(
+    with_pools = pools is not None and not pools.empty
+    state = (PoolQueueState if with_pools else QueueState)(
         key=policy.key,
         uses_now=policy.uses_now,
         total_nodes=cluster.nodes,
@@ -100,8 +101,8 @@ def simulate(
         procs=procs,
         estimate=[j.estimate for j in jobs],
         need=[-(-p // ppn) for p in procs],
-        pool_cap=pools.capacity if pools is not None else (),
-        pool_take=pools.take if pools is not None and not pools.empty else None,
+        pool_cap=pools.capacity if with_pools else (),
+        pool_take=pools.take if with_pools else None,
         select=selector,
     )
     if pools is not None and len(pools.take) != n:
@@ -116,6 +117,7 @@ def simulate(
     decisions = 0
     inf = float("inf")
     release, enqueue = state.release, state.enqueue
+    step = decide_general if (with_pools or selector is not None) else decide
 
     while next_arrival < n or ends:
         t = submit[arrivals[next_arrival]] if next_arrival < n else inf
@@ -129,7 +131,7 @@ def simulate(
             next_arrival += 1
         if state.head is not None or state.entries:
             decisions += 1
-            for job in decide(state, t, backfill):
+            for job in step(state, t, backfill):
                 start[job] = t
                 finish = end[job] = t + run[job]
                 heappush(ends, (finish, job))
