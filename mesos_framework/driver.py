@@ -391,13 +391,15 @@ class MesosSchedulerDriver:
                 master = self.master
                 self.last_event = time.monotonic()
                 self.heartbeat_interval_s = None
+                # The stream's connection is never reused (the doc's example: Connection: close).
                 resp = self._http.request(
-                    "POST", master + API_PATH, body=data, headers=dict(self._headers),
+                    "POST", master + API_PATH, body=data,
+                    headers={**self._headers, "Connection": "close"},
                     redirect=False, preload_content=False,
                     timeout=urllib3.Timeout(connect=self.call_timeout_s, read=None))
                 if resp.status == 307 and resp.headers.get("Location"):
                     self._follow(resp.headers["Location"], master)
-                    resp.release_conn()
+                    resp.close()
                     resp = None
                     continue
                 break
@@ -418,10 +420,18 @@ class MesosSchedulerDriver:
             for chunk in self._chunks(resp):
                 if self._stop.is_set():
                     return was_subscribed
-                for record in decoder.feed(chunk):
+                try:
+                    records = decoder.feed(chunk)
+                except RecordIOError as exc:
+                    records, fault = exc.records, exc
+                else:
+                    fault = None
+                for record in records:   # what came before a fault is still good
                     self.last_event = time.monotonic()
                     if self._event(record, sid):
                         was_subscribed = True
+                if fault is not None:
+                    raise fault
             decoder.finish()
             self._stream_ended("the master closed the event stream")
         except RecordIOError as exc:
@@ -434,7 +444,8 @@ class MesosSchedulerDriver:
                 self._resp = None
                 connected, self.stream_id = self.stream_id is not None, None
             if resp is not None:
-                resp.release_conn()
+                # Closed, never given back to the pool half read.
+                resp.close()
             if connected and not self._stop.is_set():
                 self.disconnections += 1
                 self._callback("disconnected")

@@ -27,7 +27,12 @@ DEFAULT_MAX_RECORD = 64 * 1024 * 1024
 
 
 class RecordIOError(ValueError):
-    """The stream is not valid RecordIO; the message says where and what was read."""
+    """The stream is not valid RecordIO; the message says where and what was read.
+    ``records`` holds the complete records that came before the fault (to be used)."""
+
+    def __init__(self, message: str, records: list[bytes] | None = None):
+        super().__init__(message)
+        self.records: list[bytes] = list(records or [])
 
 
 def decode(buf: bytes, max_record: int = DEFAULT_MAX_RECORD) -> tuple[list[bytes], bytes]:
@@ -37,6 +42,14 @@ def decode(buf: bytes, max_record: int = DEFAULT_MAX_RECORD) -> tuple[list[bytes
     ``max_record``; the error names the offending bytes and their offset in ``buf``.
     """
     records: list[bytes] = []
+    try:
+        pos = _split(buf, max_record, records)
+    except RecordIOError as exc:
+        raise RecordIOError(str(exc), records) from None
+    return records, bytes(buf[pos:])
+
+
+def _split(buf: bytes, max_record: int, records: list[bytes]) -> int:
     pos, n = 0, len(buf)
     while pos < n:
         if buf[pos] == 0x0A:   # an empty line before a size: skipped (doc pseudo-code)
@@ -65,7 +78,7 @@ def decode(buf: bytes, max_record: int = DEFAULT_MAX_RECORD) -> tuple[list[bytes
             break   # the record's data is still arriving
         records.append(bytes(buf[lf + 1:end]))
         pos = end
-    return records, bytes(buf[pos:])
+    return pos
 
 
 def encode(record: bytes) -> bytes:
@@ -86,7 +99,8 @@ class RecordIODecoder:
         try:
             records, self._rest = decode(buf, self.max_record)
         except RecordIOError as exc:
-            raise RecordIOError(f"{exc} (after {self.consumed - len(self._rest)} bytes of the stream)") from None
+            raise RecordIOError(f"{exc} (after {self.consumed - len(self._rest)} bytes of the stream)",
+                                exc.records) from None
         self.consumed += len(data)
         return records
 

@@ -169,3 +169,9 @@ def test_read_status():
     assert msg.read_status({"task_id": {"value": "T"}, "state": "TASK_LOST"}).terminal
     with pytest.raises(msg.MessageError):
         msg.read_status({"state": "TASK_RUNNING"})
+
+
+def test_records_before_a_fault_are_handed_over_with_the_error():
+    with pytest.raises(RecordIOError) as info:
+        RecordIODecoder().feed(encode(b"good") + b"bad\n")
+    assert info.value.records == [b"good"]
