@@ -7,12 +7,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coscheduler.model import InvalidInput
 from coscheduler.policies import POLICIES, get_policy
+from coscheduler.policies.selection import KeyScorer, Scorer
 from coscheduler.sim import Cluster, TraceJob, read_swf, simulate
 from coscheduler.sim.replay import window
 from coscheduler.sim.resources import MachineResources, PoolModel, Request, pool_model
@@ -104,13 +106,33 @@ def test_engine_matches_the_naive_vector_reference(workload, policy, mode):
     assert simulate(jobs, cluster, get_policy(policy), mode, pools=pools).start == expected
 
 
-def test_a_selector_that_takes_the_top_changes_nothing():
-    jobs = window(read_swf(LUBLIN).jobs, 100, 512)
-    cluster = Cluster(256, 1)
-    for mode in MODES:
-        a = simulate(jobs, cluster, get_policy("FCFS"), mode)
-        b = simulate(jobs, cluster, get_policy("FCFS"), mode, selector=lambda state, now: 0)
-        assert a.start == b.start
+@SETTINGS
+@given(multi_workloads(), st.sampled_from(MODES))
+def test_a_scorer_that_keeps_fcfs_order_changes_nothing(workload, mode):
+    cluster, jobs, pools = workload
+    fcfs = get_policy("FCFS")
+    a = simulate(jobs, cluster, fcfs, mode, pools=pools)
+    b = simulate(jobs, cluster, KeyScorer(fcfs), mode, pools=pools)
+    assert a.start == b.start
+
+
+def test_a_selector_sees_the_pools():
+    seen = []
+
+    class Spy(Scorer):
+        def scores(self, view):
+            seen.append(view.extra)
+            return -np.arange(view.size, dtype=float)
+
+    jobs = [TraceJob(i, i, 0.0, 10.0, 1, 10.0, 0) for i in range(3)]
+    pools = PoolModel(("burst_buffer",), (10,), [(4,), (7,), (2,)])
+    s = simulate(jobs, Cluster(4, 1), Spy("spy", window=8), "easy", pools=pools)
+    first = seen[0]
+    assert first["pool_names"] == ("burst_buffer",)
+    assert first["pool_cap"].tolist() == [10] and first["pool_free"].tolist() == [10]
+    assert first["pool_take"].tolist() == [[4], [7], [2]]
+    # job 1 (7) does not fit beside job 0 (4): it waits, job 2 backfills
+    assert s.start == [0.0, 10.0, 0.0]
 
 
 def test_pool_model_refuses_requests_that_can_never_run():
