@@ -186,6 +186,27 @@ def generate(trace: SwfTrace, set_name: str, seed: int = 1) -> MultiWorkload:
                          jobs, requests, machine, capped)
 
 
+def random_requests(spec: SetSpec, procs: list[int], max_nodes: int, max_procs: int,
+                    rng: np.random.Generator) -> list[Request]:
+    """Requests for jobs of ``procs`` processors by ``spec``'s rules, from one stream (for
+    synthetic job sets; ``generate`` keeps separate streams per quantity instead)."""
+    n = len(procs)
+    scale = max_nodes / THETA_NODES
+    lo = max(1, round(spec.bb_range_tb[0] * 1000 * scale))
+    hi = max(lo, round(spec.bb_range_tb[1] * 1000 * scale))
+    bb = np.zeros(n, dtype=np.int64)
+    chosen = rng.choice(n, size=round(spec.bb_share * n), replace=False)
+    bb[chosen] = rng.integers(lo, hi, size=len(chosen), endpoint=True)
+    power = np.zeros(n, dtype=np.int64)
+    if spec.power:
+        pool = round(THETA_POWER_BUDGET_W * scale) - max_nodes * IDLE_POWER_W
+        ppn = max_procs // max_nodes
+        power = rng.integers(*POWER_RANGE_W, size=n, endpoint=True)
+        for i, p in enumerate(procs):
+            power[i] = min(power[i], IDLE_POWER_W + pool // -(-p // ppn))
+    return [Request(int(b), int(w), 0) for b, w in zip(bb, power)]
+
+
 def _num(x: float) -> str:
     return str(int(x)) if x == int(x) else repr(float(x))
 

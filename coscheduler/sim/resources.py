@@ -100,12 +100,15 @@ class PoolModel:
 
 
 def pool_model(machine: MachineResources, requests: Sequence[Request], nodes: Sequence[int],
-               total_nodes: int, labels: Sequence[str] | None = None) -> PoolModel:
+               total_nodes: int, labels: Sequence[str] | None = None,
+               force: Sequence[str] = ()) -> PoolModel:
     """Validate ``requests`` against ``machine`` and build the engine's pool vectors.
 
     ``nodes[i]`` is job i's node count; ``labels[i]`` names job i in errors (default:
     "job at position i"). A request for a resource the machine does not model, or above
-    its capacity, is refused: such a job could never start.
+    its capacity, is refused: such a job could never start. A pool is active when some
+    job asks for it, or when it is named in ``force`` (so that job sets drawn from one
+    workload all show a learned agent the same pools).
     """
     if len(requests) != len(nodes):
         raise InvalidInput(f"{len(requests)} resource requests for {len(nodes)} jobs")
@@ -147,6 +150,8 @@ def pool_model(machine: MachineResources, requests: Sequence[Request], nodes: Se
                 f"{who}: requests {req.memory_mb_per_node} MB per node, a node has "
                 f"{machine.memory_per_node_mb} MB"
             )
+    use_bb = use_bb or ("burst_buffer" in force and machine.burst_buffer_gb > 0)
+    use_power = use_power or ("power" in force and power_pool > 0)
     names: list[str] = []
     capacity: list[int] = []
     if use_bb:
