@@ -53,3 +53,91 @@ def workload_multi(trace_path: str, set_name: str, seed: int, out: str, skip_bad
                f"{wl.max_nodes} nodes, burst buffer {m.burst_buffer_gb / 1000:.1f} TB, "
                f"{100 * s['bb_share']:.1f} % of jobs ask for it (mean {s['bb_mean_tb']:.2f} TB)"
                f"{power} -> {out}")
+
+
+def _csv(text: str, what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise click.BadParameter(f"no {what} given", param_hint=f"--{what}")
+    return items
+
+
+@click.command("multi")
+@click.option("--from", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="SWF trace the sets are built from")
+@click.option("--sets", default="S1,S2,S3,S4,S5", show_default=True,
+              help="comma-separated sets (S1-S10)")
+@click.option("--methods", default=",".join(("fcfs", "bbsched", "optimiser", "scalar-rl",
+                                             "mrsch")), show_default=True,
+              help="comma-separated: fcfs, bbsched, optimiser, scalar-rl, mrsch")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True,
+              help="workload seed (requests)")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="evaluate only the first K held-out jobs (default: all of the last 20 %)")
+@click.option("--window", type=click.IntRange(min=1), default=10, show_default=True,
+              help="window of the optimisers (MRSch's window is its model's)")
+@click.option("--models", "models_dir", type=click.Path(file_okay=False), default=None,
+              help="folder of MRSch/scalar models (default: the shipped ones)")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write a Kiviat chart per set and MRSch's goal trace (PNG) here")
+@click.option("--json", "as_json", is_flag=True, help="print the documented JSON object")
+def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: int | None,
+                   window: int, models_dir: str | None, out_dir: str | None,
+                   as_json: bool) -> None:
+    """Node, burst-buffer and power utilisation, mean wait and slowdown per method and set."""
+    import sys
+    from pathlib import Path
+
+    from ..multi import report
+
+    set_names = [s.upper() for s in _csv(sets, "sets")]
+    method_names = _csv(methods, "methods")
+    try:
+        for s in set_names:
+            mw.get_set(s)
+        for m in method_names:
+            if m not in report.METHODS:
+                raise InvalidInput(f"unknown method {m!r}; valid methods: "
+                                   f"{', '.join(report.METHODS)}")
+        trace = read_swf(trace_path)
+    except InvalidInput as e:
+        raise click.ClickException(str(e)) from None
+    mdir = Path(models_dir) if models_dir else report.MODELS_DIR
+    runs = []
+    charts = []
+    for s in set_names:
+        try:
+            wl = report.evaluation_part(mw.generate(trace, s, seed), jobs)
+            set_runs = []
+            for m in method_names:
+                click.echo(f"{s} {m} ...", err=True)
+                set_runs.append(report.run_method(wl, m, models_dir=mdir, window=window))
+        except InvalidInput as e:
+            raise click.ClickException(str(e)) from None
+        runs += set_runs
+        if out_dir:
+            out = Path(out_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            charts.append(str(report.kiviat(set_runs, out / f"kiviat-{s}.png",
+                                            f"{s} ({Path(trace_path).name})")))
+            for r in set_runs:
+                if r.method == "mrsch" and "burst_buffer" in r.pool_names:
+                    charts.append(str(report.goal_trace_plot(r, out / f"goal-trace-{s}.png")))
+    if as_json:
+        click.echo(json.dumps({"results": [r.as_json() for r in runs]}))
+    else:
+        click.echo(f"{'set':<4} {'method':<10} {'node_util':>9} {'bb_util':>8} {'power_util':>10} "
+                   f"{'mean_wait_s':>12} {'mean_slowdown':>13} {'decision_ms':>11}")
+        for r in runs:
+            m = r.metrics
+            d = r.decision_summary()
+
+            def pct(v):
+                return f"{100 * v:8.1f}%" if v is not None else f"{'-':>9}"
+            dms = f"{d['median_ms']:.2f}" if d else "-"
+            click.echo(f"{r.set_name:<4} {r.method:<10} {pct(m['node_util'])} "
+                       f"{pct(m['bb_util']):>8} {pct(m['power_util']):>10} "
+                       f"{m['mean_wait_s']:12.0f} {m['mean_slowdown']:13.1f} {dms:>11}")
+    for c in charts:
+        click.echo(f"wrote {c}", err=True)
+    sys.stdout.flush()

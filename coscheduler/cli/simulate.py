@@ -302,3 +302,9 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
              "all cores x makespan.",
              "Paper: Souza et al., ASA_X, Tables 2 and 3 (NumaScale, 3 repetitions)."]
     click.echo(report(summary, notes))
+
+
+# MRSch's multi-resource report (cosched simulate multi): coscheduler/cli/multi.py
+from .multi import simulate_multi  # noqa: E402
+
+simulate.add_command(simulate_multi)
