@@ -19,9 +19,9 @@ Inputs at each pick (``ChoiceView`` of the simulator's selection seam, pools in 
 The network predicts, for every window position (action), the change of every measurement
 after each of ``OFFSETS`` = (1, 2, 4, 8, 16, 32) later picks; the agent takes the runnable
 job with the largest ``sum_tau c_tau sum_j g_j pred[a, tau, j]``, ``c`` = DFP's temporal
-weights (0, 0, 0, 0.5, 0.5, 1). When no window job fits, the oldest becomes the reserved
-head (then EASY backfilling runs, as in the paper); picking among runnable jobs only is our
-choice, the same as the learned schedulers' "runnable" mask.
+weights (0, 0, 0, 0.5, 0.5, 1). When no window job fits, its pick among all window jobs
+becomes the reserved head, as in the paper (then EASY backfilling runs); while some job
+fits it picks among those (the learned schedulers' "runnable" mask).
 
 Architecture (scaled down from the paper's 4,000/1,000/512 units so that a model stays
 under 1 MB): state MLP S -> 128 -> 64 -> 64, measurement and goal MLPs R -> 32 -> 32 -> 32
@@ -287,6 +287,12 @@ def load_model(path: str | Path) -> MRSchModel:
 class MRSchAgent(Scorer):
     """Picks the runnable window job with the best goal-weighted predicted future.
 
+    The reservation is not sticky (``sticky_head = False``): at every scheduling event the
+    agent picks afresh from the window, and its first pick that does not fit is reserved
+    for that event's EASY pass, as in MRSch (section III-C) and CQSim, where reservations
+    are recomputed at every event. The window (the 10 oldest jobs) bounds how far a job
+    can be passed over.
+
     ``goal="dynamic"`` uses Eq. (1) at every pick (MRSch); ``goal="fixed"`` uses equal
     weights (the scalar-reward baseline, 0.5/0.5 with two resources). ``epsilon`` > 0
     explores (training). ``record`` keeps (state, measurement, goal, action) per pick for
@@ -298,6 +304,7 @@ class MRSchAgent(Scorer):
                  seed: int = 0, record: bool = False, goal_trace: bool = False,
                  name: str | None = None):
         super().__init__(name or f"mrsch:{model.name}", model.window, "runnable")
+        self.sticky_head = False
         self.model = model
         self.params = model.params
         self.goal_mode = goal or model.header.get("goal", "dynamic")
@@ -333,20 +340,18 @@ class MRSchAgent(Scorer):
         if not self.checked:
             self._check(view)
         runnable = view.runnable
-        if not runnable.any():
-            pick = 0  # nothing fits: the oldest holds the reservation
-            if self.goal_trace is not None:
-                self.goal_trace.append((view.now, goal_vector(view)))
+        # Among the jobs that fit now; when none does, the pick is the job to reserve
+        # (MRSch: "this next job is then marked as reserved").
+        allowed = runnable if runnable.any() else np.ones(view.size, dtype=bool)
+        scores = self.scores(view)
+        if self.epsilon > 0 and self.rng.random() < self.epsilon:
+            pick = int(self.rng.choice(np.flatnonzero(allowed)))
         else:
-            scores = self.scores(view)
-            if self.epsilon > 0 and self.rng.random() < self.epsilon:
-                pick = int(self.rng.choice(np.flatnonzero(runnable)))
-            else:
-                pick = int(np.argmax(np.where(runnable, scores, -np.inf)))
-            if self.record is not None:
-                s, m, g = self._last
-                self.record.append((s, m, g, pick))
-            if self.goal_trace is not None:
-                self.goal_trace.append((view.now, self._last[2]))
+            pick = int(np.argmax(np.where(allowed, scores, -np.inf)))
+        if self.record is not None:
+            s, m, g = self._last
+            self.record.append((s, m, g, pick))
+        if self.goal_trace is not None:
+            self.goal_trace.append((view.now, self._last[2]))
         self.timings.append(time.perf_counter() - t0)
         return pick
