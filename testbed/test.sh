@@ -18,6 +18,6 @@ if [ ! -x "$venv/bin/python" ]; then
         exit 1
     }
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl]'
 export PATH="$venv/bin:$PATH"
 exec "$venv/bin/python" -m pytest "$@"

@@ -76,8 +76,8 @@ class TrainConfig:
 def split(workload: MultiWorkload) -> tuple[int, int, int]:
     """(end of training, end of validation, jobs): index boundaries of the three parts."""
     n = len(workload.jobs)
-    a = int(n * TRAIN_SHARE)
-    b = int(n * (TRAIN_SHARE + VALID_SHARE))
+    a = round(n * TRAIN_SHARE)
+    b = round(n * (TRAIN_SHARE + VALID_SHARE))
     return a, b, n
 
 

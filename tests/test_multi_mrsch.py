@@ -1,0 +1,208 @@
+"""MRSch: features, Eq. (1), the network (numpy = JAX), model files, the agent in the
+engine, and a short training run with the project's own trainer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.cli import main
+from coscheduler.model import InvalidInput
+from coscheduler.multi import mrsch
+from coscheduler.multi import workload as mw
+from coscheduler.multi.report import evaluation_part, run_method
+from coscheduler.multi.train import TrainConfig, targets, train
+from coscheduler.policies.selection import ChoiceView
+from coscheduler.sim import Cluster, TraceJob, read_swf, simulate
+from coscheduler.sim.resources import PoolModel
+
+LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
+
+
+def view(**kw) -> ChoiceView:
+    base = dict(kind="pick", now=1000.0, free_nodes=2, total_nodes=8, procs_per_node=1,
+                jobs=np.array([0, 1]), submit=np.array([400.0, 1000.0]),
+                procs=np.array([2, 4]), estimate=np.array([100.0, 300.0]),
+                need=np.array([2, 4]), running_end=np.array([1100.0, 1600.0]),
+                running_need=np.array([2, 4]), queue_length=2)
+    base.update(kw)
+    v = ChoiceView(**base)
+    v.extra = {"pool_names": ("burst_buffer",), "pool_cap": np.array([100]),
+               "pool_free": np.array([40]), "pool_take": np.array([[30], [50]]),
+               "running_take": np.array([[20], [40]]), "queue_need": np.array([2, 4]),
+               "queue_take": np.array([[30], [50]]), "queue_estimate": np.array([100.0, 300.0])}
+    return v
+
+
+def test_goal_vector_is_equation_1():
+    v = view()
+    # node demand: running 2/8*100 + 4/8*600, queued 2/8*100 + 4/8*300
+    nodes = 2 / 8 * 100 + 4 / 8 * 600 + 2 / 8 * 100 + 4 / 8 * 300
+    bb = 0.2 * 100 + 0.4 * 600 + 0.3 * 100 + 0.5 * 300
+    g = mrsch.goal_vector(v)
+    assert np.allclose(g, [nodes / (nodes + bb), bb / (nodes + bb)])
+    assert np.isclose(g.sum(), 1.0)
+    assert np.allclose(mrsch.measurement(v), [1 - 2 / 8, 1 - 40 / 100])
+
+
+def test_state_features_shape_and_units():
+    v = view()
+    s = mrsch.state_features(v)
+    assert s.shape == (mrsch.state_size(8, 1),)
+    assert ((s >= 0) & (s <= 1)).all()
+    w = mrsch.WINDOW * 4
+    avail, times = s[w:w + 8], s[w + 8:w + 16]
+    assert avail.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]  # 2 free nodes first
+    # the next two free at the first end (100 s), the last four at the second (600 s)
+    assert times[2] == times[3] < times[4] == times[7]
+    bb_avail = s[w + 16:w + 16 + mrsch.POOL_UNITS]
+    assert bb_avail.sum() == int(40 / (100 / mrsch.POOL_UNITS))  # 40 of 100 free
+
+
+def test_numpy_forward_equals_jax():
+    jnp = pytest.importorskip("jax.numpy")
+    rng = np.random.default_rng(0)
+    params = mrsch.init_params(rng, 50, 3)
+    s, m, g = rng.random((4, 50)), rng.random((4, 3)), rng.random((4, 3))
+    ref = mrsch.forward({k: v.astype(np.float64) for k, v in params.items()}, s, m, g,
+                        window=mrsch.WINDOW, measures=3)
+    got = mrsch.forward({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(s),
+                        jnp.asarray(m), jnp.asarray(g), window=mrsch.WINDOW, measures=3,
+                        xp=jnp)
+    assert ref.shape == (4, mrsch.WINDOW, len(mrsch.OFFSETS), 3)
+    assert np.allclose(np.asarray(got), ref, atol=1e-6)
+    # the action stream is centred: the mean over actions is the expectation stream
+    assert np.allclose(ref.mean(axis=1), ref.mean(axis=1)[:, None].mean(axis=1))
+
+
+def test_targets_are_future_changes_with_a_mask():
+    meas = np.array([[0.1, 0.0], [0.3, 0.1], [0.6, 0.2]])
+    y, v = targets(meas)
+    assert np.allclose(y[0, 0], [0.2, 0.1]) and np.allclose(y[0, 1], [0.5, 0.2])
+    assert v[0].tolist() == [1, 1, 0, 0, 0, 0] and v[2].sum() == 0
+
+
+@pytest.fixture(scope="module")
+def smoke_model(tmp_path_factory):
+    """A short training run of the real trainer (all three phases) on lublin_256's S4."""
+    out = tmp_path_factory.mktemp("models") / "mrsch-lublin_256-S4.model"
+    wl = mw.generate(read_swf(LUBLIN), "S4", 1)
+    cfg = TrainConfig(episodes=(1, 1, 1), jobs_per_set=128, steps_per_episode=4, batch=32)
+    seen = []
+    model = train(wl, out, cfg, progress=lambda done, total, info: seen.append(info["phase"]))
+    assert seen == ["sampled", "real", "synthetic"]
+    return out, model
+
+
+def test_training_writes_a_small_loadable_model(smoke_model):
+    path, model = smoke_model
+    assert path.stat().st_size < 1_000_000
+    h = mrsch.load_model(path).header
+    assert h["kind"] == "mrsch" and h["set"] == "S4" and h["pools"] == ["burst_buffer"]
+    assert h["phases"] == {"sampled": 1, "real": 1, "synthetic": 1}
+    assert h["validation"]["jobs"] == 1000 and h["training_seconds"] > 0
+    assert Path(str(path) + ".ckpt").exists()
+    loaded = mrsch.load_model(path)
+    v = view(total_nodes=256, free_nodes=200)
+    v.extra["pool_cap"] = np.array([73443])
+    a = mrsch.MRSchAgent(model).scores(v)
+    b = mrsch.MRSchAgent(loaded).scores(v)
+    assert np.allclose(a, b, atol=1e-5)  # float32 on disk
+
+
+def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path):
+    path, _ = smoke_model
+    out = tmp_path / "m.model"
+    Path(str(out) + ".ckpt").write_bytes(Path(str(path) + ".ckpt").read_bytes())
+    wl = mw.generate(read_swf(LUBLIN), "S4", 1)
+    seen = []
+    train(wl, out, TrainConfig(episodes=(1, 1, 2), jobs_per_set=128, steps_per_episode=2,
+                               batch=32), resume=True,
+          progress=lambda done, total, info: seen.append(done))
+    assert seen == [4]  # three sets were done: only the fourth runs
+    assert mrsch.load_model(out).header["episodes"] == 4
+
+
+def test_agent_picks_runnable_jobs_and_respects_capacities(smoke_model):
+    path, model = smoke_model
+    wl = evaluation_part(mw.generate(read_swf(LUBLIN), "S4", 1), 300)
+    picks = []
+
+    class Spy(mrsch.MRSchAgent):
+        def choose(self, v):
+            k = super().choose(v)
+            picks.append((bool(v.runnable.any()), bool(v.runnable[k])))
+            return k
+
+    agent = Spy(model)
+    nodes = wl.node_counts()
+    from coscheduler.sim.resources import pool_model
+    pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
+    s = simulate(wl.jobs, wl.cluster, agent, "easy", pools=pools)
+    assert picks and all(ok for any_ok, ok in picks if any_ok)
+    assert max(agent.timings) < 0.5
+    ev = sorted([(e, 0, i) for i, e in enumerate(s.end)] + [(b, 1, i) for i, b in enumerate(s.start)])
+    busy = bb = 0
+    for _, is_start, i in ev:
+        sign = 1 if is_start else -1
+        busy += sign * nodes[i]
+        bb += sign * pools.take[i][0]
+        assert 0 <= busy <= 256 and 0 <= bb <= pools.capacity[0]
+
+
+def test_bad_model_files_get_clear_errors(tmp_path, smoke_model):
+    path, _ = smoke_model
+    junk = tmp_path / "junk.model"
+    junk.write_text("hello")
+    with pytest.raises(mrsch.ModelError, match="junk.model: not a coscheduler model file"):
+        mrsch.load_model(junk)
+    other = tmp_path / "other.model"
+    raw = path.read_bytes()
+    other.write_bytes(raw.replace(b'"kind": "mrsch"', b'"kind": "inspector"', 1))
+    with pytest.raises(mrsch.ModelError, match="other.model: is a 'inspector' model"):
+        mrsch.load_model(other)
+    cut = tmp_path / "cut.model"
+    cut.write_bytes(raw[:len(raw) // 2])
+    with pytest.raises(mrsch.ModelError, match="cut.model: the model's weights cannot be read"):
+        mrsch.load_model(cut)
+    # a model trained for another machine refuses the replay, naming the file
+    jobs = [TraceJob(i, i, 0.0, 10.0, 1, 10.0, 0) for i in range(2)]
+    pools = PoolModel(("burst_buffer",), (10,), [(1,), (2,)])
+    with pytest.raises(InvalidInput, match="trained for 256 nodes"):
+        simulate(jobs, Cluster(4, 1), mrsch.MRSchAgent(mrsch.load_model(path)), "easy",
+                 pools=pools)
+
+
+def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path):
+    path, _ = smoke_model
+    models = path.parent
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+                                  "--methods", "fcfs,optimiser,mrsch", "--jobs", "200",
+                                  "--models", str(models), "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert [x["method"] for x in out["results"]] == ["fcfs", "optimiser", "mrsch"]
+    for x in out["results"]:
+        assert set(x) == {"set", "method", "node_util", "bb_util", "power_util",
+                          "mean_wait_s", "mean_slowdown"}
+        assert 0 < x["node_util"] <= 1 and 0 < x["bb_util"] <= 1 and x["power_util"] is None
+    assert (tmp_path / "kiviat-S4.png").stat().st_size > 1000
+    assert (tmp_path / "goal-trace-S4.png").stat().st_size > 1000
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+                                  "--methods", "scalar-rl", "--models", str(tmp_path)])
+    assert r.exit_code != 0 and "no scalar-rl model for lublin_256.swf S4" in r.output
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--methods", "sjf"])
+    assert r.exit_code != 0 and "unknown method 'sjf'" in r.output
+
+
+def test_power_sets_check_the_budget():
+    wl = evaluation_part(mw.generate(read_swf(LUBLIN), "S9", 1), 300)
+    run = run_method(wl, "fcfs")
+    assert run.pool_names == ("burst_buffer", "power")
+    assert 0 < run.metrics["power_util"] <= 1
+    opt = run_method(wl, "optimiser")
+    assert opt.decision_seconds and 0 < opt.metrics["power_util"] <= 1
