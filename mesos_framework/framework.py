@@ -53,7 +53,8 @@ from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Nod
                                RunningJob, check_finite, validate_job_id)
 
 from . import messages as msg
-from .offers import HeldOffer, carve, cores_by_agent, expired, hold_deadline, pick_offers
+from .offers import (HeldOffer, carve, cores_by_agent, expired, hold_deadline, pick_offers,
+                     remainder)
 from .quotas import NodeQuotas, wrap_command
 
 log = logging.getLogger("mesos_framework.framework")
@@ -160,6 +161,9 @@ class MesosBackend:
         self._node_of: dict[str, str] = {}         # agent id -> node name the controller sees
         self._agent_of: dict[str, str] = {}
         self._pool: dict[str, HeldOffer] = {}
+        self._pending: dict[str, dict[str, Any]] = {}        # agent id -> ACCEPT being built
+        self._taken: dict[str, dict[str, float]] = {}        # offer id -> resources cut this pass
+        self._last_offer: dict[str, float] = {}              # job id -> its last needed offer
         self._waiting: dict[str, Job] = {}
         self._runs: dict[str, _Run] = {}
         self._ended: dict[str, str] = {}
@@ -262,6 +266,8 @@ class MesosBackend:
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
               host_job: str | None = None) -> None:
+        """Commit held offers to the job's tasks; the ACCEPTs go out at the end of the pass
+        (``flush``), one per agent with every task placed there in this pass."""
         q = self._check_quota(job.job_id, quota_fraction)
         with self._lock:
             if job.job_id not in self._waiting:
@@ -278,9 +284,8 @@ class MesosBackend:
             plan = self._plan(job, allocation, host)
             attempt = self._attempts.get(job.job_id, 0) + 1
             tasks: dict[str, _Task] = {}
-            launches: list[tuple[list[HeldOffer], dict[str, Any]]] = []
-            for k, (aid, cores, offers, amounts) in enumerate(plan):
-                tid = task_id_for(job.job_id, attempt, k)
+            envs: list[tuple[dict[str, str], list[str]]] = []
+            for k, (aid, cores, _, _) in enumerate(plan):
                 hostname = self._agents.get(aid, "")
                 env = {"COSCHED_JOB_ID": job.job_id, "COSCHED_CORES": str(cores)}
                 argv = list(job.command)
@@ -290,42 +295,69 @@ class MesosBackend:
                     except Exception as exc:  # noqa: BLE001
                         for t in tasks.values():
                             self._release_quota(job.job_id, t)
-                        raise BackendError(f"cannot start job {job.job_id}: node agent of {hostname or aid}: {exc}") from None
+                        raise BackendError(f"cannot start job {job.job_id}: node agent of "
+                                           f"{hostname or aid}: {exc}") from None
                     argv = wrap_command(job.command)
+                tid = task_id_for(job.job_id, attempt, k)
                 tasks[tid] = _Task(tid, aid, hostname, cores)
-                info = msg.command_task(tid, f"{job.job_id} part {k}", aid, carve(offers, amounts), argv,
-                                        env=env, labels={"cosched_job": job.job_id})
-                launches.append((offers, info))
-            for offers, _ in launches:
+                envs.append((env, argv))
+            # From here nothing can fail: cut the resources and queue the launches.
+            last_offer = 0.0
+            for k, ((aid, cores, offers, amounts), (env, argv)) in enumerate(zip(plan, envs)):
+                tid = task_id_for(job.job_id, attempt, k)
+                resources = carve(offers, amounts, self._taken)
+                batch = self._pending.setdefault(aid, {"offers": {}, "tasks": [], "jobs": []})
                 for h in offers:
-                    self._pool.pop(h.offer_id, None)
+                    batch["offers"][h.offer_id] = h
+                    self._pool[h.offer_id] = remainder(h, self._taken[h.offer_id])
+                    last_offer = max(last_offer, h.received)
+                batch["tasks"].append(msg.command_task(
+                    tid, f"{job.job_id} part {k}", aid, resources, argv, env=env,
+                    labels={"cosched_job": job.job_id}))
+                if job.job_id not in batch["jobs"]:
+                    batch["jobs"].append(job.job_id)
+            self._last_offer[job.job_id] = last_offer
             self._attempts[job.job_id] = attempt
             del self._waiting[job.job_id]
             run = _Run(job, allocation, self.now(), q, host_job, attempt, tasks)
             self._runs[job.job_id] = run
             if host is not None:
                 host.guests.append(job.job_id)
-            self._save_state()
-        last_offer = max(h.received for offers, _ in launches for h in offers) if launches else self.now()
-        sent = 0
-        try:
-            for offers, info in launches:
-                self._call(msg.accept(self._fid(), [h.offer_id for h in offers], [msg.launch([info])],
-                                      self.config.accept_refuse_s))
-                sent += 1
-        except Exception as exc:  # noqa: BLE001
-            with self._lock:
-                self.counters["accepted"] += sent
-                reason = f"ACCEPT failed after {sent} of {len(launches)} agents: {exc}"
-                self._abort_launch(job.job_id, reason)
-            raise BackendError(f"cannot start job {job.job_id}: {reason}") from None
-        with self._lock:
-            self.counters["accepted"] += sent
-            self.counters["launched_tasks"] += len(launches)
-            self.gang_latency_s.append(max(0.0, self.now() - last_offer))
             self.starts.append((run.start, job.job_id, host_job))
+            self._save_state()
         if q < 1.0:
             self.set_quota(job.job_id, q)
+
+    def flush(self) -> None:
+        """Send the ACCEPTs of this pass: one per agent, all its offers, all its tasks. A
+        refused ACCEPT sends its jobs back to the queue (their other tasks killed)."""
+        with self._lock:
+            batches, self._pending, self._taken = self._pending, {}, {}
+            for batch in batches.values():
+                for oid in batch["offers"]:
+                    self._pool.pop(oid, None)   # Mesos declines whatever we left unused
+        failed: list[tuple[list[str], str]] = []
+        sent_jobs: set[str] = set()
+        for aid, batch in batches.items():
+            try:
+                self._call(msg.accept(self._fid(), list(batch["offers"]), [msg.launch(batch["tasks"])],
+                                      self.config.accept_refuse_s))
+                sent_jobs.update(batch["jobs"])
+            except Exception as exc:  # noqa: BLE001
+                failed.append((batch["jobs"], f"ACCEPT on agent {self._agents.get(aid) or aid} failed: {exc}"))
+        now = self.now()
+        with self._lock:
+            bad = {j for jobs, _ in failed for j in jobs}
+            for jobs, why in failed:
+                for jid in jobs:
+                    self._abort_launch(jid, why)
+            self.counters["accepted"] += len(batches) - len(failed)
+            for jid in sent_jobs - bad:
+                self.counters["launched_tasks"] += len(self._runs[jid].tasks) if jid in self._runs else 0
+                if jid in self._last_offer:
+                    self.gang_latency_s.append(max(0.0, now - self._last_offer.pop(jid)))
+            for jid in bad:
+                self._last_offer.pop(jid, None)
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
         q = self._check_quota(job_id, quota_fraction)
@@ -361,6 +393,7 @@ class MesosBackend:
 
     # -- after each controller pass: offers held too long go back -----------------------------
     def after_pass(self) -> None:
+        self.flush()
         now = self.now()
         with self._lock:
             if not self._ready():
@@ -624,7 +657,8 @@ class MesosBackend:
             if host is not None and not any(t.agent_id == aid for t in host.tasks.values()):
                 raise BackendError(f"cannot start job {job.job_id} inside {host.job.job_id}: the host "
                                    f"has no task on agent {node}")
-            held = [h for h in self._pool.values() if h.agent_id == aid and h.offer_id not in taken]
+            held = [h for h in self._pool.values() if h.agent_id == aid and h.offer_id not in taken
+                    and (h.view.cpus > 1e-6 or h.view.mem > 1e-6)]
             offers = pick_offers(held, cpus, mem)
             if offers is None:
                 have_c = sum(h.view.cpus for h in held)
@@ -637,12 +671,15 @@ class MesosBackend:
         return plan
 
     def _abort_launch(self, job_id: str, reason: str) -> None:
-        """An ACCEPT failed mid-gang: kill what was launched, the job goes back to the queue."""
+        """A launch was refused mid-gang: kill what was launched, the job goes back to the
+        queue (a ``requeued`` outcome, so the controller closes its decisions)."""
         run = self._runs.get(job_id)
         if run is None:
             return
         self._kill_rest(run, ("requeued", reason))
-        self._remove_run(job_id)
+        end = self._remove_run(job_id)
+        self._finished.append(Outcome(job_id, run.start, end, "requeued", reason))
+        self.history.append(self._finished[-1])
         self._waiting[job_id] = run.job
 
     def _add_agent(self, aid: str, hostname: str) -> None:

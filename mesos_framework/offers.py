@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from .messages import OfferView
+from .messages import OfferView, read_offer
 
 EPS = 1e-6
 
@@ -66,35 +66,56 @@ def pick_offers(held: Sequence[HeldOffer], cpus: float, mem: float) -> list[Held
     return None
 
 
-def carve(held: Sequence[HeldOffer], amounts: Mapping[str, float]) -> list[dict[str, Any]]:
+def carve(held: Sequence[HeldOffer], amounts: Mapping[str, float],
+          taken: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
     """Task resources for ``amounts`` (e.g. {"cpus": 2, "mem": 128}) cut from the offers'
     own scalar resources, keeping each piece's role, reservations and allocation_info (a
-    MULTI_ROLE framework must echo the offer's allocation_info)."""
+    MULTI_ROLE framework must echo the offer's allocation_info). ``taken`` (offer id ->
+    name -> amount) is what earlier tasks of the same ACCEPT already cut from an offer; it
+    is updated. Raises ValueError when the offers do not hold enough."""
+    taken = taken if taken is not None else {}
     need = {k: float(v) for k, v in amounts.items() if v > 0}
     out: list[dict[str, Any]] = []
     for h in held:
+        used = taken.setdefault(h.offer_id, {})
+        skip = dict(used)    # what earlier tasks took, skipped piece by piece
         for r in h.view.raw.get("resources", []):
             if not isinstance(r, Mapping) or r.get("type") != "SCALAR" or r.get("revocable") is not None:
                 continue
             name = r.get("name")
-            left = need.get(name, 0.0)
             sv = r.get("scalar")
             v = sv.get("value") if isinstance(sv, Mapping) else None
-            if left <= EPS or isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 continue
-            take = min(left, float(v))
+            v = float(v)
+            gone = min(v, skip.get(name, 0.0))
+            skip[name] = skip.get(name, 0.0) - gone
+            v -= gone
+            left = need.get(name, 0.0)
+            if left <= EPS or v <= EPS:
+                continue
+            take = min(left, v)
             piece = {k: val for k, val in r.items() if k != "scalar"}
             piece["scalar"] = {"value": round(take, 3)}
             out.append(piece)
             need[name] = left - take
+            used[name] = used.get(name, 0.0) + take
     short = {k: round(v, 3) for k, v in need.items() if v > EPS}
     if short:
         raise ValueError(f"offers {[h.offer_id for h in held]} lack {short}")
     return out
 
 
+def remainder(h: HeldOffer, used: Mapping[str, float]) -> HeldOffer:
+    """The offer as received with ``used`` (everything cut from it so far) taken out of its
+    scalars: what later tasks may still use."""
+    whole = read_offer(h.view.raw).scalars if h.view.raw else h.view.scalars
+    scalars = {k: max(0.0, v - used.get(k, 0.0)) for k, v in whole.items()}
+    return replace(h, view=replace(h.view, scalars=scalars))
+
+
 def expired(held: Iterable[HeldOffer], now: float) -> list[str]:
     return [h.offer_id for h in held if now >= h.hold_until]
 
 
-__all__ = ["HeldOffer", "carve", "cores_by_agent", "expired", "hold_deadline", "pick_offers"]
+__all__ = ["HeldOffer", "carve", "cores_by_agent", "expired", "hold_deadline", "pick_offers", "remainder"]

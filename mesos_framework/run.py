@@ -208,12 +208,11 @@ def run_command(master, policy, queue_file, workload, db, role, principal, user,
         config = FrameworkConfig(user=user, role=role, principal=principal,
                                  failover_timeout_s=failover_timeout, hold_s=hold_s,
                                  refuse_s=refuse_s, state_file=state_file)
-        enforcer = _quotas(quotas, node_agent, token_file, cpu_per_core, jobs, policy)
-    except (InvalidInput, OSError) as exc:
+        make_quotas = _quotas(quotas, node_agent, token_file, cpu_per_core, policy)
+        mr = MesosRun(master, policy, recorder=_recorder(db), config=config)
+        mr.backend.quotas = make_quotas(mr.backend)
+    except (InvalidInput, OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    recorder = _recorder(db)
-    mr = MesosRun(master, policy, recorder=recorder, config=config, quotas=enforcer)
-    _CURRENT.append(mr.backend)
     mr.submit(jobs)
     signal.signal(signal.SIGTERM, lambda *_: mr.stop())
     mr.start()
@@ -247,25 +246,22 @@ def _jobs(queue_file, workload) -> list[Job]:
                      workdir=tempfile.mkdtemp(prefix="cosched-mesos-"))
 
 
-def _quotas(kind, node_agent, token_file, cpu_per_core, jobs, policy) -> NodeQuotas | None:
+def _quotas(kind, node_agent, token_file, cpu_per_core, policy
+            ) -> Callable[[MesosBackend], NodeQuotas | None]:
+    """What applies CPU quotas, made once the backend exists (local agents size
+    themselves from the cores it was offered)."""
     if kind == "none":
         if policy != "space-sharing":
             raise InvalidInput(f"--policy {policy} co-allocates, which needs CPU quotas: use "
                                "--quotas local or remote, or --policy space-sharing")
-        return None
+        return lambda backend: None
     if kind == "remote":
-        return RemoteNodeAgents(parse_node_agents(node_agent), token_file=token_file)
+        agents = RemoteNodeAgents(parse_node_agents(node_agent), token_file=token_file)
+        return lambda backend: agents
     from coscheduler.backends.local import check_local_support
     check_local_support()
-    return LocalNodeAgents(tempfile.mkdtemp(prefix="cosched-mesos-agents-"), cpu_per_core,
-                           total_cores=lambda: _backend_cores())
-
-
-_CURRENT: list[MesosBackend] = []
-
-
-def _backend_cores() -> int:
-    return _CURRENT[-1].cluster_cores() if _CURRENT else 1
+    return lambda backend: LocalNodeAgents(tempfile.mkdtemp(prefix="cosched-mesos-agents-"),
+                                           cpu_per_core, total_cores=backend.cluster_cores)
 
 
 def _recorder(db: Path | None) -> Recorder:
