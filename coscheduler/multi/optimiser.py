@@ -32,6 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+# Imported here, not on first use: the first GA decision would otherwise pay ~0.5 s.
+from pymoo.algorithms.moo.nsga2 import NSGA2
+from pymoo.core.problem import Problem
+from pymoo.core.repair import Repair
+from pymoo.operators.crossover.pntx import TwoPointCrossover
+from pymoo.operators.mutation.bitflip import BitflipMutation
+from pymoo.optimize import minimize
 
 EXHAUSTIVE_BELOW = 10
 NODE_LOSS = 0.10
@@ -128,13 +135,6 @@ def _repair(x: np.ndarray, need: np.ndarray, free: np.ndarray, rng: np.random.Ge
 def genetic(need: np.ndarray, free: np.ndarray, objectives: np.ndarray | None = None, *,
             seed: int = 0, pop_size: int = 40, generations: int = 30) -> ParetoSet:
     """NSGA-II (pymoo) over bit strings; returns the non-dominated feasible subsets found."""
-    from pymoo.algorithms.moo.nsga2 import NSGA2
-    from pymoo.core.problem import Problem
-    from pymoo.core.repair import Repair
-    from pymoo.operators.crossover.pntx import TwoPointCrossover
-    from pymoo.operators.mutation.bitflip import BitflipMutation
-    from pymoo.optimize import minimize
-
     need = np.asarray(need, dtype=np.int64)
     free = np.asarray(free, dtype=np.int64)
     k, r = need.shape

@@ -10,7 +10,8 @@ MRSch's order (section V-B):
 2. *real*: consecutive stretches of the training part, as they arrived;
 3. *synthetic*: jobs whose (processors, run time, estimate) are drawn from the training
    part, arriving as a Poisson process whose rate follows the training part's hour-of-day
-   and day-of-week pattern, with burst-buffer and power requests drawn by the set's rules
+   and day-of-week pattern scaled by a random load factor in [0.8, 1.4] (lighter and
+   heavier than seen), with burst-buffer and power requests drawn by the set's rules
    (unseen combinations).
 
 Each episode replays one job set through ``sim.engine.simulate`` with EASY backfilling and
@@ -48,6 +49,7 @@ from .workload import MultiWorkload, get_set, random_requests
 TRAIN_SHARE = 0.7
 VALID_SHARE = 0.1
 PHASES = ("sampled", "real", "synthetic")
+SYNTHETIC_LOAD = (0.8, 1.4)
 
 
 @dataclass
@@ -114,7 +116,8 @@ def synthetic_set(train: MultiWorkload, size: int, rng: np.random.Generator
     hour = ((submit // 3600) % 24).astype(int)
     day = ((submit // 86400) % 7).astype(int)
     counts = np.bincount(day * 24 + hour, minlength=168).astype(float) + 0.5
-    rate = counts / counts.sum() * (len(jobs) / span) * 168  # jobs/s in each week-hour
+    load = rng.uniform(*SYNTHETIC_LOAD)
+    rate = counts / counts.sum() * (len(jobs) / span) * 168 * load  # jobs/s per week-hour
     peak = rate.max()
     times: list[float] = []
     t = 0.0
