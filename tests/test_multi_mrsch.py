@@ -206,3 +206,25 @@ def test_power_sets_check_the_budget():
     assert 0 < run.metrics["power_util"] <= 1
     opt = run_method(wl, "optimiser")
     assert opt.decision_seconds and 0 < opt.metrics["power_util"] <= 1
+
+
+def test_train_cli_refuses_bad_input(tmp_path):
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(LUBLIN), "--set", "S4",
+                                  "--episodes", "1,x,1", "--out", str(tmp_path / "m.model")])
+    assert r.exit_code != 0 and "'1,x,1' is not three integers" in r.output
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(LUBLIN), "--set", "S4",
+                                  "--episodes", "0,0,0", "--out", str(tmp_path / "m.model")])
+    assert r.exit_code != 0 and "episodes per phase" in r.output
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(tmp_path / "none.swf"),
+                                  "--set", "S4", "--out", str(tmp_path / "m.model")])
+    assert r.exit_code != 0 and "none.swf" in r.output
+    assert not (tmp_path / "m.model").exists()
+
+
+def test_bench_multi_prints_the_decision_times():
+    r = CliRunner().invoke(main, ["bench", "multi", "--jobs", "60", "--windows", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    ga = out["optimiser_w20_ga_worst_case"]
+    assert ga["decisions"] == 1 and ga["median_ms"] > 0
+    assert "median_ms" in out["mrsch"] or "skipped" in out["mrsch"]
