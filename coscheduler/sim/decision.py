@@ -210,8 +210,6 @@ def decide_selected(state: QueueState, now: float, backfill: str
 
     - A scorer picks the head from the window (FCFS order); a pick that fits starts and
       the scorer is asked again; one that does not fit becomes the head, as in ``decide``.
-      A scorer whose ``sticky_head`` is False (MRSch) chooses again at every decision: a
-      head that still does not fit goes back into the queue first.
     - An inspector sees the base policy's top job before it becomes the head. On a
       rejection nothing more starts now (no backfilling either: the reference's skip),
       and the engine adds a decision point ``retry_after`` seconds later.
@@ -229,13 +227,6 @@ def decide_selected(state: QueueState, now: float, backfill: str
     head = state.head
     selector = state.selector
     pools = state.pool_take is not None
-    if head is not None and state.scoring and not getattr(selector, "sticky_head", True) \
-            and (need[head] > state.free or (pools and not state.pools_fit(head))):
-        # A scorer without a sticky head (MRSch: the agent picks afresh at every event)
-        # puts the blocked head back in queue order and chooses again.
-        s = state.submit[head]
-        insort(entries, (state.key(now, s, state.procs[head], state.estimate[head]), s, head))
-        head = state.head = None
     while True:
         if head is None:
             if not entries:
