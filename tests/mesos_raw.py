@@ -52,6 +52,8 @@ class RawStream:
         self.events: list[dict[str, Any]] = []
         self.framework_id: dict[str, str] | None = None
         self.ended_cleanly = False
+        self.pending: list[dict[str, Any]] = []
+        self.on_receive: Callable[[dict[str, Any]], None] | None = None
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -115,7 +117,7 @@ class RawStream:
             if not self._fill(deadline):
                 return None
 
-    def next_event(self, timeout: float = 5.0) -> dict[str, Any] | None:
+    def _read_event(self, timeout: float) -> dict[str, Any] | None:
         rec = self.next_record(timeout)
         if rec is None:
             return None
@@ -123,22 +125,54 @@ class RawStream:
         self.events.append(ev)
         if ev.get("type") == "SUBSCRIBED":
             self.framework_id = ev["subscribed"]["framework_id"]
+        if self.on_receive is not None:
+            self.on_receive(ev)
         return ev
 
-    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 10.0,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    def next_event(self, timeout: float = 5.0) -> dict[str, Any] | None:
+        """The oldest event not yet taken (by this or by wait_for)."""
+        if self.pending:
+            return self.pending.pop(0)
+        return self._read_event(timeout)
+
+    def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
+        """The first event not yet taken that matches; others stay for later waits."""
+        for i, ev in enumerate(self.pending):
+            if pred(ev):
+                return self.pending.pop(i)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ev = self.next_event(deadline - time.monotonic())
+            ev = self._read_event(deadline - time.monotonic())
             if ev is None:
                 if self.eof:
                     raise AssertionError(f"stream ended before the event came; saw {self.types()}")
                 continue
-            if on_event is not None:
-                on_event(ev)
             if pred(ev):
                 return ev
+            self.pending.append(ev)
         raise AssertionError(f"no matching event within {timeout}s; saw {self.types()}")
+
+    def read_until_end(self, timeout: float = 3.0) -> bool:
+        """Read (and keep) events until the stream ends; True if it ended in time."""
+        deadline = time.monotonic() + timeout
+        while not self.eof and time.monotonic() < deadline:
+            ev = self._read_event(deadline - time.monotonic())
+            if ev is not None:
+                self.pending.append(ev)
+        return self.eof
+
+    def new_events(self, duration: float) -> list[dict[str, Any]]:
+        """Forget the backlog; the events that arrive within ``duration`` seconds."""
+        self.pending.clear()
+        out = []
+        deadline = time.monotonic() + duration
+        while time.monotonic() < deadline:
+            ev = self._read_event(deadline - time.monotonic())
+            if ev is not None:
+                out.append(ev)
+            elif self.eof:
+                break
+        return out
 
     def types(self) -> list[str]:
         return [e.get("type") for e in self.events]
@@ -175,8 +209,10 @@ class RawScheduler:
 
     def __init__(self, addr: tuple[str, int], name: str = "raw-test", *,
                  framework_id: str | None = None, failover_timeout: float | None = None,
-                 capabilities: list[str] | None = None, extra: dict[str, Any] | None = None):
+                 capabilities: list[str] | None = None, extra: dict[str, Any] | None = None,
+                 auto_ack: bool = True):
         self.addr = addr
+        self.auto_ack = auto_ack
         info: dict[str, Any] = {"user": "root", "name": name}
         if framework_id:
             info["id"] = {"value": framework_id}
@@ -194,6 +230,12 @@ class RawScheduler:
         assert first is not None and first["type"] == "SUBSCRIBED", first
         self.framework_id = first["subscribed"]["framework_id"]
         self.subscribed = first["subscribed"]
+        self.acked: list[str] = []
+        self.stream.on_receive = self._received
+
+    def _received(self, ev: dict[str, Any]) -> None:
+        if self.auto_ack and ev.get("type") == "UPDATE" and ev["update"]["status"].get("uuid"):
+            self.ack(ev)
 
     @property
     def fid(self) -> str:
@@ -214,6 +256,7 @@ class RawScheduler:
             status, text = self.call("ACKNOWLEDGE", {"agent_id": st["agent_id"],
                                                      "task_id": st["task_id"], "uuid": st["uuid"]})
             assert status == 202, (status, text)
+            self.acked.append(st["uuid"])
 
     def next_offers(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         ev = self.stream.wait_for(lambda e: e["type"] == "OFFERS", timeout)
@@ -228,14 +271,12 @@ class RawScheduler:
         status, text = self.call("ACCEPT", accept)
         assert status == 202, (status, text)
 
-    def update_for(self, task_id: str, state: str, timeout: float = 10.0, ack: bool = True) -> dict:
-        """Wait for ``state`` of ``task_id``, acknowledging every reliable update on the way."""
-        def on(ev: dict[str, Any]) -> None:
-            if ack and ev["type"] == "UPDATE":
-                self.ack(ev)
+    def update_for(self, task_id: str, state: str, timeout: float = 10.0) -> dict:
+        """Wait for ``state`` of ``task_id`` (reliable updates are acknowledged as they come
+        unless ``auto_ack`` is off)."""
         return self.stream.wait_for(
             lambda e: e["type"] == "UPDATE" and e["update"]["status"]["task_id"]["value"] == task_id
-            and e["update"]["status"]["state"] == state, timeout, on)
+            and e["update"]["status"]["state"] == state, timeout)
 
     def close(self) -> None:
         self.stream.close()

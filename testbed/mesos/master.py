@@ -49,6 +49,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import os
 import queue
 import signal
 import socket
@@ -658,8 +659,8 @@ class Master:
     def _call_update_framework(self, fw: Framework, call: dict) -> tuple[int, str]:
         body = call["update_framework"]
         info = body["framework_info"]
-        for name in ("user", "principal", "checkpoint"):
-            if info.get(name) != fw.info.get(name):
+        for name, default in (("user", None), ("principal", None), ("checkpoint", False)):
+            if info.get(name, default) != fw.info.get(name, default):
                 raise CallError(400, f"Updating 'FrameworkInfo.{name}' is not allowed")
         suppressed = list(body.get("suppressed_roles") or [])
         problem = _framework_info_problem(info, suppressed)
@@ -904,9 +905,15 @@ class Master:
                          name=f"mesos-emu-wait-{task.task_id[:20]}").start()
 
     def _wait(self, task: Task, runtime: AgentRuntime) -> None:
-        rc = task.popen.wait()
+        # Wait for the exit without reaping: while the leader is a zombie its pid (the
+        # process group id) cannot be reused, so the group kill below hits only the task.
+        try:
+            os.waitid(os.P_PID, task.popen.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            pass
         # The command has ended: like a container being destroyed, nothing of it survives.
         runtime.signal(task.popen.pid, task.job_id or "", signal.SIGKILL)
+        rc = task.popen.wait()
         runtime.release(task.job_id or "")
         with self.lock:
             task.exit_code = rc
@@ -1384,7 +1391,6 @@ def _label_hints(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_root() -> bool:
-    import os
     return os.geteuid() == 0
 
 

@@ -138,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HTTPFailure(404, f"no such endpoint: {self.command} {path}")
         except HTTPFailure as e:
             self.close_connection = True
-            self._reply(e.status, e.message if hasattr(e, "message") else str(e), headers=e.headers)
+            self._reply(e.status, str(e), headers=e.headers)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:  # the server thread never dies; say what broke
