@@ -85,7 +85,6 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: in
                    window: int, models_dir: str | None, out_dir: str | None,
                    as_json: bool) -> None:
     """Node, burst-buffer and power utilisation, mean wait and slowdown per method and set."""
-    import sys
     from pathlib import Path
 
     from ..multi import report
@@ -100,9 +99,12 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: in
                 raise InvalidInput(f"unknown method {m!r}; valid methods: "
                                    f"{', '.join(report.METHODS)}")
         trace = read_swf(trace_path)
+        mdir = Path(models_dir) if models_dir else report.MODELS_DIR
+        for s in set_names:  # a missing model stops the run before anything is replayed
+            for m in method_names:
+                report.check_model(mdir, m, trace_path, s)
     except InvalidInput as e:
         raise click.ClickException(str(e)) from None
-    mdir = Path(models_dir) if models_dir else report.MODELS_DIR
     runs = []
     charts = []
     for s in set_names:
@@ -140,4 +142,3 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: in
                        f"{m['mean_wait_s']:12.0f} {m['mean_slowdown']:13.1f} {dms:>11}")
     for c in charts:
         click.echo(f"wrote {c}", err=True)
-    sys.stdout.flush()

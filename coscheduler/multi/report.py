@@ -46,6 +46,21 @@ def model_path(models_dir: Path, kind: str, trace: str, set_name: str) -> Path:
     return Path(models_dir) / f"{kind}-{stem}-{set_name}.model"
 
 
+def check_model(models_dir: Path, method: str, trace: str, set_name: str) -> Path | None:
+    """The model file ``method`` needs on ``set_name`` (None for methods without one);
+    a missing file is an error that says how to make it."""
+    if method not in ("mrsch", "scalar-rl"):
+        return None
+    kind = "mrsch" if method == "mrsch" else "scalar"
+    path = model_path(models_dir, kind, trace, set_name)
+    if not path.exists():
+        raise InvalidInput(
+            f"no {method} model for {Path(trace).name} {set_name}: {path} is missing "
+            f"(make it with: cosched train mrsch --trace {trace} --set {set_name}"
+            f"{' --goal fixed' if kind == 'scalar' else ''} --out {path})")
+    return path
+
+
 @dataclass
 class MethodRun:
     set_name: str
@@ -94,12 +109,7 @@ def run_method(wl: MultiWorkload, method: str, *, models_dir: Path = MODELS_DIR,
         policy = WindowOptimiser(window, objectives, name=method, seed=seed)
     elif method in ("mrsch", "scalar-rl"):
         kind = "mrsch" if method == "mrsch" else "scalar"
-        path = model_path(models_dir, kind, wl.source, wl.set_name)
-        if not path.exists():
-            raise InvalidInput(
-                f"no {method} model for {Path(wl.source).name} {wl.set_name}: {path} is missing "
-                f"(make it with: cosched train mrsch --trace {wl.source} --set {wl.set_name}"
-                f"{' --goal fixed' if kind == 'scalar' else ''} --out {path})")
+        path = check_model(models_dir, method, wl.source, wl.set_name)
         policy = MRSchAgent(load_model(path), goal="dynamic" if kind == "mrsch" else "fixed",
                             goal_trace=(method == "mrsch"), name=method)
     else:
