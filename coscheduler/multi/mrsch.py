@@ -314,7 +314,8 @@ class MRSchAgent(Scorer):
         self.rng = np.random.default_rng(seed)
         self.record = [] if record else None
         self.goal_trace = [] if goal_trace else None
-        self.timings: list[float] = []
+        self.timings: list[float] = []      # wall seconds per pick
+        self.cpu_timings: list[float] = []  # CPU seconds of this thread per pick
         self.checked = False
 
     def _check(self, view: ChoiceView) -> None:
@@ -336,7 +337,7 @@ class MRSchAgent(Scorer):
         return objective(pred, g)[:view.size]
 
     def choose(self, view: ChoiceView) -> int:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         if not self.checked:
             self._check(view)
         runnable = view.runnable
@@ -354,4 +355,5 @@ class MRSchAgent(Scorer):
         if self.goal_trace is not None:
             self.goal_trace.append((view.now, self._last[2]))
         self.timings.append(time.perf_counter() - t0)
+        self.cpu_timings.append(time.thread_time() - c0)
         return pick

@@ -68,6 +68,7 @@ class MethodRun:
     metrics: dict
     wall_seconds: float
     decision_seconds: list[float] = field(default_factory=list)
+    decision_cpu_seconds: list[float] = field(default_factory=list)
     goal_trace: list[tuple[float, np.ndarray]] = field(default_factory=list)
     pool_names: tuple[str, ...] = ()
 
@@ -101,6 +102,7 @@ def run_method(wl: MultiWorkload, method: str, *, models_dir: Path = MODELS_DIR,
     if pools.empty:
         raise InvalidInput(f"{wl.source}: no job asks for burst buffer or power")
     decision_seconds: list[float] = []
+    decision_cpu: list[float] = []
     goal_trace: list = []
     if method == "fcfs":
         policy = get_policy("FCFS")
@@ -117,14 +119,13 @@ def run_method(wl: MultiWorkload, method: str, *, models_dir: Path = MODELS_DIR,
     t0 = time.perf_counter()
     s = simulate(wl.jobs, wl.cluster, policy, "easy", pools=pools)
     wall = time.perf_counter() - t0
-    if isinstance(policy, WindowOptimiser):
-        decision_seconds = policy.timings
-    elif isinstance(policy, MRSchAgent):
-        decision_seconds = policy.timings
+    if isinstance(policy, (WindowOptimiser, MRSchAgent)):
+        decision_seconds, decision_cpu = policy.timings, policy.cpu_timings
+    if isinstance(policy, MRSchAgent):
         goal_trace = policy.goal_trace or []
     metrics = multi_metrics(wl.jobs, nodes, wl.max_nodes, pools, s.start, s.end).as_dict()
-    return MethodRun(wl.set_name, method, metrics, wall, decision_seconds, goal_trace,
-                     pools.names)
+    return MethodRun(wl.set_name, method, metrics, wall, decision_seconds, decision_cpu,
+                     goal_trace, pools.names)
 
 
 # --------------------------------------------------------------------------------------
