@@ -244,12 +244,23 @@ class _PoolProfile:
 def _conservative_pools(state: "QueueState", now: float, started: list[int]) -> None:
     """Conservative backfilling counting nodes and every pool (see module doc)."""
     need, estimate, take = state.need, state.estimate, state.pool_take
+    entries = state.entries
+    # smallest node count from each position on: as on the CPU-only path, the pass stops
+    # once no job further down could fit in the nodes free now
+    suffix_min = [0] * len(entries)
+    smallest = state.total_nodes + 1
+    for k in range(len(entries) - 1, -1, -1):
+        smallest = min(smallest, need[entries[k][2]])
+        suffix_min[k] = smallest
     profile = _PoolProfile(state, now)
     head = state.head
     want = [need[head], *take[head]]
     profile.reserve(profile.earliest(want, estimate[head]), estimate[head], want)
     kept = []
-    for entry in state.entries:
+    for k, entry in enumerate(entries):
+        if suffix_min[k] > state.free:
+            kept.extend(entries[k:])
+            break
         job = entry[2]
         want = [need[job], *take[job]]
         at = profile.earliest(want, estimate[job])
