@@ -7,6 +7,8 @@ what was measured and shows where the learned expert weights went.
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -21,6 +23,27 @@ from ..model import InvalidInput
 from ._common import echo_json
 
 DEFAULT_SCALE = 0.02
+WORKDIR_PREFIX = "cosched-demo-"
+
+
+def _tidy_old_workdirs() -> list[str]:
+    """Remove the temporary work folders of demos that were killed (SIGKILL) before they
+    could remove their own: ``cosched-demo-<pid>-*`` whose pid is gone."""
+    removed = []
+    tmp = Path(tempfile.gettempdir())
+    for d in tmp.glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = d.name[len(WORKDIR_PREFIX):].split("-")[0]
+        if d.is_dir() and not d.is_symlink() and pid.isdigit() and d.owner() == _me() \
+                and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+    return removed
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def _progress(stream):
@@ -51,19 +74,22 @@ def _progress(stream):
               help="ASA_X state database; what ASA_X learns carries over between runs "
                    "(default: demo.db beside the default state database).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where jobs write files, logs and progress (default: a new temp folder).")
+              help="Where jobs write files, logs and progress, kept afterwards (default: a new "
+                   "temp folder, removed at the end).")
+@click.option("--keep-workdir", is_flag=True, help="Keep the temp work folder (job logs) at the end.")
 @click.option("--seed", type=int, default=0, show_default=True, help="ASA_X's seed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, seed: int,
-         as_json: bool) -> None:
-    """Co-schedule real workloads live on this machine under each policy (a few minutes)."""
+def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, keep_workdir: bool,
+         seed: int, as_json: bool) -> None:
+    """Co-schedule real workloads live on this machine under each policy (about a minute)."""
     try:
         check_local_support()
     except CgroupsUnavailable as exc:
         raise click.ClickException(
             f"cosched demo runs real jobs under real cgroup CPU quotas and cannot run here: {exc}.\n"
             "Without root and cgroups you can still compare the policies in virtual time: "
-            "`cosched simulate swf TRACE` replays a trace with the classic queue policies.") from None
+            "`cosched simulate paper` runs the paper's workflows under space sharing, Static "
+            "and ASA_X.") from None
     chosen = [p.strip() for p in policies.split(",") if p.strip()]
     bad = [p for p in chosen if p not in DEMO_POLICIES]
     if bad or not chosen:
@@ -71,28 +97,40 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, see
                                  param_hint="--policies")
     if not 0 < scale <= 1:
         raise click.BadParameter(f"must lie in (0, 1], got {scale}", param_hint="--scale")
-    workdir = workdir or Path(tempfile.mkdtemp(prefix="cosched-demo-"))
     from ..store import SqliteStore
     from ..store.paths import default_db_path
 
-    db = db or default_db_path().with_name("demo.db")
-    db.parent.mkdir(parents=True, exist_ok=True)
-
     err = sys.stderr
+    explicit_db = db is not None
+    db = db or default_db_path().with_name("demo.db")
+    try:
+        # One store for every run: the runtimes of jobs that ran alone (space sharing) are
+        # what ASA_X's degradation loss compares a shared run against. A folder is made
+        # only for the default path (and said so); a --db in a missing folder is refused.
+        store = SqliteStore(db, create=True, create_dirs=not explicit_db)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        store.claim_controller()  # one controller per database: refuse before starting anything
+    except InvalidInput as exc:
+        store.close()
+        raise click.ClickException(str(exc)) from None
+    for d in store.created_dirs:
+        click.echo(f"created folder {d} for the demo's state database", err=True)
+    _tidy_old_workdirs()
+    temp_workdir = workdir is None
+    if temp_workdir:
+        workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
     if not as_json:
         click.echo(f"coscheduler demo: {len(DEMO_NODES)} emulated nodes x "
-                   f"{max(DEMO_NODES.values())} cores on this machine; work in {workdir}", err=True)
+                   f"{max(DEMO_NODES.values())} cores on this machine; work in {workdir}"
+                   + (" (removed at the end; --keep-workdir keeps it)"
+                      if temp_workdir and not keep_workdir else ""), err=True)
         click.echo(f"ASA_X state: {db} (what it learns carries over to the next run)", err=True)
     run_tag = time.strftime("%H%M%S")
     # SIGTERM unwinds like Ctrl-C, so every backend kills its jobs and gives quotas back.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     runs = []
-    try:
-        # One store for every run: the runtimes of jobs that ran alone (space sharing) are
-        # what ASA_X's degradation loss compares a shared run against.
-        store = SqliteStore(db, create=True)
-    except InvalidInput as exc:
-        raise click.ClickException(str(exc)) from None
     try:
         for policy in chosen:
             jobs = demo_jobs(scale, workdir / policy, tag=f"{run_tag}-{policy}")
@@ -106,9 +144,12 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, see
         raise click.ClickException(str(exc)) from None
     finally:
         store.close()
+        if temp_workdir and not keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
     add_slowdowns(runs)
     if as_json:
-        echo_json({"mode": "live", "workdir": str(workdir), "db": str(db),
+        echo_json({"mode": "live", "workdir": str(workdir) if not temp_workdir or keep_workdir else None,
+                   "db": str(db),
                    "results": [r.summary() for r in runs]})
         return
     click.echo("")
