@@ -27,13 +27,17 @@ def test_demo_refuses_unknown_policy():
 
 @pytest.mark.root
 @pytest.mark.live
-def test_demo_short_live_run(tmp_path):
-    r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.004", "--workdir", str(tmp_path),
+def test_demo_short_live_run(tmp_path, monkeypatch):
+    private_tmp = tmp_path / "tmp"   # the demo's temp work folder goes here, and away after
+    private_tmp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(private_tmp))
+    r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.004",
                                   "--db", str(tmp_path / "demo.db"),
                                   "--policies", "space-sharing,static,asax"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["mode"] == "live"
+    assert out["workdir"] is None and list(private_tmp.iterdir()) == []
     by = {x["policy"]: x for x in out["results"]}
     assert list(by) == ["space-sharing", "static", "asax"]
     for res in by.values():

@@ -25,6 +25,10 @@ def list_(db: Path | None, last: int, job_class: str | None, as_json: bool) -> N
     """The most recent decisions, oldest first; loss is pending until the host ends."""
     with open_readonly(db) as store:
         rows = queries.recent_decisions(store, last, job_class)
+        if job_class is not None and not rows and job_class not in queries.class_names(store):
+            from .experts import _unknown_class
+
+            raise _unknown_class(store, job_class)  # as `experts show --class` does
         total = queries.decision_count(store)
         path = str(store.path)
     if as_json:

@@ -100,6 +100,7 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
     from ..store import SqliteStore
     from ..store.paths import default_db_path
 
+    _tidy_old_workdirs()
     err = sys.stderr
     explicit_db = db is not None
     db = db or default_db_path().with_name("demo.db")
@@ -117,7 +118,6 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
         raise click.ClickException(str(exc)) from None
     for d in store.created_dirs:
         click.echo(f"created folder {d} for the demo's state database", err=True)
-    _tidy_old_workdirs()
     temp_workdir = workdir is None
     if temp_workdir:
         workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
