@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from coscheduler.happiness import HAPPINESS_DONE
 from coscheduler.model import InvalidInput, check_finite, validate_job_class, validate_job_id
 
 from .admission import PID_MAX_LIMIT, Admission, Refused
@@ -21,8 +22,9 @@ from .cgroupfs import UnsafePath, validate_cgroup_name
 
 # The kernel refuses CFS quotas under 1 ms per period.
 MIN_QUOTA_US = 1000
-# Hp when every task is done (infinitely happy); JSON has no infinity, so report a cap.
-HAPPINESS_CAP = 1e6
+# Hp when every task is done (infinitely happy); JSON has no infinity, so report a cap:
+# the same value the learner stores (coscheduler/happiness.py).
+HAPPINESS_CAP = HAPPINESS_DONE
 MAX_CORES = 4096
 # Counts beyond this lose precision as floats (happiness arithmetic): no job has that many tasks.
 MAX_COUNT = 2 ** 53

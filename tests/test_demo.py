@@ -54,3 +54,19 @@ def test_demo_short_live_run(tmp_path, monkeypatch):
     assert isinstance(json.loads(shown.stdout)["decisions"], list)
     # Every quota was given back and every cgroup the run made is gone.
     assert not list(Path("/sys/fs/cgroup/cpu").glob(f"cosched-local-{os.getpid()}-*"))
+
+
+def test_rounds_are_summarised_by_medians_with_every_round_kept():
+    from coscheduler.demo import PolicyRun, summarise_rounds
+
+    def run(policy, makespan, slow):
+        return PolicyRun(policy, makespan, 1.0, 0.8, slow, 12, 12, 2)
+
+    rounds = [[run("space-sharing", 20.0, 0.0), run("asax", 15.0, 0.10)],
+              [run("space-sharing", 24.0, 0.0), run("asax", 19.0, -0.02)],
+              [run("space-sharing", 22.0, 0.0), run("asax", 30.0, 0.30)]]
+    out = summarise_rounds(rounds)
+    assert [r["policy"] for r in out] == ["space-sharing", "asax"]
+    assert out[1]["makespan_s"] == 19.0 and out[1]["mean_slowdown"] == 0.10
+    assert [r["makespan_s"] for r in out[1]["runs"]] == [15.0, 19.0, 30.0]
+    assert out[0]["jobs"] == 12 and out[0]["completed"] == 12

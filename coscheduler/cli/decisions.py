@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..happiness import HAPPINESS_DONE
 from ..store import queries
 from ._common import clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly, pct
 
@@ -81,7 +82,8 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
         }})
         return
     s = d.state
-    hp = "unknown" if s.happiness is None else (">= 1e9" if s.happiness >= 1e9 else f"{s.happiness:.2f}")
+    hp = "unknown" if s.happiness is None else ("done (no work left)" if s.happiness >= HAPPINESS_DONE
+                                                else f"{s.happiness:.2f}")
     echo = click.echo
     echo(clip(f"Decision {d.decision_id} (policy {d.policy}) in {path}", 80))
     echo(f"  time        {fmt_time(d.time)}")

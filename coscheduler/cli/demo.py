@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from ..backends.local import CgroupsUnavailable, check_local_support
-from ..demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs, run_policy
+from ..demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs, run_policy, summarise_rounds
 from ..model import InvalidInput
 from ._common import echo_json
 
@@ -78,9 +78,12 @@ def _progress(stream):
                    "temp folder, removed at the end).")
 @click.option("--keep-workdir", is_flag=True, help="Keep the temp work folder (job logs) at the end.")
 @click.option("--seed", type=int, default=0, show_default=True, help="ASA_X's seed.")
+@click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Rounds of all policies (each about a minute); figures are then medians, "
+                   "with their range.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, keep_workdir: bool,
-         seed: int, as_json: bool) -> None:
+         seed: int, repeat: int, as_json: bool) -> None:
     """Co-schedule real workloads live on this machine under each policy (about a minute)."""
     try:
         check_local_support()
@@ -130,35 +133,51 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
     run_tag = time.strftime("%H%M%S")
     # SIGTERM unwinds like Ctrl-C, so every backend kills its jobs and gives quotas back.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    runs = []
+    rounds: list[list] = []
     try:
-        for policy in chosen:
-            jobs = demo_jobs(scale, workdir / policy, tag=f"{run_tag}-{policy}")
-            runs.append(run_policy(policy, jobs, workdir / policy, recorder=store, seed=seed,
-                                   on_tick=None if as_json else _progress(err)))
-            if not as_json:
-                r = runs[-1]
-                err.write(f"\r  {policy:<14} done in {r.makespan_s:.0f} s: {r.completed}/{r.jobs} "
-                          f"jobs completed, {r.coallocations} co-allocated" + " " * 20 + "\n")
+        for k in range(repeat):
+            runs = []
+            for policy in chosen:
+                where = workdir / (policy if repeat == 1 else f"round{k + 1}-{policy}")
+                jobs = demo_jobs(scale, where, tag=f"{run_tag}-{k + 1}-{policy}")
+                runs.append(run_policy(policy, jobs, where, recorder=store, seed=seed,
+                                       on_tick=None if as_json else _progress(err)))
+                if not as_json:
+                    r = runs[-1]
+                    label = policy if repeat == 1 else f"{policy} ({k + 1}/{repeat})"
+                    err.write(f"\r  {label:<20} done in {r.makespan_s:.0f} s: {r.completed}/{r.jobs} "
+                              f"jobs completed, {r.coallocations} co-allocated" + " " * 20 + "\n")
+            add_slowdowns(runs)
+            rounds.append(runs)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         store.close()
         if temp_workdir and not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    add_slowdowns(runs)
+    results = summarise_rounds(rounds)
     if as_json:
         echo_json({"mode": "live", "workdir": str(workdir) if not temp_workdir or keep_workdir else None,
-                   "db": str(db),
-                   "results": [r.summary() for r in runs]})
+                   "db": str(db), "repeat": repeat, "results": results})
         return
     click.echo("")
+    if repeat > 1:
+        click.echo(f"medians of {repeat} rounds, [lowest, highest] below each")
     click.echo(f"{'policy':<14} {'makespan':>9} {'mean wait':>10} {'CPU util':>9} "
                f"{'slowdown':>9} {'co-alloc':>9}")
-    for r in runs:
-        slow = "-" if r.mean_slowdown is None else f"{r.mean_slowdown * 100:+.1f}%"
-        click.echo(f"{r.policy:<14} {r.makespan_s:>8.1f}s {r.mean_wait_s:>9.1f}s "
-                   f"{r.cpu_util * 100:>8.1f}% {slow:>9} {r.coallocations:>9}")
+    for r in results:
+        slow = "-" if r["mean_slowdown"] is None else f"{r['mean_slowdown'] * 100:+.1f}%"
+        click.echo(f"{r['policy']:<14} {r['makespan_s']:>8.1f}s {r['mean_wait_s']:>9.1f}s "
+                   f"{r['cpu_util'] * 100:>8.1f}% {slow:>9} {r['coallocations']:>9g}")
+        if repeat > 1:
+            def span(key, fmt):
+                vals = [x[key] for x in r["runs"] if x[key] is not None]
+                return f"[{fmt(min(vals))}, {fmt(max(vals))}]" if vals else "-"
+            click.echo(f"{'':<14} {span('makespan_s', lambda v: f'{v:.1f}'):>9} "
+                       f"{span('mean_wait_s', lambda v: f'{v:.1f}'):>10} "
+                       f"{span('cpu_util', lambda v: f'{100 * v:.1f}'):>9} "
+                       f"{span('mean_slowdown', lambda v: f'{100 * v:+.1f}'):>9} "
+                       f"{span('coallocations', lambda v: f'{v:g}'):>9}")
     click.echo("\nCPU util: kernel CPU time over the capacity of the held cores; slowdown: "
                "runtime vs the same job under space sharing.")
     if "asax" in chosen:
