@@ -64,7 +64,8 @@ if [ "$what" = demo ] || [ "$what" = both ]; then
     echo "== main command took $((SECONDS - t0)) s" >&2
 fi
 if [ "$what" = tests ] || [ "$what" = both ]; then
-    echo "== README test command" >&2
+    echo "== README test command (python3-venv removed first: test.sh must install it)" >&2
+    run 'apt-get remove -y -q python3-venv "python3.*-venv" >/dev/null 2>&1; python3 -m venv /tmp/v 2>&1 | grep -m1 -q ensurepip && echo "venv unavailable, as on a stock install"; rm -rf /tmp/v'
     t0=$SECONDS
     run 'cd /root/coscheduler && rm -rf .venv && bash testbed/test.sh -q -p no:cacheprovider'
     echo "== test command took $((SECONDS - t0)) s" >&2
