@@ -70,3 +70,29 @@ def test_rounds_are_summarised_by_medians_with_every_round_kept():
     assert out[1]["makespan_s"] == 19.0 and out[1]["mean_slowdown"] == 0.10
     assert [r["makespan_s"] for r in out[1]["runs"]] == [15.0, 19.0, 30.0]
     assert out[0]["jobs"] == 12 and out[0]["completed"] == 12
+
+
+def test_demo_table_with_rounds_shows_medians_ranges_and_completed_jobs(tmp_path, monkeypatch):
+    """The human output of --repeat, with the live runs replaced by fixed figures."""
+    from coscheduler.cli import demo as demo_cli
+    from coscheduler.demo import PolicyRun
+
+    figures = iter([20.0, 15.0, 24.0, 31.0])
+
+    def fake_run(policy, jobs, workdir, **kw):
+        return PolicyRun(policy, next(figures), 1.0, 0.5, None, 12, 12 if policy == "asax" else 11, 1,
+                         runtimes={"a/b": [10.0]})
+
+    monkeypatch.setattr(demo_cli, "run_policy", fake_run)
+    monkeypatch.setattr(demo_cli, "check_local_support", lambda: None)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    r = CliRunner().invoke(main, ["demo", "--policies", "space-sharing,asax", "--repeat", "2",
+                                  "--db", str(tmp_path / "d.db")])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "medians of 2 rounds" in out
+    assert "space-sharing      22.0s" in out and "20-24s" in out
+    assert "asax               23.0s" in out and "15-31s" in out and "12/12" in out
+    assert "11/12" in out
+    table = out[:out.index("Where ASA_X")]
+    assert max(len(line) for line in table.splitlines()) <= 80

@@ -83,3 +83,7 @@ def test_demo_help_and_not_root_message_say_what_is_true(monkeypatch):
 def test_cli_json_says_the_demo_records_seconds_from_the_run_start():
     assert "Unix time on a live\n  system" not in CLI_JSON
     assert "seconds since the run started for `cosched demo`" in CLI_JSON
+@pytest.mark.parametrize("phrase", ["by several\npercent", "move by several percent"])
+def test_readme_states_the_measured_spread_of_the_demo(phrase):
+    assert phrase not in README
+    assert re.search(r"spread", README[README.index("cosched demo"):README.index("## Architecture")])

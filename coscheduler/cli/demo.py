@@ -162,26 +162,30 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
         return
     click.echo("")
     if repeat > 1:
-        click.echo(f"medians of {repeat} rounds, [lowest, highest] below each")
+        click.echo(f"medians of {repeat} rounds; below each, the range (lowest-highest)")
     click.echo(f"{'policy':<14} {'makespan':>9} {'mean wait':>10} {'CPU util':>9} "
-               f"{'slowdown':>9} {'co-alloc':>9}")
+               f"{'slowdown':>9} {'co-alloc':>9}  done")
     for r in results:
         slow = "-" if r["mean_slowdown"] is None else f"{r['mean_slowdown'] * 100:+.1f}%"
         click.echo(f"{r['policy']:<14} {r['makespan_s']:>8.1f}s {r['mean_wait_s']:>9.1f}s "
-                   f"{r['cpu_util'] * 100:>8.1f}% {slow:>9} {r['coallocations']:>9g}")
+                   f"{r['cpu_util'] * 100:>8.1f}% {slow:>9} {r['coallocations']:>9g}  "
+                   f"{r['completed']:g}/{r['jobs']}")
         if repeat > 1:
-            def span(key, fmt):
+            def span(key, fmt, sep="-", unit=""):
                 vals = [x[key] for x in r["runs"] if x[key] is not None]
-                return f"[{fmt(min(vals))}, {fmt(max(vals))}]" if vals else "-"
-            click.echo(f"{'':<14} {span('makespan_s', lambda v: f'{v:.1f}'):>9} "
-                       f"{span('mean_wait_s', lambda v: f'{v:.1f}'):>10} "
-                       f"{span('cpu_util', lambda v: f'{100 * v:.1f}'):>9} "
-                       f"{span('mean_slowdown', lambda v: f'{100 * v:+.1f}'):>9} "
-                       f"{span('coallocations', lambda v: f'{v:g}'):>9}")
-    click.echo("\nCPU util: kernel CPU time over the capacity of the held cores; slowdown: "
-               "runtime vs the same job under space sharing.")
+                return f"{fmt(min(vals))}{sep}{fmt(max(vals))}{unit}" if vals else "-"
+            click.echo(f"{'  range':<14} {span('makespan_s', lambda v: f'{v:.0f}', unit='s'):>9} "
+                       f"{span('mean_wait_s', lambda v: f'{v:.1f}', unit='s'):>10} "
+                       f"{span('cpu_util', lambda v: f'{100 * v:.0f}', unit='%'):>9} "
+                       f"{span('mean_slowdown', lambda v: f'{100 * v:+.0f}', '..', '%'):>9} "
+                       f"{span('coallocations', lambda v: f'{v:g}'):>9}  "
+                       f"{span('completed', lambda v: f'{v:g}')}")
+    click.echo("\nCPU util: kernel CPU time over the capacity of the held cores.\n"
+               "slowdown: runtime against the same job under space sharing.\n"
+               "done: jobs completed (a job running past twice its walltime is killed).")
     if "asax" in chosen:
         from .experts import show
 
-        click.echo(f"\nWhere ASA_X's expert weights went (cosched experts show --db {db}):\n")
+        click.echo(f"\nWhere ASA_X's expert weights went (cosched experts show --db {db}):")
+        click.echo("")
         click.get_current_context().invoke(show, db=db, job_class=None, as_json=False)
