@@ -164,6 +164,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     if cfg.kind == "inspector":
         get_policy(cfg.base)
     out = Path(cfg.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint_path(out)
     init_rng = np.random.default_rng(cfg.seed)
     features = len(RL_FEATURES if cfg.kind == "rlscheduler" else INSPECTOR_FEATURES)
