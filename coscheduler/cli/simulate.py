@@ -328,3 +328,12 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
              "all cores x makespan.",
              "Paper: Souza et al., ASA_X, Tables 2 and 3 (NumaScale, 3 repetitions)."]
     click.echo(report(summary, notes))
+
+
+def _add_learned() -> None:
+    from .simulate_learned import learned
+
+    simulate.add_command(learned)
+
+
+_add_learned()
