@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "workload": "workload:workload",
     "train": "train:train",
     "models": "models:models",
+    "mesos": "mesos:mesos",
 }
 
 

@@ -12,6 +12,7 @@ BENCHES = {
     "agent": "agent:agent",
     "controller": "controller:controller",
     "learned": "learned:learned",
+    "mesos": "mesos:mesos",
 }
 
 
