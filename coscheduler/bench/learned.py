@@ -3,7 +3,9 @@
 - one RLScheduler decision over a full 128-job window (features + kernel network + masked
   argmax), median and p99 over ``--repeat`` decisions taken from a real replay state;
 - one SchedInspector decision (features + MLP), the same way;
-- a whole trace (HPC2N, 202,871 jobs) replayed with a learned scorer, EASY and none.
+- a whole trace (HPC2N, 202,871 jobs) replayed with a learned scorer, EASY and none
+  (wall time, which the target is about, and this process's CPU time, which a shared
+  machine's load does not inflate).
 
 The model is the shipped one for the trace if there is one, else random weights of the
 same shape (the cost does not depend on the weights).
@@ -119,12 +121,13 @@ def learned(data_dir: Path, repeat: int, whole: bool, as_json: bool) -> None:
         rows = {}
         for backfill, name in (("none", "hpc2n"), ("easy", "hpc2n-easy")):
             scorer = LearnedScorer(_model(name, "rlscheduler"))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             sched = simulate(trace.jobs, cluster, scorer, backfill)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             m = compute_metrics(trace.jobs, sched.start, sched.end, trace.max_procs)
             rows[backfill] = {"model": scorer.model.path, "jobs": len(trace.jobs),
                               "decisions": sched.decisions, "simulate_seconds": wall,
+                              "cpu_seconds": cpu,
                               "avg_bsld": m.avg_bsld, "target_seconds": WHOLE_TARGET_S,
                               "meets_target": wall < WHOLE_TARGET_S}
         out["hpc2n_whole"] = rows
@@ -150,5 +153,6 @@ def learned(data_dir: Path, repeat: int, whole: bool, as_json: bool) -> None:
     for backfill, r in whole_rows.items() if "skipped" not in whole_rows else ():
         verdict = "meets" if r["meets_target"] else "MISSES"
         click.echo(f"whole HPC2N ({r['jobs']:,} jobs), backfill {backfill}, {r['model']}: "
-                   f"{r['simulate_seconds']:.1f} s ({verdict} the < 60 s target), "
+                   f"{r['simulate_seconds']:.1f} s wall, {r['cpu_seconds']:.1f} s CPU ({verdict} "
+                   f"the < 60 s target), "
                    f"avg bsld {r['avg_bsld']:.1f}")

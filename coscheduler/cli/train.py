@@ -41,8 +41,9 @@ def _common(f):
                      help="Model file to write [default: TRACE-stem-....model here]."),
         click.option("--time-limit", type=click.FloatRange(min=1), default=None,
                      help="Stop after the epoch that passes this many minutes (resumable)."),
-        click.option("--pi-lr", type=click.FloatRange(min=0, min_open=True), default=3e-4,
-                     show_default=True, help="Policy learning rate (Adam)."),
+        click.option("--pi-lr", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Policy learning rate (Adam) [default: 3e-4 for rlscheduler (the "
+                          "reference's), 1e-3 for inspector]."),
         click.option("--fresh", is_flag=True, help="Ignore an existing checkpoint."),
         click.option("--no-eval", is_flag=True,
                      help="Skip the final evaluation on the seed-1 / held-out windows."),
@@ -142,7 +143,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
     cfg = _config("rlscheduler", trace, out, epochs, 60, metric=metric, backfill=backfill,
                   trajectories=trajectories, seed=seed, workers=workers, executor=executor,
-                  ray_address=ray_address, mask=mask, pi_lr=pi_lr,
+                  ray_address=ray_address, mask=mask, pi_lr=pi_lr or 3e-4,
                   imitate=None if imitate.lower() == "none" else get_policy(imitate).name,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
     _run(cfg, fresh, as_json)
@@ -160,6 +161,6 @@ def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ra
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
     cfg = _config("inspector", trace, out, epochs, 40, base=base, backfill=backfill,
                   trajectories=trajectories, seed=seed, workers=workers, executor=executor,
-                  ray_address=ray_address, pi_lr=pi_lr,
+                  ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
     _run(cfg, fresh, as_json)
