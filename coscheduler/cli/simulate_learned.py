@@ -29,8 +29,11 @@ def _default_data_dir() -> Path:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("learned-report"), show_default=True,
               help="Folder for the training-curve PNGs and report.json.")
+@click.option("--models", "models_text", default=None,
+              help="Only these shipped models (names separated by commas) [default: all].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path, as_json: bool) -> None:
+def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
+            models_text: str | None, as_json: bool) -> None:
     """RLScheduler's table per trace (mean bsld over the ten seed-1 windows, with and
     without EASY), the cross-trace table, each inspector's improvement and rejection ratio
     over its base, and PNG training curves, for the shipped models."""
@@ -54,6 +57,14 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path, as_js
     if not paths:
         raise click.ClickException(f"no trace to evaluate on (looked in {data_dir})")
     models = list_models()
+    if models_text:
+        wanted = [m.strip() for m in models_text.split(",") if m.strip()]
+        unknown = sorted(set(wanted) - {m["name"] for m in models})
+        if unknown:
+            raise click.BadParameter(f"unknown model(s) {', '.join(unknown)}; shipped: "
+                                     f"{', '.join(m['name'] for m in models)}",
+                                     param_hint="--models")
+        models = [m for m in models if m["name"] in wanted]
     if not models:
         click.echo("no learned models are shipped: only the heuristics are shown", err=True)
 
