@@ -100,3 +100,16 @@ def test_train_refuses_a_checkpoint_with_other_settings(tmp_path):
     assert summary["epochs"] == 1 and Path(summary["model"]).is_file()
     r = run(*args[:-2], "--seed", "5", "--out", str(out))
     assert r.exit_code == 1 and "a checkpoint with other settings (seed)" in r.stderr
+
+
+def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
+    from coscheduler.learned.registry import resolve_policy
+    from coscheduler.policies.queue import QueuePolicy
+    from coscheduler.policies.selection import order_by_scores
+
+    assert isinstance(resolve_policy("sjf"), QueuePolicy)
+    path = save_model(rl_model(1), tmp_path / "x.model")
+    scorer = resolve_policy(f"rl:{path}")
+    assert scorer.kind == "scorer" and scorer.name == f"rl:{path}"
+    order, scores = order_by_scores(scorer, 100.0, [(0, 1, 50), (5, 2, 500), (9, 1, 10)], 2, 4)
+    assert sorted(order) == [0, 1, 2] and list(scores) == sorted(scores, reverse=True)

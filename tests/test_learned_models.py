@@ -204,3 +204,39 @@ def test_rl_observation_is_normalised():
     assert n == 2 and obs.shape == (4, len(RL_FEATURES))
     assert np.all((obs >= 0) & (obs < 1))
     assert not obs[2:].any()  # padding rows are zero
+
+
+def test_ray_executor_without_ray_says_how_to_install(monkeypatch):
+    import builtins
+
+    from coscheduler.learned.rollout import make_executor
+    from coscheduler.model import InvalidInput
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(InvalidInput, match=r"pip install '\.\[ray\]'"):
+        make_executor("ray", 2)
+    with pytest.raises(InvalidInput, match="unknown executor 'dask'"):
+        make_executor("dask", 2)
+
+
+def test_rollouts_in_worker_processes_equal_serial_ones(stuck):
+    from coscheduler.learned.rollout import RolloutTask, collect, make_executor
+
+    model = rl_model(9)
+    tasks = [RolloutTask("rlscheduler", stuck.path, [s], 256, "none", model.params,
+                         Normalisation(estimate_s=3000.0).as_dict(), seed=s) for s in (0, 300)]
+    pool = make_executor("processes", 2)
+    try:
+        parallel = pool.map(tasks)
+    finally:
+        pool.close()
+    serial = [collect(t) for t in tasks]
+    for a, b in zip(parallel, serial):
+        assert np.array_equal(a[0].actions, b[0].actions) and a[0].reward == b[0].reward

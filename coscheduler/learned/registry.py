@@ -79,3 +79,13 @@ def inspector_for(text: str, base: str | None = None,
     trained on."""
     model = load_model(resolve(text, directory), "inspector")
     return LearnedInspector(model, base=base)
+
+
+def resolve_policy(text: str, directory: Path = MODELS_DIR):
+    """What a ``--policy`` value names: a heuristic ``QueuePolicy`` (``SJF``) or a learned
+    scorer (``rl:NAME|PATH``). For every command that takes a queue policy (the Slurm
+    priority hook, ``cosched run``): heuristics keep their key functions, scorers go
+    through ``policies.selection.order_by_scores``."""
+    from ..policies.queue import get_policy
+
+    return scorer_for(text, directory) if is_learned_policy(text) else get_policy(text)
