@@ -28,6 +28,7 @@ if [ ! -x "$venv/bin/python" ]; then
         }
     fi
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+# rl: JAX, optax, gymnasium, matplotlib for the learned-scheduler tests (about 30 s, 0.6 GB)
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl]'
 export PATH="$venv/bin:$PATH"
 exec "$venv/bin/python" -m pytest "$@"

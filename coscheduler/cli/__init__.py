@@ -24,6 +24,8 @@ COMMANDS: dict[str, str] = {
     "demo": "demo:demo",
     "run": "run:run",
     "workload": "workload:workload",
+    "train": "train:train",
+    "models": "models:models",
     "mesos": "mesos:mesos",
 }
 
