@@ -25,7 +25,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from coscheduler.model import InvalidInput
 
@@ -64,6 +64,8 @@ class SlurmJob:
     priority: int | None = None
     nodes: tuple[str, ...] = ()
     node_count: int | None = None
+    max_nodes: int | None = None        # what a pending job asked for (22.05's node_count
+                                        # of a pending job is not reliable)
     cpus: int | None = None
     time_limit_s: float | None = None   # None: unlimited or unknown
     submit_time: float | None = None
@@ -279,7 +281,7 @@ def job_from_json(j: dict) -> SlurmJob:
         partition=_str(j.get("partition")), state=state, state_flags=flags,
         reason=_str(j.get("state_reason")), priority=_int(j.get("priority")),
         nodes=expand_hostlist(_str(j.get("nodes"))), node_count=_int(j.get("node_count")),
-        cpus=_int(j.get("cpus")),
+        max_nodes=_int(j.get("max_nodes")) or None, cpus=_int(j.get("cpus")),
         time_limit_s=None if tl is None or tl == math.inf else float(tl) * 60.0,
         submit_time=_epoch(j.get("submit_time")), eligible_time=_epoch(j.get("eligible_time")),
         start_time=_epoch(j.get("start_time")), end_time=_epoch(j.get("end_time")),
@@ -495,17 +497,60 @@ def parse_jobcomp(text: str) -> dict[int, SlurmJob]:
     return out
 
 
-def dependency_state(dep: str) -> str:
-    """``""`` -> "none"; any ``(failed)`` -> "failed"; any ``(unfulfilled)`` -> "waiting";
-    else "satisfied" (Slurm drops satisfied entries, but some releases keep them)."""
+def dependency_state(dep: str, states: Mapping[int, str] | None = None) -> str:
+    """Where a pending job's dependency stands: "none", "satisfied", "waiting" or "failed".
+
+    Slurm marks entries ``(unfulfilled)`` / ``(failed)`` and drops satisfied ones, but it
+    re-evaluates the dependencies of held jobs only in its periodic scheduling pass (a
+    minute by default). With ``states`` (job id -> base state, from the same snapshot)
+    an ``(unfulfilled)`` entry is judged at once: ``afterok`` needs COMPLETED, ``afterany``
+    any final state, ``afternotok`` a final state other than COMPLETED, ``after`` a start.
+    Entries that cannot be judged (singleton, arrays, unknown jobs) leave it "waiting".
+    """
     dep = dep.strip()
     if not dep or dep == "(null)":
         return "none"
     if "(failed)" in dep:
         return "failed"
-    if "(unfulfilled)" in dep:
+    if "(unfulfilled)" not in dep:
+        return "satisfied"
+    if states is None:
         return "waiting"
-    return "satisfied"
+    any_mode = "?" in dep
+    results = []
+    for item in re.split(r"[,?]", dep):
+        m = re.fullmatch(r"(after|afterany|afterok|afternotok|aftercorr|afterburstbuffer):(.+?)"
+                         r"(?:\((unfulfilled|failed)\))?", item.strip())
+        if not m:
+            results.append("waiting")
+            continue
+        kind, ids, mark = m.groups()
+        if mark is None:
+            results.append("satisfied")
+            continue
+        verdicts = []
+        for jid in ids.split(":"):
+            jid = jid.split("+")[0]          # after:ID+MINUTES: not judged here
+            st = states.get(int(jid)) if jid.isdigit() and "+" not in ids else None
+            if st is None:
+                verdicts.append("waiting")
+            elif kind == "after":
+                verdicts.append("waiting" if st == "PENDING" else "satisfied")
+            elif st not in TERMINAL_STATES:
+                verdicts.append("waiting")
+            elif kind == "afterany":
+                verdicts.append("satisfied")
+            elif kind == "afterok":
+                verdicts.append("satisfied" if st == "COMPLETED" else "failed")
+            elif kind == "afternotok":
+                verdicts.append("failed" if st == "COMPLETED" else "satisfied")
+            else:
+                verdicts.append("waiting")
+        results.append("failed" if "failed" in verdicts else
+                       "waiting" if "waiting" in verdicts else "satisfied")
+    if any_mode:
+        return "satisfied" if "satisfied" in results else ("waiting" if "waiting" in results else "failed")
+    return "failed" if "failed" in results else ("waiting" if "waiting" in results else "satisfied")
 
 
 __all__ = ["ACTIVE_STATES", "ParseError", "SlurmJob", "SlurmNode", "TERMINAL_STATES",
