@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "train": "train:train",
     "models": "models:models",
     "mesos": "mesos:mesos",
+    "slurm": "slurm:slurm",
 }
 
 
