@@ -1,0 +1,149 @@
+"""``cosched testbed``: the Docker Compose testbed (an emulated cluster of containers).
+
+up / run / report / down / status / smoke; the work lives in ``testbed/`` (engine, images,
+compose, instance, run, report, smoke); this module only parses options and prints.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ._common import echo_json
+
+
+def _say(quiet: bool = False):
+    start = time.monotonic()
+
+    def say(msg: str) -> None:
+        if not quiet:
+            click.echo(f"[{time.monotonic() - start:6.1f}s] {msg}", err=True)
+
+    return say
+
+
+def _fail(exc: BaseException) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+def _errors():
+    from coscheduler.model import InvalidInput
+    from testbed.engine import DockerError, EngineUnavailable
+    from testbed.instance import TestbedError
+
+    return (InvalidInput, DockerError, EngineUnavailable, TestbedError, ValueError)
+
+
+@click.group()
+def testbed() -> None:
+    """An emulated multi-node Slurm cluster in Docker containers (docs/testbed.md)."""
+
+
+@testbed.command("up")
+@click.option("--nodes", type=int, default=2, show_default=True, help="slurmd node containers.")
+@click.option("--cpus", type=int, default=8, show_default=True,
+              help="CPUs per node as Slurm sees them (CPUs= in slurm.conf).")
+@click.option("--cpu-limit", type=float, default=None,
+              help="Real CPUs per node container (its CFS quota); default: this machine's CPUs "
+                   "shared evenly over the nodes.")
+@click.option("--port-base", type=int, default=None,
+              help="Publish the node agents on 127.0.0.1:PORT_BASE.. (default: free ports).")
+@click.option("--suite", default="bookworm", show_default=True,
+              help="Debian suite of the images (bookworm: Slurm 22.05, trixie: 24.11).")
+@click.option("--base", type=click.Choice(["auto", "debootstrap", "registry"]), default="auto",
+              show_default=True, help="Base image: debian:SUITE from a registry, or a "
+                                      "debootstrap tree imported offline; auto tries both.")
+@click.option("--mirror", default="http://deb.debian.org/debian", show_default=True,
+              help="Debian mirror for debootstrap.")
+@click.option("--no-install", is_flag=True, help="Do not install the Docker engine when missing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, no_install, as_json) -> None:
+    """Build the images (cached) and start slurmctld, the nodes and the controller."""
+    from testbed import instance
+
+    say = _say()
+    try:
+        res = instance.up(nodes=nodes, cpus=cpus, cpu_limit=cpu_limit, port_base=port_base,
+                          suite=suite, base=base, mirror=mirror, install=not no_install, say=say)
+    except KeyboardInterrupt:
+        click.echo("cosched testbed up: interrupted; what it had made was removed", err=True)
+        sys.exit(130)
+    except _errors() as exc:
+        raise _fail(exc) from None
+    spec = res.spec
+    if as_json:
+        echo_json({"instance": spec.instance, "seconds": round(res.seconds, 1),
+                   "built": res.built, "images": res.images, "spec": spec.as_json()})
+        return
+    click.echo(f"testbed {spec.instance} is up in {res.seconds:.1f} s "
+               f"({'images built' if res.built else 'cached images'}): slurmctld, "
+               f"{spec.nodes} node(s) x {spec.cpus} CPUs ({spec.cpu_limit:g} real CPU each), "
+               "controller")
+    for node, port in zip(spec.node_names(), spec.agent_ports):
+        click.echo(f"  {node}: agent on http://127.0.0.1:{port}")
+    click.echo("next: cosched testbed run; cosched testbed report; cosched testbed down")
+
+
+@testbed.command("down")
+@click.option("--instance", default=None, help="Instance id (default: the current one).")
+@click.option("--purge", is_flag=True, help="Also remove the testbed's images (the next up "
+                                            "rebuilds them).")
+@click.option("--json", "as_json", is_flag=True)
+def down_cmd(instance, purge, as_json) -> None:
+    """Remove every container, network and volume the testbed made (safe to run twice)."""
+    from testbed import instance as inst_mod
+
+    say = _say(quiet=as_json)
+    try:
+        inst = instance if instance is not None else inst_mod.current_instance()
+        if inst is None:
+            if as_json:
+                echo_json({"instance": None, "removed": {}, "results_kept": None})
+            else:
+                click.echo("no testbed is up: nothing to remove")
+            return
+        res = inst_mod.down(inst, purge_images=purge, say=say)
+    except _errors() as exc:
+        raise _fail(exc) from None
+    if as_json:
+        echo_json({"instance": res.instance, "removed": res.removed,
+                   "results_kept": res.results_kept})
+        return
+    n = {k: len(v) for k, v in res.removed.items()}
+    click.echo(f"testbed {res.instance} is down: removed "
+               + ", ".join(f"{v} {k}" for k, v in n.items()))
+    if res.results_kept:
+        click.echo(f"results kept in {res.results_kept} (cosched testbed report --results DIR)")
+
+
+@testbed.command("status")
+@click.option("--instance", default=None, help="Instance id (default: the current one).")
+@click.option("--json", "as_json", is_flag=True)
+def status_cmd(instance, as_json) -> None:
+    """The engine, the containers and their health, Slurm's nodes, the agents."""
+    from testbed import instance as inst_mod
+
+    try:
+        st = inst_mod.status(instance)
+    except _errors() as exc:
+        raise _fail(exc) from None
+    if as_json:
+        echo_json(st)
+        return
+    eng = st["engine"]
+    click.echo(f"engine: {'running ' + eng['server_version'] if eng['running'] else 'not running'}"
+               + ("" if eng["installed"] else f" (missing: {', '.join(eng['missing'])})"))
+    if st["instance"] is None or st["spec"] is None:
+        click.echo("testbed: none is up")
+        return
+    spec = st["spec"]
+    click.echo(f"testbed {st['instance']}: {st['state']} ({spec['nodes']} node(s) x "
+               f"{spec['cpus']} CPUs, {spec['cpu_limit']:g} real CPU each, images :{spec['tag']})")
+    for svc, c in st["containers"].items():
+        click.echo(f"  {svc:<12} {c['name']:<34} {c['state']:<9} {c['health']}")
+    if st["slurm"]:
+        click.echo("  slurm: " + ", ".join(f"{n['node']} {n['state']}" for n in st["slurm"]["nodes"]))
+    for node, a in st["agents"].items():
+        click.echo(f"  agent {node}: {a['url']} {'ok' if a['ok'] else 'NOT ANSWERING'}")
