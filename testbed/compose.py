@@ -91,6 +91,19 @@ class TestbedSpec:
         return f"{self.project}-net"
 
     @property
+    def cgroup_parent(self) -> str:
+        """The instance's own cgroup (made by Docker, under every controller's root), so
+        the testbed competes for the host's CPUs with the weight of the CPUs it claims
+        (``cpu_weight``), not as a single task, and ``down`` knows what to remove."""
+        return self.project
+
+    @property
+    def cpu_weight(self) -> int:
+        """cpu.shares of the instance's cgroup: 1024 (one busy task's weight) per real CPU
+        its nodes may use, at least one."""
+        return 1024 * max(1, math.ceil(self.nodes * self.cpu_limit - 1e-9))
+
+    @property
     def volume(self) -> str:
         return f"{self.project}-shared"
 
@@ -137,6 +150,7 @@ def _common(spec: TestbedSpec, role: str, service: str, image: str) -> dict:
         "container_name": spec.container(service),
         "hostname": service,
         "init": True,        # tini reaps and forwards signals: `down` does not wait 10 s
+        "cgroup_parent": spec.cgroup_parent,
         "command": [role],
         "labels": _labels(spec, role),
         "networks": {"cluster": {"aliases": [service]}},

@@ -214,3 +214,28 @@ def engine_status() -> dict:
 
 __all__ = ["APT_PACKAGES", "DockerError", "Engine", "EngineUnavailable", "engine_status",
            "ensure_engine", "install_engine", "missing_tools", "server_version", "start_dockerd"]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m testbed.engine ensure``: install and start the engine when missing (what
+    testbed/test.sh runs before the tests, as root)."""
+    import sys
+
+    if argv != ["ensure"]:
+        print("usage: python -m testbed.engine ensure", file=sys.stderr)
+        return 2
+    try:
+        eng = ensure_engine(say=lambda m: print(f"testbed.engine: {m}", file=sys.stderr))
+    except (EngineUnavailable, DockerError) as exc:
+        print(f"testbed.engine: {exc}", file=sys.stderr)
+        return 1
+    print(f"testbed.engine: Docker {eng.server_version} ready"
+          + (" (installed now)" if eng.installed_here else "")
+          + (" (dockerd started now)" if eng.started_here else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 
 from coscheduler.model import InvalidInput
 
-from . import images
+from . import cgroups, images
 from .compose import (AGENT_PORT, CA_DIR, LABEL, TestbedSpec, check_instance_id, compose_config,
                       render)
 from .engine import DockerError, Engine, EngineUnavailable, engine_status, ensure_engine
@@ -242,6 +242,7 @@ def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
             (home() / "current").write_text(inst + "\n")
             say(f"starting testbed {inst}: slurmctld, {nodes} node(s) of {cpus} CPUs "
                 f"({limit:g} real CPU each), controller")
+            cgroups.prepare(inst, spec.cpu_weight)
             try:
                 engine.compose(spec.project, d / "docker-compose.yml", "up", "-d", "--no-build")
             except DockerError as exc:
@@ -346,7 +347,8 @@ def down(instance: str | None = None, purge_images: bool = False,
 
 
 def _down_locked(engine: Engine | None, inst: str, say: Say) -> DownResult:
-    removed: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
+    removed: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": [],
+                                     "cgroups": []}
     d = instance_dir(inst)
     project = f"cosched-testbed-{inst}"
     if engine is not None:
@@ -375,6 +377,11 @@ def _down_locked(engine: Engine | None, inst: str, say: Say) -> DownResult:
             removed[kind] = sorted((before[kind] | left) - still)
             if still:
                 say(f"could not remove {kind}: {', '.join(sorted(still))}")
+    # The instance's cgroups (Docker removed the containers' own; the parent is ours).
+    gone, busy = cgroups.remove(inst)
+    removed["cgroups"] = gone
+    if busy:
+        say(f"cgroups still holding processes (left in place): {', '.join(busy)}")
     kept = None
     res = d / "results"
     if res.is_dir() and any(res.iterdir()):

@@ -20,4 +20,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
 export PATH="$venv/bin:$PATH"
+# The Docker testbed's tests (marker docker) need Debian's Docker engine, compose v1 and
+# debootstrap: installed and started here when missing (as root; no systemd needed).
+if [ "$(id -u)" = 0 ]; then
+    "$venv/bin/python" -m testbed.engine ensure || echo "test.sh: no Docker engine (see above)" >&2
+fi
 exec "$venv/bin/python" -m pytest "$@"

@@ -147,3 +147,31 @@ def status_cmd(instance, as_json) -> None:
         click.echo("  slurm: " + ", ".join(f"{n['node']} {n['state']}" for n in st["slurm"]["nodes"]))
     for node, a in st["agents"].items():
         click.echo(f"  agent {node}: {a['url']} {'ok' if a['ok'] else 'NOT ANSWERING'}")
+
+
+@testbed.command("smoke")
+@click.option("--keep", is_flag=True, help="Leave the smoke testbed up (for a look inside).")
+@click.option("--no-install", is_flag=True, help="Do not install the Docker engine when missing.")
+@click.option("--suite", default="bookworm", show_default=True)
+@click.option("--base", type=click.Choice(["auto", "debootstrap", "registry"]), default="auto",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def smoke_cmd(keep, no_install, suite, base, as_json) -> None:
+    """Build, up, one host/guest pair through real Slurm with quotas measured inside the
+    node container, down. Exits 1 when a step fails (and cleans up even then)."""
+    from testbed.smoke import smoke
+
+    say = _say()
+    try:
+        res = smoke(say=say, keep=keep, install=not no_install, suite=suite, base=base)
+    except KeyboardInterrupt:
+        click.echo("cosched testbed smoke: interrupted; the smoke testbed was removed", err=True)
+        sys.exit(130)
+    if as_json:
+        echo_json(res.as_json())
+    else:
+        for s in res.steps:
+            click.echo(f"{'ok  ' if s.ok else 'FAIL'} {s.name:<38} {s.seconds:6.1f} s  {s.detail}")
+        click.echo(f"smoke {'passed' if res.ok else 'FAILED'} in {res.seconds:.1f} s")
+    if not res.ok:
+        sys.exit(1)
