@@ -312,10 +312,19 @@ class Controller:
             if shape not in fits_empty:
                 fits_empty[shape] = first_fit(job, capacity) is not None
             if not fits_empty[shape]:
-                if job.job_id not in self._unplaceable:
-                    self._unplaceable.add(job.job_id)
-                    self._give_up(job.job_id, f"needs {job.cores} cores on {job.nodes} node(s); "
-                                  "no set of this cluster's nodes can hold it", report)
+                if self.config.give_up_unplaceable:
+                    if job.job_id not in self._unplaceable:
+                        self._unplaceable.add(job.job_id)
+                        self._give_up(job.job_id, f"needs {job.cores} cores on {job.nodes} node(s); "
+                                      "no set of this cluster's nodes can hold it", report)
+                    continue
+                # Offer-based: more may be offered. The free cores (held offers) are kept
+                # for this job: nothing later starts on them (guests inside hosts still may).
+                if cores.shadow is None:
+                    if not self.config.backfill:
+                        break
+                    report.reservation = (job.job_id, now)
+                    cores.reserve(now, {})
                 continue
             # On free cores, without delaying the EASY reservation if there is one.
             alloc = cores.start(job, now)
