@@ -277,7 +277,7 @@ def _tail(out: bytes, n: int = 10) -> str:
 @dataclass(frozen=True)
 class BuildContext:
     path: Path
-    tag: str          # content hash of everything in it plus the base image
+    tag: str          # SUITE-hash: a hash of everything in it plus the base image
 
 
 def build_context(engine: Engine, suite: str, base: str, say: Say) -> BuildContext:
@@ -292,9 +292,9 @@ def build_context(engine: Engine, suite: str, base: str, say: Say) -> BuildConte
         shutil.copy2(DOCKER_DIR / f, ctx / f)
     shutil.copytree(deps, ctx / "wheels" / "deps")
     shutil.copytree(proj, ctx / "wheels" / "project")
-    tag = digest([(DOCKER_DIR / "Dockerfile").read_bytes(),
-                  (DOCKER_DIR / "entrypoint.sh").read_bytes(),
-                  deps.name, proj_key, image_id(engine, base)])[:12]
+    tag = suite + "-" + digest([(DOCKER_DIR / "Dockerfile").read_bytes(),
+                                (DOCKER_DIR / "entrypoint.sh").read_bytes(),
+                                deps.name, proj_key, image_id(engine, base)])[:12]
     return BuildContext(ctx, tag)
 
 
@@ -316,13 +316,15 @@ def build_images(engine: Engine, suite: str, base_mode: str = "auto",
 
 
 def prune_old_images(engine: Engine, keep_tag: str) -> list[str]:
-    """Remove the role images of other tags that no container uses (a docker rmi that
-    fails because a container uses the image is fine: it stays)."""
+    """Remove the role images of the same suite with other tags that no container uses (a
+    docker rmi that fails because a container uses the image is fine: it stays)."""
     removed = []
+    suite = keep_tag.split("-", 1)[0] + "-"
     out = engine.docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
     for ref in out.stdout.decode().split():
         repo, _, tag = ref.partition(":")
-        if repo in {f"{IMAGE_PREFIX}{r}" for r in ROLES} and tag != keep_tag:
+        if repo in {f"{IMAGE_PREFIX}{r}" for r in ROLES} and tag != keep_tag and \
+                tag.startswith(suite):
             if engine.docker("rmi", ref, check=False).returncode == 0:
                 removed.append(ref)
     return removed
