@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "run": "run:run",
     "workload": "workload:workload",
     "testbed": "testbed:testbed",
+    "mesos": "mesos:mesos",
 }
 
 
