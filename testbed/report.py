@@ -264,3 +264,53 @@ def write_plots(runs: Sequence[PaperRun], sim_runs: Sequence[PaperRun], out: Pat
 __all__ = ["FLAG", "absolute_values", "colocated_slowdown", "compare", "compare_table", "load",
            "ratios", "run_from_json", "run_to_json", "stage_key", "tables", "with_paper_equivalent",
            "write_plots"]
+
+
+# -- the whole report -----------------------------------------------------------------------------
+
+def build(data: dict) -> dict:
+    """Everything the report shows, as plain data: the testbed's runs and summary, the
+    simulator's for the same setup, the ratios side by side."""
+    from .compose import TestbedSpec
+    from .experiment import get_workload, predict
+
+    setup = data["setup"]
+    runs = [run_from_json(r) for r in data["runs"]]
+    if not runs:
+        raise ValueError("the run holds no finished policy run (interrupted before the first "
+                         "ended?)")
+    w = get_workload(setup["workload"])
+    spec = TestbedSpec(instance="report", nodes=setup["nodes"], cpus=setup["cpus"],
+                       cpu_limit=setup["cpu_limit"])
+    policies = list(dict.fromkeys(r.policy for r in runs))
+    repeats = max(r.repeat for r in runs) + 1
+    sim_runs = predict(w, spec, setup["scale"], policies, repeats, setup.get("seed", 0))
+    tb_sum, sim_sum = paper_exp.summarise(runs), paper_exp.summarise(sim_runs)
+    tb_ratios = ratios(tb_sum, colocated_slowdown(runs))
+    sim_ratios = ratios(sim_sum, colocated_slowdown(sim_runs))
+    return {"setup": setup, "runs": runs, "sim_runs": sim_runs, "testbed": tb_sum,
+            "simulator": sim_sum, "testbed_ratios": tb_ratios, "simulator_ratios": sim_ratios,
+            "comparison": compare(tb_ratios, sim_ratios),
+            "absolute": absolute_values(tb_sum, sim_sum),
+            "load_average": data.get("load_average")}
+
+
+def text(rep: dict) -> str:
+    s = rep["setup"]
+    cores = s["cores"]
+    head = (f"{s['workload']} at scale {s['scale']:g} on {s['nodes']} node(s) x {s['cpus']} CPUs "
+            f"({s['cpu_limit']:g} real CPU each), Debian {s['suite']}")
+    parts = [tables(rep["testbed"], cores, s.get("paper_cores"),
+                    f"TESTBED (real Slurm in containers): {head}"),
+             tables(rep["simulator"], cores, s.get("paper_cores"),
+                    "SIMULATOR (cosched simulate paper, same workload, nodes and scale)"),
+             compare_table(rep["comparison"], rep["absolute"])]
+    la = rep.get("load_average") or {}
+    if la.get("start") and la.get("end"):
+        parts.append(f"host load average (1/5/15 min) at start {_la(la['start'])}, at end "
+                     f"{_la(la['end'])}: the testbed shares this machine's CPUs")
+    return "\n\n".join(parts)
+
+
+def _la(v: Sequence[float]) -> str:
+    return "/".join(f"{x:.1f}" for x in v)

@@ -175,3 +175,86 @@ def smoke_cmd(keep, no_install, suite, base, as_json) -> None:
         click.echo(f"smoke {'passed' if res.ok else 'FAILED'} in {res.seconds:.1f} s")
     if not res.ok:
         sys.exit(1)
+
+
+@testbed.command("run")
+@click.option("--instance", default=None, help="Instance id (default: the current one).")
+@click.option("--workload", default="paper-small", show_default=True,
+              help="paper-small: the paper's 15 workflows at 1/8 of their cores.")
+@click.option("--policies", default="space-sharing,static,asax", show_default=True)
+@click.option("--repeat", type=int, default=1, show_default=True)
+@click.option("--scale", type=float, default=None,
+              help="Work per task (default: the workload's, 0.1 for paper-small).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout", type=float, default=3600.0, show_default=True,
+              help="Stop a policy's run after this many seconds (its unfinished jobs fail).")
+@click.option("--json", "as_json", is_flag=True)
+def run_cmd(instance, workload, policies, repeat, scale, seed, timeout, as_json) -> None:
+    """Run the scaled paper mix through real Slurm in the containers under each policy."""
+    from testbed.run import run
+
+    say = _say()
+    try:
+        res = run(instance, workload, policies, repeat, scale, seed, timeout, say)
+    except KeyboardInterrupt:
+        click.echo("cosched testbed run: interrupted; the run's jobs were cancelled and every "
+                   "quota given back (the testbed stays up)", err=True)
+        sys.exit(130)
+    except _errors() as exc:
+        raise _fail(exc) from None
+    if as_json:
+        echo_json({"run_id": res.run_id, "results": str(res.path), "setup": res.data["setup"],
+                   "runs": [{k: v for k, v in r.items() if k != "stages"}
+                            for r in res.data["runs"]]})
+        return
+    click.echo(f"run {res.run_id} done: {res.path}/run.json; next: cosched testbed report")
+
+
+@testbed.command("report")
+@click.option("--instance", default=None, help="Instance id (default: the current one).")
+@click.option("--results", "results", type=click.Path(exists=True), default=None,
+              help="A run folder or its run.json (default: the current testbed's latest run, "
+                   "else the latest one kept by down).")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Where the PNG plots go (default: the run's folder/plots).")
+@click.option("--json", "as_json", is_flag=True)
+def report_cmd(instance, results, out, as_json) -> None:
+    """The tables of `cosched simulate paper` for the testbed's run, the simulator's
+    prediction for the same setup beside it, and PNG plots."""
+    from pathlib import Path
+
+    from testbed import report as rep_mod
+    from testbed.instance import current_instance, home, instance_dir
+    from testbed.run import latest_run
+
+    try:
+        if results is not None:
+            path = Path(results)
+        else:
+            inst = instance or current_instance()
+            path = latest_run(instance_dir(inst) / "results") if inst else None
+            if path is None:
+                kept = sorted(home().glob("results/*/*/run.json"))
+                path = kept[-1].parent if kept else None
+            if path is None:
+                raise click.ClickException("no testbed run to report: run `cosched testbed run` "
+                                           "first, or give --results DIR")
+        data = rep_mod.load(path)
+        rep = rep_mod.build(data)
+        folder = path if path.is_dir() else path.parent
+        plots = rep_mod.write_plots(rep["runs"], rep["sim_runs"], Path(out) if out else
+                                    folder / "plots",
+                                    f"{data['setup']['workload']}, {data['setup']['nodes']} x "
+                                    f"{data['setup']['cpus']} CPUs, scale {data['setup']['scale']:g}")
+    except (FileNotFoundError, ValueError) as exc:
+        raise _fail(exc) from None
+    except _errors() as exc:
+        raise _fail(exc) from None
+    if as_json:
+        echo_json({"results": str(folder), "setup": data["setup"], "testbed": rep["testbed"],
+                   "simulator": rep["simulator"], "testbed_ratios": rep["testbed_ratios"],
+                   "simulator_ratios": rep["simulator_ratios"], "comparison": rep["comparison"],
+                   "plots": [str(p) for p in plots]})
+        return
+    click.echo(rep_mod.text(rep))
+    click.echo("\nplots: " + ", ".join(str(p) for p in plots))
