@@ -22,6 +22,7 @@ from coscheduler.model import InvalidInput
 PREFIX = "cosched-testbed"
 LABEL = "cosched.testbed"
 AGENT_PORT = 9137                     # inside each node container
+MESOS_PORT = 5050                     # the emulated Mesos master, inside its container
 CONF_MOUNT = "/etc/cosched-testbed"   # the instance's config folder, read-only
 RESULTS_MOUNT = "/results"            # the controller's results, the host's instance folder
 SHARED_MOUNT = "/shared"              # the cluster's shared file system (a named volume)
@@ -58,6 +59,10 @@ class TestbedSpec:
     ca_dir: str | None = CA_DIR
     mem_mb: int = 4000
     labels: dict[str, str] = field(default_factory=dict)
+    # The emulated Mesos master (testbed/mesos, not Mesos: no master can be installed
+    # here), its agents as many and as large as the Slurm nodes, on 127.0.0.1:mesos_port.
+    mesos: bool = False
+    mesos_port: int | None = None
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance)
@@ -80,6 +85,10 @@ class TestbedSpec:
                     raise InvalidInput(f"agent port {p!r} is not a TCP port (1..65535)")
             if len(set(self.agent_ports)) != len(self.agent_ports):
                 raise InvalidInput(f"agent ports repeat: {list(self.agent_ports)}")
+        if self.mesos_port is not None and (isinstance(self.mesos_port, bool) or not isinstance(
+                self.mesos_port, int) or not 1 <= self.mesos_port <= 65535
+                or self.mesos_port in self.agent_ports):
+            raise InvalidInput(f"mesos port {self.mesos_port!r} is not a free TCP port of its own")
 
     # -- names ----------------------------------------------------------------------------
     @property
@@ -114,7 +123,7 @@ class TestbedSpec:
         return [f"node{i + 1}" for i in range(self.nodes)]
 
     def services(self) -> list[str]:
-        return ["slurmctld", *self.node_names(), "controller"]
+        return ["slurmctld", *self.node_names(), "controller"] + (["mesos-master"] if self.mesos else [])
 
     @property
     def cpu_per_core(self) -> float:
@@ -203,6 +212,23 @@ def compose_config(spec: TestbedSpec) -> dict:
                                        f"{spec.results_dir}:{RESULTS_MOUNT}"]
     ctl["healthcheck"] = _health(["CMD", py, "-m", "testbed.health", "controller"])
     services["controller"] = ctl
+    if spec.mesos:
+        mm = _common(spec, "mesos-master", "mesos-master", f"{PREFIX}-controller:{tag}")
+        mm.pop("build", None)
+        mm.update({
+            # Its emulated agents run tasks as processes in cgroups below this container's.
+            "cap_add": ["ALL"], "cap_drop": ["SYS_RESOURCE"], "security_opt": ["seccomp=unconfined"],
+            "cpu_period": CFS_PERIOD_US,
+            "cpu_quota": max(1000, round(spec.nodes * spec.cpu_limit * CFS_PERIOD_US)),
+            "environment": {"COSCHED_MESOS_AGENTS": str(spec.nodes),
+                            "COSCHED_MESOS_CPUS": str(spec.cpus),
+                            "COSCHED_MESOS_CPU_SCALE": f"{spec.cpu_per_core:.6g}",
+                            "COSCHED_MESOS_PORT": str(MESOS_PORT)},
+            "healthcheck": _health(["CMD", py, "-m", "testbed.health", "mesos-master"]),
+        })
+        if spec.mesos_port:
+            mm["ports"] = [f"127.0.0.1:{spec.mesos_port}:{MESOS_PORT}"]
+        services["mesos-master"] = mm
     return {
         "version": "2.4",
         "services": services,

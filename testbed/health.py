@@ -2,7 +2,8 @@
 
 - node: the node agent answers ``/healthz`` and slurmctld lists this node as usable
   (idle, mixed or allocated: slurmd registered);
-- controller: slurmctld answers (``scontrol ping``) from here (munge and slurm.conf work).
+- controller: slurmctld answers (``scontrol ping``) from here (munge and slurm.conf work);
+- mesos-master: the emulated Mesos master answers ``/health``.
 
 Exit 0 when healthy, 1 with one line saying why otherwise.
 """
@@ -56,8 +57,18 @@ def check_controller() -> str | None:
     return None
 
 
+def check_mesos_master() -> str | None:
+    port = os.environ.get("COSCHED_MESOS_PORT", "5050")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            return None if r.status == 200 else f"emulated master answered {r.status}"
+    except OSError as exc:
+        return f"emulated Mesos master not answering on port {port}: {exc}"
+
+
 def main(argv: list[str]) -> int:
-    checks = {"node": check_node, "controller": check_controller}
+    checks = {"node": check_node, "controller": check_controller,
+              "mesos-master": check_mesos_master}
     if len(argv) != 1 or argv[0] not in checks:
         print(f"usage: python -m testbed.health {'|'.join(checks)}", file=sys.stderr)
         return 2

@@ -210,7 +210,8 @@ def write_instance(spec: TestbedSpec) -> Path:
 def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
        port_base: int | None = None, suite: str = images.DEFAULT_SUITE, base: str = "auto",
        mirror: str = images.DEFAULT_MIRROR, install: bool = True, say: Say = lambda _m: None,
-       health_timeout_s: float = HEALTH_TIMEOUT_S, instance: str | None = None) -> UpResult:
+       health_timeout_s: float = HEALTH_TIMEOUT_S, instance: str | None = None,
+       mesos: bool = False) -> UpResult:
     """Bring a new instance up and wait until it is healthy. On any failure, or Ctrl-C, what
     was made is removed before the exception goes on."""
     t0 = time.monotonic()
@@ -218,7 +219,7 @@ def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
     limit = default_cpu_limit(nodes) if cpu_limit is None else cpu_limit
     # Validate everything before touching the machine.
     TestbedSpec(instance="check", nodes=nodes, cpus=cpus, cpu_limit=limit)
-    ports = choose_ports(nodes, port_base)
+    ports = choose_ports(nodes + (1 if mesos else 0), port_base)
     engine = ensure_engine(install=install, say=say)
     inst = instance or secrets.token_hex(3)
     check_instance_id(inst)
@@ -233,7 +234,9 @@ def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
             tag = imgs["node"].rsplit(":", 1)[1]
             d = instance_dir(inst)
             spec = TestbedSpec(
-                instance=inst, nodes=nodes, cpus=cpus, cpu_limit=limit, agent_ports=tuple(ports),
+                instance=inst, nodes=nodes, cpus=cpus, cpu_limit=limit,
+                agent_ports=tuple(ports[:nodes]), mesos=mesos,
+                mesos_port=ports[nodes] if mesos else None,
                 suite=suite, tag=tag, config_dir=str(d / "etc"), results_dir=str(d / "results"),
                 context_dir=str(images.cache_dir() / "context" / suite),
                 ca_dir=CA_DIR if Path(CA_DIR).is_dir() else None)
@@ -434,14 +437,17 @@ def status(instance: str | None = None) -> dict:
                                       for ln in proc.stdout.decode().splitlines() if ln.strip()]}
     for node, port in zip(spec.node_names(), spec.agent_ports):
         out["agents"][node] = {"url": f"http://127.0.0.1:{port}", "ok": _agent_ok(port)}
+    if spec.mesos and spec.mesos_port:
+        out["mesos_master"] = {"url": f"http://127.0.0.1:{spec.mesos_port}",
+                               "ok": _agent_ok(spec.mesos_port, "/health"), "emulated": True}
     return out
 
 
-def _agent_ok(port: int) -> bool:
+def _agent_ok(port: int, path: str = "/healthz") -> bool:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as r:
             return r.status == 200
     except OSError:
         return False

@@ -57,16 +57,20 @@ def testbed() -> None:
                                       "debootstrap tree imported offline; auto tries both.")
 @click.option("--mirror", default="http://deb.debian.org/debian", show_default=True,
               help="Debian mirror for debootstrap.")
+@click.option("--mesos", is_flag=True, help="Add the emulated Mesos master (testbed/mesos: an "
+                                            "emulator of the v1 scheduler API, not Mesos).")
 @click.option("--no-install", is_flag=True, help="Do not install the Docker engine when missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, no_install, as_json) -> None:
+def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, mesos, no_install,
+           as_json) -> None:
     """Build the images (cached) and start slurmctld, the nodes and the controller."""
     from testbed import instance
 
     say = _say()
     try:
         res = instance.up(nodes=nodes, cpus=cpus, cpu_limit=cpu_limit, port_base=port_base,
-                          suite=suite, base=base, mirror=mirror, install=not no_install, say=say)
+                          suite=suite, base=base, mirror=mirror, install=not no_install, say=say,
+                          mesos=mesos)
     except KeyboardInterrupt:
         click.echo("cosched testbed up: interrupted; what it had made was removed", err=True)
         sys.exit(130)
@@ -83,6 +87,9 @@ def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, no_install, a
                "controller")
     for node, port in zip(spec.node_names(), spec.agent_ports):
         click.echo(f"  {node}: agent on http://127.0.0.1:{port}")
+    if spec.mesos_port:
+        click.echo(f"  emulated Mesos master on http://127.0.0.1:{spec.mesos_port} "
+                   "(cosched run --backend mesos --master URL)")
     click.echo("next: cosched testbed run; cosched testbed report; cosched testbed down")
 
 
@@ -147,6 +154,9 @@ def status_cmd(instance, as_json) -> None:
         click.echo("  slurm: " + ", ".join(f"{n['node']} {n['state']}" for n in st["slurm"]["nodes"]))
     for node, a in st["agents"].items():
         click.echo(f"  agent {node}: {a['url']} {'ok' if a['ok'] else 'NOT ANSWERING'}")
+    if st.get("mesos_master"):
+        m = st["mesos_master"]
+        click.echo(f"  emulated Mesos master: {m['url']} {'ok' if m['ok'] else 'NOT ANSWERING'}")
 
 
 @testbed.command("smoke")

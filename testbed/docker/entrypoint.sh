@@ -54,7 +54,18 @@ controller)
     # Idle: `cosched testbed run` executes the controller here with `docker exec`.
     exec sleep infinity
     ;;
+mesos-master)
+    # The emulated Mesos master (testbed/mesos: not Mesos, which cannot be installed here);
+    # its agents run tasks as processes in cgroups below this container's own.
+    for c in cpu cpuacct memory freezer; do
+        [ -d "/sys/fs/cgroup/$c" ] && mount -o remount,bind,rw "/sys/fs/cgroup/$c" 2>/dev/null \
+            || say "cannot make /sys/fs/cgroup/$c writable"
+    done
+    exec cosched mesos emulate --agents "${COSCHED_MESOS_AGENTS:?}" --cpus "${COSCHED_MESOS_CPUS:?}" \
+        --cpu-scale "${COSCHED_MESOS_CPU_SCALE:?}" --listen "0.0.0.0:${COSCHED_MESOS_PORT:-5050}" \
+        --workdir /var/lib/cosched-mesos
+    ;;
 *)
-    say "unknown role '$role' (slurmctld, node or controller)"; exit 2
+    say "unknown role '$role' (slurmctld, node, controller or mesos-master)"; exit 2
     ;;
 esac
