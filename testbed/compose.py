@@ -170,18 +170,21 @@ def _common(spec: TestbedSpec, role: str, service: str, image: str) -> dict:
     return svc
 
 
-def _health(test: list[str], start_period: str = "90s") -> dict:
-    return {"test": test, "interval": "1s", "timeout": "10s", "retries": 30,
-            "start_period": start_period}
+HEALTH_BIN = "/usr/local/sbin/cosched-testbed-health"   # testbed/docker/health.sh
+
+
+def _health(role: str, start_period: str = "90s") -> dict:
+    # bash and scontrol only (no Python start-up): cheap enough to run every second.
+    return {"test": ["CMD", HEALTH_BIN, role], "interval": "1s", "timeout": "10s",
+            "retries": 30, "start_period": start_period}
 
 
 def compose_config(spec: TestbedSpec) -> dict:
     """The compose file (format 2.4: CPU quotas and health-gated depends_on without swarm)."""
     tag = spec.tag
-    py = "/opt/cosched/bin/python"
     services: dict[str, dict] = {}
     ctld = _common(spec, "slurmctld", "slurmctld", f"{PREFIX}-slurmctld:{tag}")
-    ctld["healthcheck"] = _health(["CMD", "scontrol", "ping"])
+    ctld["healthcheck"] = _health("slurmctld")
     services["slurmctld"] = ctld
     for i, node in enumerate(spec.node_names()):
         svc = _common(spec, "node", node, f"{PREFIX}-node:{tag}")
@@ -201,7 +204,7 @@ def compose_config(spec: TestbedSpec) -> dict:
                 "COSCHED_CPU_PER_CORE": f"{spec.cpu_per_core:.6g}",
                 "COSCHED_AGENT_PORT": str(AGENT_PORT),
             },
-            "healthcheck": _health(["CMD", py, "-m", "testbed.health", "node"]),
+            "healthcheck": _health("node"),
         })
         svc["volumes"] = svc["volumes"] + [f"shared:{SHARED_MOUNT}"]
         if spec.agent_ports:
@@ -210,7 +213,7 @@ def compose_config(spec: TestbedSpec) -> dict:
     ctl = _common(spec, "controller", "controller", f"{PREFIX}-controller:{tag}")
     ctl["volumes"] = ctl["volumes"] + [f"shared:{SHARED_MOUNT}",
                                        f"{spec.results_dir}:{RESULTS_MOUNT}"]
-    ctl["healthcheck"] = _health(["CMD", py, "-m", "testbed.health", "controller"])
+    ctl["healthcheck"] = _health("controller")
     services["controller"] = ctl
     if spec.mesos:
         mm = _common(spec, "mesos-master", "mesos-master", f"{PREFIX}-controller:{tag}")
@@ -224,7 +227,7 @@ def compose_config(spec: TestbedSpec) -> dict:
                             "COSCHED_MESOS_CPUS": str(spec.cpus),
                             "COSCHED_MESOS_CPU_SCALE": f"{spec.cpu_per_core:.6g}",
                             "COSCHED_MESOS_PORT": str(MESOS_PORT)},
-            "healthcheck": _health(["CMD", py, "-m", "testbed.health", "mesos-master"]),
+            "healthcheck": _health("mesos-master"),
         })
         if spec.mesos_port:
             mm["ports"] = [f"127.0.0.1:{spec.mesos_port}:{MESOS_PORT}"]

@@ -32,6 +32,7 @@ from .engine import DockerError, Engine, EngineUnavailable
 ROOT = Path(__file__).resolve().parent.parent         # the working tree
 DOCKER_DIR = Path(__file__).resolve().parent / "docker"
 ROLES = ("slurmctld", "node", "controller")
+DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "health.sh")
 # Debian suite -> its python3 (the wheels must match it) and the Slurm it ships.
 SUITES: dict[str, dict[str, str]] = {
     "bookworm": {"python": "3.11", "slurm": "22.05"},
@@ -288,12 +289,11 @@ def build_context(engine: Engine, suite: str, base: str, say: Say) -> BuildConte
     if ctx.exists():
         shutil.rmtree(ctx)
     (ctx / "wheels").mkdir(parents=True)
-    for f in ("Dockerfile", "entrypoint.sh"):
+    for f in DOCKER_FILES:
         shutil.copy2(DOCKER_DIR / f, ctx / f)
     shutil.copytree(deps, ctx / "wheels" / "deps")
     shutil.copytree(proj, ctx / "wheels" / "project")
-    tag = suite + "-" + digest([(DOCKER_DIR / "Dockerfile").read_bytes(),
-                                (DOCKER_DIR / "entrypoint.sh").read_bytes(),
+    tag = suite + "-" + digest([*((DOCKER_DIR / f).read_bytes() for f in DOCKER_FILES),
                                 deps.name, proj_key, image_id(engine, base)])[:12]
     return BuildContext(ctx, tag)
 

@@ -4,13 +4,14 @@ parsing, ports. (The whole testbed on a real Docker engine: test_testbed_docker.
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from coscheduler.model import InvalidInput
-from testbed import compose, health, images, instance, slurm_files
+from testbed import compose, images, instance, slurm_files
 from testbed.compose import TestbedSpec, compose_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,20 +134,73 @@ def test_unknown_suite_is_refused():
         images.check_suite("sid2")
 
 
+HEALTH = ROOT / "testbed" / "docker" / "health.sh"
+
+
+@pytest.fixture
+def fake_node(tmp_path):
+    """A fake `scontrol` (prints $FAKE_SCONTROL) on PATH and a real HTTP listener for the
+    agent's /healthz: the health script runs for real against them."""
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path in ("/healthz", "/health") else 404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text('#!/bin/sh\nprintf "%s\\n" "$FAKE_SCONTROL"\n'
+                                     '[ -z "$FAKE_FAIL" ] || exit 1\n')
+    (bindir / "scontrol").chmod(0o755)
+
+    def check(role, scontrol="", port=None, fail=False):
+        env = {"PATH": f"{bindir}:/usr/bin:/bin", "FAKE_SCONTROL": scontrol,
+               "COSCHED_NODE": "node1", "COSCHED_AGENT_PORT": str(port or srv.server_port),
+               "COSCHED_MESOS_PORT": str(port or srv.server_port)}
+        if fail:
+            env["FAKE_FAIL"] = "1"
+        return subprocess.run(["bash", str(HEALTH), role], env=env, capture_output=True,
+                              text=True, timeout=20)
+
+    yield check
+    srv.shutdown()
+
+
 @pytest.mark.parametrize("state, ok", [
-    ("IDLE", True), ("MIXED", True), ("ALLOCATED", True), ("IDLE+DRAIN", False),
-    ("DOWN", False), ("DOWN+NOT_RESPONDING", False), ("UNKNOWN", False), (None, False),
-    ("IDLE+NOT_RESPONDING", False),
+    ("IDLE", True), ("MIXED", True), ("ALLOCATED", True), ("COMPLETING", True),
+    ("IDLE+DRAIN", False), ("DOWN", False), ("DOWN+NOT_RESPONDING", False), ("UNKNOWN", False),
+    ("IDLE+NOT_RESPONDING", False), ("IDLE*", False),
 ])
-def test_node_health_reads_slurm_states(state, ok):
-    assert health.usable(state) is ok
+def test_node_health_reads_slurm_states(fake_node, state, ok):
+    line = f"NodeName=node1 Arch=x86_64 CPUTot=8 State={state} ThreadsPerCore=1"
+    r = fake_node("node", line)
+    assert (r.returncode == 0) is ok, r.stdout
+    if not ok:
+        assert f"State={state}" in r.stdout
 
 
-def test_node_state_is_parsed_from_scontrol_output():
-    line = ("NodeName=node1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=8 State=IDLE+DRAIN "
-            "ThreadsPerCore=1")
-    assert health.node_state(line) == "IDLE+DRAIN"
-    assert health.node_state("garbage") is None
+def test_node_health_needs_the_agent_and_slurm(fake_node):
+    free = instance.free_ports(1)[0]
+    r = fake_node("node", "NodeName=node1 State=IDLE", port=free)
+    assert r.returncode == 1 and f"agent not answering on port {free}" in r.stdout
+    r = fake_node("node", "slurm_load_node error: Unable to contact slurm controller", fail=True)
+    assert r.returncode == 1 and "scontrol" in r.stdout
+
+
+def test_controller_and_mesos_health(fake_node):
+    assert fake_node("controller", "Slurmctld(primary) at slurmctld is UP").returncode == 0
+    r = fake_node("controller", "Slurmctld(primary) at slurmctld is DOWN")
+    assert r.returncode == 1 and "not reachable" in r.stdout
+    assert fake_node("mesos-master").returncode == 0
+    assert fake_node("mesos-master", port=instance.free_ports(1)[0]).returncode == 1
+    assert fake_node("bogus").returncode == 2
 
 
 def test_a_port_in_use_is_refused_before_anything_starts():
@@ -172,3 +226,16 @@ def test_resolve_instance_without_a_testbed_says_what_to_do(tmp_path, monkeypatc
     assert instance.current_instance() is None
     with pytest.raises(InvalidInput):
         instance.resolve_instance("../x")
+
+
+def test_the_emulated_mesos_master_is_optional_and_loopback_only():
+    assert "mesos-master" not in compose_config(spec())["services"]
+    cfg = compose_config(spec(mesos=True, mesos_port=20010))
+    mm = cfg["services"]["mesos-master"]
+    assert mm["container_name"] == "cosched-testbed-abc123-mesos-master"
+    assert mm["ports"] == ["127.0.0.1:20010:5050"]
+    assert mm["environment"]["COSCHED_MESOS_AGENTS"] == "3"
+    assert mm["cpu_quota"] == round(3 * 0.5 * 100_000)
+    assert mm["healthcheck"]["test"][-1] == "mesos-master"
+    with pytest.raises(InvalidInput, match="mesos port"):
+        spec(mesos=True, mesos_port=20001)        # an agent's port
