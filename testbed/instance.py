@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 from coscheduler.model import InvalidInput
 
 from . import cgroups, images
-from .compose import (AGENT_PORT, CA_DIR, LABEL, TestbedSpec, check_instance_id, compose_config,
+from .compose import (AGENT_PORT, CA_DIR, CONF_MOUNT, LABEL, TestbedSpec, check_instance_id, compose_config,
                       render)
 from .engine import DockerError, Engine, EngineUnavailable, engine_status, ensure_engine
 from .slurm_files import slurm_files
@@ -195,12 +195,14 @@ def write_instance(spec: TestbedSpec) -> Path:
         token.chmod(0o600)
     for name, text in slurm_files(spec).items():
         (etc / "slurm" / name).write_text(text)
+    # The node agents as the Slurm backend reads them (slurm_plugin.connect's agents file),
+    # plus what the runner needs to know of the nodes.
+    token_file = f"{CONF_MOUNT}/agent.token"
     (etc / "cluster.json").write_text(json.dumps({
         "instance": spec.instance,
-        "nodes": {n: {"cpus": spec.cpus, "agent_url": f"http://{n}:{AGENT_PORT}"}
-                  for n in spec.node_names()},
-        "cpu_per_core": spec.cpu_per_core, "cpu_limit": spec.cpu_limit,
-        "token_file": "/etc/cosched-testbed/agent.token"}, indent=2) + "\n")
+        "nodes": {n: {"url": f"http://{n}:{AGENT_PORT}", "token_file": token_file,
+                      "cpus": spec.cpus} for n in spec.node_names()},
+        "cpu_per_core": spec.cpu_per_core, "cpu_limit": spec.cpu_limit}, indent=2) + "\n")
     (d / "docker-compose.yml").write_text(render(
         compose_config(spec), f"# cosched testbed {spec.instance}: written by `cosched testbed up`\n"))
     (d / "spec.json").write_text(json.dumps(spec.as_json(), indent=2) + "\n")
