@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "workload": "workload:workload",
     "train": "train:train",
     "models": "models:models",
+    "testbed": "testbed:testbed",
     "mesos": "mesos:mesos",
     "slurm": "slurm:slurm",
 }
