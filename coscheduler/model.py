@@ -209,6 +209,8 @@ class RunningJob:
     A host job runs on its own cores; a guest job runs inside a host's allocation
     (``host_job`` set) with ``quota_fraction`` of its cores' CPU time. For a host,
     ``quota_fraction`` is what it keeps of its own cores (1.0 when alone).
+    ``lendable`` False: the job holds cores but must never host a guest (on a real
+    cluster, a job that did not opt in to co-scheduling, or one Slurm will not let share).
     """
 
     job: Job
@@ -218,6 +220,7 @@ class RunningJob:
     host_job: str | None = None
     guest_jobs: tuple[str, ...] = ()
     decision_id: int | None = None
+    lendable: bool = True
 
     @property
     def job_id(self) -> str:

@@ -17,6 +17,7 @@ so that a quota request never waits for a whole sampling pass.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -68,7 +69,8 @@ class NodeAgent:
                  max_lease_s: float = DEFAULT_MAX_LEASE_S,
                  finished_retention_s: float = 300.0,
                  progress_window_s: float = 60.0,
-                 discover_slurm: bool = False, io_every: int = 5, start_grace_s: float = 60.0,
+                 discover_slurm: bool = False, slurm_node: str | None = None,
+                 io_every: int = 5, start_grace_s: float = 60.0,
                  cgroup_version: int | None = None,
                  layout: Layout | None = None, fs: CgroupFS | None = None):
         if not interval_s > 0:
@@ -83,6 +85,8 @@ class NodeAgent:
         self.finished_retention_s = finished_retention_s
         self.progress_window_s = progress_window_s
         self.discover_slurm = discover_slurm
+        # several slurmd on one host (emulated nodes): discover only this node's jobs
+        self.slurm_node = validate_job_id(slurm_node, "slurm node") if slurm_node else None
         # I/O byte counters change slowly and cost one more file per process: read them
         # every io_every ticks (and at once for a new process).
         self.io_every = max(1, int(io_every))
@@ -659,11 +663,14 @@ class NodeAgent:
     def _discover(self) -> None:
         """Register Slurm jobs found in the accounting hierarchy (read only there)."""
         mount = self.layout.acct_mount or self.layout.cpu_mount
-        for slurm_id, d in collect.discover_slurm_jobs(Path(mount)).items():
-            if slurm_id in self._jobs and self._jobs[slurm_id].status == "running":
-                continue
-            if slurm_id in self._jobs:
-                continue  # finished: not again
+        for slurm_id, d in collect.discover_slurm_jobs(Path(mount), self.slurm_node).items():
+            known = self._jobs.get(slurm_id)
+            if known is not None:
+                if known.status == "running" and known.spec.batch_cgroup is None:
+                    # registered by the controller before Slurm made its cgroup: follow it now
+                    known.spec = dataclasses.replace(known.spec, batch_cgroup=str(d))
+                    known.event(time.time(), f"found in {d}")
+                continue  # running, or finished: not again
             pids = sorted(collect.cgroup_tree_pids(d))
             if not pids:
                 continue
@@ -672,7 +679,7 @@ class NodeAgent:
             else:  # v1: the job's cpuset lives in the cpuset hierarchy, same relative path
                 cpuset = Path(str(mount)).parent / "cpuset" / d.relative_to(mount)
                 cores = collect.cpuset_cores(cpuset)
-            cores = cores or 1
+            cores = cores or collect.slurm_cpus_from_environ(pids) or 1
             spec = JobSpec(job_id=slurm_id, cores=float(cores), pids=tuple(pids), source="slurm",
                            batch_cgroup=str(d),
                            progress_file=str(Path(os.path.realpath(self.progress_dir)) / f"{slurm_id}.json"))

@@ -28,6 +28,12 @@ if [ ! -x "$venv/bin/python" ]; then
         }
     fi
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+# rl: JAX, optax, gymnasium, matplotlib for the learned-scheduler tests (about 30 s, 0.6 GB)
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl]'
 export PATH="$venv/bin:$PATH"
+# The Docker testbed's tests (marker docker) need Debian's Docker engine, compose v1 and
+# debootstrap: installed and started here when missing (as root; no systemd needed).
+if [ "$(id -u)" = 0 ]; then
+    "$venv/bin/python" -m testbed.engine ensure || echo "test.sh: no Docker engine (see above)" >&2
+fi
 exec "$venv/bin/python" -m pytest "$@"

@@ -147,13 +147,26 @@ class Controller:
         self._reconcile_quotas(running, report)
         samples = self._read_metrics(report)
         self._early_losses(samples, now, report)
-        ordered = self.queue_order([j for j in queued if j.job_id not in self._last], now)
+        waiting = [j for j in queued if j.job_id not in self._last]
+        if getattr(self.queue_order, "wants_machine", False):  # a selector's order
+            ordered = self.queue_order(waiting, now, machine=self._machine(nodes, running))
+        else:
+            ordered = self.queue_order(waiting, now)
         plan, declined = self._place(ordered, running, nodes, samples, now, report)
         self._act(plan, declined, now, report)
         self._save_dirty()
         self._expire_cooldowns(now)
         report.duration_s = time.perf_counter() - t0
         return report
+
+    @staticmethod
+    def _machine(nodes, running) -> tuple[int, int, list[tuple[float, int]]]:
+        """(free cores, total cores, [(estimated end, cores)]) for a selector's order."""
+        by_id = {rj.job_id: rj for rj in running}
+        free = free_cores({n.name: n.cores for n in nodes}, running, by_id)
+        ends = [(rj.start_time + rj.job.walltime_s, rj.job.cores) for rj in running
+                if rj.host_job is None]
+        return sum(free.values()), sum(n.cores for n in nodes), ends
 
     # -- stage 1: drain -----------------------------------------------------------------------
     def _drain(self, now: float, report: PassReport) -> None:
