@@ -605,6 +605,9 @@ class SlurmBackend:
                         self.agents[node].set_quota(str(jid), q, self.lease_s)
                     except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
                         ok = False
+                        if getattr(exc, "status", None) in (404, 409):
+                            self._quotas.pop(jid, None)   # the job ended: nothing to renew
+                            break
                         self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
             if ok:
                 self._renewed[jid] = now
