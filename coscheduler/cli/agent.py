@@ -29,6 +29,13 @@ def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:
     return read_token_file(str(path)), str(path)
 
 
+def _describe(e: Exception) -> str:
+    """An error as one line that names the path (OSError's str() is "[Errno 13] ...")."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return str(e)
+
+
 @click.command("agent")
 @click.option("--listen", default="127.0.0.1:9137", show_default=True,
               help="HOST:PORT to serve the HTTP API on (port 0: any free port).")
@@ -94,7 +101,15 @@ def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, st
                                discover_slurm=discover_slurm, slurm_node=slurm_node,
                                cgroup_version=version)
     except (InvalidInput, CgroupError, OSError) as e:
-        raise click.ClickException(str(e))
+        what = _describe(e)
+        if os.geteuid() != 0:
+            # Not root: that, not the path that happened to fail first, is what to fix.
+            raise click.ClickException(
+                f"cosched agent needs root (it moves processes between cgroups and writes their "
+                f"CPU quotas); running as uid {os.geteuid()} it could not start: {what}. "
+                "Run it as root (monitoring/cosched-agent.service), or use --check to see the "
+                "cgroup layout without changing anything")
+        raise click.ClickException(what)
     try:
         server = AgentServer(node_agent, listen, token)
     except (OSError, InvalidInput) as e:

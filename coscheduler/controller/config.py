@@ -20,6 +20,10 @@ class ControllerConfig:
     # walltime has passed (early progress rates are noisy).
     early_loss: bool = True
     early_loss_min_elapsed: float = 0.25
+    # Report a job failed when no set of the backend's nodes could ever hold it. An
+    # offer-based backend (Mesos) sees only the part of the cluster it is offered: there
+    # (False) such a job waits, and the free cores (held offers) are kept for it.
+    give_up_unplaceable: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
