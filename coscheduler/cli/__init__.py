@@ -26,7 +26,9 @@ COMMANDS: dict[str, str] = {
     "workload": "workload:workload",
     "train": "train:train",
     "models": "models:models",
+    "testbed": "testbed:testbed",
     "mesos": "mesos:mesos",
+    "slurm": "slurm:slurm",
 }
 
 

@@ -32,12 +32,21 @@ from .quotas import quota_without_guest, wanted_quota
 log = logging.getLogger("coscheduler.controller")
 
 
+def _claim(recorder: Recorder | None) -> None:
+    """One controller per persistent store (store/lock.py): recorders that can be shared
+    between processes say so with ``claim_controller``; a second controller is refused."""
+    claim = getattr(recorder, "claim_controller", None)
+    if callable(claim):
+        claim()
+
+
 class Controller:
     """Drives one backend with one co-allocation policy; see the package docstring."""
 
     def __init__(self, backend: Backend, policy: CoallocationPolicy | None = None,
                  recorder: Recorder | None = None, queue_order: QueueOrder = fcfs,
                  config: ControllerConfig | None = None):
+        _claim(recorder)
         self.backend = backend
         self.policy = policy or SpaceSharing()
         self.recorder: Recorder = recorder if recorder is not None else MemoryRecorder()
@@ -76,6 +85,7 @@ class Controller:
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
         learner = None
+        _claim(recorder)  # before load(): a second controller must not even read the state
         loaded = recorder.load()
         if policy.strip().lower() in ("asax", "asa_x"):
             learner = AsaxLearner(learner_config or LearnerConfig(), expert_factory,

@@ -45,6 +45,48 @@ def check_cgroups() -> None:
                                   "(plain processes, no CPU quotas)") from None
 
 
+def kill_orphaned_tasks() -> list[int]:
+    """SIGKILL the processes still inside the cgroups of emulators that died (their owner
+    pid, in the root's name ``cosched-mesos-<pid>-<n>``, is gone). Normally there are none:
+    a task's supervisor kills its group when the emulator dies; this covers a machine
+    without ``setpriv``. Only our own prefix, only dead owners."""
+    import signal
+
+    import psutil
+    from monitoring.cgroupfs import detect_layout
+
+    layout = detect_layout()
+    killed: list[int] = []
+    for mount in {layout.cpu_mount, layout.acct_mount} - {None}:
+        for root in Path(mount).glob(f"{CGROUP_PREFIX}*"):  # type: ignore[arg-type]
+            owner = root.name[len(CGROUP_PREFIX):].split("-")[0]
+            if not root.is_dir() or not owner.isdigit() or psutil.pid_exists(int(owner)):
+                continue
+            for procs in root.rglob("cgroup.procs"):
+                try:
+                    pids = [int(x) for x in procs.read_text().split()]
+                except (OSError, ValueError):
+                    continue
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                    except ProcessLookupError:
+                        pass
+    if killed:
+        psutil.wait_procs([p for p in (_proc(x) for x in killed) if p is not None], timeout=3)
+    return killed
+
+
+def _proc(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
 class MesosEmulator:
     def __init__(self, agents: list[AgentSpec], *, listen: tuple[str, int] = ("127.0.0.1", 5050),
                  workdir: str | os.PathLike | None = None, isolation: str = "cgroups",
@@ -66,6 +108,9 @@ class MesosEmulator:
             check_cgroups()
             from monitoring.recovery import remove_orphaned_roots
 
+            killed = kill_orphaned_tasks()
+            if killed:
+                log.warning("killed %d task processes left by dead emulators: %s", len(killed), killed)
             removed = remove_orphaned_roots(CGROUP_PREFIX)
             if removed:
                 log.info("removed cgroups left by dead emulators: %s", removed)

@@ -317,10 +317,16 @@ class Master:
             for fw in self.frameworks.values():
                 if fw.sub is not None:
                     fw.sub.close()
-            tasks = list(self._all_tasks)
-            for t in tasks:
+            for t in self._all_tasks:
                 t.silent = True
                 self._signal(t, signal.SIGTERM)
+        # The launcher drains its queue: tasks not started are dropped, one being started
+        # is killed as soon as it exists.
+        self._launch_q.put(None)
+        if self._launcher.is_alive():
+            self._launcher.join(timeout=10)
+        with self.lock:
+            tasks = [t for t in self._all_tasks if t.popen is not None]
         deadline = time.monotonic() + self.config.kill_grace_s
         for t in tasks:
             t.exited.wait(max(0.0, deadline - time.monotonic()))
@@ -328,11 +334,7 @@ class Master:
             for t in tasks:
                 self._signal(t, signal.SIGKILL)
         for t in tasks:
-            if t.popen is not None:
-                t.exited.wait(5.0)
-        self._launch_q.put(None)
-        if self._launcher.is_alive():
-            self._launcher.join(timeout=5)
+            t.exited.wait(5.0)
         self.timers.close()
         done = {}
         for agent in reversed(list(self.agents.values())):
@@ -431,12 +433,16 @@ class Master:
                 sub.close()
                 return sub
             fw = self.frameworks.get(fid) if fid else None
+            stale: list[str] = []
             if fw is not None:
                 old = fw.sub
                 if old is not None and not old.closed:
                     old.send({"type": "ERROR", "error": {"message": "Framework failed over"}})
                     old.close()
-                for oid in list(fw.offers):
+                # "Offers are rescinded and regenerated each time the framework
+                # (re-)registers" (docs/reconciliation.md): RESCIND on the new stream.
+                stale = list(fw.offers)
+                for oid in stale:
                     self._remove_offer(self.offers[oid])
                 fw.set_info(info)
                 fw.failover_gen += 1
@@ -459,6 +465,8 @@ class Master:
                 "master_info": self._master_info()}})
             if sub.heartbeats:
                 sub.send({"type": "HEARTBEAT"})
+            for oid in stale:
+                sub.send({"type": "RESCIND", "rescind": {"offer_id": _id(oid)}})
             # Unacknowledged status updates go out again at once on the new connection.
             for task in fw.tasks.values():
                 if task.updates:
@@ -1275,6 +1283,16 @@ class Master:
         with self.lock:
             self._send(self._framework(framework_id), {"type": "MESSAGE", "message": {
                 "agent_id": _id(agent_id), "executor_id": _id(executor_id), "data": _b64(data)}})
+
+    def send_event(self, framework_id: str, event: dict[str, Any]) -> None:
+        """Any event, as given (e.g. INVERSE_OFFERS, which the emulator never makes)."""
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise ValueError("an event must be a JSON object with a string 'type'")
+        with self.lock:
+            fw = self._framework(framework_id)
+            if not fw.connected:
+                raise KeyError(f"framework {framework_id!r} is not connected")
+            self._send(fw, event)
 
     def send_error(self, framework_id: str, message: str) -> None:
         with self.lock:
