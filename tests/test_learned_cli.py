@@ -117,3 +117,12 @@ def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
     assert scorer.kind == "scorer" and scorer.name == f"rl:{path}"
     order, scores = order_by_scores(scorer, 100.0, [(0, 1, 50), (5, 2, 500), (9, 1, 10)], 2, 4)
     assert sorted(order) == [0, 1, 2] and list(scores) == sorted(scores, reverse=True)
+
+
+def test_slurm_priority_and_run_take_learned_policies(tmp_path):
+    r = run("slurm", "priority", "--policy", "rl:nosuchmodel", "--once", "--slurm-conf",
+            str(tmp_path / "slurm.conf"))
+    assert r.exit_code == 2 and "unknown model 'nosuchmodel'" in r.stderr
+    r = run("run", "--backend", "slurm", "--queue-policy", "rl:nosuchmodel", "--slurm-conf",
+            str(tmp_path / "slurm.conf"), "--max-passes", "1")
+    assert r.exit_code == 2 and "unknown model 'nosuchmodel'" in r.stderr
