@@ -93,8 +93,8 @@ class HostIndex:
     """Candidate hosts for one pass, bucketed by spare room (cores not used by guests) and
     ranked in first-fit order (first node of the allocation, then job id).
 
-    A host is a running job that is not a guest, never was one (``was_guest``) and holds
-    fewer than ``config.max_guests_per_host`` guests. ``candidates(guest)`` merges the
+    A host is a running job that is lendable, is not a guest, never was one (``was_guest``)
+    and holds fewer than ``config.max_guests_per_host`` guests. ``candidates(guest)`` merges the
     buckets with room >= guest cores in rank order, skipping hosts already asked this pass,
     hosts in cooldown for this guest, hosts the guest's node layout does not fit and, under
     an EASY reservation, hosts that would leave the guest holding their cores past the
@@ -118,7 +118,7 @@ class HostIndex:
         max_guests = config.max_guests_per_host
         buckets: dict[int, list[tuple[tuple, RunningJob, dict[str, int], float]]] = {}
         for rj in running:
-            if rj.host_job is not None or rj.job_id in was_guest:
+            if rj.host_job is not None or rj.job_id in was_guest or not rj.lendable:
                 continue
             if len(rj.guest_jobs) >= max_guests:
                 continue

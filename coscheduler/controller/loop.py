@@ -32,12 +32,21 @@ from .quotas import quota_without_guest, wanted_quota
 log = logging.getLogger("coscheduler.controller")
 
 
+def _claim(recorder: Recorder | None) -> None:
+    """One controller per persistent store (store/lock.py): recorders that can be shared
+    between processes say so with ``claim_controller``; a second controller is refused."""
+    claim = getattr(recorder, "claim_controller", None)
+    if callable(claim):
+        claim()
+
+
 class Controller:
     """Drives one backend with one co-allocation policy; see the package docstring."""
 
     def __init__(self, backend: Backend, policy: CoallocationPolicy | None = None,
                  recorder: Recorder | None = None, queue_order: QueueOrder = fcfs,
                  config: ControllerConfig | None = None):
+        _claim(recorder)
         self.backend = backend
         self.policy = policy or SpaceSharing()
         self.recorder: Recorder = recorder if recorder is not None else MemoryRecorder()
@@ -76,6 +85,7 @@ class Controller:
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
         learner = None
+        _claim(recorder)  # before load(): a second controller must not even read the state
         loaded = recorder.load()
         if policy.strip().lower() in ("asax", "asa_x"):
             learner = AsaxLearner(learner_config or LearnerConfig(), expert_factory,
@@ -137,13 +147,26 @@ class Controller:
         self._reconcile_quotas(running, report)
         samples = self._read_metrics(report)
         self._early_losses(samples, now, report)
-        ordered = self.queue_order([j for j in queued if j.job_id not in self._last], now)
+        waiting = [j for j in queued if j.job_id not in self._last]
+        if getattr(self.queue_order, "wants_machine", False):  # a selector's order
+            ordered = self.queue_order(waiting, now, machine=self._machine(nodes, running))
+        else:
+            ordered = self.queue_order(waiting, now)
         plan, declined = self._place(ordered, running, nodes, samples, now, report)
         self._act(plan, declined, now, report)
         self._save_dirty()
         self._expire_cooldowns(now)
         report.duration_s = time.perf_counter() - t0
         return report
+
+    @staticmethod
+    def _machine(nodes, running) -> tuple[int, int, list[tuple[float, int]]]:
+        """(free cores, total cores, [(estimated end, cores)]) for a selector's order."""
+        by_id = {rj.job_id: rj for rj in running}
+        free = free_cores({n.name: n.cores for n in nodes}, running, by_id)
+        ends = [(rj.start_time + rj.job.walltime_s, rj.job.cores) for rj in running
+                if rj.host_job is None]
+        return sum(free.values()), sum(n.cores for n in nodes), ends
 
     # -- stage 1: drain -----------------------------------------------------------------------
     def _drain(self, now: float, report: PassReport) -> None:

@@ -113,14 +113,19 @@ SEQUENTIAL_CORES = ("one", "workflow")
 
 
 def paper_workload(scale: float = 1.0, tag: str | None = None,
-                   sequential_cores: str = "one") -> list[PaperStage]:
+                   sequential_cores: str = "one", *,
+                   mix: Sequence[tuple[str, int]] | None = None,
+                   core_speed: float = 1.0) -> list[PaperStage]:
     """The paper's 46 stage jobs in submission order, all submitted at t = 0.
 
     ``tag`` goes in front of every job id (``{tag}.montage-8.mProject``) so that runs
     sharing one state database never reuse a job id. ``sequential_cores``: "one" (the
     testbed's jobs: a sequential stage asks for one core) or "workflow" (it asks for its
     workflow's cores and keeps one of them busy, as a job script that requests the
-    workflow's size for every stage does)."""
+    workflow's size for every stage does). ``mix``: (workflow kind, cores) pairs instead
+    of the paper's (the Docker testbed runs it at a fraction of the cores). ``core_speed``:
+    what a core of the cluster that runs the jobs' commands is worth (the stage programs
+    shrink their CPU work by it; the profiles, and so the simulation, do not change)."""
     if sequential_cores not in SEQUENTIAL_CORES:
         raise InvalidInput(f"sequential_cores must be one of {', '.join(SEQUENTIAL_CORES)}, "
                            f"got {sequential_cores!r}")
@@ -128,10 +133,10 @@ def paper_workload(scale: float = 1.0, tag: str | None = None,
     from testbed.workloads.profile import workflow_profiles
 
     stages: list[PaperStage] = []
-    for kind, cores in PAPER_MIX:
+    for kind, cores in (PAPER_MIX if mix is None else mix):
         name = f"{kind}-{cores}"
         prefix = name if tag is None else f"{tag}.{name}"
-        jobs = workflow_jobs(kind, cores, scale, 0.0, prefix)
+        jobs = workflow_jobs(kind, cores, scale, 0.0, prefix, core_speed=core_speed)
         profiles = workflow_profiles(kind, cores, scale)
         for job, prof in zip(jobs, profiles, strict=True):
             held, util = job.cores, prof.cpu_util
@@ -265,7 +270,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               repeat_index: int = 0, recorder: Recorder | None = None, *,
               node_cores: int | None = None, tag: str | None = None,
               learning: str | None = None, sequential_cores: str = "one",
-              kill_at_walltime: bool = False, static_fraction: float = 0.5) -> PaperRun:
+              kill_at_walltime: bool = False, static_fraction: float = 0.5,
+              mix: Sequence[tuple[str, int]] | None = None) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -285,7 +291,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidInput(f"seed must be an integer, got {seed!r}")
     policy = canonical_policy(policy)
-    stages = paper_workload(scale, tag, sequential_cores)
+    stages = paper_workload(scale, tag, sequential_cores, mix=mix)
     largest = max(s.job.cores for s in stages)
     nodes = cluster_nodes(cluster_cores, node_cores, largest)
     backend = _RecordingBackend(nodes, kill_at_walltime)
@@ -353,6 +359,15 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
     )
 
 
+def measure_run(stages: list[PaperStage], backend, cores: int, policy: str, repeat: int,
+                seed: int, scale: float, learning: str | None) -> PaperRun:
+    """The paper's metrics of a run of ``stages`` on any body that recorded what the
+    virtual backend records: ``history`` (outcomes), ``starts`` ((time, job, host)),
+    ``start_quotas`` (job -> quota at start) and ``busy_core_seconds`` (the Docker
+    testbed measures a real Slurm run with the same definitions)."""
+    return _measure(stages, backend, cores, policy, repeat, seed, scale, learning)
+
+
 def _held_intervals(records: Iterable[StageRecord]) -> list[tuple[float, float, int]]:
     """(from, to, cores) the cluster's capacity was allocated: a host's (or lone job's)
     cores from start to end; a guest's cores only while it outlives its host."""
@@ -385,7 +400,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    seed: int = 0, carry_learning: bool = True, store: Recorder | None = None,
                    node_cores: int | None = None, tag: str | None = None,
                    sequential_cores: str = "one", kill_at_walltime: bool = False,
-                   on_run=None) -> list[PaperRun]:
+                   on_run=None, mix: Sequence[tuple[str, int]] | None = None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -405,7 +420,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 run = run_paper(cores, policy, seed, scale, k, recorder,
                                 node_cores=node_cores, tag=run_tag,
                                 sequential_cores=sequential_cores,
-                                kill_at_walltime=kill_at_walltime,
+                                kill_at_walltime=kill_at_walltime, mix=mix,
                                 learning="carried" if (carry_learning or store is not None)
                                 else "fresh")
                 runs.append(run)
@@ -476,6 +491,7 @@ def paper_normalised_runtimes(cores: int) -> dict[str, dict[str, float]] | None:
 __all__ = [
     "PAPER_CLUSTER_CORES", "PAPER_LOAD", "PAPER_TABLE2_RUNTIME_H", "PAPER_TABLE3", "POLICIES",
     "PaperRun", "PaperStage", "StageRecord", "WORKFLOW_KINDS", "canonical_policy", "cluster_nodes",
+    "measure_run",
     "normalised_runtimes", "paper_normalised_runtimes", "paper_workload", "run_experiment",
     "run_paper", "runtime_by_kind", "submission_order", "summarise",
 ]
