@@ -43,16 +43,19 @@ def test_workload_is_the_papers_mix():
     assert kinds == {"montage": 4, "blast": 4, "statistics": 4, "synthetic": 3}
     assert all(s.job.submit_time == 0.0 for s in stages)
     assert max(s.job.cores for s in stages) == 64
-    # Classes keep the core count: the degradation loss compares like with like.
-    assert stages[0].job.job_class == "montage-8/mProject"
+    # Classes are kind/stage/cores: the degradation loss compares like with like, and ASA_X
+    # may pool them by kind or by stage (classes="kind" by default).
+    assert stages[0].job.job_class == "montage/mProject/8"
+    # The paper's geometry: every stage holds its workflow's cores.
+    assert all(s.job.cores == int(s.workflow.rsplit("-", 1)[1]) for s in stages)
     # Memory is the paper's Table 2 share of the allocation.
     assert {s.kind: s.profile.mem_percent for s in stages} == pytest.approx(
         {"montage": 10.0, "blast": 44.0, "statistics": 5.0, "synthetic": 95.0})
 
 
-def test_sequential_stages_can_hold_their_workflows_cores():
-    one = paper_workload(SCALE)
-    held = paper_workload(SCALE, sequential_cores="workflow")
+def test_sequential_stages_hold_their_workflows_cores_or_one():
+    one = paper_workload(SCALE, sequential_cores="one")
+    held = paper_workload(SCALE)
     for a, b in zip(one, held):
         cores = int(a.workflow.rsplit("-", 1)[1])
         assert b.job.cores == cores

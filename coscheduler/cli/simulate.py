@@ -226,7 +226,7 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--fresh-learner", is_flag=True,
               help="Start ASA_X from scratch in every repetition (no carried-over learning).")
 @click.option("--sequential-cores", type=click.Choice(paper_exp.SEQUENTIAL_CORES),
-              default="one", show_default=True,
+              default="workflow", show_default=True,
               help="What a sequential stage asks for: one core, or its workflow's cores.")
 @click.option("--node-cores", type=click.IntRange(min=1), default=None,
               help="Split the cluster into nodes of this many cores (default: one node, as "

@@ -60,6 +60,7 @@ from typing import Iterable, Sequence
 from ..backends.virtual import Profile, VirtualBackend
 from ..controller import Controller, ControllerConfig
 from ..learner import LearnerConfig
+from ..learner.classes import class_key
 from ..model import Allocation, InvalidInput, Job
 from ..policies.coalloc import Asax, SpaceSharing, Static, make_policy
 from ..recorder import MemoryRecorder, Recorder
@@ -111,9 +112,13 @@ class PaperStage:
 
 SEQUENTIAL_CORES = ("one", "workflow")
 
+# ASA_X's class granularity (coscheduler.learner.classes) over the job classes
+# ``{kind}/{stage}/{cores}``: one class per workflow kind, per stage, or per stage and size.
+CLASSES: dict[str, str] = {"kind": "prefix:1", "stage": "prefix:2", "size": "job"}
+
 
 def paper_workload(scale: float = 1.0, tag: str | None = None,
-                   sequential_cores: str = "one") -> list[PaperStage]:
+                   sequential_cores: str = "workflow") -> list[PaperStage]:
     """The paper's 46 stage jobs in submission order, all submitted at t = 0.
 
     ``tag`` goes in front of every job id (``{tag}.montage-8.mProject``) so that runs
@@ -137,7 +142,7 @@ def paper_workload(scale: float = 1.0, tag: str | None = None,
             held, util = job.cores, prof.cpu_util
             if sequential_cores == "workflow" and job.cores < cores:
                 held, util = cores, prof.cpu_util * job.cores / cores
-            job = dataclasses.replace(job, job_class=f"{name}/{prof.stage}", cores=held)
+            job = dataclasses.replace(job, job_class=f"{kind}/{prof.stage}/{cores}", cores=held)
             stages.append(PaperStage(job, Profile(prof.runtime_s, util, prof.mem_share * 100.0),
                                      name, kind))
     return stages
@@ -233,6 +238,9 @@ class PaperRun:
     held_core_seconds: float
     peak_held_cores: int
     coallocations: int
+    # Mean over stages that hosted or were guests of runtime / runtime alone - 1.
+    mean_slowdown: float
+    colocated: int
     guest_quotas: list[float]
     timeouts: int
     overruns: int
@@ -242,6 +250,10 @@ class PaperRun:
     stages: list[StageRecord] = field(default_factory=list)
     # Job ids in the order the backend reported their ends (the contract: each exactly once).
     outcome_ids: list[str] = field(default_factory=list)
+    # With ``explain``: stage-seconds of waiting per rule that kept a stage from every host.
+    refusals: dict[str, float] | None = None
+    # ASA_X: learning rounds closed so far, summed over its classes (None for the others).
+    rounds_closed: int | None = None
 
     def as_json(self) -> dict:
         """The run as docs/simulator.md documents it (no per-stage records)."""
@@ -253,6 +265,7 @@ class PaperRun:
             "cpu_util": round(self.cpu_util, 4), "cluster_util": round(self.cluster_util, 4),
             "peak_held_cores": self.peak_held_cores,
             "coallocations": self.coallocations,
+            "mean_slowdown": round(self.mean_slowdown, 4), "rounds_closed": self.rounds_closed,
             "mean_guest_quota": (round(statistics.fmean(self.guest_quotas), 4)
                                  if self.guest_quotas else None),
             "timeouts": self.timeouts, "overruns": self.overruns, "failed": self.failed,
@@ -264,8 +277,10 @@ class PaperRun:
 def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0,
               repeat_index: int = 0, recorder: Recorder | None = None, *,
               node_cores: int | None = None, tag: str | None = None,
-              learning: str | None = None, sequential_cores: str = "one",
-              kill_at_walltime: bool = False, static_fraction: float = 0.5) -> PaperRun:
+              learning: str | None = None, sequential_cores: str = "workflow",
+              kill_at_walltime: bool = False, static_fraction: float = 0.5,
+              explain: bool = False, classes: str = "kind",
+              known_alone: bool = True) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -280,6 +295,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     from testbed.workloads.profile import check_scale
 
     scale = check_scale(scale)
+    if classes not in CLASSES:
+        raise InvalidInput(f"classes must be one of {', '.join(CLASSES)}, got {classes!r}")
     if isinstance(repeat_index, bool) or not isinstance(repeat_index, int) or repeat_index < 0:
         raise InvalidInput(f"repeat_index must be an integer >= 0, got {repeat_index!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -291,20 +308,56 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     backend = _RecordingBackend(nodes, kill_at_walltime)
     for s in stages:
         backend.submit(s.job, s.profile)
-    config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale)
+    config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain)
     order = submission_order(stages)
     learning_label = learning or ("carried" if recorder is not None else "fresh")
     recorder = recorder if recorder is not None else MemoryRecorder()
     if policy == "asax":
+        if known_alone:
+            # What a site's accounting of earlier exclusive runs holds: each class's runtime
+            # alone (in the fluid model exactly what space sharing measures), so the first
+            # co-locations already get degradation losses.
+            for s in stages:
+                if recorder.alone_runtime(s.job.job_class) is None:
+                    recorder.record_alone_runtime(s.job.job_class, s.profile.alone_runtime_s)
         controller = Controller.from_recorder(
             backend, recorder, "asax", learner_config=LearnerConfig(seed=seed + repeat_index),
-            queue_order=order, config=config)
+            queue_order=order, config=config, class_of=class_key(CLASSES[classes]))
     else:
         controller = Controller(backend, make_policy(policy, static_fraction=static_fraction),
                                 recorder, order, config)
-    backend.run_until_idle(controller, tick_s=TICK_S * scale)
-    return _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
+    census = _Census(controller) if explain else None
+    backend.run_until_idle(census or controller, tick_s=TICK_S * scale)
+    run = _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
                     learning_label if policy == "asax" else None)
+    if controller.learner is not None:
+        learner = controller.learner
+        run.rounds_closed = sum(learner.class_state(c).rounds for c in learner.known_classes())
+    if census is not None:
+        run.refusals = census.totals()
+    return run
+
+
+class _Census:
+    """Wraps a controller: after each pass, notes why each waiting stage found no host
+    (``PassReport.refused``), weighted by the time until the next pass."""
+
+    def __init__(self, controller: Controller):
+        self.controller = controller
+        self.passes: list[tuple[float, dict[str, str]]] = []
+
+    def step(self):
+        report = self.controller.step()
+        self.passes.append((report.time, dict(report.refused)))
+        return report
+
+    def totals(self) -> dict[str, float]:
+        """Stage-seconds of waiting per refusal reason."""
+        out: dict[str, float] = {}
+        for (t, refused), (t_next, _) in zip(self.passes, self.passes[1:]):
+            for reason in refused.values():
+                out[reason] = out.get(reason, 0.0) + (t_next - t)
+        return out
 
 
 def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, policy: str,
@@ -330,6 +383,9 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         runtimes[r.workflow] = runtimes.get(r.workflow, 0.0) + (r.end - r.start)
     guests = [r for r in records if r.host is not None]
     by_id = {s.job.job_id: s for s in stages}
+    shared = {r.job_id for r in guests} | {r.host for r in guests}
+    slowdowns = [(r.end - r.start) / by_id[r.job_id].profile.alone_runtime_s - 1.0
+                 for r in records if r.job_id in shared and r.state == "completed"]
     makespan = max(r.end for r in records) - min(r.submit for r in records)
     return PaperRun(
         cores=cores, policy=policy, repeat=repeat, seed=seed, scale=scale, learning=learning,
@@ -340,6 +396,8 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         cluster_util=backend.busy_core_seconds / (cores * makespan) if makespan > 0 else 0.0,
         busy_core_seconds=backend.busy_core_seconds, held_core_seconds=held_cs,
         peak_held_cores=_peak(held), coallocations=len(guests),
+        mean_slowdown=statistics.fmean(slowdowns) if slowdowns else 0.0,
+        colocated=len(slowdowns),
         guest_quotas=[backend.start_quotas[r.job_id] for r in guests],
         timeouts=sum(1 for r in records if r.state == "timeout"),
         overruns=sum(1 for r in records
@@ -384,7 +442,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    policies: Sequence[str] = POLICIES, repeat: int = 3, scale: float = 1.0,
                    seed: int = 0, carry_learning: bool = True, store: Recorder | None = None,
                    node_cores: int | None = None, tag: str | None = None,
-                   sequential_cores: str = "one", kill_at_walltime: bool = False,
+                   sequential_cores: str = "workflow", kill_at_walltime: bool = False,
                    on_run=None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);

@@ -90,6 +90,11 @@ class GroupPlan:
     wait_s: float  # per task: I/O or message waiting (the floor)
     overhead_s: float
     io_cpu_s: float = 0.0  # per task: CPU used while waiting (copying data)
+    overhead_cpu_s: float | None = None  # CPU of the overhead when not overhead_s x 1 core
+
+    @property
+    def overhead_cpu(self) -> float:
+        return self.overhead_s if self.overhead_cpu_s is None else self.overhead_cpu_s
 
     @property
     def waves(self) -> int:
@@ -194,10 +199,15 @@ def plan_groups(stage: StageSpec, workers: int, scale: float,
     for g, n in zip(stage.groups, counts):
         w = min(workers, n)
         overhead = GROUP_OVERHEAD_S
-        if g.kind in ("memload", "memcompute"):
-            overhead += g.buffer_mb * 1e6 * scale / FILL_BYTES_PER_S
+        fill = g.buffer_mb * 1e6 * scale / FILL_BYTES_PER_S
+        overhead_cpu = None
+        if g.kind == "memload":
+            overhead += fill
+        elif g.kind == "memcompute":  # each worker fills its own share, all at once
+            overhead += fill / w
+            overhead_cpu = GROUP_OVERHEAD_S + fill
         plans.append(GroupPlan(g.name, g.kind, n, w, g.cpu_s(scale), g.wait_s(scale), overhead,
-                               _io_cpu_s(g, scale)))
+                               _io_cpu_s(g, scale), overhead_cpu))
     return tuple(plans)
 
 
@@ -231,7 +241,7 @@ def stage_profile(workflow: str | WorkflowSpec, stage: str, cores: int, scale: f
     workers = workers_for(spec, cores)
     groups = plan_groups(spec, workers, scale, tasks)
     runtime = STARTUP_S + sum(g.runtime_s() for g in groups)
-    cpu = STARTUP_S + sum(g.overhead_s + g.tasks * (g.cpu_s + g.io_cpu_s) for g in groups)
+    cpu = STARTUP_S + sum(g.overhead_cpu + g.tasks * (g.cpu_s + g.io_cpu_s) for g in groups)
     job_cores = cores if spec.stage_type is StageType.PARALLEL else 1
     return StageProfile(
         workflow=wf.name, stage=spec.name, job_class=f"{wf.name}/{spec.name}",
