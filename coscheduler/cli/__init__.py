@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "demo": "demo:demo",
     "run": "run:run",
     "workload": "workload:workload",
+    "calibrate": "calibrate:calibrate",
 }
 
 

@@ -22,16 +22,28 @@ from ..model import InvalidInput, Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate
 from ..policies.gang import guest_placement
 from .config import ControllerConfig
+from .usage import ClassUsage, Expected
 
 
-def host_state(rj: RunningJob, sample: MetricsSample | None, now: float) -> HostState:
+def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
+               guest: Job | None = None, expected: Expected | None = None) -> HostState:
     """HostState of a host from its latest sample. Unknown metrics are read as a busy
-    host (100 % CPU and memory, Hp None): with nothing known, lend little."""
+    host (100 % CPU and memory, Hp None): with nothing known, lend little. With ``guest``
+    and what its class usually uses (``expected``), the state also tells the guest's
+    usual CPU, memory and file I/O and its cores over the host's."""
     job = rj.job
     elapsed = max(0.0, now - rj.start_time)
     happiness = None
     cpu = mem = 100.0
+    io = None
+    guest_fields = {}
+    if guest is not None and expected is not None:
+        guest_fields = dict(guest_cpu_percent=expected.cpu_percent,
+                            guest_mem_percent=expected.mem_percent,
+                            guest_share=guest.cores / job.cores,
+                            guest_io_mb_s=expected.io_mb_s)
     if sample is not None:
+        io = sample.io_mb_s
         cpu, mem = sample.cpu_percent, sample.mem_percent
         total = sample.tasks_total if sample.tasks_total is not None else job.tasks
         try:
@@ -40,7 +52,7 @@ def host_state(rj: RunningJob, sample: MetricsSample | None, now: float) -> Host
         except InvalidInput:
             happiness = None
     return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
-                     happiness)
+                     happiness, io_mb_s=io, **guest_fields)
 
 
 class MaxTree:
@@ -112,8 +124,10 @@ class HostIndex:
     def __init__(self, running: list[RunningJob], capacity: Mapping[str, int],
                  samples: Mapping[str, MetricsSample], now: float, *,
                  running_by_id: Mapping[str, RunningJob], was_guest: set[str],
-                 cooldown: Mapping[tuple[str, str], float], config: ControllerConfig):
+                 cooldown: Mapping[tuple[str, str], float], config: ControllerConfig,
+                 usage: ClassUsage | None = None):
         self.samples = samples
+        self.usage = usage
         self.now = now
         self.cooldown = cooldown
         self.max_candidates = config.max_candidates_per_guest
@@ -199,6 +213,7 @@ class HostIndex:
     def _filter(self, guest: Job, entries) -> Iterator[HostCandidate]:
         now, cooldown = self.now, self.cooldown
         gid = guest.job_id
+        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
         for _, rj, used, lent in entries:
             host_id = rj.job.job_id
             until = cooldown.get((gid, host_id))
@@ -214,7 +229,8 @@ class HostIndex:
             if placement is None:
                 continue
             sample = self.samples.get(host_id)
-            yield HostCandidate(rj, placement, lent, sample, host_state(rj, sample, now))
+            yield HostCandidate(rj, placement, lent, sample,
+                                host_state(rj, sample, now, guest, expected))
 
 
 # The rules a host candidate passes, in the order the index applies them; a guest that finds

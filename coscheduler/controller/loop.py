@@ -27,6 +27,7 @@ from .hosts import HostIndex, host_state, why_not_hosted
 from .order import QueueOrder, fcfs
 from .placement import CoStart, EasyBackfill, Start, easy_reservation, free_cores
 from .quotas import quota_without_guest, wanted_quota
+from .usage import ClassUsage
 
 # The package's name, as before the controller became a package, so log filters still match.
 log = logging.getLogger("coscheduler.controller")
@@ -49,8 +50,10 @@ class Controller:
 
     def __init__(self, backend: Backend, policy: CoallocationPolicy | None = None,
                  recorder: Recorder | None = None, queue_order: QueueOrder = fcfs,
-                 config: ControllerConfig | None = None):
+                 config: ControllerConfig | None = None, usage: ClassUsage | None = None):
         self.backend = backend
+        # What jobs of each class use unthrottled (what the experts may know of a guest).
+        self.usage = usage if usage is not None else ClassUsage()
         self.policy = policy or SpaceSharing()
         self.recorder: Recorder = recorder if recorder is not None else MemoryRecorder()
         self.queue_order = queue_order
@@ -86,7 +89,8 @@ class Controller:
                       queue_order: QueueOrder = fcfs, config: ControllerConfig | None = None,
                       static_fraction: float = 0.5,
                       expert_factory: Callable[[], list] | None = None,
-                      class_of: Callable[[Job], str] | None = None) -> "Controller":
+                      class_of: Callable[[Job], str] | None = None,
+                      usage: ClassUsage | None = None) -> "Controller":
         """Rebuild a controller after a restart: the learner from ``recorder.load()``
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
@@ -99,7 +103,7 @@ class Controller:
             for decision, loss in loaded.observed:
                 learner.teach(decision, loss)
         ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of), recorder,
-                  queue_order, config)
+                  queue_order, config, usage)
         now = backend.now()
         running = set(ctl._last)
         for decision, _ in loaded.observed:
@@ -151,6 +155,7 @@ class Controller:
         self._resolve_vanished_hosts(now, report)
         self._reconcile_quotas(running, report)
         samples = self._read_metrics(report)
+        self.usage.observe(running, samples)
         self._early_losses(samples, now, report)
         ordered = self.queue_order([j for j in queued if j.job_id not in self._last], now)
         plan, declined = self._place(ordered, running, nodes, samples, now, report)
@@ -385,7 +390,7 @@ class Controller:
         if self.policy.co_allocates:
             index = HostIndex(running, capacity, samples, now, running_by_id=by_id,
                               was_guest=self._was_guest, cooldown=self._cooldown,
-                              config=self.config)
+                              config=self.config, usage=self.usage)
         plan: list[Start | CoStart] = []
         declined: list[Decision] = []
         host_quota: dict[str, float] = {}   # hosts' quotas after this pass's co-starts
