@@ -264,6 +264,11 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--explain", is_flag=True,
               help="Count, per rule, the stage-seconds waited by stages no host took "
                    "(printed, and in --json as each run's 'refusals').")
+@click.option("--model", "model_name", type=click.Choice(("calibrated", "fluid")),
+              default="calibrated", show_default=True,
+              help="Interference between co-located jobs: the one fitted to real measurements "
+                   "(cosched calibrate, docs/calibration.md), or CPU quotas and memory capacity "
+                   "only.")
 @click.option("--old-rules", is_flag=True,
               help="Co-allocate by the rules before issue #10 (one guest per host, four hosts "
                    "asked per guest, former guests never host), for comparison.")
@@ -274,7 +279,8 @@ def _positive_scale(ctx, param, value: float) -> float:
 def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: int,
           db: Path | None, fresh_learner: bool, sequential_cores: str, node_cores: int | None,
           kill_at_walltime: bool, scale_out: int, classes: str, experts_text: str,
-          explain: bool, old_rules: bool, out_dir: Path | None, as_json: bool) -> None:
+          explain: bool, model_name: str, old_rules: bool, out_dir: Path | None,
+          as_json: bool) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -314,7 +320,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         sequential_cores=sequential_cores,
                                         kill_at_walltime=kill_at_walltime, classes=classes,
                                         experts=experts, explain=explain, scale_out=scale_out,
-                                        old_rules=old_rules)
+                                        old_rules=old_rules, model=paper_exp.MODELS[model_name])
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -328,7 +334,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                      "seed": seed, "asax_learning": learning, "db": str(db) if db else None,
                      "sequential_cores": sequential_cores, "node_cores": node_cores,
                      "kill_at_walltime": kill_at_walltime, "scale_out": scale_out,
-                     "classes": classes, "experts": list(experts), "old_rules": old_rules},
+                     "classes": classes, "experts": list(experts), "model": model_name,
+                     "old_rules": old_rules},
         "runs": [r.as_json(explain) for r in runs],
         "summary": summary,
         "normalised_runtime": {str(c): v for c, v in
@@ -348,10 +355,13 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         click.echo(json.dumps(result, indent=2, allow_nan=False))
         return
     notes = [f"ASA_X's learning: {learning}.",
-             "Space sharing and Static are deterministic here (fluid model): their "
+             "Space sharing and Static are deterministic in virtual time: their "
              "repetitions agree exactly.",
-             "CPU util (held): CPU time used over the allocated core-seconds; (cluster): over "
-             "all cores x makespan.",
+             f"Interference between co-located jobs: {model_name} model "
+             "(docs/calibration.md).",
+             "CPU util (cluster), the headline: CPU time used over all cores x makespan (falls "
+             "with cluster size as the paper's Table 3 does); (held): over the allocated "
+             "core-seconds. Mean slowdown: co-located stages' runtime over alone, minus 1.",
              "Paper: Souza et al., ASA_X, Tables 2 and 3 (NumaScale, 3 repetitions)."]
     click.echo(report(summary, notes))
     if explain:

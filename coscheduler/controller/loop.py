@@ -371,14 +371,31 @@ class Controller:
                                              s.tasks_per_s)
             if loss is None:
                 continue
+            # The verdict is final for these decisions, so it must not be milder than what
+            # the projection says of the host's slowdown (its runtime alone known) nor, with
+            # pair losses, of its guest's.
+            projected = elapsed + max(0, total - s.tasks_done) / s.tasks_per_s \
+                if s.tasks_per_s > 0 else math.inf
+            alone = self.recorder.alone_runtime(rj.job.job_class)
+            if alone is not None and alone > 0 and math.isfinite(projected):
+                loss = max(loss, hp.degradation_loss(projected, alone))
+            self._drain_samples = samples
             for did in sorted(self._by_host.pop(host_id)):
                 d = self.learner.pending.get(did)
                 if d is None:
                     continue
                 self._by_guest.pop(d.guest_job, None)
-                self._observe(d, loss, "projected", now, report,
+                guest = self._other_part(d.guest_job, {}, now, "guest") \
+                    if self.config.pair_loss else None
+                worst = max(loss, guest.loss if guest is not None else 0.0)
+                note = f"Hp projects an overrun at {elapsed:.0f} s: host {loss:.3f}"
+                if guest is not None:
+                    note += f", guest {guest.loss:.3f} (projected)"
+                self._observe(d, worst, "projected", now, report,
                               host_walltime_s=rj.job.walltime_s,
-                              note=f"Hp projects an overrun at {elapsed:.0f} s")
+                              host_runtime_s=projected if math.isfinite(projected) else None,
+                              guest_runtime_s=guest.runtime_s if guest is not None else None,
+                              note=note)
 
     # -- stage 4: place -----------------------------------------------------------------------
     def _place(self, ordered: list[Job], running: list[RunningJob], nodes, samples, now: float,

@@ -122,6 +122,10 @@ SEQUENTIAL_CORES = ("one", "workflow")
 OLD_RULES = {"max_guests_per_host": 1, "max_candidates_per_guest": 4,
              "former_guests_host": False}
 
+# Interference models by name: fitted to real measurements, or quotas and memory only.
+MODELS: dict[str, InterferenceModel] = {"calibrated": CALIBRATED,
+                                        "fluid": InterferenceModel(memory_penalty=2.0)}
+
 # ASA_X's optional experts beyond the paper's four (coscheduler.learner.experts).
 DEFAULT_EXPERTS: tuple[str, ...] = ("pair",)
 

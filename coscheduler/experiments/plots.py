@@ -110,6 +110,7 @@ def plot_weights(runs: Sequence[PaperRun], cores: int, path: Path) -> Path | Non
     if not history:
         return None
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
     classes = sorted({h["class"] for h in history})
     fig, axes = plt.subplots(1, len(classes), figsize=(3.6 * len(classes), 3.6),
                              squeeze=False, sharey=True)
@@ -123,6 +124,7 @@ def plot_weights(runs: Sequence[PaperRun], cores: int, path: Path) -> Path | Non
         ax.set_title(cls)
         ax.set_xlabel("rounds closed")
         ax.set_ylim(0, 1)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0][0].set_ylabel("expert weight")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(f"ASA_X expert weights per class, {cores} cores, over the repetitions")
