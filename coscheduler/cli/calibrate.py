@@ -28,8 +28,8 @@ def _pct(x: float) -> str:
 
 @click.command()
 @click.option("--quick", is_flag=True,
-              help="A few points, two rounds (about a minute); default: every point, five rounds "
-                   "(about ten minutes).")
+              help="Four points, two rounds (about half a minute); default: 29 points, five "
+                   "rounds (about a quarter of an hour on two cores).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/cli-json.md).")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the raw figures (JSON) to this file.")
