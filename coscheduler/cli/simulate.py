@@ -367,3 +367,30 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
     if explain:
         click.echo("")
         click.echo(paper_exp.refusal_table(runs))
+
+
+@simulate.command("io-pairs")
+@click.option("--repeat", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Repetitions, ASA_X's learning carried over.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+def io_pairs(repeat: int, seed: int, as_json: bool) -> None:
+    """Beyond the paper: ASA_X with its paper experts against the same plus the I/O-aware
+    expert, on a workload of I/O-heavy and message-bound stages under the calibrated
+    interference model (coscheduler/experiments/io_pairs.py)."""
+    from ..experiments.io_pairs import compare
+
+    t0 = time.perf_counter()
+    results = compare(repeat, seed)
+    click.echo(f"{2 * repeat} virtual runs in {time.perf_counter() - t0:.1f} s", err=True)
+    if as_json:
+        click.echo(json.dumps({name: [r.as_json() for r in runs]
+                               for name, runs in results.items()}, indent=2))
+        return
+    click.echo(f"{'experts':<10} {'rep':>3} {'I/O pairs':>9} {'other pairs':>11} "
+               f"{'I/O-heavy slowdown':>18} {'co-located slowdown':>19} {'io weight':>9}")
+    for name, runs in results.items():
+        for r in runs:
+            w = "-" if r.io_weight is None else f"{r.io_weight:.2f}"
+            click.echo(f"{name:<10} {r.repeat:>3} {r.io_pairs:>9} {r.other_pairs:>11} "
+                       f"{100 * r.io_heavy_slowdown:>17.0f}% {100 * r.mean_slowdown:>18.0f}% {w:>9}")
