@@ -24,6 +24,11 @@ COMMANDS: dict[str, str] = {
     "demo": "demo:demo",
     "run": "run:run",
     "workload": "workload:workload",
+    "train": "train:train",
+    "models": "models:models",
+    "testbed": "testbed:testbed",
+    "mesos": "mesos:mesos",
+    "slurm": "slurm:slurm",
     "calibrate": "calibrate:calibrate",
 }
 

@@ -11,6 +11,8 @@ BENCHES = {
     "simulator": "simulator:simulator",
     "agent": "agent:agent",
     "controller": "controller:controller",
+    "learned": "learned:learned",
+    "mesos": "mesos:mesos",
 }
 
 

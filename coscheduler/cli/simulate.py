@@ -76,16 +76,31 @@ def _parse_policies(text: str) -> list[str]:
     for raw in text.split(","):
         if not raw.strip():
             raise click.BadParameter(
-                f"empty policy name in {text!r}; valid policies: {', '.join(POLICIES)}",
+                f"empty policy name in {text!r}; valid policies: {', '.join(POLICIES)}, "
+                "rl:NAME or rl:PATH",
                 param_hint="--policy",
             )
         try:
-            name = get_policy(raw).name
+            if raw.strip().lower().startswith("rl:"):
+                from ..learned.registry import scorer_for
+
+                name = scorer_for(raw).name  # checked now, loaded again per run
+            else:
+                name = get_policy(raw).name
         except InvalidInput as exc:
             raise click.BadParameter(str(exc), param_hint="--policy") from None
         if name not in names:
             names.append(name)
     return names
+
+
+def _selector_or_name(name: str):
+    """A heuristic's name stays a name; ``rl:...`` becomes its scorer."""
+    if name.lower().startswith("rl:"):
+        from ..learned.registry import scorer_for
+
+        return scorer_for(name)
+    return name
 
 
 def _table(results: list[ReplayResult]) -> str:
@@ -127,12 +142,22 @@ def simulate() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per policy).")
 @click.option("--skip-bad-lines", is_flag=True,
               help="Skip malformed trace lines (counted and reported) instead of failing.")
+@click.option("--inspector", "inspectors", multiple=True, metavar="NAME|PATH",
+              help="Also replay under this SchedInspector model over its base policy "
+                   "(repeatable; see cosched models list).")
 def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: int | None,
-        as_json: bool, skip_bad_lines: bool) -> None:
+        as_json: bool, skip_bad_lines: bool, inspectors: tuple[str, ...]) -> None:
     """Replay a Standard Workload Format TRACE (plain or .gz) on an empty cluster
     sized by its MaxNodes/MaxProcs header, and report bounded slowdown, waits,
-    utilisation and makespan per policy."""
-    policies = _parse_policies(policy_text)
+    utilisation and makespan per policy (learned ones: rl:NAME, --inspector NAME)."""
+    policies: list = _parse_policies(policy_text)
+    for text in inspectors:
+        try:
+            from ..learned.registry import inspector_for
+
+            policies.append(inspector_for(text))
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--inspector") from None
     t0 = time.perf_counter()
     try:
         loaded = read_swf(trace, skip_bad_lines=skip_bad_lines)
@@ -159,7 +184,8 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
     results = []
     try:
         for name in policies:
-            results.append(replay(loaded, name, backfill, jobs=jobs, progress=progress))
+            policy = _selector_or_name(name) if isinstance(name, str) else name
+            results.append(replay(loaded, policy, backfill, jobs=jobs, progress=progress))
             progress.next_run(len(jobs))
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
@@ -394,3 +420,12 @@ def io_pairs(repeat: int, seed: int, as_json: bool) -> None:
             w = "-" if r.io_weight is None else f"{r.io_weight:.2f}"
             click.echo(f"{name:<10} {r.repeat:>3} {r.io_pairs:>9} {r.other_pairs:>11} "
                        f"{100 * r.io_heavy_slowdown:>17.0f}% {100 * r.mean_slowdown:>18.0f}% {w:>9}")
+
+
+def _add_learned() -> None:
+    from .simulate_learned import learned
+
+    simulate.add_command(learned)
+
+
+_add_learned()

@@ -162,3 +162,11 @@ def calibrate_cmd(as_json: bool) -> None:
                f"{out['streaming_per_s']} it/s streaming (reference {REF_RATE_STREAMING:.0f})")
     click.echo(f"one core here is {out['speed_vs_reference']:.2f}x the reference core: "
                f"CPU-bound stages take about {1 / out['speed_vs_reference']:.2f}x their profile")
+
+
+
+# `cosched workload submit` (Slurm) lives in its own module; its imports of Slurm code are
+# inside the command, so loading it here costs nothing.
+from .workload_submit import submit_cmd  # noqa: E402
+
+workload.add_command(submit_cmd)

@@ -38,6 +38,10 @@ class ControllerConfig:
     # Say why each job left queued was not co-allocated (PassReport.refused). O(queued x
     # running) per pass: a diagnostic for simulations and operators, off by default.
     explain: bool = False
+    # Report a job failed when no set of the backend's nodes could ever hold it. An
+    # offer-based backend (Mesos) sees only the part of the cluster it is offered: there
+    # (False) such a job waits, and the free cores (held offers) are kept for it.
+    give_up_unplaceable: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):

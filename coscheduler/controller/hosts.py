@@ -107,8 +107,8 @@ class HostIndex:
     """Candidate hosts for one pass, bucketed by spare room (cores not used by guests) and
     ranked in first-fit order (first node of the allocation, then job id).
 
-    A host is a running job that is not a guest (nor was one, ``was_guest``, unless
-    ``config.former_guests_host``) and holds fewer than ``config.max_guests_per_host``
+    A host is a running job that is lendable, is not a guest (nor was one, ``was_guest``,
+    unless ``config.former_guests_host``) and holds fewer than ``config.max_guests_per_host``
     guests (no limit when None). ``candidates(guest)`` merges the
     buckets with room >= guest cores in rank order, skipping hosts already asked this pass,
     hosts in cooldown for this guest, hosts the guest's node layout does not fit and, under
@@ -136,7 +136,7 @@ class HostIndex:
         no_former = not config.former_guests_host
         buckets: dict[int, list[tuple[tuple, RunningJob, dict[str, int], float]]] = {}
         for rj in running:
-            if rj.host_job is not None or (no_former and rj.job_id in was_guest):
+            if rj.host_job is not None or not rj.lendable or (no_former and rj.job_id in was_guest):
                 continue
             if max_guests is not None and len(rj.guest_jobs) >= max_guests:
                 continue
@@ -238,7 +238,7 @@ class HostIndex:
 # would have given it a candidate first).
 REFUSALS: tuple[str, ...] = (
     "no host large enough",   # no running job holds as many cores as the guest asks
-    "hosts are guests",       # the large-enough jobs are guests themselves (never nested)
+    "hosts are guests",       # the large-enough jobs are guests (never nested) or not lendable
     "former guests",          # ... or were guests once (their host ended)
     "guest slots full",       # ... or already hold config.max_guests_per_host guests
     "no room left",           # ... or their cores are taken by other guests
@@ -262,7 +262,7 @@ def why_not_hosted(guest: Job, running: list[RunningJob], *,
         if rj.job.cores < guest.cores:
             continue
         stage = 1
-        if rj.host_job is None:
+        if rj.host_job is None and rj.lendable:
             stage = 2
             if config.former_guests_host or rj.job_id not in was_guest:
                 stage = 3

@@ -45,12 +45,21 @@ class _LossPart:
     projected: bool = False
 
 
+def _claim(recorder: Recorder | None) -> None:
+    """One controller per persistent store (store/lock.py): recorders that can be shared
+    between processes say so with ``claim_controller``; a second controller is refused."""
+    claim = getattr(recorder, "claim_controller", None)
+    if callable(claim):
+        claim()
+
+
 class Controller:
     """Drives one backend with one co-allocation policy; see the package docstring."""
 
     def __init__(self, backend: Backend, policy: CoallocationPolicy | None = None,
                  recorder: Recorder | None = None, queue_order: QueueOrder = fcfs,
                  config: ControllerConfig | None = None, usage: ClassUsage | None = None):
+        _claim(recorder)
         self.backend = backend
         # What jobs of each class use unthrottled (what the experts may know of a guest).
         self.usage = usage if usage is not None else ClassUsage()
@@ -95,6 +104,7 @@ class Controller:
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
         learner = None
+        _claim(recorder)  # before load(): a second controller must not even read the state
         loaded = recorder.load()
         if policy.strip().lower() in ("asax", "asa_x"):
             learner = AsaxLearner(learner_config or LearnerConfig(), expert_factory,
@@ -157,13 +167,26 @@ class Controller:
         samples = self._read_metrics(report)
         self.usage.observe(running, samples)
         self._early_losses(samples, now, report)
-        ordered = self.queue_order([j for j in queued if j.job_id not in self._last], now)
+        waiting = [j for j in queued if j.job_id not in self._last]
+        if getattr(self.queue_order, "wants_machine", False):  # a selector's order
+            ordered = self.queue_order(waiting, now, machine=self._machine(nodes, running))
+        else:
+            ordered = self.queue_order(waiting, now)
         plan, declined = self._place(ordered, running, nodes, samples, now, report)
         self._act(plan, declined, now, report)
         self._save_dirty()
         self._expire_cooldowns(now)
         report.duration_s = time.perf_counter() - t0
         return report
+
+    @staticmethod
+    def _machine(nodes, running) -> tuple[int, int, list[tuple[float, int]]]:
+        """(free cores, total cores, [(estimated end, cores)]) for a selector's order."""
+        by_id = {rj.job_id: rj for rj in running}
+        free = free_cores({n.name: n.cores for n in nodes}, running, by_id)
+        ends = [(rj.start_time + rj.job.walltime_s, rj.job.cores) for rj in running
+                if rj.host_job is None]
+        return sum(free.values()), sum(n.cores for n in nodes), ends
 
     # -- stage 1: drain -----------------------------------------------------------------------
     def _drain(self, now: float, report: PassReport) -> None:
@@ -417,10 +440,19 @@ class Controller:
             if shape not in fits_empty:
                 fits_empty[shape] = first_fit(job, capacity) is not None
             if not fits_empty[shape]:
-                if job.job_id not in self._unplaceable:
-                    self._unplaceable.add(job.job_id)
-                    self._give_up(job.job_id, f"needs {job.cores} cores on {job.nodes} node(s); "
-                                  "no set of this cluster's nodes can hold it", report)
+                if self.config.give_up_unplaceable:
+                    if job.job_id not in self._unplaceable:
+                        self._unplaceable.add(job.job_id)
+                        self._give_up(job.job_id, f"needs {job.cores} cores on {job.nodes} node(s); "
+                                      "no set of this cluster's nodes can hold it", report)
+                    continue
+                # Offer-based: more may be offered. The free cores (held offers) are kept
+                # for this job: nothing later starts on them (guests inside hosts still may).
+                if cores.shadow is None:
+                    if not self.config.backfill:
+                        break
+                    report.reservation = (job.job_id, now)
+                    cores.reserve(now, {})
                 continue
             # On free cores, without delaying the EASY reservation if there is one.
             alloc = cores.start(job, now)

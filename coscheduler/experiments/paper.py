@@ -135,7 +135,9 @@ CLASSES: dict[str, str] = {"kind": "prefix:1", "stage": "prefix:2", "size": "job
 
 
 def paper_workload(scale: float = 1.0, tag: str | None = None,
-                   sequential_cores: str = "workflow", copies: int = 1) -> list[PaperStage]:
+                   sequential_cores: str = "workflow", *, copies: int = 1,
+                   mix: Sequence[tuple[str, int]] | None = None,
+                   core_speed: float = 1.0) -> list[PaperStage]:
     """The paper's 46 stage jobs in submission order, all submitted at t = 0.
 
     ``tag`` goes in front of every job id (``{tag}.montage-8.mProject``) so that runs
@@ -143,7 +145,11 @@ def paper_workload(scale: float = 1.0, tag: str | None = None,
     paper's: every stage is a job asking for its workflow's cores; a sequential one keeps
     one of them busy) or "one" (the testbed's jobs: a sequential stage asks for one core).
     ``copies``: the 15 workflows that many times over (``--scale-out``), copy after copy;
-    copy i > 0 names its instances ``montage-8.i``."""
+    copy i > 0 names its instances ``montage-8.i``. ``mix``: (workflow kind, cores) pairs
+    instead of the paper's (the Docker testbed runs it at a fraction of the cores).
+    ``core_speed``: what a core of the cluster that runs the jobs' commands is worth (the
+    stage programs shrink their CPU work by it; the profiles, and so the simulation, do not
+    change)."""
     if sequential_cores not in SEQUENTIAL_CORES:
         raise InvalidInput(f"sequential_cores must be one of {', '.join(SEQUENTIAL_CORES)}, "
                            f"got {sequential_cores!r}")
@@ -152,12 +158,13 @@ def paper_workload(scale: float = 1.0, tag: str | None = None,
     from testbed.workloads.jobs import PAPER_MIX, workflow_jobs   # workloads live in the testbed
     from testbed.workloads.profile import workflow_profiles
 
-    profiles_of = {(kind, cores): workflow_profiles(kind, cores, scale) for kind, cores in PAPER_MIX}
+    base_mix = tuple(PAPER_MIX if mix is None else mix)
+    profiles_of = {(kind, cores): workflow_profiles(kind, cores, scale) for kind, cores in base_mix}
     stages: list[PaperStage] = []
-    for copy, (kind, cores) in ((c, m) for c in range(copies) for m in PAPER_MIX):
+    for copy, (kind, cores) in ((c, m) for c in range(copies) for m in base_mix):
         name = f"{kind}-{cores}" if copy == 0 else f"{kind}-{cores}.{copy}"
         prefix = name if tag is None else f"{tag}.{name}"
-        jobs = workflow_jobs(kind, cores, scale, 0.0, prefix)
+        jobs = workflow_jobs(kind, cores, scale, 0.0, prefix, core_speed=core_speed)
         profiles = profiles_of[(kind, cores)]
         for job, prof in zip(jobs, profiles, strict=True):
             held, util = job.cores, prof.cpu_util
@@ -261,13 +268,6 @@ class PaperRun:
     held_core_seconds: float
     peak_held_cores: int
     coallocations: int
-    # Mean over stages that hosted or were guests of runtime / runtime alone - 1.
-    mean_slowdown: float
-    colocated: int
-    # Guests co-located with a host when both wait on files at least IO_HEAVY of their
-    # time, and the mean slowdown of the stages in those pairs (None without such pairs).
-    io_pairs: int
-    io_pair_slowdown: float | None
     guest_quotas: list[float]
     timeouts: int
     overruns: int
@@ -277,6 +277,13 @@ class PaperRun:
     stages: list[StageRecord] = field(default_factory=list)
     # Job ids in the order the backend reported their ends (the contract: each exactly once).
     outcome_ids: list[str] = field(default_factory=list)
+    # Mean over stages that hosted or were guests of runtime / runtime alone - 1.
+    mean_slowdown: float = 0.0
+    colocated: int = 0
+    # Guests co-located with a host when both wait on files at least IO_HEAVY of their
+    # time, and the mean slowdown of the stages in those pairs (None without such pairs).
+    io_pairs: int = 0
+    io_pair_slowdown: float | None = None
     # With ``explain``: stage-seconds of waiting per rule that kept a stage from every host.
     refusals: dict[str, float] | None = None
     # ASA_X: learning rounds closed so far, summed over its classes (None for the others),
@@ -317,6 +324,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               node_cores: int | None = None, tag: str | None = None,
               learning: str | None = None, sequential_cores: str = "workflow",
               kill_at_walltime: bool = False, static_fraction: float = 0.5,
+              mix: Sequence[tuple[str, int]] | None = None,
               explain: bool = False, classes: str = "kind", prior_runs: bool = True,
               experts: Sequence[str] = DEFAULT_EXPERTS, model: InterferenceModel = CALIBRATED,
               usage: ClassUsage | None = None, scale_out: int = 1,
@@ -344,7 +352,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     policy = canonical_policy(policy)
     if isinstance(scale_out, bool) or not isinstance(scale_out, int) or scale_out < 1:
         raise InvalidInput(f"scale_out must be an integer >= 1, got {scale_out!r}")
-    stages = paper_workload(scale, tag, sequential_cores, copies=scale_out)
+    stages = paper_workload(scale, tag, sequential_cores, copies=scale_out, mix=mix)
     largest = max(s.job.cores for s in stages)
     nodes = cluster_nodes(cluster_cores * scale_out, node_cores, largest)
     backend = _RecordingBackend(nodes, kill_at_walltime, model)
@@ -498,6 +506,15 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
     )
 
 
+def measure_run(stages: list[PaperStage], backend, cores: int, policy: str, repeat: int,
+                seed: int, scale: float, learning: str | None) -> PaperRun:
+    """The paper's metrics of a run of ``stages`` on any body that recorded what the
+    virtual backend records: ``history`` (outcomes), ``starts`` ((time, job, host)),
+    ``start_quotas`` (job -> quota at start) and ``busy_core_seconds`` (the Docker
+    testbed measures a real Slurm run with the same definitions)."""
+    return _measure(stages, backend, cores, policy, repeat, seed, scale, learning)
+
+
 def _held_intervals(records: Iterable[StageRecord]) -> list[tuple[float, float, int]]:
     """(from, to, cores) the cluster's capacity was allocated: a host's (or lone job's)
     cores from start to end; a guest's cores only while it outlives its host."""
@@ -530,7 +547,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    seed: int = 0, carry_learning: bool = True, store: Recorder | None = None,
                    node_cores: int | None = None, tag: str | None = None,
                    sequential_cores: str = "workflow", kill_at_walltime: bool = False,
-                   on_run=None, *, classes: str = "kind",
+                   on_run=None, mix: Sequence[tuple[str, int]] | None = None, *,
+                   classes: str = "kind",
                    experts: Sequence[str] = DEFAULT_EXPERTS,
                    model: InterferenceModel = CALIBRATED, explain: bool = False,
                    prior_runs: bool = True, scale_out: int = 1,
@@ -555,7 +573,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 run = run_paper(cores, policy, seed, scale, k, recorder,
                                 node_cores=node_cores, tag=run_tag,
                                 sequential_cores=sequential_cores,
-                                kill_at_walltime=kill_at_walltime,
+                                kill_at_walltime=kill_at_walltime, mix=mix,
                                 learning="carried" if (carry_learning or store is not None)
                                 else "fresh", classes=classes, experts=experts, model=model,
                                 explain=explain, prior_runs=prior_runs,
@@ -663,6 +681,7 @@ def paper_normalised_runtimes(cores: int) -> dict[str, dict[str, float]] | None:
 __all__ = [
     "PAPER_CLUSTER_CORES", "PAPER_LOAD", "PAPER_TABLE2_RUNTIME_H", "PAPER_TABLE3", "POLICIES",
     "PaperRun", "PaperStage", "StageRecord", "WORKFLOW_KINDS", "canonical_policy", "cluster_nodes",
+    "measure_run",
     "normalised_runtimes", "paper_normalised_runtimes", "paper_workload", "run_experiment",
     "run_paper", "runtime_by_kind", "submission_order", "summarise",
 ]

@@ -24,6 +24,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ..happiness import HAPPINESS_DONE
 from ..model import InvalidInput, StageType, check_finite, validate_job_class
 
 # Hp bins shared by every hand-made tree: < 1 (likely to overrun), [1, 1.1) (near 1),
@@ -108,7 +109,7 @@ class HostState:
             "stage_type": self.stage_type.value,
             "elapsed_fraction": self.elapsed_fraction,
             # JSON has no infinity: a finished-work host is "very happy".
-            "happiness": None if hp is None else (1e9 if math.isinf(hp) else hp),
+            "happiness": None if hp is None else (HAPPINESS_DONE if math.isinf(hp) else hp),
         }
         for name in ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_share",
                      "guest_io_mb_s"):

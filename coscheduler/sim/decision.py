@@ -18,8 +18,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Generator
 
+import numpy as np
+
+from ..policies.selection import ChoiceView
 from .backfill import conservative_backfill, easy_backfill, shadow_time
 
 # A queue entry sorts by (policy key, submit time, position): the tie-break rule.
@@ -51,11 +54,45 @@ class QueueState:
     running_est: list[tuple[float, int]] = field(default_factory=list)
     # First reservation (shadow time) each head received under EASY: checked by tests.
     reservation: dict[int, float] = field(default_factory=dict)
+    # A selector's state (``attach``); untouched by key-function replays.
+    selector: Any = None
+    wake: float = float("inf")  # an inspector's retry time after a rejection
+    rejections_total: int = 0
 
     def __post_init__(self) -> None:
         self.free = self.total_nodes
         if not self.est_end:
             self.est_end = [0.0] * len(self.need)
+
+    def attach(self, selector, cluster) -> None:
+        """Prepare for a selector: numpy copies of the job columns for its views."""
+        self.selector = selector
+        self.scoring = selector.kind == "scorer"
+        if selector.kind not in ("scorer", "inspector"):
+            raise ValueError(f"selector {selector.name!r} has unknown kind {selector.kind!r}")
+        self.ppn = cluster.procs_per_node
+        self.window = int(selector.window)
+        self._submit = np.asarray(self.submit, dtype=float)
+        self._procs = np.asarray(self.procs, dtype=np.int64)
+        self._estimate = np.asarray(self.estimate, dtype=float)
+        self._need = np.asarray(self.need, dtype=np.int64)
+        self.rejected: dict[int, int] = {}
+
+    def view(self, now: float, kind: str) -> ChoiceView:
+        """The selector's view: the first ``window`` waiting jobs in queue order."""
+        entries = self.entries
+        count = min(len(entries), self.window)
+        idx = np.fromiter((entries[k][2] for k in range(count)), dtype=np.int64, count=count)
+        running = self.running_est
+        r_end = np.fromiter((e for e, _ in running), dtype=float, count=len(running))
+        r_job = np.fromiter((j for _, j in running), dtype=np.int64, count=len(running))
+        return ChoiceView(
+            kind=kind, now=now, free_nodes=self.free, total_nodes=self.total_nodes,
+            procs_per_node=self.ppn, jobs=idx, submit=self._submit[idx],
+            procs=self._procs[idx], estimate=self._estimate[idx], need=self._need[idx],
+            running_end=r_end, running_need=self._need[r_job], queue_length=len(entries),
+            rejections=self.rejected.get(int(idx[0]), 0) if kind == "inspect" and count else 0,
+        )
 
     def enqueue(self, job: int, now: float) -> None:
         """Queue an arriving job."""
@@ -90,6 +127,66 @@ def _reorder(state: QueueState, now: float) -> None:
     state.entries = sorted(
         [(key(now, submit[j], procs[j], estimate[j]), submit[j], j) for _, _, j in state.entries]
     )
+
+
+def decide_selected(state: QueueState, now: float, backfill: str
+                    ) -> Generator[ChoiceView, Any, list[int]]:
+    """``decide`` with a selector choosing each new head (a generator: it yields the
+    selector's view and takes the answer back; see ``engine.replay_steps``).
+
+    - A scorer picks the head from the window (FCFS order); a pick that fits starts and
+      the scorer is asked again; one that does not fit becomes the head, as in ``decide``.
+    - An inspector sees the base policy's top job before it becomes the head. On a
+      rejection nothing more starts now (no backfilling either: the reference's skip),
+      and the engine adds a decision point ``retry_after`` seconds later.
+
+    Backfilling then runs as in ``decide`` (EASY in queue order: FCFS for a scorer).
+    """
+    started: list[int] = []
+    state.wake = float("inf")
+    if state.free == 0 and state.head is not None:
+        return started
+    if state.uses_now and state.entries:
+        _reorder(state, now)
+    entries = state.entries
+    need = state.need
+    head = state.head
+    selector = state.selector
+    while True:
+        if head is None:
+            if not entries:
+                break
+            if state.scoring:
+                pos = yield state.view(now, "pick")
+                if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)) \
+                        or not 0 <= pos < min(len(entries), state.window):
+                    raise ValueError(f"selector {selector.name!r} picked {pos!r}; the window "
+                                     f"has {min(len(entries), state.window)} jobs")
+                head = entries.pop(int(pos))[2]
+            else:
+                job = entries[0][2]
+                times = state.rejected.get(job, 0)
+                if times < selector.max_rejections:
+                    if not (yield state.view(now, "inspect")):
+                        state.rejected[job] = times + 1
+                        state.rejections_total += 1
+                        state.wake = now + selector.retry_after
+                        break
+                head = entries.pop(0)[2]
+        if need[head] > state.free:
+            break
+        state.start(head, now, started)
+        head = None
+    if head is not None and head != state.head and backfill == "easy":
+        state.reservation[head] = shadow_time(state.free, need[head], state.running_est, need)[0]
+    state.head = head
+    if head is None or not entries or state.free == 0:
+        return started
+    if backfill == "easy":
+        easy_backfill(state, now, started)
+    elif backfill == "conservative":
+        conservative_backfill(state, now, started)
+    return started
 
 
 def decide(state: QueueState, now: float, backfill: str) -> list[int]:

@@ -6,6 +6,12 @@ Non-preemptive; virtual time jumps from event to event. At each event time ``t``
 2. jobs that arrive at ``t`` are queued (all of them);
 3. one decision (``decision.decide``) starts what the policy and backfilling allow.
 
+A selector (a learned scorer or inspector) is asked inside the decision; the engine is a
+generator (``replay_steps``) that yields each question and takes the answer back, so the
+same loop serves plain replays (``simulate``) and learning environments, which step it.
+An inspector's rejection schedules one more decision point (a retry ``SKIP_TIME`` later)
+besides arrivals and ends.
+
 Jobs run for their actual run time; estimates only matter for ordering and reservations.
 The loop keeps per-job state in plain lists and a heap of end events, so replaying a
 200,000-job trace stays a matter of seconds in plain Python.
@@ -16,12 +22,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Generator, Protocol, Sequence
 
 from ..model import InvalidInput
 from ..policies.queue import QueuePolicy
 from .cluster import Cluster
-from .decision import QueueState, decide
+from ..policies.selection import ChoiceView, Selector
+from .decision import QueueState, decide, decide_selected
 
 BACKFILL_MODES = ("none", "easy", "conservative")
 
@@ -45,6 +52,7 @@ class Schedule:
     reservation: dict[int, float] = field(default_factory=dict)
     decisions: int = 0  # decision points visited
     finished: int = 0  # end events processed: equals the number of jobs
+    rejections: int = 0  # an inspector's rejections of its base policy's picks
 
 
 def _validate(jobs: Sequence[JobRecord], cluster: Cluster) -> None:
@@ -64,7 +72,7 @@ def _validate(jobs: Sequence[JobRecord], cluster: Cluster) -> None:
 def simulate(
     jobs: Sequence[JobRecord],
     cluster: Cluster,
-    policy: QueuePolicy,
+    policy: QueuePolicy | Selector,
     backfill: str = "none",
     *,
     progress: Callable[[int], None] | None = None,
@@ -72,8 +80,42 @@ def simulate(
 ) -> Schedule:
     """Replay ``jobs`` on an empty ``cluster``; time starts at the earliest submit time.
 
-    ``progress(finished)`` (optional) is called every ``progress_every`` finished jobs and
-    once at the end: the engine itself does no I/O.
+    ``policy`` is a key-function ``QueuePolicy`` (the fast path) or a ``Selector`` (a
+    scorer or an inspector, see ``coscheduler.policies.selection``), which the engine asks
+    whenever a new head must be chosen. ``progress(finished)`` (optional) is called every
+    ``progress_every`` finished jobs and once at the end: the engine itself does no I/O.
+    """
+    steps = replay_steps(jobs, cluster, policy, backfill, progress=progress,
+                         progress_every=progress_every)
+    if not isinstance(policy, QueuePolicy):
+        ask = policy.choose
+        try:
+            view = next(steps)
+            while True:
+                view = steps.send(ask(view))
+        except StopIteration as stop:
+            return stop.value
+    try:
+        next(steps)
+    except StopIteration as stop:
+        return stop.value
+    raise RuntimeError("a key-function replay asked for a choice")  # pragma: no cover
+
+
+def replay_steps(
+    jobs: Sequence[JobRecord],
+    cluster: Cluster,
+    policy: QueuePolicy | Selector,
+    backfill: str = "none",
+    *,
+    progress: Callable[[int], None] | None = None,
+    progress_every: int = 4096,
+) -> Generator[ChoiceView, object, Schedule]:
+    """The engine as a generator: it yields a ``ChoiceView`` each time a selector must
+    choose (never for a key-function policy) and takes the answer through ``send``;
+    its return value (``StopIteration.value``) is the ``Schedule``.
+
+    This is how a learning environment steps the very engine that ``simulate`` runs.
     """
     if backfill not in BACKFILL_MODES:
         raise InvalidInput(
@@ -85,15 +127,19 @@ def simulate(
     run = [j.run for j in jobs]
     procs = [j.procs for j in jobs]
     ppn = cluster.procs_per_node
+    selector = None if isinstance(policy, QueuePolicy) else policy
+    order = policy if selector is None else selector.queue_policy
     state = QueueState(
-        key=policy.key,
-        uses_now=policy.uses_now,
+        key=order.key,
+        uses_now=order.uses_now,
         total_nodes=cluster.nodes,
         submit=submit,
         procs=procs,
         estimate=[j.estimate for j in jobs],
         need=[-(-p // ppn) for p in procs],
     )
+    if selector is not None:
+        state.attach(selector, cluster)
     start = [math.nan] * n
     end = [math.nan] * n
     arrivals = sorted(range(n), key=submit.__getitem__)  # stable: ties keep trace order
@@ -105,8 +151,10 @@ def simulate(
     inf = float("inf")
     release, enqueue = state.release, state.enqueue
 
-    while next_arrival < n or ends:
+    while next_arrival < n or ends or state.wake < inf:
         t = submit[arrivals[next_arrival]] if next_arrival < n else inf
+        if state.wake < t and (not ends or state.wake < ends[0][0]):
+            t = state.wake  # an inspector's retry after a rejection, before any event
         if ends and ends[0][0] <= t:
             t = ends[0][0]
             while ends and ends[0][0] <= t:
@@ -117,7 +165,11 @@ def simulate(
             next_arrival += 1
         if state.head is not None or state.entries:
             decisions += 1
-            for job in decide(state, t, backfill):
+            if selector is None:
+                chosen = decide(state, t, backfill)
+            else:
+                chosen = yield from decide_selected(state, t, backfill)
+            for job in chosen:
                 start[job] = t
                 finish = end[job] = t + run[job]
                 heappush(ends, (finish, job))
@@ -130,4 +182,4 @@ def simulate(
         # Cannot happen with validated input; a broken invariant must not pass silently.
         raise RuntimeError(f"simulation ended with {n - finished} of {n} jobs not finished")
     return Schedule(start=start, end=end, reservation=state.reservation,
-                    decisions=decisions, finished=finished)
+                    decisions=decisions, finished=finished, rejections=state.rejections_total)

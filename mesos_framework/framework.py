@@ -1,0 +1,865 @@
+"""The Mesos framework: a Backend (coscheduler/backend.py) over resource offers.
+
+The one Controller, with the same policies as every other body (queue order, first-fit
+gang with EASY backfilling, Static, ASA_X), drives Mesos through this class; it holds no
+policy of its own. It is also a pymesos-style Scheduler: the driver calls it from its
+thread (offers, rescinds, status updates), the controller from its own; one lock guards
+the state both touch.
+
+How the controller's view is made from offers (first-fit gang over offers):
+
+- ``nodes()`` lists the Mesos agents with the cores this framework can use there: the
+  whole cores in the offers it holds, plus the cores its own running jobs hold. So the
+  controller's free cores (nodes minus running) are exactly the held offers, and its
+  first fit places a rigid job only when the held offers cover the whole request.
+- Offers are held until a job uses them or until a bounded, jittered deadline
+  (``hold_s``), then declined with a refuse filter (``refuse_s``) so they go to others
+  (``after_pass``). A job that does not fit yet keeps the controller's EASY reservation,
+  and the held offers accumulate until it fits. Nothing queued: every held offer is
+  declined and offers are suppressed until a job comes (REVIVE).
+- ``start`` launches a job's tasks (one per agent part, ``cpus`` = its cores) with one
+  ACCEPT per agent, all sent at once: Mesos refuses an ACCEPT whose offers belong to more
+  than one agent (master validation: "Aggregated offers must belong to one single
+  agent"). The unused rest of an accepted offer goes back with ``accept_refuse_s``.
+- A guest (ASA_X or Static co-allocation) runs on its host's agent and cores: its task
+  takes only memory from an offer of that agent (no cpus: it lives on the host's cores),
+  and the node agent there divides the CPU time (``quotas``).
+- Task states: all tasks finished -> completed; a task failed/errored -> the job failed
+  (its other tasks killed); killed at its walltime -> timeout; TASK_LOST and the other
+  cluster-side losses (agent lost, dropped, gone, unknown) -> the job's remaining tasks
+  are killed and the job is requeued (reported as a ``requeued`` outcome so the controller
+  closes its decisions), at most ``max_requeues`` times, then failed with the reason. A
+  job is never dropped silently.
+- Failover: the framework id is saved in ``state_file`` with every launched task; a new
+  instance subscribes with that id (within ``failover_timeout_s`` the master kept the
+  tasks), reconciles them, and adopts those still running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from coscheduler.backend import BackendError
+from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
+                               RunningJob, check_finite, validate_job_id)
+
+from . import messages as msg
+from .offers import (HeldOffer, carve, cores_by_agent, expired, hold_deadline, pick_offers,
+                     remainder)
+from .quotas import NodeQuotas, wrap_command
+
+log = logging.getLogger("mesos_framework.framework")
+
+_SEP = "~"   # task id = job id ~ attempt ~ part; job ids never hold "~"
+
+
+def task_id_for(job_id: str, attempt: int, part: int) -> str:
+    return f"{job_id}{_SEP}{attempt}{_SEP}{part}"
+
+
+def job_of_task(task_id: str) -> tuple[str, int, int] | None:
+    """(job id, attempt, part) of one of our task ids, or None."""
+    parts = task_id.rsplit(_SEP, 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    try:
+        validate_job_id(parts[0])
+    except InvalidInput:
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+@dataclass(frozen=True)
+class FrameworkConfig:
+    """The framework's settings (docs/mesos.md)."""
+
+    name: str = "coscheduler"
+    user: str = "root"
+    role: str | None = None
+    principal: str | None = None
+    failover_timeout_s: float = 7 * 86400.0
+    hold_s: float = 5.0
+    hold_jitter: float = 0.5
+    refuse_s: float = 2.0
+    idle_refuse_s: float = 5.0
+    accept_refuse_s: float = 0.0
+    mem_per_core_mb: float = 32.0
+    min_task_mem_mb: float = 32.0
+    overtime_factor: float = 1.0
+    max_requeues: int = 3
+    settle_s: float = 0.5
+    lease_s: float = 20.0
+    state_file: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("failover_timeout_s", "hold_s", "hold_jitter", "refuse_s", "idle_refuse_s",
+                     "accept_refuse_s", "mem_per_core_mb", "min_task_mem_mb", "overtime_factor",
+                     "settle_s", "lease_s"):
+            check_finite(getattr(self, name), f"mesos framework {name}", minimum=0.0)
+        if not self.user or not self.name:
+            raise InvalidInput("mesos framework: user and name must not be empty")
+        if isinstance(self.max_requeues, bool) or not isinstance(self.max_requeues, int) or self.max_requeues < 0:
+            raise InvalidInput(f"mesos framework max_requeues must be an integer >= 0, got {self.max_requeues!r}")
+
+
+@dataclass
+class _Task:
+    task_id: str
+    agent_id: str
+    hostname: str
+    cores: int
+    state: str = "TASK_STAGING"
+
+
+@dataclass
+class _Run:
+    job: Job
+    allocation: Allocation
+    start: float
+    quota: float
+    host: str | None
+    attempt: int
+    tasks: dict[str, _Task]
+    guests: list[str] = field(default_factory=list)
+    kill_reason: tuple[str, str] | None = None   # (outcome state, reason) once we killed it
+    lease_renewed: float = 0.0
+
+    def running_job(self) -> RunningJob:
+        return RunningJob(self.job, self.allocation, self.start, self.quota, self.host,
+                          tuple(self.guests))
+
+
+class MesosBackend:
+    """See the module docstring. ``driver`` is attached with ``attach`` (any object with the
+    MesosSchedulerDriver's ``call``, ``connected`` and ``framework_id``)."""
+
+    name = "mesos"
+
+    def __init__(self, config: FrameworkConfig | None = None, quotas: NodeQuotas | None = None,
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None):
+        self.config = config or FrameworkConfig()
+        self.quotas = quotas
+        self._clock = clock
+        self._t0 = clock()
+        self._rng = rng or random.Random()
+        self._lock = threading.RLock()
+        self.changed = threading.Event()   # set by the driver's callbacks: run a pass now
+        self.driver: Any = None
+        self._subscribed_at: float | None = None
+        self._suppressed = False
+        self._agents: dict[str, str] = {}          # agent id -> hostname, first-seen order
+        self._agent_cores: dict[str, int] = {}     # most cores seen usable per agent
+        self._node_of: dict[str, str] = {}         # agent id -> node name the controller sees
+        self._agent_of: dict[str, str] = {}
+        self._pool: dict[str, HeldOffer] = {}
+        self._pending: dict[str, dict[str, Any]] = {}        # agent id -> ACCEPT being built
+        self._taken: dict[str, dict[str, float]] = {}        # offer id -> resources cut this pass
+        self._last_offer: dict[str, float] = {}              # job id -> its last needed offer
+        self._waiting: dict[str, Job] = {}
+        self._runs: dict[str, _Run] = {}
+        self._ended: dict[str, str] = {}
+        self._finished: list[Outcome] = []
+        self._requeues: dict[str, int] = {}
+        self._attempts: dict[str, int] = {}
+        self._orphan_tasks: dict[str, str] = {}    # reconciled task id -> agent id (after failover)
+        self.history: list[Outcome] = []
+        self.fatal: str | None = None
+        self.problems: list[str] = []              # bad input seen (offers, statuses), last 200
+        self.counters = {"offers": 0, "rescinded": 0, "declined": 0, "accepted": 0,
+                         "launched_tasks": 0, "requeued": 0, "status_updates": 0}
+        self.gang_latency_s: list[float] = []      # last needed offer -> ACCEPTs sent
+        self.starts: list[tuple[float, str, str | None]] = []
+        self._saved = self._load_state()
+
+    # -- set-up ---------------------------------------------------------------------------
+    def attach(self, driver: Any) -> None:
+        self.driver = driver
+
+    def framework_info(self) -> dict[str, Any]:
+        c = self.config
+        return msg.framework_info(c.user, c.name, framework_id=self._saved.get("framework_id"),
+                                  failover_timeout=c.failover_timeout_s,
+                                  roles=[c.role] if c.role else (), principal=c.principal)
+
+    def submit(self, job: Job) -> None:
+        with self._lock:
+            jid = job.job_id
+            if jid in self._waiting or jid in self._runs or jid in self._ended:
+                raise InvalidInput(f"mesos backend: job {jid} was already submitted")
+            if not job.command:
+                raise InvalidInput(f"mesos backend: job {jid} has no command to run")
+            for dep in job.depends_on:
+                if dep not in self._waiting and dep not in self._runs and dep not in self._ended:
+                    raise InvalidInput(f"job {jid} depends on {dep}, which was not submitted")
+            adopted = self._adopt(job)
+            if not adopted:
+                self._waiting[jid] = job
+        self._revive()
+
+    # -- Backend interface ----------------------------------------------------------------
+    def now(self) -> float:
+        return self._clock() - self._t0
+
+    def nodes(self) -> list[Node]:
+        with self._lock:
+            held = cores_by_agent(self._pool.values())
+            ours: dict[str, int] = {}
+            for r in self._runs.values():
+                if r.host is None or r.host not in self._runs:
+                    for t in r.tasks.values():
+                        ours[t.agent_id] = ours.get(t.agent_id, 0) + t.cores
+            out = []
+            for aid in self._agents:
+                c = held.get(aid, 0) + ours.get(aid, 0)
+                if c >= 1:
+                    out.append(Node(self._node_of[aid], c))
+                    self._agent_cores[aid] = max(self._agent_cores.get(aid, 0), c)
+            return out
+
+    def cluster_cores(self) -> int:
+        """The most cores seen usable per agent, summed (what this framework knows of the
+        cluster's size)."""
+        self.nodes()
+        with self._lock:
+            return sum(self._agent_cores.values())
+
+    def queued(self) -> list[Job]:
+        with self._lock:
+            if not self._ready():
+                return []
+            self._resolve_dependencies()
+            return [j for j in self._waiting.values()
+                    if all(self._ended.get(d) == "completed" for d in j.depends_on)]
+
+    def running(self) -> list[RunningJob]:
+        with self._lock:
+            return [r.running_job() for r in self._runs.values()]
+
+    def metrics(self) -> dict[str, MetricsSample]:
+        if self.quotas is None:
+            return {}
+        self._renew_leases()
+        out: dict[str, MetricsSample] = {}
+        now = self.now()
+        with self._lock:
+            runs = [(jid, next(iter(r.tasks.values()))) for jid, r in self._runs.items() if r.tasks]
+        for jid, t in runs:
+            try:
+                v = self.quotas.sample(t.agent_id, t.hostname, jid)
+                if not v or v.get("cpu_percent") is None:
+                    continue
+                out[jid] = MetricsSample(jid, now, v["cpu_percent"], v.get("mem_percent") or 0.0,
+                                         v.get("tasks_done") or 0, v.get("tasks_total"),
+                                         v.get("tasks_per_s"))
+            except Exception:  # noqa: BLE001 - unknown this pass
+                continue
+        return out
+
+    def start(self, job: Job, allocation: Allocation, quota_fraction: float,
+              host_job: str | None = None) -> None:
+        """Commit held offers to the job's tasks; the ACCEPTs go out at the end of the pass
+        (``flush``), one per agent with every task placed there in this pass."""
+        q = self._check_quota(job.job_id, quota_fraction)
+        with self._lock:
+            if job.job_id not in self._waiting:
+                raise BackendError(f"cannot start job {job.job_id}: it is not queued")
+            if allocation.cores != job.cores or len(allocation.cores_by_node) != job.nodes:
+                raise BackendError(f"cannot start job {job.job_id}: allocation {allocation} does "
+                                   f"not match its request of {job.cores} cores on {job.nodes} node(s)")
+            host = None
+            if host_job is not None:
+                host = self._runs.get(host_job)
+                if host is None or host.host is not None:
+                    raise BackendError(f"cannot start job {job.job_id} as a guest: {host_job} is "
+                                       "not a running host")
+            plan = self._plan(job, allocation, host)
+            attempt = self._attempts.get(job.job_id, 0) + 1
+            tasks: dict[str, _Task] = {}
+            envs: list[tuple[dict[str, str], list[str]]] = []
+            for k, (aid, cores, _, _) in enumerate(plan):
+                hostname = self._agents.get(aid, "")
+                env = {"COSCHED_JOB_ID": job.job_id, "COSCHED_CORES": str(cores)}
+                argv = list(job.command)
+                if self.quotas is not None:
+                    try:
+                        env.update(self.quotas.prepare(aid, hostname, job, cores))
+                    except Exception as exc:  # noqa: BLE001
+                        for t in tasks.values():
+                            self._release_quota(job.job_id, t)
+                        raise BackendError(f"cannot start job {job.job_id}: node agent of "
+                                           f"{hostname or aid}: {exc}") from None
+                    argv = wrap_command(job.command)
+                tid = task_id_for(job.job_id, attempt, k)
+                tasks[tid] = _Task(tid, aid, hostname, cores)
+                envs.append((env, argv))
+            # From here nothing can fail: cut the resources and queue the launches.
+            last_offer = 0.0
+            for k, ((aid, cores, offers, amounts), (env, argv)) in enumerate(zip(plan, envs)):
+                tid = task_id_for(job.job_id, attempt, k)
+                resources = carve(offers, amounts, self._taken)
+                batch = self._pending.setdefault(aid, {"offers": {}, "tasks": [], "jobs": []})
+                for h in offers:
+                    batch["offers"][h.offer_id] = h
+                    self._pool[h.offer_id] = remainder(h, self._taken[h.offer_id])
+                    last_offer = max(last_offer, h.received)
+                batch["tasks"].append(msg.command_task(
+                    tid, f"{job.job_id} part {k}", aid, resources, argv, env=env,
+                    labels={"cosched_job": job.job_id}))
+                if job.job_id not in batch["jobs"]:
+                    batch["jobs"].append(job.job_id)
+            self._last_offer[job.job_id] = last_offer
+            self._attempts[job.job_id] = attempt
+            del self._waiting[job.job_id]
+            run = _Run(job, allocation, self.now(), q, host_job, attempt, tasks)
+            self._runs[job.job_id] = run
+            if host is not None:
+                host.guests.append(job.job_id)
+            self.starts.append((run.start, job.job_id, host_job))
+            self._save_state()
+        if q < 1.0:
+            self.set_quota(job.job_id, q)
+
+    def flush(self) -> None:
+        """Send the ACCEPTs of this pass: one per agent, all its offers, all its tasks. A
+        refused ACCEPT sends its jobs back to the queue (their other tasks killed)."""
+        with self._lock:
+            batches, self._pending, self._taken = self._pending, {}, {}
+            for batch in batches.values():
+                for oid in batch["offers"]:
+                    self._pool.pop(oid, None)   # Mesos declines whatever we left unused
+        failed: list[tuple[list[str], str]] = []
+        sent_jobs: set[str] = set()
+        for aid, batch in batches.items():
+            try:
+                self._call(msg.accept(self._fid(), list(batch["offers"]), [msg.launch(batch["tasks"])],
+                                      self.config.accept_refuse_s))
+                sent_jobs.update(batch["jobs"])
+            except Exception as exc:  # noqa: BLE001
+                failed.append((batch["jobs"], f"ACCEPT on agent {self._agents.get(aid) or aid} failed: {exc}"))
+        now = self.now()
+        with self._lock:
+            bad = {j for jobs, _ in failed for j in jobs}
+            for jobs, why in failed:
+                for jid in jobs:
+                    self._abort_launch(jid, why)
+            self.counters["accepted"] += len(batches) - len(failed)
+            for jid in sent_jobs - bad:
+                self.counters["launched_tasks"] += len(self._runs[jid].tasks) if jid in self._runs else 0
+                if jid in self._last_offer:
+                    self.gang_latency_s.append(max(0.0, now - self._last_offer.pop(jid)))
+            for jid in bad:
+                self._last_offer.pop(jid, None)
+
+    def set_quota(self, job_id: str, quota_fraction: float) -> None:
+        q = self._check_quota(job_id, quota_fraction)
+        with self._lock:
+            run = self._runs.get(job_id)
+            if run is None:
+                raise BackendError(f"cannot set the quota of job {job_id}: it is not running")
+            tasks = list(run.tasks.values())
+        if self.quotas is not None:
+            for t in tasks:
+                try:
+                    self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s)
+                except Exception as exc:  # noqa: BLE001
+                    raise BackendError(f"cannot set the quota of job {job_id} on {t.hostname or t.agent_id}: {exc}") from None
+        with self._lock:
+            run.quota = q
+            run.lease_renewed = self._clock()
+
+    def fail(self, job_id: str, reason: str) -> None:
+        with self._lock:
+            if job_id not in self._waiting:
+                raise BackendError(f"cannot fail job {job_id}: it is not queued")
+            del self._waiting[job_id]
+            now = self.now()
+            self._record(Outcome(job_id, now, now, "failed", reason))
+
+    def drain_finished(self) -> list[Outcome]:
+        self._enforce_walltimes()
+        with self._lock:
+            self._resolve_dependencies()
+            out, self._finished = self._finished, []
+            return out
+
+    # -- after each controller pass: offers held too long go back -----------------------------
+    def after_pass(self) -> None:
+        self.flush()
+        now = self.now()
+        with self._lock:
+            if not self._ready():
+                return
+            idle = not self._waiting
+            if idle:
+                give_back, refuse = list(self._pool), self.config.idle_refuse_s
+            else:
+                give_back, refuse = expired(self._pool.values(), now), self.config.refuse_s
+            for oid in give_back:
+                self._pool.pop(oid, None)
+            should_suppress = idle and not self._suppressed
+            if should_suppress:
+                self._suppressed = True
+        if give_back:
+            self._decline(give_back, refuse)
+        if should_suppress:
+            self._safe_call(lambda fid: msg.suppress(fid, [self.config.role] if self.config.role else ()))
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._waiting and not self._runs
+
+    def held_offers(self) -> list[HeldOffer]:
+        with self._lock:
+            return list(self._pool.values())
+
+    def close(self, kill: bool = True) -> None:
+        """Kill what still runs (unless ``kill`` is False: a failover keeps the tasks)."""
+        if kill:
+            with self._lock:
+                tasks = [(t.task_id, t.agent_id) for r in self._runs.values() for t in r.tasks.values()]
+            for tid, aid in tasks:
+                self._safe_call(lambda fid, tid=tid, aid=aid: msg.kill(fid, tid, aid))
+        if self.quotas is not None:
+            self.quotas.close()
+
+    # -- pymesos-style Scheduler callbacks (driver thread) -----------------------------------
+    def registered(self, driver, framework_id, master_info) -> None:
+        fid = framework_id.get("value") if isinstance(framework_id, Mapping) else str(framework_id)
+        log.info("registered with framework id %s", fid)
+        with self._lock:
+            self._saved["framework_id"] = fid
+            self._subscribed_at = self.now()
+            self._pool.clear()
+            self._suppressed = False
+            self._save_state()
+        self._reconcile()
+        self.changed.set()
+
+    def reregistered(self, driver, master_info) -> None:
+        log.info("reregistered with the master (framework id %s)", self._fid())
+        with self._lock:
+            self._subscribed_at = self.now()
+            self._pool.clear()      # offers of the old subscription are void
+            self._suppressed = False
+        self._reconcile()
+        self.changed.set()
+
+    def disconnected(self, driver) -> None:
+        log.warning("disconnected from the master; held offers dropped")
+        with self._lock:
+            self._subscribed_at = None
+            self._pool.clear()
+
+    def resourceOffers(self, driver, offers) -> None:
+        now = self.now()
+        useless: list[str] = []
+        with self._lock:
+            for raw in offers:
+                try:
+                    v = msg.read_offer(raw)
+                except msg.MessageError as exc:
+                    self._problem(f"offer ignored: {exc}")
+                    continue
+                for p in v.problems:
+                    self._problem(p)
+                self.counters["offers"] += 1
+                if v.agent_id not in self._agents:
+                    self._add_agent(v.agent_id, v.hostname)
+                elif v.hostname:
+                    self._agents[v.agent_id] = v.hostname
+                if v.cpus < 1.0 - 1e-6 and v.mem <= 0:
+                    useless.append(v.offer_id)
+                    continue
+                self._pool[v.offer_id] = HeldOffer(v, now, hold_deadline(
+                    now, self.config.hold_s, self.config.hold_jitter, self._rng))
+        if useless:
+            self._decline(useless, self.config.refuse_s)
+        self.changed.set()
+
+    def inverseOffers(self, driver, offers) -> None:
+        ids = [o["id"]["value"] for o in offers if isinstance(o, Mapping) and isinstance(o.get("id"), Mapping)]
+        log.warning("inverse offers (maintenance) for %s: declined; running jobs are not evacuated", ids)
+        if ids:
+            self._safe_call(lambda fid: msg.decline_inverse_offers(fid, ids))
+
+    def offerRescinded(self, driver, offer_id) -> None:
+        oid = offer_id.get("value") if isinstance(offer_id, Mapping) else str(offer_id)
+        with self._lock:
+            if self._pool.pop(oid, None) is not None:
+                self.counters["rescinded"] += 1
+                log.info("offer %s rescinded: no longer held", oid)
+        self.changed.set()
+
+    def statusUpdate(self, driver, status) -> None:
+        try:
+            s = msg.read_status(status)
+        except msg.MessageError as exc:
+            self._problem(f"status update ignored: {exc}")
+            return
+        for p in s.problems:
+            self._problem(p)
+        with self._lock:
+            self.counters["status_updates"] += 1
+            self._on_status(s)
+        self.changed.set()
+
+    def frameworkMessage(self, driver, executor_id, agent_id, data) -> None:
+        log.info("message from executor %s on %s (%d bytes, not used)", executor_id, agent_id, len(data or ""))
+
+    def slaveLost(self, driver, agent_id) -> None:
+        aid = agent_id.get("value") if isinstance(agent_id, Mapping) else str(agent_id)
+        log.warning("agent %s lost", aid)
+        with self._lock:
+            for oid in [o for o, h in self._pool.items() if h.agent_id == aid]:
+                del self._pool[oid]
+            for jid, r in list(self._runs.items()):
+                if any(t.agent_id == aid for t in r.tasks.values()):
+                    self._lose(jid, f"agent {self._agents.get(aid) or aid} lost")
+        self.changed.set()
+
+    def executorLost(self, driver, executor_id, agent_id, status) -> None:
+        log.info("executor %s on %s ended (status %s)", executor_id, agent_id, status)
+
+    def error(self, driver, message) -> None:
+        log.error("the master reported an error: %s", message)
+        self.fatal = str(message)
+        self.changed.set()
+
+    # -- status handling --------------------------------------------------------------------
+    def _on_status(self, s: msg.StatusView) -> None:
+        parsed = job_of_task(s.task_id)
+        run = self._runs.get(parsed[0]) if parsed else None
+        task = run.tasks.get(s.task_id) if run is not None else None
+        if task is None:
+            self._unknown_task(s, parsed)
+            return
+        task.state = s.state
+        jid = run.job.job_id
+        if s.state == "TASK_RUNNING" and s.executor_pid and self.quotas is not None:
+            try:
+                self.quotas.add_pid(task.agent_id, task.hostname, jid, s.executor_pid)
+            except Exception as exc:  # noqa: BLE001 - the task entered its cgroup itself
+                log.debug("registering executor pid %s of %s: %s", s.executor_pid, jid, exc)
+        if not s.terminal:
+            return
+        detail = f"task {s.task_id} {s.state}" + (f" ({s.reason})" if s.reason else "") + \
+            (f": {s.message}" if s.message else "")
+        if s.state == "TASK_FINISHED":
+            if all(t.state == "TASK_FINISHED" for t in run.tasks.values()):
+                self._end(jid, run.kill_reason[0] if run.kill_reason else "completed",
+                          run.kill_reason[1] if run.kill_reason else "")
+        elif s.state == "TASK_KILLED" and run.kill_reason is not None:
+            if all(t.state in msg.TERMINAL_STATES for t in run.tasks.values()):
+                self._end(jid, *run.kill_reason)
+        elif s.state in msg.RETRYABLE_STATES:
+            self._lose(jid, detail)
+        elif s.state == "TASK_KILLED":
+            self._kill_rest(run, ("cancelled", f"{detail} (not by this framework)"))
+            self._end(jid, "cancelled", f"{detail} (not by this framework)")
+        else:   # TASK_FAILED, TASK_ERROR
+            self._kill_rest(run, ("failed", detail))
+            self._end(jid, "failed", detail)
+
+    def _unknown_task(self, s: msg.StatusView, parsed) -> None:
+        if parsed is not None and s.reason == "REASON_RECONCILIATION" and not s.terminal:
+            # A task of ours from before a failover whose job is not submitted (yet).
+            self._orphan_tasks[s.task_id] = s.agent_id or ""
+            return
+        if parsed is not None and s.terminal:
+            return   # a late update of a job already ended or requeued
+        self._problem(f"status {s.state} for unknown task {s.task_id!r} ignored")
+
+    def _lose(self, job_id: str, reason: str) -> None:
+        """A job lost a task to the cluster: kill the rest, requeue (or fail)."""
+        run = self._runs.get(job_id)
+        if run is None:
+            return
+        self._kill_rest(run, ("requeued", reason))
+        n = self._requeues.get(job_id, 0) + 1
+        self._requeues[job_id] = n
+        self.counters["requeued"] += 1
+        end = self._remove_run(job_id)
+        if n > self.config.max_requeues:
+            self._record(Outcome(job_id, run.start, end, "failed",
+                                 f"{reason}; gave up after {n - 1} requeues"))
+            return
+        log.warning("job %s requeued (%d/%d): %s", job_id, n, self.config.max_requeues, reason)
+        self._finished.append(Outcome(job_id, run.start, end, "requeued", reason))
+        self.history.append(self._finished[-1])
+        self._waiting[job_id] = run.job
+        threading.Thread(target=self._revive, daemon=True).start()
+
+    def _kill_rest(self, run: _Run, why: tuple[str, str]) -> None:
+        if run.kill_reason is None:
+            run.kill_reason = why
+        for t in run.tasks.values():
+            if t.state not in msg.TERMINAL_STATES:
+                tid, aid = t.task_id, t.agent_id
+                threading.Thread(target=self._safe_call, daemon=True,
+                                 args=(lambda fid, tid=tid, aid=aid: msg.kill(fid, tid, aid),)).start()
+
+    def _end(self, job_id: str, state: str, reason: str) -> None:
+        run = self._runs.get(job_id)
+        if run is None:
+            return
+        end = self._remove_run(job_id)
+        self._record(Outcome(job_id, run.start, max(end, run.start), state, reason))
+
+    def _remove_run(self, job_id: str) -> float:
+        run = self._runs.pop(job_id)
+        if run.host is not None and run.host in self._runs:
+            h = self._runs[run.host]
+            if job_id in h.guests:
+                h.guests.remove(job_id)
+        for g in run.guests:   # orphaned guests hold their cores alone from now on
+            gr = self._runs.get(g)
+            if gr is not None:
+                gr.host = None
+        for t in run.tasks.values():
+            self._release_quota(job_id, t)
+        self._save_state()
+        return self.now()
+
+    def _release_quota(self, job_id: str, t: _Task) -> None:
+        if self.quotas is None:
+            return
+        try:
+            self.quotas.release(t.agent_id, t.hostname, job_id)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("releasing %s on %s: %s", job_id, t.agent_id, exc)
+
+    def _record(self, o: Outcome) -> None:
+        self._ended[o.job_id] = o.state
+        self._finished.append(o)
+        self.history.append(o)
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _plan(self, job: Job, allocation: Allocation, host: _Run | None):
+        """Per part: (agent id, cores, offers to accept, resources to take)."""
+        plan = []
+        taken: set[str] = set()
+        for node, cores in allocation.cores_by_node:
+            aid = self._agent_of.get(node)
+            if aid is None:
+                raise BackendError(f"cannot start job {job.job_id}: unknown node {node!r}")
+            mem = max(self.config.min_task_mem_mb,
+                      (job.mem_mb * cores / job.cores) if job.mem_mb else self.config.mem_per_core_mb * cores)
+            cpus = 0.0 if host is not None else float(cores)
+            if host is not None and not any(t.agent_id == aid for t in host.tasks.values()):
+                raise BackendError(f"cannot start job {job.job_id} inside {host.job.job_id}: the host "
+                                   f"has no task on agent {node}")
+            held = [h for h in self._pool.values() if h.agent_id == aid and h.offer_id not in taken
+                    and (h.view.cpus > 1e-6 or h.view.mem > 1e-6)]
+            offers = pick_offers(held, cpus, mem)
+            if offers is None:
+                have_c = sum(h.view.cpus for h in held)
+                have_m = sum(h.view.mem for h in held)
+                raise BackendError(f"cannot start job {job.job_id}: the offers held on agent {node} "
+                                   f"have {have_c:g} cpus and {have_m:g} MB, the task needs "
+                                   f"{cpus:g} cpus and {mem:g} MB")
+            taken.update(h.offer_id for h in offers)
+            plan.append((aid, cores, offers, {"cpus": cpus, "mem": mem}))
+        return plan
+
+    def _abort_launch(self, job_id: str, reason: str) -> None:
+        """A launch was refused mid-gang: kill what was launched, the job goes back to the
+        queue (a ``requeued`` outcome, so the controller closes its decisions)."""
+        run = self._runs.get(job_id)
+        if run is None:
+            return
+        self._kill_rest(run, ("requeued", reason))
+        end = self._remove_run(job_id)
+        self._finished.append(Outcome(job_id, run.start, end, "requeued", reason))
+        self.history.append(self._finished[-1])
+        self._waiting[job_id] = run.job
+
+    def _add_agent(self, aid: str, hostname: str) -> None:
+        self._agents[aid] = hostname
+        try:
+            name = validate_job_id(aid, "agent id")
+        except InvalidInput:
+            name = f"agent{len(self._agents)}"
+        if name in self._agent_of:
+            name = f"agent{len(self._agents)}"
+        self._node_of[aid] = name
+        self._agent_of[name] = aid
+
+    def _ready(self) -> bool:
+        return self._subscribed_at is not None and self.now() - self._subscribed_at >= self.config.settle_s
+
+    def _resolve_dependencies(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for jid, job in list(self._waiting.items()):
+                bad = [d for d in job.depends_on if self._ended.get(d, "completed") != "completed"]
+                if bad:
+                    del self._waiting[jid]
+                    now = self.now()
+                    self._record(Outcome(jid, now, now, "failed",
+                                         f"dependency {bad[0]} ended {self._ended[bad[0]]}"))
+                    changed = True
+
+    def _enforce_walltimes(self) -> None:
+        now = self.now()
+        limit = 1.0 + self.config.overtime_factor
+        with self._lock:
+            for run in self._runs.values():
+                if run.kill_reason is None and now - run.start > run.job.walltime_s * limit:
+                    log.warning("job %s passed %g x its walltime: killing it", run.job.job_id, limit)
+                    self._kill_rest(run, ("timeout", f"killed at {limit:g} x its walltime"))
+
+    def _renew_leases(self) -> None:
+        now = self._clock()
+        with self._lock:
+            due = [(jid, r.quota) for jid, r in self._runs.items()
+                   if r.quota < 1.0 and now - r.lease_renewed > self.config.lease_s / 3]
+        for jid, q in due:
+            try:
+                self.set_quota(jid, q)
+            except Exception:  # noqa: BLE001 - the lease lapses: full quota, safe
+                pass
+
+    def _check_quota(self, job_id: str, q: float) -> float:
+        try:
+            v = check_finite(q, f"quota fraction of job {job_id}")
+        except InvalidInput as exc:
+            raise BackendError(str(exc)) from None
+        if v is None or not 0.0 < v <= 1.0 + 1e-12:
+            raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
+        return min(1.0, v)
+
+    def _problem(self, text: str) -> None:
+        log.warning("%s", text)
+        self.problems = (self.problems + [text])[-200:]
+
+    def _fid(self) -> str:
+        fid = self._saved.get("framework_id") or getattr(self.driver, "framework_id", None)
+        if not fid:
+            raise BackendError("not registered with a master yet")
+        return fid
+
+    def _call(self, body: dict[str, Any]) -> None:
+        if self.driver is None:
+            raise BackendError("no driver attached")
+        self.driver.call(body)
+
+    def _safe_call(self, build: Callable[[str], dict[str, Any]]) -> bool:
+        try:
+            self._call(build(self._fid()))
+            return True
+        except Exception as exc:  # noqa: BLE001 - logged; state converges by reconciliation
+            log.warning("call failed: %s", exc)
+            return False
+
+    def _decline(self, offer_ids: list[str], refuse_s: float) -> None:
+        if self._safe_call(lambda fid: msg.decline(fid, offer_ids, refuse_s)):
+            with self._lock:
+                self.counters["declined"] += len(offer_ids)
+
+    def _revive(self) -> None:
+        with self._lock:
+            if not self._suppressed:
+                return
+            self._suppressed = False
+        self._safe_call(lambda fid: msg.revive(fid, [self.config.role] if self.config.role else ()))
+
+    def _reconcile(self) -> None:
+        with self._lock:
+            known = [(t.task_id, t.agent_id) for r in self._runs.values() for t in r.tasks.values()]
+            known += [(tid, aid) for tid, aid in self._saved.get("tasks", {}).items()
+                      if tid not in {k for k, _ in known}]
+        # Explicit for what we launched, then implicit (every task the master knows).
+        if known:
+            self._safe_call(lambda fid: msg.reconcile(fid, known))
+        self._safe_call(lambda fid: msg.reconcile(fid))
+
+    # -- failover state -----------------------------------------------------------------------
+    def _load_state(self) -> dict[str, Any]:
+        path = self.config.state_file
+        if not path or not os.path.exists(path):
+            return {}
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            if not isinstance(data, dict) or not isinstance(data.get("framework_id", ""), str):
+                raise ValueError("not a framework state object")
+            tasks = data.get("tasks", {})
+            if not isinstance(tasks, dict):
+                raise ValueError("'tasks' is not an object")
+            return {"framework_id": data.get("framework_id") or None,
+                    "tasks": {str(k): str(v) for k, v in tasks.items()},
+                    "runs": data.get("runs", {}) if isinstance(data.get("runs"), dict) else {}}
+        except (OSError, ValueError) as exc:
+            aside = f"{path}.broken-{int(time.time())}"
+            log.error("framework state %s unreadable (%s): set aside as %s; subscribing as a new "
+                      "framework", path, exc, aside)
+            try:
+                os.replace(path, aside)
+            except OSError:
+                pass
+            return {}
+
+    def _save_state(self) -> None:
+        path = self.config.state_file
+        if not path:
+            return
+        data = {"framework_id": self._saved.get("framework_id"),
+                "tasks": {t.task_id: t.agent_id for r in self._runs.values() for t in r.tasks.values()},
+                "runs": {jid: {"attempt": r.attempt, "start_wall": time.time() - (self.now() - r.start),
+                               "host": r.host, "quota": r.quota,
+                               "tasks": {t.task_id: [t.agent_id, t.hostname, t.cores] for t in r.tasks.values()}}
+                         for jid, r in self._runs.items()}}
+        self._saved["tasks"] = data["tasks"]
+        self._saved["runs"] = data["runs"]
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.error("saving the framework state to %s failed: %s", path, exc)
+
+    def _adopt(self, job: Job) -> bool:
+        """After a failover: a submitted job whose tasks the saved state lists is adopted as
+        running (reconciliation then confirms them, or reports them lost: requeued)."""
+        saved = self._saved.get("runs", {}).get(job.job_id)
+        if not isinstance(saved, dict):
+            return False
+        try:
+            tasks = {tid: _Task(tid, a, h, int(c)) for tid, (a, h, c) in saved["tasks"].items()}
+            attempt = int(saved["attempt"])
+            start = self.now() - max(0.0, time.time() - float(saved["start_wall"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("saved run of job %s unusable (%s): it is queued again", job.job_id, exc)
+            return False
+        by_node: dict[str, int] = {}
+        for t in tasks.values():
+            if t.agent_id not in self._agents:
+                self._add_agent(t.agent_id, t.hostname)
+            node = self._node_of[t.agent_id]
+            by_node[node] = by_node.get(node, 0) + t.cores
+        host = saved.get("host")
+        self._runs[job.job_id] = _Run(job, Allocation(job.job_id, tuple(by_node.items())), start,
+                                      float(saved.get("quota", 1.0)),
+                                      host if host in self._runs else None, attempt, tasks)
+        if host in self._runs:
+            self._runs[host].guests.append(job.job_id)
+        self._attempts[job.job_id] = attempt
+        log.info("job %s adopted from the previous framework instance (%d tasks)", job.job_id, len(tasks))
+        return True
+
+
+__all__ = ["FrameworkConfig", "MesosBackend", "job_of_task", "task_id_for"]

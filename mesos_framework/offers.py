@@ -1,0 +1,121 @@
+"""Held offers: pure bookkeeping of the resources a framework holds, and how a task's
+resources are cut from them.
+
+Mesos has no gang scheduling: a framework that wants a rigid job's whole request must hold
+what it is offered until enough has come, then launch every task at once. Holding is
+bounded (``hold_until``): an offer no queued job could use in time is declined with a
+refuse filter, so two frameworks that each hold half of what both need cannot wait on
+each other for ever; the deadline carries a random part so that they do not give up and
+come back in step.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+from .messages import OfferView, read_offer
+
+EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class HeldOffer:
+    view: OfferView
+    received: float     # when it arrived (backend clock)
+    hold_until: float   # declined after this unless used
+
+    @property
+    def offer_id(self) -> str:
+        return self.view.offer_id
+
+    @property
+    def agent_id(self) -> str:
+        return self.view.agent_id
+
+
+def hold_deadline(received: float, hold_s: float, jitter: float, rng: random.Random) -> float:
+    """When an offer received at ``received`` is given back: hold_s x (1 + U(0, jitter))."""
+    return received + hold_s * (1.0 + rng.uniform(0.0, max(0.0, jitter)))
+
+
+def cores_by_agent(held: Iterable[HeldOffer]) -> dict[str, int]:
+    """Whole cores per agent in the held offers (cpus summed, then floored)."""
+    cpus: dict[str, float] = {}
+    for h in held:
+        cpus[h.agent_id] = cpus.get(h.agent_id, 0.0) + h.view.cpus
+    return {a: int(math.floor(c + EPS)) for a, c in cpus.items()}
+
+
+def pick_offers(held: Sequence[HeldOffer], cpus: float, mem: float) -> list[HeldOffer] | None:
+    """The first offers (in arrival order) of one agent that together hold ``cpus`` and
+    ``mem``; None if all of them together do not."""
+    chosen: list[HeldOffer] = []
+    got_c = got_m = 0.0
+    for h in sorted(held, key=lambda h: h.received):
+        if got_c + EPS >= cpus and got_m + EPS >= mem:
+            break
+        if (got_c + EPS < cpus and h.view.cpus > 0) or (got_m + EPS < mem and h.view.mem > 0):
+            chosen.append(h)
+            got_c += h.view.cpus
+            got_m += h.view.mem
+    if got_c + EPS >= cpus and got_m + EPS >= mem:
+        return chosen
+    return None
+
+
+def carve(held: Sequence[HeldOffer], amounts: Mapping[str, float],
+          taken: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    """Task resources for ``amounts`` (e.g. {"cpus": 2, "mem": 128}) cut from the offers'
+    own scalar resources, keeping each piece's role, reservations and allocation_info (a
+    MULTI_ROLE framework must echo the offer's allocation_info). ``taken`` (offer id ->
+    name -> amount) is what earlier tasks of the same ACCEPT already cut from an offer; it
+    is updated. Raises ValueError when the offers do not hold enough."""
+    taken = taken if taken is not None else {}
+    need = {k: float(v) for k, v in amounts.items() if v > 0}
+    out: list[dict[str, Any]] = []
+    for h in held:
+        used = taken.setdefault(h.offer_id, {})
+        skip = dict(used)    # what earlier tasks took, skipped piece by piece
+        for r in h.view.raw.get("resources", []):
+            if not isinstance(r, Mapping) or r.get("type") != "SCALAR" or r.get("revocable") is not None:
+                continue
+            name = r.get("name")
+            sv = r.get("scalar")
+            v = sv.get("value") if isinstance(sv, Mapping) else None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                continue
+            v = float(v)
+            gone = min(v, skip.get(name, 0.0))
+            skip[name] = skip.get(name, 0.0) - gone
+            v -= gone
+            left = need.get(name, 0.0)
+            if left <= EPS or v <= EPS:
+                continue
+            take = min(left, v)
+            piece = {k: val for k, val in r.items() if k != "scalar"}
+            piece["scalar"] = {"value": round(take, 3)}
+            out.append(piece)
+            need[name] = left - take
+            used[name] = used.get(name, 0.0) + take
+    short = {k: round(v, 3) for k, v in need.items() if v > EPS}
+    if short:
+        raise ValueError(f"offers {[h.offer_id for h in held]} lack {short}")
+    return out
+
+
+def remainder(h: HeldOffer, used: Mapping[str, float]) -> HeldOffer:
+    """The offer as received with ``used`` (everything cut from it so far) taken out of its
+    scalars: what later tasks may still use."""
+    whole = read_offer(h.view.raw).scalars if h.view.raw else h.view.scalars
+    scalars = {k: max(0.0, v - used.get(k, 0.0)) for k, v in whole.items()}
+    return replace(h, view=replace(h.view, scalars=scalars))
+
+
+def expired(held: Iterable[HeldOffer], now: float) -> list[str]:
+    return [h.offer_id for h in held if now >= h.hold_until]
+
+
+__all__ = ["HeldOffer", "carve", "cores_by_agent", "expired", "hold_deadline", "pick_offers", "remainder"]

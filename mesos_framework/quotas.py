@@ -1,0 +1,183 @@
+"""CPU quotas of Mesos tasks, applied by the node agent (monitoring/) on each task's host.
+
+The framework asks, the node agent writes cgroups (it stays the only part that does):
+
+- before a task is launched, its job is registered with the agent of its Mesos agent with
+  no pids (``pids: []``); the task's command then starts with a two-line shell prologue
+  that writes its own pid into the job's ``cgroup.procs`` and execs the job, so no
+  instruction of the job runs outside its quota (``monitoring/launch.py`` does the same
+  for local processes). The task must run as root (or in a delegated cgroup) for that.
+- when the agent reports ``container_status.executor_pid`` in TASK_RUNNING, that pid is
+  registered too (the node agent follows descendants), a second way in.
+- quotas are leased: the framework renews them on every controller pass; if it dies, the
+  leases lapse and every job gets its full quota back.
+
+``LocalNodeAgents`` runs one in-process ``NodeAgent`` per Mesos agent (the agents of an
+emulated master all live on this machine); ``RemoteNodeAgents`` talks to ``cosched agent``
+on each agent's host over HTTP (a real cluster: ``--node-agent HOST=URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+from coscheduler.model import InvalidInput, Job
+
+# Runs as /bin/sh -c SCRIPT cosched-task CMD...: enter the job's cgroups, then become the job.
+ENTER_SCRIPT = ('for p in $COSCHED_CGROUP_PROCS; do echo $$ > "$p" || exit 97; done; '
+                'exec "$@"')
+
+
+class NodeQuotas(Protocol):
+    def prepare(self, agent_id: str, hostname: str, job: Job, cores: int) -> dict[str, str]:
+        """Register the job's part on this agent; returns the task's extra environment."""
+        ...
+
+    def add_pid(self, agent_id: str, hostname: str, job_id: str, pid: int) -> None: ...
+
+    def set_quota(self, agent_id: str, hostname: str, job_id: str, fraction: float,
+                  lease_s: float) -> None: ...
+
+    def release(self, agent_id: str, hostname: str, job_id: str) -> None: ...
+
+    def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None: ...
+
+    def close(self) -> None: ...
+
+
+def wrap_command(command: tuple[str, ...]) -> list[str]:
+    """The argv of a task whose process enters its cgroups first (see ENTER_SCRIPT)."""
+    sh = shutil.which("sh") or "/bin/sh"
+    return [sh, "-c", ENTER_SCRIPT, "cosched-task", *command]
+
+
+class LocalNodeAgents:
+    """One in-process node agent per Mesos agent, all on this machine (an emulated master).
+
+    ``cpu_per_core`` is what one offered core is worth in real CPUs (machine CPUs / all
+    emulated cores): full quota of a job of c cores is c x cpu_per_core CPUs, as on the
+    local backend's emulated nodes."""
+
+    def __init__(self, workdir: str | os.PathLike, cpu_per_core: float | None = None, *,
+                 total_cores: Callable[[], int] | None = None,
+                 cgroup_base: str | None = None, interval_s: float = 0.5):
+        if cpu_per_core is not None and not cpu_per_core > 0:
+            raise InvalidInput(f"cpu_per_core must be > 0, got {cpu_per_core!r}")
+        if cpu_per_core is None and total_cores is None:
+            raise InvalidInput("local node agents: give cpu_per_core or total_cores")
+        # None: machine CPUs / the cluster's cores, fixed when the first agent is needed
+        # (after the first offers, which show each emulated agent whole).
+        self.cpu_per_core = float(cpu_per_core) if cpu_per_core is not None else None
+        self._total_cores = total_cores
+        self.workdir = Path(workdir)
+        self.cgroup_base = cgroup_base or f"cosched-mesos-{os.getpid()}"
+        self.interval_s = interval_s
+        self.agents: dict[str, Any] = {}
+        self._names: dict[str, str] = {}
+
+    def _agent(self, agent_id: str):
+        a = self.agents.get(agent_id)
+        if a is None:
+            from monitoring.agent import NodeAgent
+            if self.cpu_per_core is None:
+                total = max(1, int(self._total_cores()))
+                self.cpu_per_core = min(1.0, len(os.sched_getaffinity(0)) / total)
+            name = f"a{len(self.agents)}"
+            self._names[agent_id] = name
+            a = NodeAgent(cgroup_root=f"{self.cgroup_base}/{name}", interval_s=self.interval_s,
+                          node_cpus=float(len(os.sched_getaffinity(0))),
+                          cpu_per_core=self.cpu_per_core,
+                          state_dir=self.workdir / "agents" / name,
+                          progress_dir=self.workdir / "progress").start()
+            self.agents[agent_id] = a
+        return a
+
+    def prepare(self, agent_id: str, hostname: str, job: Job, cores: int) -> dict[str, str]:
+        view = self._agent(agent_id).register_job({
+            "job_id": job.job_id, "pids": [], "cores": cores, "walltime_s": job.walltime_s,
+            "tasks_total": job.tasks, "job_class": job.job_class})
+        return {"COSCHED_CGROUP_PROCS": " ".join(view["cgroup_procs"]),
+                "COSCHED_PROGRESS_FILE": view["progress_file"]}
+
+    def add_pid(self, agent_id: str, hostname: str, job_id: str, pid: int) -> None:
+        a = self.agents.get(agent_id)
+        if a is not None:
+            view = a.job(job_id)
+            a.register_job({"job_id": job_id, "pids": [pid], "cores": view["cores"]})
+
+    def set_quota(self, agent_id: str, hostname: str, job_id: str, fraction: float,
+                  lease_s: float) -> None:
+        a = self._agent(agent_id)
+        if fraction >= 1.0:
+            a.clear_quota(job_id, "full quota given back by the framework")
+        else:
+            a.set_quota(job_id, fraction, lease_s)
+
+    def release(self, agent_id: str, hostname: str, job_id: str) -> None:
+        a = self.agents.get(agent_id)
+        if a is not None:
+            a.unregister(job_id)
+
+    def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
+        a = self.agents.get(agent_id)
+        return a.job(job_id) if a is not None else None
+
+    def close(self) -> None:
+        for a in reversed(list(self.agents.values())):
+            try:
+                a.close()
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+        self.agents = {}
+
+
+class RemoteNodeAgents:
+    """``cosched agent`` on each agent's host, by hostname (``{hostname: url}``)."""
+
+    def __init__(self, urls: Mapping[str, str], token: str | None = None,
+                 token_file: str | None = None):
+        from monitoring.client import AgentClient
+        if not urls:
+            raise InvalidInput("node agents: give at least one HOST=URL")
+        self.clients = {h: AgentClient(u, token=token, token_file=token_file) for h, u in urls.items()}
+
+    def _client(self, hostname: str):
+        c = self.clients.get(hostname)
+        if c is None:
+            raise InvalidInput(f"no node agent configured for Mesos agent host {hostname!r} "
+                               f"(known: {sorted(self.clients)})")
+        return c
+
+    def prepare(self, agent_id: str, hostname: str, job: Job, cores: int) -> dict[str, str]:
+        view = self._client(hostname).register_job(job.job_id, [], cores, walltime_s=job.walltime_s,
+                                                   tasks_total=job.tasks, job_class=job.job_class)
+        return {"COSCHED_CGROUP_PROCS": " ".join(view["cgroup_procs"]),
+                "COSCHED_PROGRESS_FILE": view["progress_file"]}
+
+    def add_pid(self, agent_id: str, hostname: str, job_id: str, pid: int) -> None:
+        c = self._client(hostname)
+        c.register_job(job_id, [pid], c.job(job_id)["cores"])
+
+    def set_quota(self, agent_id: str, hostname: str, job_id: str, fraction: float,
+                  lease_s: float) -> None:
+        c = self._client(hostname)
+        if fraction >= 1.0:
+            c.clear_quota(job_id)
+        else:
+            c.set_quota(job_id, fraction, lease_s)
+
+    def release(self, agent_id: str, hostname: str, job_id: str) -> None:
+        self._client(hostname).unregister(job_id)
+
+    def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
+        return self._client(hostname).job(job_id)
+
+    def close(self) -> None:
+        for c in self.clients.values():
+            c.close()
+
+
+__all__ = ["ENTER_SCRIPT", "LocalNodeAgents", "NodeQuotas", "RemoteNodeAgents", "wrap_command"]

@@ -1,0 +1,348 @@
+"""The framework backend's state handling, driven by the real Controller: offers and status
+updates are handed to its callbacks directly, and the calls it makes are recorded (no HTTP;
+the integration tests against the emulated master are in test_mesos_emulated.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+import pytest
+
+from coscheduler.controller import Controller, ControllerConfig
+from coscheduler.model import Job
+from coscheduler.policies.coalloc import make_policy
+from mesos_framework.framework import FrameworkConfig, MesosBackend, job_of_task, task_id_for
+from mesos_framework.offers import HeldOffer, carve, pick_offers
+from mesos_framework import messages as msg
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+class FakeDriver:
+    framework_id = "F1"
+    connected = True
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def call(self, body):
+        self.calls.append(body)
+
+    def of(self, kind):
+        return [c for c in self.calls if c["type"] == kind]
+
+
+def offer(oid, agent, cpus, mem=1024.0, host=None, extra=()):
+    return {"id": {"value": oid}, "framework_id": {"value": "F1"}, "agent_id": {"value": agent},
+            "hostname": host or f"h-{agent}", "resources": [
+                {"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}, "role": "*"},
+                {"name": "mem", "type": "SCALAR", "scalar": {"value": mem}, "role": "*"},
+                *extra]}
+
+
+def status(task_id, state, agent="A1", uuid="dXVpZA==", **kw):
+    return {"task_id": {"value": task_id}, "state": state, "agent_id": {"value": agent},
+            "uuid": uuid, **kw}
+
+
+def job(jid, cores=2, nodes=1, walltime=100.0, **kw):
+    return Job(jid, cores, walltime, "test/cls", nodes=nodes, command=("/bin/true",), **kw)
+
+
+def make(config=None, policy="space-sharing", clock=None):
+    clock = clock or Clock()
+    cfg = config or FrameworkConfig(settle_s=0.0, hold_s=10.0, hold_jitter=0.0)
+    b = MesosBackend(cfg, clock=clock, rng=random.Random(1))
+    d = FakeDriver()
+    b.attach(d)
+    ctl = Controller(b, make_policy(policy), config=ControllerConfig(give_up_unplaceable=False))
+    b.registered(d, {"value": "F1"}, {})
+    d.calls.clear()
+    return b, d, ctl, clock
+
+
+def step(b, ctl):
+    r = ctl.step()
+    b.after_pass()
+    return r
+
+
+def test_task_ids_round_trip():
+    assert job_of_task(task_id_for("blast-1.blastall", 2, 1)) == ("blast-1.blastall", 2, 1)
+    assert job_of_task("someone-elses-task") is None
+    assert job_of_task("../x~1~0") is None
+
+
+def test_pick_offers_and_carve_keep_roles_and_allocation_info():
+    views = [HeldOffer(msg.read_offer(offer(f"O{i}", "A1", c, m, extra=())), float(i), 99.0)
+             for i, (c, m) in enumerate([(1, 0), (1.5, 100), (4, 4096)])]
+    chosen = pick_offers(views, 2.0, 64.0)
+    assert [h.offer_id for h in chosen] == ["O0", "O1"]
+    assert pick_offers(views, 10.0, 0.0) is None
+    raw = offer("O9", "A1", 4, 512)
+    for r in raw["resources"]:
+        r["allocation_info"] = {"role": "hpc"}
+    res = carve([HeldOffer(msg.read_offer(raw), 0.0, 1.0)], {"cpus": 3, "mem": 128})
+    assert res == [{"name": "cpus", "type": "SCALAR", "role": "*", "allocation_info": {"role": "hpc"},
+                    "scalar": {"value": 3.0}},
+                   {"name": "mem", "type": "SCALAR", "role": "*", "allocation_info": {"role": "hpc"},
+                    "scalar": {"value": 128.0}}]
+
+
+def test_gang_is_launched_only_when_its_whole_request_is_covered():
+    b, d, ctl, clock = make()
+    b.submit(job("g", cores=4, nodes=2))
+    b.resourceOffers(d, [offer("O1", "A1", 2)])
+    step(b, ctl)
+    assert not d.of("ACCEPT") and not d.of("DECLINE")       # half a gang: held, not launched
+    assert [h.offer_id for h in b.held_offers()] == ["O1"]
+    clock.t += 1
+    b.resourceOffers(d, [offer("O2", "A2", 2)])
+    step(b, ctl)
+    accepts = d.of("ACCEPT")
+    assert len(accepts) == 2                                  # one ACCEPT per agent, same pass
+    assert {a["accept"]["offer_ids"][0]["value"] for a in accepts} == {"O1", "O2"}
+    tasks = [a["accept"]["operations"][0]["launch"]["task_infos"][0] for a in accepts]
+    assert {t["agent_id"]["value"] for t in tasks} == {"A1", "A2"}
+    assert all(t["resources"][0] == {"name": "cpus", "type": "SCALAR", "role": "*",
+                                     "scalar": {"value": 2.0}} for t in tasks)
+    assert all(a["accept"]["filters"] == {"refuse_seconds": 0.0} for a in accepts)
+    assert b.gang_latency_s == [0.0]
+    assert [rj.job_id for rj in b.running()] == ["g"]
+
+
+def test_offer_rescinded_mid_gang_is_dropped():
+    b, d, ctl, clock = make()
+    b.submit(job("g", cores=4, nodes=2))
+    b.resourceOffers(d, [offer("O1", "A1", 2)])
+    step(b, ctl)
+    b.offerRescinded(d, {"value": "O1"})
+    b.resourceOffers(d, [offer("O2", "A2", 2)])
+    step(b, ctl)
+    assert not d.of("ACCEPT")
+    b.resourceOffers(d, [offer("O3", "A1", 2)])
+    step(b, ctl)
+    used = {a["accept"]["offer_ids"][0]["value"] for a in d.of("ACCEPT")}
+    assert used == {"O2", "O3"}                               # never the rescinded O1
+
+
+def test_holding_is_bounded_and_idle_offers_go_back_with_a_refuse_filter():
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, hold_s=5.0, hold_jitter=0.0, refuse_s=3.0,
+                                            idle_refuse_s=7.0))
+    b.submit(job("big", cores=8, nodes=2))
+    b.resourceOffers(d, [offer("O1", "A1", 4)])
+    step(b, ctl)
+    assert not d.of("DECLINE")
+    clock.t += 5.1
+    step(b, ctl)
+    dec = d.of("DECLINE")
+    assert dec and dec[0]["decline"] == {"offer_ids": [{"value": "O1"}], "filters": {"refuse_seconds": 3.0}}
+    assert b.held_offers() == []
+    # Nothing queued: offers are given back at once and offers suppressed.
+    b2, d2, ctl2, _ = make(FrameworkConfig(settle_s=0.0, idle_refuse_s=7.0))
+    b2.resourceOffers(d2, [offer("O5", "A1", 4)])
+    step(b2, ctl2)
+    assert d2.of("DECLINE")[0]["decline"]["filters"] == {"refuse_seconds": 7.0}
+    assert d2.of("SUPPRESS")
+    b2.submit(job("late"))
+    assert d2.of("REVIVE")
+
+
+def test_smaller_jobs_do_not_take_the_offers_a_waiting_gang_holds():
+    b, d, ctl, clock = make()
+    b.submit(job("big", cores=8, nodes=2, submit_time=0.0))
+    b.submit(job("small", cores=2, submit_time=1.0))
+    b.resourceOffers(d, [offer("O1", "A1", 4)])
+    step(b, ctl)
+    assert not d.of("ACCEPT")                                 # the head gang keeps them
+    b.resourceOffers(d, [offer("O2", "A2", 4)])
+    step(b, ctl)
+    launched = [a["accept"]["operations"][0]["launch"]["task_infos"][0]["task_id"]["value"]
+                for a in d.of("ACCEPT")]
+    assert sorted(job_of_task(t)[0] for t in launched) == ["big", "big"]
+
+
+def test_task_states_end_jobs_and_losses_requeue_them(caplog):
+    b, d, ctl, clock = make()
+    for j in (job("ok"), job("bad"), job("lost", cores=4, nodes=2)):
+        b.submit(j)
+    b.resourceOffers(d, [offer("O1", "A1", 6), offer("O2", "A2", 6)])
+    step(b, ctl)
+    tids = {job_of_task(t["task_id"]["value"])[0]: [] for a in d.of("ACCEPT")
+            for t in a["accept"]["operations"][0]["launch"]["task_infos"]}
+    for a in d.of("ACCEPT"):
+        for t in a["accept"]["operations"][0]["launch"]["task_infos"]:
+            tids[job_of_task(t["task_id"]["value"])[0]].append((t["task_id"]["value"], t["agent_id"]["value"]))
+    assert set(tids) == {"ok", "bad", "lost"}
+    (ok_t, ok_a), = tids["ok"]
+    b.statusUpdate(d, status(ok_t, "TASK_RUNNING", ok_a))
+    b.statusUpdate(d, status(ok_t, "TASK_FINISHED", ok_a))
+    (bad_t, bad_a), = tids["bad"]
+    b.statusUpdate(d, status(bad_t, "TASK_FAILED", bad_a, message="exit 3"))
+    (l0, a0), (l1, a1) = tids["lost"]
+    b.statusUpdate(d, status(l0, "TASK_LOST", a0, reason="REASON_AGENT_REMOVED"))
+    out = {o.job_id: o for o in b.drain_finished()}
+    assert out["ok"].state == "completed"
+    assert out["bad"].state == "failed" and "exit 3" in out["bad"].reason
+    assert out["lost"].state == "requeued" and "REASON_AGENT_REMOVED" in out["lost"].reason
+    kills = [k["kill"]["task_id"]["value"] for k in _wait_calls(d, "KILL", 1)]
+    assert kills == [l1]                                      # the rest of the gang is killed
+    assert [j.job_id for j in b.queued()] == ["lost"]          # back in the queue, not dropped
+    # Unknown tasks and unknown states are logged, not fatal.
+    with caplog.at_level(logging.WARNING, "mesos_framework.framework"):
+        b.statusUpdate(d, status("stranger", "TASK_RUNNING"))
+        b.statusUpdate(d, {"state": "TASK_RUNNING"})
+        b.statusUpdate(d, status(l1, "TASK_BOGUS", a1))
+    assert "unknown task 'stranger'" in caplog.text
+    assert "status.task_id" in caplog.text and "unknown state 'TASK_BOGUS'" in caplog.text
+
+
+def _wait_calls(d, kind, n, timeout=5.0):
+    import time
+    t0 = time.monotonic()
+    while len(d.of(kind)) < n and time.monotonic() - t0 < timeout:
+        time.sleep(0.01)
+    return d.of(kind)
+
+
+def test_requeues_are_bounded_then_the_job_fails_with_the_reason():
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, hold_jitter=0.0, max_requeues=1))
+    b.submit(job("j"))
+    states = []
+    for i in range(2):
+        b.resourceOffers(d, [offer(f"O{i}", "A1", 2)])
+        step(b, ctl)
+        t = d.of("ACCEPT")[-1]["accept"]["operations"][0]["launch"]["task_infos"][0]
+        b.statusUpdate(d, status(t["task_id"]["value"], "TASK_DROPPED", "A1"))
+        states += [(o.state, o.reason) for o in b.drain_finished()]
+    assert states[0][0] == "requeued"
+    assert states[1][0] == "failed" and "gave up after 1 requeues" in states[1][1]
+    assert b.queued() == []
+
+
+def test_bad_offers_are_named_and_the_good_ones_used(caplog):
+    b, d, ctl, clock = make()
+    b.submit(job("j"))
+    with caplog.at_level(logging.WARNING, "mesos_framework.framework"):
+        b.resourceOffers(d, [{"no": "id"},
+                             offer("O1", "A1", 2, extra=[{"name": "gpus", "type": "WEIRD"},
+                                                        {"name": "disk", "type": "SCALAR",
+                                                         "scalar": {"value": -1}}])])
+    step(b, ctl)
+    assert "offer ignored" in caplog.text and "'gpus' has unknown type" in caplog.text
+    assert "'disk': scalar.value -1 is negative" in caplog.text
+    assert len(d.of("ACCEPT")) == 1
+
+
+def test_guest_runs_on_its_hosts_agent_with_memory_only():
+    b, d, ctl, clock = make(policy="static")
+    b.submit(job("host", cores=4, walltime=100.0))
+    b.resourceOffers(d, [offer("O1", "A1", 4, mem=2048)])
+    step(b, ctl)
+    host_task = d.of("ACCEPT")[0]["accept"]["operations"][0]["launch"]["task_infos"][0]
+    b.statusUpdate(d, status(host_task["task_id"]["value"], "TASK_RUNNING", "A1"))
+    clock.t += 1
+    b.submit(job("guest", cores=2, walltime=50.0))
+    b.resourceOffers(d, [offer("O2", "A1", 0, mem=1024)])     # what is left on A1: memory
+    step(b, ctl)
+    accepts = d.of("ACCEPT")
+    assert len(accepts) == 2
+    gt = accepts[1]["accept"]["operations"][0]["launch"]["task_infos"][0]
+    assert gt["agent_id"]["value"] == "A1"
+    assert [r["name"] for r in gt["resources"]] == ["mem"]
+    run = {rj.job_id: rj for rj in b.running()}
+    assert run["guest"].host_job == "host" and run["host"].guest_jobs == ("guest",)
+    assert run["host"].quota_fraction == pytest.approx(0.75) and run["guest"].quota_fraction == 0.5
+
+
+def test_walltime_kill_ends_as_timeout():
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, overtime_factor=0.0))
+    b.submit(job("slow", walltime=10.0))
+    b.resourceOffers(d, [offer("O1", "A1", 2)])
+    step(b, ctl)
+    t = d.of("ACCEPT")[0]["accept"]["operations"][0]["launch"]["task_infos"][0]["task_id"]["value"]
+    clock.t += 11
+    step(b, ctl)
+    assert _wait_calls(d, "KILL", 1)[0]["kill"]["task_id"]["value"] == t
+    b.statusUpdate(d, status(t, "TASK_KILLED", "A1"))
+    assert [(o.state, o.reason) for o in b.drain_finished()] == [("timeout", "killed at 1 x its walltime")]
+
+
+def test_failover_state_adopts_running_jobs_and_reconciles(tmp_path):
+    state = tmp_path / "fw.json"
+    cfg = FrameworkConfig(settle_s=0.0, state_file=str(state))
+    b, d, ctl, clock = make(cfg)
+    b.submit(job("long", cores=4, nodes=2))
+    b.resourceOffers(d, [offer("O1", "A1", 2), offer("O2", "A2", 2)])
+    step(b, ctl)
+    saved = json.loads(state.read_text())
+    assert saved["framework_id"] == "F1" and len(saved["tasks"]) == 2
+    # A new instance (the first died): same state file, same job submitted again.
+    b2 = MesosBackend(cfg, clock=clock)
+    assert b2.framework_info()["id"] == {"value": "F1"}
+    d2 = FakeDriver()
+    b2.attach(d2)
+    b2.submit(job("long", cores=4, nodes=2))
+    assert [rj.job_id for rj in b2.running()] == ["long"] and b2.queued() == []
+    b2.reregistered(d2, {})
+    rec = d2.of("RECONCILE")
+    assert {t["task_id"]["value"] for t in rec[0]["reconcile"]["tasks"]} == set(saved["tasks"])
+    assert rec[1]["reconcile"] == {"tasks": []}
+    # The master says one task is gone: the job is requeued, not left half-running.
+    gone = sorted(saved["tasks"])[0]
+    b2.statusUpdate(d2, status(gone, "TASK_LOST", saved["tasks"][gone], reason="REASON_RECONCILIATION"))
+    assert [o.state for o in b2.drain_finished()] == ["requeued"]
+
+
+def test_broken_state_file_is_set_aside(tmp_path, caplog):
+    state = tmp_path / "fw.json"
+    state.write_text("{not json")
+    with caplog.at_level(logging.ERROR, "mesos_framework.framework"):
+        b = MesosBackend(FrameworkConfig(state_file=str(state)))
+    assert "unreadable" in caplog.text and "id" not in b.framework_info()
+    assert list(tmp_path.glob("fw.json.broken-*"))
+
+
+def test_agent_lost_requeues_its_jobs():
+    b, d, ctl, clock = make()
+    b.submit(job("a", cores=2))
+    b.submit(job("b", cores=2))
+    b.resourceOffers(d, [offer("O1", "A1", 2), offer("O2", "A2", 2)])
+    step(b, ctl)
+    agent_of = {rj.job_id: rj.allocation.nodes[0] for rj in b.running()}
+    lost_agent = agent_of["a"]
+    b.slaveLost(d, {"value": lost_agent})
+    out = b.drain_finished()
+    assert [(o.job_id, o.state) for o in out] == [("a", "requeued")]
+    assert "lost" in out[0].reason
+    assert [rj.job_id for rj in b.running()] == ["b"]
+
+
+def test_master_error_is_recorded_for_the_run_loop():
+    b, d, ctl, clock = make()
+    b.error(d, "Framework has been removed")
+    assert b.fatal == "Framework has been removed"
+
+
+def test_jobs_placed_on_one_agent_in_one_pass_share_one_accept():
+    b, d, ctl, clock = make()
+    b.submit(job("x", cores=2))
+    b.submit(job("y", cores=2))
+    b.resourceOffers(d, [offer("O1", "A1", 4, mem=512)])
+    step(b, ctl)
+    accepts = d.of("ACCEPT")
+    assert len(accepts) == 1 and accepts[0]["accept"]["offer_ids"] == [{"value": "O1"}]
+    infos = accepts[0]["accept"]["operations"][0]["launch"]["task_infos"]
+    assert sorted(job_of_task(t["task_id"]["value"])[0] for t in infos) == ["x", "y"]
+    # Each cut its own share of the one offer: 2 + 2 cpus, 64 + 64 MB of 512.
+    assert [t["resources"][0]["scalar"]["value"] for t in infos] == [2.0, 2.0]
+    assert [t["resources"][1]["scalar"]["value"] for t in infos] == [64.0, 64.0]
+    assert b.held_offers() == []
