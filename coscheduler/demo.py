@@ -127,3 +127,21 @@ def add_slowdowns(runs: list[PolicyRun], baseline: str = "space-sharing") -> Non
                   for c, rts in r.runtimes.items() if c in base.runtimes]
         r.mean_slowdown = round(statistics.fmean(ratios), 4) if ratios else None
 
+
+
+_FIGURES = ("makespan_s", "mean_wait_s", "cpu_util", "mean_slowdown", "completed", "coallocations")
+
+
+def summarise_rounds(rounds: list[list[PolicyRun]]) -> list[dict]:
+    """One entry per policy (in the order run): the median of each figure over the rounds
+    (each round's slowdown against that round's space sharing), and every round's own
+    figures in ``runs``, so that the spread between rounds is shown, not hidden."""
+    out = []
+    for i, first in enumerate(rounds[0]):
+        per = [rnd[i] for rnd in rounds]
+        entry = {**first.summary(), "runs": [{k: getattr(r, k) for k in _FIGURES} for r in per]}
+        for k in _FIGURES:
+            vals = [getattr(r, k) for r in per if getattr(r, k) is not None]
+            entry[k] = None if not vals else round(statistics.median(vals), 4)
+        out.append(entry)
+    return out

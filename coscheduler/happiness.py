@@ -14,6 +14,10 @@ import math
 
 from .model import InvalidInput, check_finite
 
+# Hp of a job with no work left is infinite; JSON has no infinity, so every output (the
+# agent's job view and /metrics, the learner's stored host states, --json) carries this.
+HAPPINESS_DONE = 1e9
+
 # Loss saturates at a 50 % slowdown (paper section 4.4: 1.0 = degraded by at least 50 %).
 DEGRADATION_AT_FULL_LOSS = 0.5
 

@@ -14,8 +14,9 @@ from enum import Enum
 from typing import Mapping
 
 # Job ids and class names travel into file names, cgroup paths and SQL rows: keep them tame.
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
-_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,127}$")
+# Matched with fullmatch: "$" would also accept a final newline ("a\n").
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
+_CLASS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,127}")
 
 
 class InvalidInput(ValueError):
@@ -24,7 +25,7 @@ class InvalidInput(ValueError):
 
 def validate_job_id(job_id: object, what: str = "job_id") -> str:
     """Return job_id if it is a safe identifier (letters, digits, ``_.:+-``; no slashes)."""
-    if not isinstance(job_id, str) or not _ID_RE.match(job_id) or job_id in (".", ".."):
+    if not isinstance(job_id, str) or not _ID_RE.fullmatch(job_id) or job_id in (".", ".."):
         raise InvalidInput(
             f"{what} {job_id!r} is not a valid job id: use 1-128 letters, digits or '_.:+-', "
             "starting with a letter or digit"
@@ -36,7 +37,7 @@ def validate_job_class(job_class: object) -> str:
     """Return job_class if it is a valid class key such as ``montage/mProject``."""
     if (
         not isinstance(job_class, str)
-        or not _CLASS_RE.match(job_class)
+        or not _CLASS_RE.fullmatch(job_class)
         or ".." in job_class.split("/")
     ):
         raise InvalidInput(
@@ -52,7 +53,10 @@ def check_finite(value: object, name: str, *, minimum: float | None = None,
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(f"{name} must be a number, got {value!r}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int such as 10**400: no float holds it
+        raise InvalidInput(f"{name} must be finite, got an integer of {len(str(value))} digits") from None
     if math.isnan(v) or math.isinf(v):
         raise InvalidInput(f"{name} must be finite, got {value!r}")
     if minimum is not None and v < minimum:
@@ -180,6 +184,8 @@ class MetricsSample:
     ``cpu_percent`` is relative to the job's allocated cores (100 = all of them busy),
     ``mem_percent`` relative to its memory allocation (or the node's memory when it has
     none). ``tasks_per_s`` is the recent progress rate; ``tasks_total`` may be unknown.
+    ``io_mb_s`` is the job's recent file I/O rate (MB read and written per second), None
+    where the backend does not measure it.
     """
 
     job_id: str
@@ -189,10 +195,12 @@ class MetricsSample:
     tasks_done: int = 0
     tasks_total: int | None = None
     tasks_per_s: float | None = None
+    io_mb_s: float | None = None
 
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
         where = f"metrics of job {self.job_id}"
+        check_finite(self.io_mb_s, f"{where}: io_mb_s", minimum=0.0, allow_none=True)
         check_finite(self.time, f"{where}: time", minimum=0.0)
         # CPU % may exceed 100 briefly when a job overshoots its allocation without a quota.
         check_finite(self.cpu_percent, f"{where}: cpu_percent", minimum=0.0)
@@ -213,6 +221,8 @@ class RunningJob:
     A host job runs on its own cores; a guest job runs inside a host's allocation
     (``host_job`` set) with ``quota_fraction`` of its cores' CPU time. For a host,
     ``quota_fraction`` is what it keeps of its own cores (1.0 when alone).
+    ``lendable`` False: the job holds cores but must never host a guest (on a real
+    cluster, a job that did not opt in to co-scheduling, or one Slurm will not let share).
     """
 
     job: Job
@@ -222,6 +232,7 @@ class RunningJob:
     host_job: str | None = None
     guest_jobs: tuple[str, ...] = ()
     decision_id: int | None = None
+    lendable: bool = True
 
     @property
     def job_id(self) -> str:

@@ -17,6 +17,7 @@ so that a quota request never waits for a whole sampling pass.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -31,13 +32,14 @@ from coscheduler.model import InvalidInput, validate_job_id
 from coscheduler.progress import Progress
 
 from . import collect
+from .admission import Admission, Refused
 from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
                        raise_open_file_limit, validate_cgroup_name)
 from .execute import Actuator, make_actuator
 from .lease import DEFAULT_MAX_LEASE_S, LeaseKeeper
 from .recovery import StateFile
 from .state import (JobSpec, JobState, check_fraction, finite_happiness, job_quota_us,
-                    node_quota_us, parse_registration)
+                    node_quota_us, parse_registration, validate_agent_job_id)
 
 log = logging.getLogger("monitoring.agent")
 
@@ -59,19 +61,6 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "cosched-agent"
 
 
-def _own_lineage() -> set[int]:
-    """This process and its ancestors: never to be moved into a job cgroup."""
-    out = set()
-    try:
-        p: psutil.Process | None = psutil.Process()
-        while p is not None and p.pid > 0:
-            out.add(p.pid)
-            p = p.parent()
-    except psutil.Error:
-        pass
-    return out | {os.getpid(), 1}
-
-
 class NodeAgent:
     def __init__(self, cgroup_root: str = "cosched", *, interval_s: float = 1.0,
                  node_cpus: float | None = None, cpu_per_core: float = 1.0,
@@ -80,7 +69,8 @@ class NodeAgent:
                  max_lease_s: float = DEFAULT_MAX_LEASE_S,
                  finished_retention_s: float = 300.0,
                  progress_window_s: float = 60.0,
-                 discover_slurm: bool = False, io_every: int = 5, start_grace_s: float = 60.0,
+                 discover_slurm: bool = False, slurm_node: str | None = None,
+                 io_every: int = 5, start_grace_s: float = 60.0,
                  cgroup_version: int | None = None,
                  layout: Layout | None = None, fs: CgroupFS | None = None):
         if not interval_s > 0:
@@ -95,6 +85,8 @@ class NodeAgent:
         self.finished_retention_s = finished_retention_s
         self.progress_window_s = progress_window_s
         self.discover_slurm = discover_slurm
+        # several slurmd on one host (emulated nodes): discover only this node's jobs
+        self.slurm_node = validate_job_id(slurm_node, "slurm node") if slurm_node else None
         # I/O byte counters change slowly and cost one more file per process: read them
         # every io_every ticks (and at once for a new process).
         self.io_every = max(1, int(io_every))
@@ -123,7 +115,10 @@ class NodeAgent:
         raise_open_file_limit()
         self._files = OpenFiles()  # /proc files kept open between ticks
         self._progress: dict[str, list[Progress]] = {}
-        self._forbidden = _own_lineage()
+        # who may be moved into a job cgroup (monitoring/admission.py); refusals per job,
+        # so that a refused process is reported once, not on every tick
+        self.admission = Admission(controller="cpu" if self.layout.version == 1 else None)
+        self._refused: dict[str, dict[int, str]] = {}
         self._mem_total = psutil.virtual_memory().total
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -148,11 +143,15 @@ class NodeAgent:
         """Register a job by its processes; returns its view (with ``progress_file``).
         Registering an id again adds the new pids and updates the given fields."""
         self._check_open()
-        spec = body if isinstance(body, JobSpec) else parse_registration(
-            body, self.progress_dir, forbidden_pids=self._forbidden)
-        for pid in spec.pids:
-            if not collect.alive(pid):
-                raise InvalidInput(f"job {spec.job_id}: pid {pid} is not a running process")
+        if isinstance(body, JobSpec):
+            spec = body
+            for pid in spec.pids:
+                try:
+                    self.admission.check(pid)
+                except Refused as e:
+                    raise e.at(f"job {spec.job_id}: ") from None
+        else:
+            spec = parse_registration(body, self.progress_dir, admission=self.admission)
         with self._lock:
             for other in self._jobs.values():
                 if other.spec.job_id != spec.job_id and other.status == "running":
@@ -189,7 +188,8 @@ class NodeAgent:
             try:
                 self.actuator.ensure_job(spec.job_id)
                 self._apply(js)
-                members = set(spec.pids) | collect.descendants(spec.pids)
+                kids, refused = self.admission.split(collect.descendants(spec.pids) - set(spec.pids))
+                members = set(spec.pids) | set(kids)
                 res = self.actuator.move(spec.job_id, members)
             except (CgroupError, OSError) as e:
                 if created:
@@ -205,6 +205,9 @@ class NodeAgent:
             js.seen_processes = js.seen_processes or bool(js.members)
             if res.failed:
                 js.event(now, f"could not move pid(s) {sorted(res.failed)}")
+            for pid, why in refused.items():
+                js.event(now, f"not moved: {why}")
+            self._refused.setdefault(spec.job_id, {}).update({p: str(e) for p, e in refused.items()})
             self._save()
             view = self._view(js)
             view["created"] = created
@@ -430,7 +433,7 @@ class NodeAgent:
             raise Conflict("the agent is closed")
 
     def _get(self, job_id: str) -> JobState:
-        validate_job_id(job_id)
+        validate_agent_job_id(job_id)
         js = self._jobs.get(job_id)
         if js is None:
             raise UnknownJob(f"no job {job_id!r} is registered on this node")
@@ -495,9 +498,28 @@ class NodeAgent:
         batch: set[int] = set()
         if spec.batch_cgroup:
             batch = collect.cgroup_tree_pids(Path(spec.batch_cgroup))
+        # Every process that would enter the job's cgroup passes the admission rule first
+        # (a batch system's cgroup may list anything; so may a pid reused by the kernel).
+        known = self._refused.get(jid, {})
+        refused: dict[int, str] = {}
+
+        def admitted(pids: set[int]) -> set[int]:
+            ok = set()
+            for pid in pids:
+                if pid in known:
+                    refused[pid] = known[pid]
+                    continue
+                try:
+                    ok.add(self.admission.check(pid))
+                except Refused as e:
+                    refused[pid] = str(e)
+            return ok
+
         # the registered processes, those in our cgroup or the batch system's, and every
         # descendant of them: a process the job started later is found here
-        procs = collect.job_processes(in_cg | set(spec.pids) | batch, self._files)
+        procs = collect.job_processes(in_cg | set(spec.pids) | admitted(batch - in_cg), self._files)
+        for pid in refused:
+            procs.pop(pid, None)
         live = set(procs)
         io = self._io.get(jid, {})
         fresh = self.counters["ticks"] % self.io_every == 0
@@ -522,8 +544,10 @@ class NodeAgent:
         prog = collect.read_progress_file(spec.progress_file)
         # throttling happens only under a limit: skip the read for unlimited jobs
         thr = self.actuator.throttling(jid) if quota_set else None
-        to_move = set() if self._sample_only(spec) else live - in_cg
-        return {"members": live, "to_move": to_move, "totals": totals, "io": io, "usage_ns": usage_ns,
+        to_move = set() if self._sample_only(spec) else admitted(live - in_cg)
+        new_refusals = {p: why for p, why in refused.items() if p not in known}
+        self._refused[jid] = refused
+        return {"members": live - set(refused), "to_move": to_move, "refused": new_refusals, "totals": totals, "io": io, "usage_ns": usage_ns,
                 "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
                 "throttling": thr, "time": time.monotonic(), "wall": now}
 
@@ -536,6 +560,9 @@ class NodeAgent:
                 js.event(now, f"followed new process(es) {sorted(res.moved)}")
             for pid, why in res.failed.items():
                 js.event(now, f"could not move pid {pid}: {why}")
+        for pid, why in obs["refused"].items():
+            js.event(now, f"not moved: {why}")
+            log.warning("job %s: pid %s not moved: %s", jid, pid, why)
         for pid in js.members - obs["members"]:
             self._files.forget(f"/proc/{pid}/")
         js.members = set(obs["members"])
@@ -616,6 +643,7 @@ class NodeAgent:
         self._prev.pop(jid, None)
         self._covered.pop(jid, None)
         self._io.pop(jid, None)
+        self._refused.pop(jid, None)
 
     def _retire(self, now: float) -> bool:
         """Forget finished jobs after the retention time; remove released cgroups once empty."""
@@ -635,11 +663,14 @@ class NodeAgent:
     def _discover(self) -> None:
         """Register Slurm jobs found in the accounting hierarchy (read only there)."""
         mount = self.layout.acct_mount or self.layout.cpu_mount
-        for slurm_id, d in collect.discover_slurm_jobs(Path(mount)).items():
-            if slurm_id in self._jobs and self._jobs[slurm_id].status == "running":
-                continue
-            if slurm_id in self._jobs:
-                continue  # finished: not again
+        for slurm_id, d in collect.discover_slurm_jobs(Path(mount), self.slurm_node).items():
+            known = self._jobs.get(slurm_id)
+            if known is not None:
+                if known.status == "running" and known.spec.batch_cgroup is None:
+                    # registered by the controller before Slurm made its cgroup: follow it now
+                    known.spec = dataclasses.replace(known.spec, batch_cgroup=str(d))
+                    known.event(time.time(), f"found in {d}")
+                continue  # running, or finished: not again
             pids = sorted(collect.cgroup_tree_pids(d))
             if not pids:
                 continue
@@ -648,7 +679,7 @@ class NodeAgent:
             else:  # v1: the job's cpuset lives in the cpuset hierarchy, same relative path
                 cpuset = Path(str(mount)).parent / "cpuset" / d.relative_to(mount)
                 cores = collect.cpuset_cores(cpuset)
-            cores = cores or 1
+            cores = cores or collect.slurm_cpus_from_environ(pids) or 1
             spec = JobSpec(job_id=slurm_id, cores=float(cores), pids=tuple(pids), source="slurm",
                            batch_cgroup=str(d),
                            progress_file=str(Path(os.path.realpath(self.progress_dir)) / f"{slurm_id}.json"))
@@ -670,14 +701,16 @@ class NodeAgent:
         report: dict[str, Any] = {"state_file": "absent" if saved is None else "read",
                                   "restored": [], "removed": [], "adopted": [], "problem": None}
         jobs_saved: dict[str, Any] = {}
+        problems: list[str] = []
         if saved is not None:
             report.update(previous_pid=saved.pid, clean_exit=saved.clean_exit,
                           problem=saved.problem)
             if saved.problem:
                 log.error("%s", saved.problem)
+                problems.append(saved.problem)
             if saved.cgroup_root not in (None, self.cgroup_root):
-                report["problem"] = (f"state file was written for cgroup root {saved.cgroup_root}, "
-                                     f"this agent uses {self.cgroup_root}: its jobs are ignored")
+                problems.append(f"state file was written for cgroup root {saved.cgroup_root}, "
+                                f"this agent uses {self.cgroup_root}: its jobs are ignored")
             else:
                 jobs_saved = saved.jobs
         names = set(self.actuator.job_dirs())
@@ -697,11 +730,12 @@ class NodeAgent:
                     report["removed"].append(name)
                 continue
             now = time.time()
-            raw = jobs_saved.get(name)
-            try:
-                spec = JobSpec.from_dict(raw["spec"]) if raw else None
-            except (TypeError, KeyError, ValueError):
-                spec = None
+            spec = None
+            if name in jobs_saved:
+                try:
+                    spec = self._saved_spec(name, jobs_saved[name])
+                except InvalidInput as e:
+                    problems.append(f"state file entry of job {name} refused: {e}")
             if spec is None:
                 spec = JobSpec(job_id=name, cores=1.0, pids=tuple(sorted(pids)), source="adopted")
                 status = "released"  # unknown allocation: not managed, removed once empty
@@ -716,10 +750,46 @@ class NodeAgent:
                 js.finished_at = now
             self._jobs[name] = js
             report["adopted"].append(name)
+        report["problem"] = "; ".join(problems) or None
+        for p in problems:
+            self._event(f"recovery: {p}")
         if report["restored"] or report["problem"]:
             self._event(f"recovery: {report}")
             log.warning("recovered from previous run: %s", report)
         return report
+
+    def _saved_spec(self, name: str, raw: Any) -> JobSpec:
+        """A job read back from the state file, through the same validation as a registration
+        over HTTP (the file may have been damaged or edited): InvalidInput if unusable.
+        Processes that ended while the agent was down are dropped; a pid the admission rule
+        refuses makes the whole entry unusable, as it would a registration."""
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("spec"), Mapping):
+            raise InvalidInput("not an object with a 'spec' object")
+        d = raw["spec"]
+        fields = ("job_id", "pids", "cores", "walltime_s", "start_time", "tasks_total",
+                  "job_class", "progress_file", "mem_mb")
+        body = {k: d[k] for k in fields if k in d and d[k] is not None}
+        if body.get("job_id") != name:
+            raise InvalidInput(f"its job_id {body.get('job_id')!r} is not its cgroup's name {name!r}")
+        spec = parse_registration(body, self.progress_dir)
+        pids = []
+        for pid in spec.pids:
+            try:
+                pids.append(self.admission.check(pid))
+            except Refused as e:
+                if e.rule != "not running":
+                    raise
+        source = d.get("source", "pids")
+        if source not in ("pids", "slurm", "adopted"):
+            raise InvalidInput(f"unknown source {source!r}")
+        batch = d.get("batch_cgroup")
+        if batch is not None:
+            mount = str(self.layout.acct_mount or self.layout.cpu_mount)
+            if not isinstance(batch, str) or not os.path.normpath(batch).startswith(mount + os.sep):
+                raise InvalidInput(f"batch_cgroup {batch!r} is not a cgroup under {mount}")
+            batch = os.path.normpath(batch)
+        return JobSpec(**{**spec.to_dict(), "pids": tuple(pids), "source": source,
+                          "batch_cgroup": batch})
 
     def _save(self, clean_exit: bool = False) -> None:
         jobs = {jid: {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,

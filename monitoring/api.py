@@ -13,22 +13,33 @@ Contract (documented in monitoring/README.md):
     DELETE /v1/jobs/{job_id}/quota       full quota back
 
 Writes need ``Authorization: Bearer TOKEN``: missing -> 401, wrong -> 403. Errors are
-``{"error": message}`` with 400 (bad input, unsafe id), 404, 409, 413 or 500.
+``{"error": message}`` with 400 (bad input, unsafe id), 404, 405, 408 (request not whole
+in time), 409, 411, 413, 431, 503 (too many connections) or 500 (a cgroup write failed).
+
+The server is the standard library's threading HTTP server with the limits it lacks added
+here (a listen backlog for crowds, a whole-request read deadline, an idle timeout, a cap on
+connections answered with 503, JSON errors, no tracebacks for clients that leave); a
+benchmark against waitress and uvicorn decided it (testbed/bench_http_servers.py).
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
+import socket
 import threading
+import time
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
-from coscheduler.model import InvalidInput, validate_job_id
+from coscheduler.model import InvalidInput
 
 from .agent import Conflict, NodeAgent, UnknownJob
+from .state import validate_agent_job_id
 from .cgroupfs import CgroupError, UnsafePath
 from .metrics import exposition, make_registry
 
@@ -36,6 +47,14 @@ log = logging.getLogger("monitoring.api")
 
 DEFAULT_PORT = 9137
 MAX_BODY = 1 << 20
+
+
+DEFAULT_MAX_CONNECTIONS = 256
+DEFAULT_READ_TIMEOUT_S = 10.0
+DEFAULT_IDLE_TIMEOUT_S = 30.0
+# listen(2) backlog; the kernel caps it at net.core.somaxconn (4096 on current kernels). A
+# crowd of 200 clients connecting at once overflowed the old 5 into connection resets.
+LISTEN_BACKLOG = 1024
 
 
 class HTTPError(Exception):
@@ -61,6 +80,144 @@ def _job_segment(parts: list[str]) -> str:
     return unquote("/".join(parts))
 
 
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON; anything that is not plain, finite, shallow JSON is a 400
+    (HTTPError), never an exception further in."""
+    try:
+        return json.loads(raw.decode("utf-8") if raw else "null")
+    except RecursionError:
+        raise HTTPError(400, "body is not usable JSON: nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an int of > 4300 digits
+        raise HTTPError(400, f"body is not valid JSON: {e}") from None
+
+
+def _content_length(value: str | None) -> int:
+    if value is None or not value.isascii() or not value.isdigit():
+        raise HTTPError(411, "a JSON body with Content-Length is required")
+    if len(value) > 12 or int(value) > MAX_BODY:
+        raise HTTPError(413, f"body of {value[:20]} bytes is larger than {MAX_BODY}")
+    return int(value)
+
+
+class Api:
+    """The routes, independent of the HTTP server that carries them: takes the method, the
+    request target, a header getter and a body reader; returns (status, JSON-able or bytes).
+    Every error becomes (status, {"error": message})."""
+
+    def __init__(self, agent: NodeAgent, token: str | None):
+        self.agent = agent
+        self.token = token
+        self.registry = make_registry(agent)
+
+    def _auth(self, header: str) -> None:
+        if not self.token:
+            raise HTTPError(403, "writes are disabled: the agent has no token configured")
+        if not header.startswith("Bearer "):
+            raise HTTPError(401, "missing 'Authorization: Bearer TOKEN' header")
+        if not hmac.compare_digest(header[7:].strip().encode(), self.token.encode()):
+            raise HTTPError(403, "wrong token")
+
+    def handle(self, method: str, target: str, header: Callable[[str], str | None],
+               read_body: Callable[[int], bytes]) -> tuple[int, Any]:
+        try:
+            return self._route(method, target, header, read_body)
+        except HTTPError as e:
+            return e.status, {"error": str(e)}
+        except (InvalidInput, UnsafePath) as e:
+            return 400, {"error": str(e)}
+        except UnknownJob as e:
+            return 404, {"error": str(e)}
+        except Conflict as e:
+            return 409, {"error": str(e)}
+        except CgroupError as e:
+            log.error("%s %s: %s", method, target[:200], e)
+            return 500, {"error": f"cgroup operation failed: {e}"}
+        except (TimeoutError, ConnectionError):
+            raise  # the connection's business (408 or close), not the request's
+        except Exception as e:  # never kill the server thread; say what broke
+            log.exception("%s %s failed", method, target[:200])
+            return 500, {"error": f"internal error: {type(e).__name__}: {e}"}
+
+    def _route(self, method: str, target: str, header: Callable[[str], str | None],
+               read_body: Callable[[int], bytes]) -> tuple[int, Any]:
+        agent = self.agent
+        path = urlsplit(target).path
+        parts = path.split("/")[1:]
+
+        def auth() -> None:
+            self._auth(header("Authorization") or "")
+
+        def body() -> Any:
+            return parse_json_body(read_body(_content_length(header("Content-Length"))))
+
+        if method == "GET" and path == "/healthz":
+            return 200, {"ok": not agent.closed}
+        if method == "GET" and path == "/metrics":
+            return 200, exposition(self.registry)
+        if method == "GET" and path == "/v1/node":
+            return 200, agent.node()
+        if parts[:2] != ["v1", "jobs"]:
+            raise HTTPError(404, f"no such endpoint: {method} {path[:200]}")
+        rest = parts[2:]
+        if rest in ([], [""]):
+            if method == "GET":
+                return 200, {"jobs": agent.jobs()}
+            if method == "POST":
+                auth()
+                view = agent.register_job(body())
+                return (201 if view.pop("created") else 200), view
+            raise HTTPError(405, f"{method} not allowed on /v1/jobs")
+        quota = len(rest) >= 2 and rest[-1] == "quota"
+        job_id = validate_agent_job_id(_job_segment(rest[:-1] if quota else rest))
+        if quota:
+            if method == "PUT":
+                auth()
+                b = body()
+                if not isinstance(b, dict) or set(b) - {"cpu_fraction", "lease_s"} \
+                        or "cpu_fraction" not in b or "lease_s" not in b:
+                    raise InvalidInput('quota body must be {"cpu_fraction": f, "lease_s": s}, '
+                                       f"got {str(b)[:200]}")
+                return 200, agent.set_quota(job_id, b["cpu_fraction"], b["lease_s"])
+            if method == "DELETE":
+                auth()
+                return 200, agent.clear_quota(job_id)
+            raise HTTPError(405, f"{method} not allowed on a job's quota")
+        if method == "GET":
+            return 200, agent.job(job_id)
+        if method == "DELETE":
+            auth()
+            return 200, agent.unregister(job_id)
+        raise HTTPError(405, f"{method} not allowed on a job")
+
+
+def encode(status: int, body: Any) -> tuple[bytes, str]:
+    """(payload, content type) of an answer."""
+    if isinstance(body, bytes):
+        return body, "text/plain; version=0.0.4; charset=utf-8"
+    return (json.dumps(body) + "\n").encode(), "application/json"
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's read side with a deadline for the whole request, not per recv(): a
+    client that sends one byte every few seconds (slowloris) cannot hold a thread longer
+    than the deadline. ``deadline`` None waits at most ``idle_s`` for each read."""
+
+    def __init__(self, sock: socket.socket, idle_s: float):
+        self.sock = sock
+        self.idle_s = idle_s
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        left = self.idle_s if self.deadline is None else self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not complete before the read deadline")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(b)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
@@ -68,146 +225,169 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: "_Server"
 
+    def setup(self) -> None:
+        super().setup()
+        self._reader = _DeadlineReader(self.connection, self.server.idle_timeout_s)
+        self.rfile = io.BufferedReader(self._reader, 65536)
+
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("%s " + fmt, self.client_address[0], *args)
 
-    def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
-        data = body if isinstance(body, bytes) else (json.dumps(body) + "\n").encode()
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's errors (malformed request line, headers too long or too
+        many, unknown method) as JSON like every other answer."""
+        self.close_connection = True
+        self._send(code, {"error": message or explain or HTTPStatus(code).phrase})
+
+    def _send(self, status: int, body: Any) -> None:
+        data, ctype = encode(status, body)
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         if status == 401:
             self.send_header("WWW-Authenticate", 'Bearer realm="cosched-agent"')
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
-    def _auth(self) -> None:
-        token = self.server.token
-        if not token:
-            raise HTTPError(403, "writes are disabled: the agent has no token configured")
-        header = self.headers.get("Authorization", "")
-        if not header.startswith("Bearer "):
-            raise HTTPError(401, "missing 'Authorization: Bearer TOKEN' header")
-        if not hmac.compare_digest(header[7:].strip().encode(), token.encode()):
-            raise HTTPError(403, "wrong token")
-
-    def _body(self) -> Any:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            raise HTTPError(411, "a JSON body with Content-Length is required")
-        n = int(length)
-        if n > MAX_BODY:
-            raise HTTPError(413, f"body of {n} bytes is larger than {MAX_BODY}")
-        raw = self.rfile.read(n)
+    def handle(self) -> None:
+        """Requests until the client closes, stays idle too long, or breaks the protocol. A
+        client that goes away mid-answer is its own business: no traceback."""
         try:
-            return json.loads(raw or b"null")
-        except ValueError as e:
-            raise HTTPError(400, f"body is not valid JSON: {e}") from None
-
-    def _route(self, method: str) -> tuple[int, Any]:
-        agent: NodeAgent = self.server.agent
-        path = urlsplit(self.path).path
-        parts = path.split("/")[1:]
-        if method == "GET" and path == "/healthz":
-            return 200, {"ok": not agent.closed}
-        if method == "GET" and path == "/metrics":
-            return 200, exposition(self.server.registry)
-        if method == "GET" and path == "/v1/node":
-            return 200, agent.node()
-        if parts[:2] != ["v1", "jobs"]:
-            raise HTTPError(404, f"no such endpoint: {method} {path}")
-        rest = parts[2:]
-        if rest in ([], [""]):
-            if method == "GET":
-                return 200, {"jobs": agent.jobs()}
-            if method == "POST":
-                self._auth()
-                view = agent.register_job(self._body())
-                return (201 if view.pop("created") else 200), view
-            raise HTTPError(405, f"{method} not allowed on /v1/jobs")
-        quota = len(rest) >= 2 and rest[-1] == "quota"
-        job_id = validate_job_id(_job_segment(rest[:-1] if quota else rest))
-        if quota:
-            if method == "PUT":
-                self._auth()
-                body = self._body()
-                if not isinstance(body, dict) or set(body) - {"cpu_fraction", "lease_s"} \
-                        or "cpu_fraction" not in body or "lease_s" not in body:
-                    raise InvalidInput('quota body must be {"cpu_fraction": f, "lease_s": s}, '
-                                       f"got {body!r}")
-                return 200, agent.set_quota(job_id, body["cpu_fraction"], body["lease_s"])
-            if method == "DELETE":
-                self._auth()
-                return 200, agent.clear_quota(job_id)
-            raise HTTPError(405, f"{method} not allowed on a job's quota")
-        if method == "GET":
-            return 200, agent.job(job_id)
-        if method == "DELETE":
-            self._auth()
-            return 200, agent.unregister(job_id)
-        raise HTTPError(405, f"{method} not allowed on a job")
-
-    def _handle(self, method: str) -> None:
-        try:
-            status, body = self._route(method)
-        except HTTPError as e:
-            status, body = e.status, {"error": str(e)}
-        except (InvalidInput, UnsafePath) as e:
-            status, body = 400, {"error": str(e)}
-        except UnknownJob as e:
-            status, body = 404, {"error": str(e)}
-        except Conflict as e:
-            status, body = 409, {"error": str(e)}
-        except CgroupError as e:
-            log.error("%s %s: %s", method, self.path, e)
-            status, body = 500, {"error": f"cgroup operation failed: {e}"}
-        except Exception as e:  # never kill the server thread; say what broke
-            log.exception("%s %s failed", method, self.path)
-            status, body = 500, {"error": f"internal error: {type(e).__name__}: {e}"}
-        ctype = "text/plain; version=0.0.4; charset=utf-8" if isinstance(body, bytes) else "application/json"
-        if status >= 400:
-            # The body may be unread: close rather than let a kept-alive connection desync.
+            super().handle()
+        except (ConnectionError, TimeoutError, OSError) as e:
+            log.debug("%s: connection ended: %s", self.client_address[0], e)
             self.close_connection = True
-        self._send(status, body, ctype)
 
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
+    def handle_one_request(self) -> None:
+        self._reader.deadline = None  # idle between requests: wait up to idle_timeout_s
+        try:
+            first = self.rfile.peek(1)
+        except TimeoutError:
+            self.close_connection = True  # idle keep-alive connection: close quietly
+            return
+        if not first:
+            self.close_connection = True
+            return
+        self._reader.deadline = time.monotonic() + self.server.read_timeout_s
+        self.command = ""  # an answer sent before parse_request needs these
+        self.request_version = "HTTP/1.1"
+        self.requestline = ""
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.requestline = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG, "request line longer than 64 KiB")
+                return
+            if not self.parse_request():
+                return  # an error was sent
+            if self.command not in ("GET", "HEAD", "POST", "PUT", "DELETE"):
+                self.send_error(HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command[:20]!r} not allowed")
+                return
+            method = "GET" if self.command == "HEAD" else self.command
+            status, body = self.server.api.handle(method, self.path, self.headers.get, self.rfile.read)
+            if status >= 400:
+                # The body may be unread: close rather than let a kept-alive connection desync.
+                self.close_connection = True
+            self._reader.deadline = None
+            self._send(status, body)
+            self.wfile.flush()
+        except TimeoutError:
+            # a request begun but not finished in time
+            self.close_connection = True
+            try:
+                self._send(408, {"error": f"request not complete within {self.server.read_timeout_s:g} s"})
+            except OSError:
+                pass
 
 
 class _Server(ThreadingHTTPServer):
+    """One thread per connection, at most ``max_connections`` at once: the next one gets a
+    503 at once and is closed, rather than a thread."""
+
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+    block_on_close = False
 
-    def __init__(self, addr, agent: NodeAgent, token: str | None):
-        host = addr[0]
-        if ":" in host:
-            import socket
+    def __init__(self, addr, api: Api, *, max_connections: int, read_timeout_s: float,
+                 idle_timeout_s: float):
+        if ":" in addr[0]:
             self.address_family = socket.AF_INET6
+        self.api = api
+        self.max_connections = max_connections
+        self.read_timeout_s = read_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.active = 0
+        self.refused = 0
+        self._count_lock = threading.Lock()
         super().__init__(addr, _Handler)
-        self.agent = agent
-        self.token = token
-        self.registry = make_registry(agent)
+
+    def process_request(self, request, client_address) -> None:
+        with self._count_lock:
+            full = self.active >= self.max_connections
+            if not full:
+                self.active += 1
+        if full:
+            self.refused += 1
+            _refuse(request, self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self._count_lock:
+                self.active -= 1
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._count_lock:
+                self.active -= 1
+
+    def handle_error(self, request, client_address) -> None:
+        # socketserver prints a traceback on stderr for anything that escapes a handler
+        log.exception("connection from %s failed", client_address[0] if client_address else "?")
+
+
+def _refuse(sock: socket.socket, cap: int) -> None:
+    """Answer 503 without reading the request (the accept loop must not wait on a client)."""
+    data = json.dumps({"error": f"too many connections (at most {cap}); retry later"}).encode() + b"\n"
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
+    try:
+        sock.setblocking(False)
+        sock.send(head.encode() + data)
+    except OSError:
+        pass
 
 
 class AgentServer:
     """Serve a NodeAgent over HTTP. ``listen`` defaults to 127.0.0.1:9137; port 0 picks a
-    free port (see ``url``)."""
+    free port (see ``url``).
+
+    Limits: ``max_connections`` open at once (more get 503), a request must arrive whole
+    within ``read_timeout_s`` of its first byte (else 408), and a kept-alive connection
+    idle for ``idle_timeout_s`` is closed.
+    """
 
     def __init__(self, agent: NodeAgent, listen: str = f"127.0.0.1:{DEFAULT_PORT}",
-                 token: str | None = None):
+                 token: str | None = None, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
+        if not max_connections >= 1:
+            raise InvalidInput(f"max_connections must be >= 1, got {max_connections!r}")
+        for name, v in (("read_timeout_s", read_timeout_s), ("idle_timeout_s", idle_timeout_s)):
+            if not v > 0:
+                raise InvalidInput(f"{name} must be > 0, got {v!r}")
         self.agent = agent
-        self._httpd = _Server(parse_listen(listen), agent, token)
+        self.api = Api(agent, token)
+        self._httpd = _Server(parse_listen(listen), self.api, max_connections=max_connections,
+                              read_timeout_s=read_timeout_s, idle_timeout_s=idle_timeout_s)
         self._thread: threading.Thread | None = None
 
     @property
@@ -215,6 +395,10 @@ class AgentServer:
         host, port = self._httpd.server_address[:2]
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}"
+
+    @property
+    def active_connections(self) -> int:
+        return self._httpd.active
 
     def serve_forever(self) -> None:
         self._httpd.serve_forever(poll_interval=0.1)

@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Names of cgroups the agent creates: the same alphabet as job ids, never "." or "..".
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
+# (fullmatch, not "$": "$" also matches before a final newline, and "a\n" is no name.)
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
+# Files the kernel puts in every cgroup directory: a job cgroup by such a name would be a
+# file, not a folder. v1 and v2 interface files are "tasks", "notify_on_release",
+# "release_agent", and "<controller or cgroup>.<anything>".
+_INTERFACE_FILES = {"tasks", "notify_on_release", "release_agent"}
+_INTERFACE_PREFIXES = {"cgroup", "cpu", "cpuacct", "cpuset", "memory", "memsw", "io", "blkio", "pids",
+                       "devices", "freezer", "net_cls", "net_prio", "perf_event", "hugetlb",
+                       "rdma", "misc", "irq", "kmem"}
 
 
 class CgroupError(RuntimeError):
@@ -35,8 +43,12 @@ class UnsafePath(CgroupError):
 
 
 def validate_cgroup_name(name: object, what: str = "cgroup name") -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or name in (".", ".."):
-        raise UnsafePath(f"{what} {name!r} is not a safe cgroup name (letters, digits, '_.:+-')")
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name in (".", ".."):
+        raise UnsafePath(f"{what} {name!r} is not a safe cgroup name (1-128 letters, digits, "
+                         "'_.:+-', starting with a letter or digit)")
+    if name in _INTERFACE_FILES or name.split(".", 1)[0] in _INTERFACE_PREFIXES and "." in name:
+        raise UnsafePath(f"{what} {name!r} is the name of a cgroup interface file (such as "
+                         "'tasks', 'cgroup.procs' or 'cpu.max'), not usable for a job's cgroup")
     return name
 
 

@@ -242,20 +242,28 @@ def read_progress_file(path: str | None) -> Progress | None:
 
 
 # ---- batch-system discovery ----------------------------------------------------------------
-def discover_slurm_jobs(acct_mount: Path) -> dict[str, Path]:
+def discover_slurm_jobs(acct_mount: Path, node: str | None = None) -> dict[str, Path]:
     """Slurm job cgroups under a cpuacct (v1) or unified (v2) hierarchy, by Slurm job id.
 
     Slurm 22.05 (task/cgroup, v1) makes ``cpuacct/slurm[_NODE]/uid_U/job_ID``; on v2 it
-    makes ``system.slice/slurmstepd.scope/job_ID``. Read only.
+    makes ``system.slice/slurmstepd.scope/job_ID``. Read only. ``node``: only that
+    node's ``slurm_NODE`` folder (several slurmd on one host, MULTIPLE_SLURMD, each make
+    their own; an agent per emulated node must see only its node's jobs).
     """
     found: dict[str, Path] = {}
     candidates: list[Path] = []
     try:
         for top in acct_mount.iterdir():
+            if node is not None:
+                if top.name == f"slurm_{node}":
+                    for uid in top.glob("uid_*"):
+                        candidates.extend(uid.glob("job_*"))
+                continue
             if top.name == "slurm" or top.name.startswith("slurm_"):
                 for uid in top.glob("uid_*"):
                     candidates.extend(uid.glob("job_*"))
-        candidates.extend((acct_mount / "system.slice" / "slurmstepd.scope").glob("job_*"))
+        if node is None:
+            candidates.extend((acct_mount / "system.slice" / "slurmstepd.scope").glob("job_*"))
     except OSError:
         return found
     for d in candidates:
@@ -299,6 +307,25 @@ def cpuset_cores(d: Path) -> int | None:
             continue
         if text:
             return count_cpu_list(text)
+    return None
+
+
+def slurm_cpus_from_environ(pids) -> int | None:
+    """CPUs Slurm gave a job on this node, from ``SLURM_CPUS_ON_NODE`` in the environment
+    of one of its processes (slurmstepd sets it for every task). Used when the job has no
+    cpuset to count (``ConstrainCores=no``, e.g. emulated nodes that claim more CPUs than
+    the host has)."""
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read(1 << 20)
+        except OSError:
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(b"SLURM_CPUS_ON_NODE="):
+                value = item.split(b"=", 1)[1]
+                if value.isdigit() and 0 < int(value) <= 4096:
+                    return int(value)
     return None
 
 

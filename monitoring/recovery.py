@@ -9,6 +9,7 @@ the agent also scans its own cgroup root, which finds leftovers without the file
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,31 @@ from typing import Any
 from coscheduler.progress import write_json_atomic
 
 FORMAT = "cosched-agent-state/1"
+# A state file lists the jobs of one node: far below this; anything larger is not ours.
+MAX_STATE_BYTES = 16 << 20
+
+
+def _check_document(doc: Any) -> SavedState:
+    """The file's top level, type-checked (jobs are checked one by one by the agent, with
+    the same validation as a registration)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ValueError(f"not a {FORMAT} document")
+    jobs = doc.get("jobs") or {}
+    if not isinstance(jobs, dict):
+        raise ValueError("'jobs' is not an object")
+    pid, saved_at = doc.get("pid"), doc.get("saved_at")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 22):
+        raise ValueError(f"'pid' is not a process id: {str(pid)[:40]}")
+    if saved_at is not None and (isinstance(saved_at, bool) or not isinstance(saved_at, (int, float))
+                                 or not math.isfinite(saved_at)):
+        raise ValueError(f"'saved_at' is not a finite time: {str(saved_at)[:40]}")
+    version, root = doc.get("cgroup_version"), doc.get("cgroup_root")
+    if version not in (None, 1, 2) or isinstance(version, bool):
+        raise ValueError(f"'cgroup_version' is not 1 or 2: {str(version)[:40]}")
+    if root is not None and not isinstance(root, str):
+        raise ValueError("'cgroup_root' is not a string")
+    return SavedState(pid=pid, saved_at=saved_at, cgroup_version=version, cgroup_root=root,
+                      clean_exit=doc.get("clean_exit") is True, jobs=jobs)
 
 
 @dataclass
@@ -44,32 +70,34 @@ class StateFile:
         write_json_atomic(self.path, doc, prefix=".state-")
 
     def load(self) -> SavedState | None:
-        """The saved state, None when there is no file; a broken file is renamed aside and
-        reported in ``problem``."""
+        """The saved state, None when there is no file; a file that cannot be used (not
+        UTF-8, not JSON, nested too deep, numbers out of range, wrong types, too large) is
+        renamed aside and reported in ``problem``. Never raises: a broken file must not
+        stop the agent that is about to lift the quotas it left."""
         try:
-            text = self.path.read_text()
+            with open(self.path, "rb") as f:
+                raw = f.read(MAX_STATE_BYTES + 1)
         except FileNotFoundError:
             return None
         except OSError as e:
             return SavedState(problem=f"cannot read state file {self.path}: {e.strerror}")
         try:
-            doc = json.loads(text)
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-                raise ValueError(f"not a {FORMAT} document")
-            jobs = doc.get("jobs") or {}
-            if not isinstance(jobs, dict):
-                raise ValueError("'jobs' is not an object")
-            return SavedState(pid=doc.get("pid"), saved_at=doc.get("saved_at"),
-                              cgroup_version=doc.get("cgroup_version"),
-                              cgroup_root=doc.get("cgroup_root"),
-                              clean_exit=bool(doc.get("clean_exit")), jobs=jobs)
-        except ValueError as e:
+            if len(raw) > MAX_STATE_BYTES:
+                raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
+            doc = json.loads(raw.decode("utf-8"))
+            return _check_document(doc)
+        except (ValueError, TypeError, RecursionError, OverflowError, MemoryError) as e:
+            # UnicodeDecodeError and JSONDecodeError are ValueErrors; RecursionError comes
+            # from JSON nested deeper than the interpreter's stack.
+            why = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) or \
+                isinstance(e, UnicodeDecodeError) else str(e)
             aside = self.path.with_name(self.path.name + f".broken-{int(time.time())}")
             try:
                 os.replace(self.path, aside)
             except OSError:
                 aside = self.path
-            return SavedState(problem=f"state file {self.path} is unusable ({e}); kept as {aside}")
+            return SavedState(problem=f"state file {self.path} is unusable ({why[:300]}); "
+                                      f"kept as {aside}")
 
     def remove(self) -> None:
         try:

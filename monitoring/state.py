@@ -14,13 +14,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from coscheduler.happiness import HAPPINESS_DONE
 from coscheduler.model import InvalidInput, check_finite, validate_job_class, validate_job_id
+
+from .admission import PID_MAX_LIMIT, Admission, Refused
+from .cgroupfs import UnsafePath, validate_cgroup_name
 
 # The kernel refuses CFS quotas under 1 ms per period.
 MIN_QUOTA_US = 1000
-# Hp when every task is done (infinitely happy); JSON has no infinity, so report a cap.
-HAPPINESS_CAP = 1e6
+# Hp when every task is done (infinitely happy); JSON has no infinity, so report a cap:
+# the same value the learner stores (coscheduler/happiness.py).
+HAPPINESS_CAP = HAPPINESS_DONE
 MAX_CORES = 4096
+# Counts beyond this lose precision as floats (happiness arithmetic): no job has that many tasks.
+MAX_COUNT = 2 ** 53
+
+
+def validate_agent_job_id(job_id: object) -> str:
+    """A job id the agent can use: a valid job id that is also a safe name for its cgroup
+    (not a cgroup interface file such as ``tasks`` or ``cgroup.procs``)."""
+    validate_job_id(job_id)
+    try:
+        return validate_cgroup_name(job_id, "job_id")
+    except UnsafePath as e:
+        raise InvalidInput(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -59,23 +76,25 @@ class JobSpec:
 def _int_or_none(value: object, name: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"{name} must be an integer >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise InvalidInput(f"{name} must be an integer in 0..2**53, got {str(value)[:40]}")
     return value
 
 
-def check_pids(value: object, *, forbidden: set[int] = frozenset()) -> tuple[int, ...]:
+def check_pids(value: object, *, admission: "Admission | None" = None) -> tuple[int, ...]:
+    """A list of process ids; with ``admission``, every pid must pass the agent's rule
+    (monitoring.admission), which names the rule that refused it."""
     if not isinstance(value, (list, tuple)):
         raise InvalidInput(f"pids must be a list of process ids, got {value!r}")
+    if len(value) > 4096:
+        raise InvalidInput("pids: more than 4096 processes in one registration")
     out = []
     for p in value:
-        if isinstance(p, bool) or not isinstance(p, int) or p < 2:
-            raise InvalidInput(f"pids: {p!r} is not a valid process id (integers >= 2)")
-        if p in forbidden:
-            raise InvalidInput(f"pids: {p} is the agent itself or one of its ancestors")
+        if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+            raise InvalidInput(f"pids: {p!r} is not a valid process id (integers 1..{PID_MAX_LIMIT})")
+        if admission is not None:
+            admission.check(p)
         out.append(p)
-    if len(set(out)) > 4096:
-        raise InvalidInput("pids: more than 4096 processes in one registration")
     return tuple(dict.fromkeys(out))
 
 
@@ -99,9 +118,10 @@ def progress_path(value: object, progress_dir: Path, job_id: str) -> str:
     return str(resolved)
 
 
-def parse_registration(body: object, progress_dir: Path, *, forbidden_pids: set[int] = frozenset(),
+def parse_registration(body: object, progress_dir: Path, *, admission: "Admission | None" = None,
                        now: float | None = None) -> JobSpec:
-    """Validate a registration body (the JSON of POST /v1/jobs) into a JobSpec."""
+    """Validate a registration body (the JSON of POST /v1/jobs, or a job read back from the
+    state file) into a JobSpec; with ``admission`` every pid must pass the agent's rule."""
     if not isinstance(body, Mapping):
         raise InvalidInput(f"registration must be a JSON object, got {type(body).__name__}")
     allowed = {"job_id", "pids", "cores", "walltime_s", "start_time", "tasks_total",
@@ -109,11 +129,16 @@ def parse_registration(body: object, progress_dir: Path, *, forbidden_pids: set[
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise InvalidInput(f"registration: unknown field(s) {unknown}; known: {sorted(allowed)}")
-    job_id = validate_job_id(body.get("job_id"))
+    job_id = validate_agent_job_id(body.get("job_id"))
     if "pids" not in body:
         raise InvalidInput(f"job {job_id}: pids is required (a list; [] to start the job in "
                            "its cgroup afterwards, see cgroup_procs)")
-    pids = check_pids(body["pids"], forbidden=forbidden_pids)
+    try:
+        pids = check_pids(body["pids"], admission=admission)
+    except Refused as e:
+        raise e.at(f"job {job_id}: ") from None
+    except InvalidInput as e:
+        raise InvalidInput(f"job {job_id}: {e}") from None
     cores = check_finite(body.get("cores"), f"job {job_id}: cores")
     if cores is None or not 0 < cores <= MAX_CORES:
         raise InvalidInput(f"job {job_id}: cores must be > 0 and <= {MAX_CORES}, got {body.get('cores')!r}")

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from coscheduler.model import InvalidInput
 from coscheduler.progress import Progress
 from monitoring import collect
+from monitoring.admission import Admission
 from monitoring.cgroupfs import CgroupError, Confined, UnsafePath, detect_layout, parse_mountinfo, validate_root
 from monitoring.client import AgentClient, AgentError
 from monitoring.lease import LeaseKeeper
@@ -106,7 +107,7 @@ def test_registration_validation(tmp_path):
     cases = [
         ({**good, "job_id": "../../x"}, "not a valid job id"),
         ({k: v for k, v in good.items() if k != "pids"}, "pids is required"),
-        ({**good, "pids": [1]}, "not a valid process id"),
+        ({**good, "pids": [0]}, "not a valid process id"),
         ({**good, "pids": ["12"]}, "not a valid process id"),
         ({**good, "cores": 0}, "cores"),
         ({**good, "cores": float("nan")}, "finite"),
@@ -119,8 +120,11 @@ def test_registration_validation(tmp_path):
     for body, msg in cases:
         with pytest.raises(InvalidInput, match=msg):
             parse_registration(body, tmp_path)
+    # with the agent's admission rule (monitoring/admission.py), which names the rule
     with pytest.raises(InvalidInput, match="agent itself"):
-        parse_registration(good, tmp_path, forbidden_pids={os.getpid()})
+        parse_registration(good, tmp_path, admission=Admission())
+    with pytest.raises(InvalidInput, match=r"job j1: pid 1 \(init\).*rule 'init'"):
+        parse_registration({**good, "pids": [1]}, tmp_path, admission=Admission())
 
 
 def test_progress_file_symlink_out_of_dir_is_refused(tmp_path):

@@ -27,13 +27,17 @@ def test_demo_refuses_unknown_policy():
 
 @pytest.mark.root
 @pytest.mark.live
-def test_demo_short_live_run(tmp_path):
-    r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.004", "--workdir", str(tmp_path),
+def test_demo_short_live_run(tmp_path, monkeypatch):
+    private_tmp = tmp_path / "tmp"   # the demo's temp work folder goes here, and away after
+    private_tmp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(private_tmp))
+    r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.004",
                                   "--db", str(tmp_path / "demo.db"),
                                   "--policies", "space-sharing,static,asax"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["mode"] == "live"
+    assert out["workdir"] is None and list(private_tmp.iterdir()) == []
     by = {x["policy"]: x for x in out["results"]}
     assert list(by) == ["space-sharing", "static", "asax"]
     for res in by.values():
@@ -50,3 +54,45 @@ def test_demo_short_live_run(tmp_path):
     assert isinstance(json.loads(shown.stdout)["decisions"], list)
     # Every quota was given back and every cgroup the run made is gone.
     assert not list(Path("/sys/fs/cgroup/cpu").glob(f"cosched-local-{os.getpid()}-*"))
+
+
+def test_rounds_are_summarised_by_medians_with_every_round_kept():
+    from coscheduler.demo import PolicyRun, summarise_rounds
+
+    def run(policy, makespan, slow):
+        return PolicyRun(policy, makespan, 1.0, 0.8, slow, 12, 12, 2)
+
+    rounds = [[run("space-sharing", 20.0, 0.0), run("asax", 15.0, 0.10)],
+              [run("space-sharing", 24.0, 0.0), run("asax", 19.0, -0.02)],
+              [run("space-sharing", 22.0, 0.0), run("asax", 30.0, 0.30)]]
+    out = summarise_rounds(rounds)
+    assert [r["policy"] for r in out] == ["space-sharing", "asax"]
+    assert out[1]["makespan_s"] == 19.0 and out[1]["mean_slowdown"] == 0.10
+    assert [r["makespan_s"] for r in out[1]["runs"]] == [15.0, 19.0, 30.0]
+    assert out[0]["jobs"] == 12 and out[0]["completed"] == 12
+
+
+def test_demo_table_with_rounds_shows_medians_ranges_and_completed_jobs(tmp_path, monkeypatch):
+    """The human output of --repeat, with the live runs replaced by fixed figures."""
+    from coscheduler.cli import demo as demo_cli
+    from coscheduler.demo import PolicyRun
+
+    figures = iter([20.0, 15.0, 24.0, 31.0])
+
+    def fake_run(policy, jobs, workdir, **kw):
+        return PolicyRun(policy, next(figures), 1.0, 0.5, None, 12, 12 if policy == "asax" else 11, 1,
+                         runtimes={"a/b": [10.0]})
+
+    monkeypatch.setattr(demo_cli, "run_policy", fake_run)
+    monkeypatch.setattr(demo_cli, "check_local_support", lambda: None)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    r = CliRunner().invoke(main, ["demo", "--policies", "space-sharing,asax", "--repeat", "2",
+                                  "--db", str(tmp_path / "d.db")])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "medians of 2 rounds" in out
+    assert "space-sharing      22.0s" in out and "20-24s" in out
+    assert "asax               23.0s" in out and "15-31s" in out and "12/12" in out
+    assert "11/12" in out
+    table = out[:out.index("Where ASA_X")]
+    assert max(len(line) for line in table.splitlines()) <= 80

@@ -36,6 +36,14 @@ def addr(e: MesosEmulator) -> tuple[str, int]:
     return e.server.address
 
 
+def dead(pid: int) -> bool:
+    """The process is gone or a zombie (init here reaps orphans slowly)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def wait_until(pred, timeout=5.0, step=0.02):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -123,6 +131,12 @@ def test_an_unacknowledged_update_is_resent_with_its_uuid_and_holds_the_next_one
         # Resent (same uuid), and TASK_RUNNING not yet forwarded.
         assert again["update"]["status"]["uuid"] == first["update"]["status"]["uuid"]
         assert again["update"]["status"]["state"] == "TASK_STARTING"
+        # The task runs, but reconciliation answers with the state last forwarded.
+        assert wait_until(lambda: emu.master.frameworks[sched.fid].tasks["slow-ack"].state == "TASK_RUNNING")
+        sched.call("RECONCILE", {"tasks": [{"task_id": {"value": "slow-ack"}}]})
+        rec = sched.stream.wait_for(lambda e: e["type"] == "UPDATE" and
+                                    e["update"]["status"].get("reason") == "REASON_RECONCILIATION")
+        assert rec["update"]["status"]["state"] == "TASK_STARTING" and "uuid" not in rec["update"]["status"]
         sched.ack(again)
         running = sched.stream.wait_for(lambda e: e["type"] == "UPDATE")
         assert running["update"]["status"]["state"] == "TASK_RUNNING"
@@ -148,8 +162,7 @@ def test_kill_terminates_the_process_and_reports_killing_then_killed(emu):
         sched.update_for("k1", "TASK_KILLING")
         killed = sched.update_for("k1", "TASK_KILLED")
         assert killed["update"]["status"]["uuid"]
-        assert wait_until(lambda: not psutil.pid_exists(pid) or
-                          psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+        assert wait_until(lambda: dead(pid))
         # Killing a task the master does not know: TASK_LOST from the master, no uuid.
         sched.call("KILL", {"task_id": {"value": "nope"}})
         lost = sched.update_for("nope", "TASK_LOST")
@@ -224,8 +237,7 @@ def test_losing_an_agent_kills_its_tasks_for_real_and_sends_lost_rescind_and_fai
         sched.stream.wait_for(lambda e: e["type"] == "FAILURE" and
                               e["failure"]["agent_id"]["value"] == victim)
         assert "RESCIND" in sched.stream.types()
-        assert wait_until(lambda: not psutil.pid_exists(pid) or
-                          psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+        assert wait_until(lambda: dead(pid))
         assert wait_until(lambda: not cgroup.exists())
         # Reconciling the lost task: TASK_LOST; the agent is never offered again.
         sched.call("RECONCILE", {"tasks": [{"task_id": {"value": "on-victim"},
@@ -263,8 +275,7 @@ def test_failover_within_the_timeout_keeps_tasks_and_after_it_they_are_killed(em
         again.close()
     # This time the framework stays away longer than its (new) failover timeout of 0.5 s.
     assert wait_until(lambda: fid not in emu.master.frameworks, timeout=5)
-    assert wait_until(lambda: not psutil.pid_exists(pid) or
-                      psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, timeout=5)
+    assert wait_until(lambda: dead(pid), timeout=5)
     late = RawStream(addr_, {"type": "SUBSCRIBE", "framework_id": {"value": fid}, "subscribe": {
         "framework_info": {"user": "root", "name": "late", "id": {"value": fid}}}})
     try:
@@ -283,6 +294,15 @@ def test_a_second_subscription_fails_the_first_over(emu):
         assert ev["error"]["message"] == "Framework failed over"
         assert first.stream.read_until_end(2)
         assert second.call("REVIVE", {})[0] == 202
+        # The first instance's outstanding offers were rescinded on the new stream.
+        old_offers = {o["id"]["value"] for e in first.stream.events if e["type"] == "OFFERS"
+                      for o in e["offers"]["offers"]}
+        if old_offers:
+            ev = second.stream.wait_for(lambda e: e["type"] == "RESCIND")
+            assert ev["rescind"]["offer_id"]["value"] in old_offers
+        # Any event can be injected (the emulator never makes inverse offers itself).
+        emu.master.send_event(second.fid, {"type": "INVERSE_OFFERS", "inverse_offers": {"inverse_offers": []}})
+        second.stream.wait_for(lambda e: e["type"] == "INVERSE_OFFERS")
     finally:
         first.close()
         second.close()
@@ -296,8 +316,7 @@ def test_teardown_kills_tasks_and_removes_the_framework(emu):
     pid = emu.master.frameworks[sched.fid].tasks["td"].popen.pid
     assert sched.call("TEARDOWN")[0] == 202
     assert sched.stream.read_until_end(3)   # the master closed the stream
-    assert wait_until(lambda: not psutil.pid_exists(pid) or
-                      psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, timeout=5)
+    assert wait_until(lambda: dead(pid), timeout=5)
     assert sched.call("REVIVE", {})[0] == 400   # the framework is gone
     sched.close()
 
@@ -495,10 +514,15 @@ def test_a_task_is_capped_at_its_cpus_times_the_cpu_scale(tmp_path):
             sched.launch(offer, [task_info("burn", offer["agent_id"], "while :; do :; done", cpus=1)])
             sched.update_for("burn", "TASK_RUNNING")
             task = e.master.frameworks[sched.fid].tasks["burn"]
-            proc = psutil.Process(task.popen.pid)
-            c0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
+            acct = e.master.agents[offer["agent_id"]["value"]].runtime.node_agent.actuator.acct
+            usage = Path(acct.job(task.job_id)) / "cpuacct.usage"   # the kernel's count, ns
+
+            def cpu() -> float:
+                return int(usage.read_text()) / 1e9
+            time.sleep(0.2)
+            c0, t0 = cpu(), time.monotonic()
             time.sleep(1.5)
-            used = (sum(proc.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
+            used = (cpu() - c0) / (time.monotonic() - t0)
             assert 0.05 < used < 0.35, used   # 0.2 CPUs allowed; unconstrained it would be ~1
             quota = Path(e.master.agent_views()[0]["cgroup"], task.job_id, "cpu.cfs_quota_us")
             period = Path(quota.parent, "cpu.cfs_period_us")
@@ -584,7 +608,7 @@ def test_cli_emulate_serves_until_sigterm_then_kills_its_tasks_and_removes_its_c
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         for p in pids:
-            assert not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE
+            assert dead(p)
         assert not base.exists() and not (Path("/sys/fs/cgroup/cpuacct") / ready["cgroup"]).exists()
         assert not Path(ready["workdir"]).exists()
         sched.close()
@@ -592,3 +616,45 @@ def test_cli_emulate_serves_until_sigterm_then_kills_its_tasks_and_removes_its_c
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_tasks_die_with_an_emulator_killed_with_sigkill_and_the_next_one_cleans_up(tmp_path):
+    import json
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "from coscheduler.cli import main; main()", "mesos", "emulate",
+           "--agents", "1", "--cpus", "1", "--mem", "256", "--listen", "127.0.0.1:0",
+           "--allocation-interval", "0.1", "--log-level", "WARNING", "--workdir", str(tmp_path / "w")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert select.select([proc.stdout], [], [], 30)[0]
+        ready = json.loads(proc.stdout.readline())
+        host, port = ready["url"].removeprefix("http://").rsplit(":", 1)
+        sched = RawScheduler((host, int(port)))
+        o = sched.next_offers()[0]
+        # A command whose shell forks: the grandchild must die too.
+        sched.launch(o, [task_info("orphan", o["agent_id"], "sleep 300 & sleep 301; wait")])
+        sched.update_for("orphan", "TASK_RUNNING")
+        job_cg = Path(ready["agents"][0]["cgroup"]) / "orphan"
+        assert wait_until(lambda: len((job_cg / "cgroup.procs").read_text().split()) >= 3)
+        members = [psutil.Process(int(x)) for x in (job_cg / "cgroup.procs").read_text().split()]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        sched.close()
+        gone, alive = psutil.wait_procs(members, timeout=5)
+        alive = [p for p in alive if not dead(p.pid)]
+        assert not alive, alive
+        base = Path("/sys/fs/cgroup/cpu") / ready["cgroup"]
+        assert base.is_dir()   # nobody removed it yet
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    e = MesosEmulator([AgentSpec(cpus=1, mem_mb=128)], listen=("127.0.0.1", 0), workdir=tmp_path / "e2")
+    try:
+        assert not base.exists()   # the next emulator removed the dead one's cgroups
+    finally:
+        e.close()

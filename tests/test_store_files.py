@@ -45,7 +45,7 @@ def test_missing_file_is_created_only_when_asked(tmp_path):
     with pytest.raises(MissingStateDatabase):
         SqliteStore(path, readonly=True)
     assert not path.exists() and not path.parent.exists()
-    with SqliteStore(path, create=True) as s:
+    with SqliteStore(path, create=True, create_dirs=True) as s:
         assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert s.conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         assert s.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1

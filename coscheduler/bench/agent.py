@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -65,12 +66,21 @@ def _quota_path(info: dict, job: str) -> Path:
 
 
 def measure(jobs: int, seconds: float, interval: float, requests: int) -> dict:
+    """Run the benchmark in a scratch folder (token, state and progress files of both
+    agents) that is removed afterwards, whatever happens."""
+    tmp = Path(tempfile.mkdtemp(prefix="cosched-bench-agent-"))
+    try:
+        return _measure(tmp, jobs, seconds, interval, requests)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: int) -> dict:
     from monitoring.client import AgentClient
 
     import psutil
 
     rel = f"cosched-bench-{uuid.uuid4().hex[:8]}"
-    tmp = Path(tempfile.mkdtemp(prefix="cosched-bench-agent-"))
     token = uuid.uuid4().hex + uuid.uuid4().hex
     (tmp / "token").write_text(token + "\n")
     agent = subprocess.Popen(
@@ -201,9 +211,10 @@ def _inprocess_latency(requests: int, tmp: Path) -> dict:
 
 @click.command("agent")
 @click.option("--jobs", type=click.IntRange(1, 1024), default=64, show_default=True)
-@click.option("--seconds", type=float, default=20.0, show_default=True,
-              help="How long to measure the agent's CPU time.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Agent sampling interval.")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=20.0,
+              show_default=True, help="How long to measure the agent's CPU time.")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True,
+              help="Agent sampling interval, seconds.")
 @click.option("--requests", type=click.IntRange(1, 100000), default=200, show_default=True,
               help="Quota requests for the latency figure.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

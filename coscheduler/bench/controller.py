@@ -142,9 +142,12 @@ def measure(pending: int = 1000, running: int = 1000, repeat: int = 7, seed: int
 
 @click.command("controller")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--pending", default=1000, show_default=True, help="Waiting jobs.")
-@click.option("--running", default=1000, show_default=True, help="Running jobs.")
-@click.option("--repeat", default=7, show_default=True, help="Runs per policy (median).")
+@click.option("--pending", type=click.IntRange(min=0), default=1000, show_default=True,
+              help="Waiting jobs.")
+@click.option("--running", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Running jobs.")
+@click.option("--repeat", type=click.IntRange(min=1), default=7, show_default=True,
+              help="Runs per policy (median).")
 @click.option("--seed", default=0, show_default=True)
 def controller(as_json: bool, pending: int, running: int, repeat: int, seed: int) -> None:
     """One controller pass over PENDING x RUNNING jobs (budget: 100 ms).
@@ -154,10 +157,6 @@ def controller(as_json: bool, pending: int, running: int, repeat: int, seed: int
     "cold_pass_cpu_median_ms", "steady_pass_median_ms", "cold_coallocated", "cold_declined",
     "steady_coallocated", "steady_declined", "errors"}}}
     """
-    if running < 1 or pending < 0:
-        raise click.BadParameter("need --running >= 1 and --pending >= 0", param_hint="--running")
-    if repeat < 1:
-        raise click.BadParameter("must be >= 1", param_hint="--repeat")
     res = measure(pending, running, repeat, seed)
     if as_json:
         click.echo(json.dumps(res))

@@ -24,8 +24,12 @@ COMMANDS: dict[str, str] = {
     "demo": "demo:demo",
     "run": "run:run",
     "workload": "workload:workload",
-    "mesos": "mesos:mesos",
     "train": "train:train",
+    "models": "models:models",
+    "testbed": "testbed:testbed",
+    "mesos": "mesos:mesos",
+    "slurm": "slurm:slurm",
+    "calibrate": "calibrate:calibrate",
 }
 
 

@@ -29,6 +29,13 @@ def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:
     return read_token_file(str(path)), str(path)
 
 
+def _describe(e: Exception) -> str:
+    """An error as one line that names the path (OSError's str() is "[Errno 13] ...")."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return str(e)
+
+
 @click.command("agent")
 @click.option("--listen", default="127.0.0.1:9137", show_default=True,
               help="HOST:PORT to serve the HTTP API on (port 0: any free port).")
@@ -56,12 +63,16 @@ def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:
               show_default=True, help="Force cgroup v1 or v2 instead of detecting.")
 @click.option("--discover-slurm", is_flag=True,
               help="Register Slurm jobs found in the cpuacct/unified hierarchy by themselves.")
+@click.option("--slurm-node", default=None,
+              help="With --discover-slurm: only this Slurm node's jobs (several slurmd on one "
+                   "host each have their own slurm_NODE cgroup).")
 @click.option("--check", is_flag=True,
               help="Print the detected cgroup layout and exit without changing anything.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, state_dir,
-          progress_dir, max_lease, retention, cgroup_version, discover_slurm, check, log_level):
+          progress_dir, max_lease, retention, cgroup_version, discover_slurm, slurm_node, check,
+          log_level):
     """Sample this node's jobs and apply leased cgroup CPU quotas, over an HTTP JSON API.
 
     Stops cleanly on SIGTERM/SIGINT: every quota is lifted and empty job cgroups removed.
@@ -87,9 +98,18 @@ def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, st
         node_agent = NodeAgent(cgroup_root, interval_s=interval, node_cpus=node_cpus,
                                cpu_per_core=cpu_per_core, state_dir=sdir, progress_dir=progress_dir,
                                max_lease_s=max_lease, finished_retention_s=retention,
-                               discover_slurm=discover_slurm, cgroup_version=version)
+                               discover_slurm=discover_slurm, slurm_node=slurm_node,
+                               cgroup_version=version)
     except (InvalidInput, CgroupError, OSError) as e:
-        raise click.ClickException(str(e))
+        what = _describe(e)
+        if os.geteuid() != 0:
+            # Not root: that, not the path that happened to fail first, is what to fix.
+            raise click.ClickException(
+                f"cosched agent needs root (it moves processes between cgroups and writes their "
+                f"CPU quotas); running as uid {os.geteuid()} it could not start: {what}. "
+                "Run it as root (monitoring/cosched-agent.service), or use --check to see the "
+                "cgroup layout without changing anything")
+        raise click.ClickException(what)
     try:
         server = AgentServer(node_agent, listen, token)
     except (OSError, InvalidInput) as e:

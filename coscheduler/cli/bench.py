@@ -11,6 +11,7 @@ BENCHES = {
     "simulator": "simulator:simulator",
     "agent": "agent:agent",
     "controller": "controller:controller",
+    "learned": "learned:learned",
     "multi": "multi:multi",
     "mesos": "mesos:mesos",
 }

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..happiness import HAPPINESS_DONE
 from ..store import queries
 from ._common import clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly, pct
 
@@ -25,6 +26,10 @@ def list_(db: Path | None, last: int, job_class: str | None, as_json: bool) -> N
     """The most recent decisions, oldest first; loss is pending until the host ends."""
     with open_readonly(db) as store:
         rows = queries.recent_decisions(store, last, job_class)
+        if job_class is not None and not rows and job_class not in queries.class_names(store):
+            from .experts import _unknown_class
+
+            raise _unknown_class(store, job_class)  # as `experts show --class` does
         total = queries.decision_count(store)
         path = str(store.path)
     if as_json:
@@ -77,7 +82,8 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
         }})
         return
     s = d.state
-    hp = "unknown" if s.happiness is None else (">= 1e9" if s.happiness >= 1e9 else f"{s.happiness:.2f}")
+    hp = "unknown" if s.happiness is None else ("done (no work left)" if s.happiness >= HAPPINESS_DONE
+                                                else f"{s.happiness:.2f}")
     echo = click.echo
     echo(clip(f"Decision {d.decision_id} (policy {d.policy}) in {path}", 80))
     echo(f"  time        {fmt_time(d.time)}")

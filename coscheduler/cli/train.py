@@ -1,20 +1,178 @@
-"""``cosched train``: train learned schedulers with the project's own simulator.
+"""``cosched train``: train the learned queue schedulers (needs ``pip install .[rl]``).
 
-Each trainer lives in its own module (loaded on first use); ``pip install '.[rl]'`` brings
-the training framework (JAX + optax); a trained model needs numpy only.
+``cosched train rlscheduler --trace T [--metric bsld|wait|util] [--backfill none|easy]
+[--epochs N] [--trajectories K] [--seed S] [--workers N] [--out MODEL]`` and
+``cosched train inspector --trace T --base sjf|f1 [...]``. Both resume from
+``MODEL.ckpt`` when it exists (same settings), show a progress bar on stderr, write the
+model and its training curve ``MODEL.png``, and print a summary (``--json``: one object).
 """
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import click
 
-from . import LazyGroup
-
-TRAINERS = {
-    "mrsch": "train_mrsch:mrsch",
-}
+from ..model import InvalidInput
+from ..policies.queue import POLICIES, get_policy
+from ..sim.engine import BACKFILL_MODES
 
 
-@click.group(cls=LazyGroup, lazy=TRAINERS, package="coscheduler.cli")
+def _common(f):
+    opts = [
+        click.option("--trace", required=True, type=click.Path(exists=True, dir_okay=False),
+                     help="SWF trace to train on (plain or .gz); sequences come from its first 20 %."),
+        click.option("--backfill", type=click.Choice(BACKFILL_MODES[:2]), default="none",
+                     show_default=True, help="Backfilling during training and evaluation."),
+        click.option("--epochs", type=click.IntRange(min=1), default=None,
+                     help="PPO epochs (default: 60 for rlscheduler, 40 for inspector)."),
+        click.option("--trajectories", type=click.IntRange(min=1), default=32, show_default=True,
+                     help="256-job sequences per epoch."),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Rollout worker processes (or Ray tasks with --executor ray)."),
+        click.option("--executor", type=click.Choice(["processes", "ray"]), default="processes",
+                     show_default=True, help="Where rollouts run; ray needs pip install '.[ray]'."),
+        click.option("--ray-address", default=None,
+                     help="Ray cluster to join (default: start a local one)."),
+        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Model file to write [default: TRACE-stem-....model here]."),
+        click.option("--time-limit", type=click.FloatRange(min=1), default=None,
+                     help="Stop after the epoch that passes this many minutes (resumable)."),
+        click.option("--pi-lr", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Policy learning rate (Adam) [default: 3e-4 for rlscheduler (the "
+                          "reference's), 1e-3 for inspector]."),
+        click.option("--fresh", is_flag=True, help="Ignore an existing checkpoint."),
+        click.option("--no-eval", is_flag=True,
+                     help="Skip the final evaluation on the seed-1 / held-out windows."),
+        click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+@click.group()
 def train() -> None:
-    """Train learned schedulers (models are files: weights plus a JSON header)."""
+    """Train RLScheduler or SchedInspector models on an SWF trace (pip install '.[rl]')."""
+
+
+def _stem(trace: str) -> str:
+    name = Path(trace).name
+    for suffix in (".gz", ".swf"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def _run(cfg, fresh: bool, as_json: bool) -> None:
+    try:
+        from ..learned.train import train as run_training
+        import jax  # noqa: F401 - fail early with the install hint
+    except ImportError as exc:
+        raise click.ClickException(
+            f"training needs the rl extra ({exc.name or exc} is missing): pip install '.[rl]'"
+        ) from None
+    bar = click.progressbar(length=cfg.epochs, label=f"training {Path(cfg.out).name}",
+                            file=sys.stderr, show_pos=True)
+    state = {"shown": 0}
+
+    def progress(epoch: int, total: int, row: dict) -> None:
+        if state["shown"] == 0:
+            bar.__enter__()
+            if epoch > 1:
+                bar.update(epoch - 1)
+        bar.label = (f"training {Path(cfg.out).name} (mean {row['mean_value']:.1f}"
+                     + (f", base {row['mean_base']:.1f}" if "mean_base" in row else "") + ")")
+        bar.update(1)
+        state["shown"] = epoch
+
+    try:
+        result = run_training(cfg, resume=not fresh, progress=progress)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if state["shown"]:
+            bar.__exit__(None, None, None)
+    summary = {"model": str(result.path), "kind": cfg.kind, "trace": cfg.trace,
+               "epochs": result.model.header["epochs"], "resumed_from_epoch": result.resumed_from,
+               "training_seconds": round(result.seconds, 1),
+               "size_bytes": result.path.stat().st_size,
+               "curve_png": str(result.plot) if result.plot else None,
+               "figures": result.figures}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(f"model {result.path} ({summary['size_bytes']} bytes), {summary['epochs']} epochs "
+               f"in {summary['training_seconds']:.0f} s"
+               + (f" (resumed at epoch {result.resumed_from})" if result.resumed_from else ""))
+    if result.plot:
+        click.echo(f"training curve {result.plot}")
+    f = result.figures
+    if cfg.kind == "rlscheduler" and f:
+        heur = "  ".join(f"{k} {v:.1f}" for k, v in f["heuristics_bsld"].items())
+        click.echo(f"mean bsld over the ten seed-1 windows: model {f['model_bsld']:.1f}; {heur}")
+    elif f:
+        click.echo(f"held-out windows: {f['base']} {f['base_bsld']:.1f} -> inspected "
+                   f"{f['inspected_bsld']:.1f} ({100 * f['improvement']:+.1f} %), rejection "
+                   f"ratio {f['rejection_ratio']:.3f}")
+
+
+def _config(kind, trace, out, epochs, default_epochs, **kw):
+    from ..learned.train import TrainConfig
+
+    return TrainConfig(kind=kind, trace=str(trace), out=str(out),
+                       epochs=epochs or default_epochs, **kw)
+
+
+@train.command("rlscheduler")
+@_common
+@click.option("--metric", type=click.Choice(["bsld", "wait", "util"]), default="bsld",
+              show_default=True, help="What the sequence reward measures.")
+@click.option("--mask", type=click.Choice(["runnable", "padding"]), default="runnable",
+              show_default=True, help="Pick only jobs that can start now (unless none can), "
+                                      "or any waiting job (the reference).")
+@click.option("--imitate", default="best", show_default=True,
+              help="Warm start: first clone this heuristic's picks (a queue policy name, or "
+                   "'best': the heuristic that does best as a scorer on training sequences), "
+                   "then PPO; 'none' starts from random weights as the reference.")
+def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
+                out, time_limit, pi_lr, fresh, no_eval, as_json, metric, mask, imitate) -> None:
+    """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
+    out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
+    cfg = _config("rlscheduler", trace, out, epochs, 60, metric=metric, backfill=backfill,
+                  trajectories=trajectories, seed=seed, workers=workers, executor=executor,
+                  ray_address=ray_address, mask=mask, pi_lr=pi_lr or 3e-4,
+                  imitate=None if imitate.lower() == "none" else
+                  "best" if imitate.lower() == "best" else get_policy(imitate).name,
+                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
+    _run(cfg, fresh, as_json)
+
+
+@train.command("inspector")
+@_common
+@click.option("--base", required=True, type=click.Choice([p.lower() for p in POLICIES]
+                                                         + list(POLICIES)),
+              help="Base policy whose picks the inspector accepts or rejects (sjf, f1, ...).")
+def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
+              out, time_limit, pi_lr, fresh, no_eval, as_json, base) -> None:
+    """SchedInspector: PPO accepts or rejects a base policy's picks."""
+    base = get_policy(base).name
+    out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
+    cfg = _config("inspector", trace, out, epochs, 40, base=base, backfill=backfill,
+                  trajectories=trajectories, seed=seed, workers=workers, executor=executor,
+                  ray_address=ray_address, pi_lr=pi_lr or 1e-3,
+                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
+    _run(cfg, fresh, as_json)
+
+
+def _add_mrsch() -> None:
+    # MRSch (multi-resource, DFP): its own module, coscheduler/cli/train_mrsch.py
+    from .train_mrsch import mrsch
+
+    train.add_command(mrsch)
+
+
+_add_mrsch()

@@ -1,7 +1,7 @@
 """``cosched train mrsch``: train an MRSch (or scalar-reward) model on one workload set.
 
 ``cosched train mrsch --trace T --set S4 [--workload-seed 1] [--goal dynamic|fixed]
-[--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--seed 1] [--out MODEL]
+[--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1] [--out MODEL]
 [--resume] [--json]``; see coscheduler/multi/train.py.
 """
 
@@ -30,13 +30,15 @@ from ..sim.swf import read_swf
 @click.option("--jobs-per-set", type=click.IntRange(min=16), default=512, show_default=True)
 @click.option("--steps", type=click.IntRange(min=1), default=48, show_default=True,
               help="gradient steps after each job set")
+@click.option("--batch", type=click.IntRange(min=1), default=128, show_default=True,
+              help="minibatch size of the gradient steps")
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="model file (default: <mrsch|scalar>-<trace>-<set>.model here)")
 @click.option("--resume", is_flag=True, help="continue from OUT.ckpt if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the model header as JSON")
 def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episodes: str,
-          jobs_per_set: int, steps: int, seed: int, out: str | None, resume: bool,
+          jobs_per_set: int, steps: int, batch: int, seed: int, out: str | None, resume: bool,
           as_json: bool) -> None:
     """Train MRSch (DFP) in its three phases on TRACE's set, with the simulator engine."""
     from ..multi.train import TrainConfig, train as run_train
@@ -47,7 +49,7 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
         raise click.BadParameter(f"{episodes!r} is not three integers", param_hint="--episodes")
     try:
         config = TrainConfig(goal=goal, episodes=counts, jobs_per_set=jobs_per_set,
-                             steps_per_episode=steps, seed=seed)
+                             steps_per_episode=steps, batch=batch, seed=seed)
         wl = mw.generate(read_swf(trace_path), set_name, workload_seed)
         kind = "mrsch" if goal == "dynamic" else "scalar"
         path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"

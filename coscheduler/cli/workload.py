@@ -164,6 +164,13 @@ def calibrate_cmd(as_json: bool) -> None:
                f"CPU-bound stages take about {1 / out['speed_vs_reference']:.2f}x their profile")
 
 
+
+# `cosched workload submit` (Slurm) lives in its own module; its imports of Slurm code are
+# inside the command, so loading it here costs nothing.
+from .workload_submit import submit_cmd  # noqa: E402
+
+workload.add_command(submit_cmd)
+
 # MRSch's multi-resource sets (S1-S10): defined with the other multi-resource commands.
 from .multi import workload_multi  # noqa: E402
 

@@ -21,11 +21,33 @@ def fcfs(jobs: Sequence[Job], now: float) -> list[Job]:
 def order_by(policy) -> QueueOrder:
     """Adapt a queue policy with ``key(now, submit, procs, estimate)`` (for example
     ``coscheduler.policies.queue.get_policy("SJF")``) to a queue-ordering callable.
-    Ties: submit time, then job id."""
+    Ties: submit time, then job id. A scorer (``coscheduler.policies.selection.Scorer``,
+    e.g. a learned RLScheduler model) gives ``order_by_scores`` instead."""
+    if getattr(policy, "kind", None) == "scorer":
+        return order_by_scores(policy)
     key = policy.key
 
     def order(jobs: Sequence[Job], now: float) -> list[Job]:
         return sorted(jobs, key=lambda j: (key(now, j.submit_time, j.cores, j.walltime_s),
                                            j.submit_time, j.job_id))
 
+    return order
+
+
+def order_by_scores(scorer) -> QueueOrder:
+    """A queue order from a scorer's scores over the machine as the controller sees it
+    (cores as the unit: a job needs its cores, running jobs end at start + walltime).
+
+    The controller passes ``machine=(free cores, total cores, [(estimated end, cores)])``
+    to an order whose ``wants_machine`` is set; without it the machine counts as full.
+    """
+    from ..policies.selection import order_by_scores as rank
+
+    def order(jobs: Sequence[Job], now: float, machine=None) -> list[Job]:
+        free, total, running = machine if machine is not None else (0, 1, ())
+        rows = [(j.submit_time, j.cores, j.walltime_s) for j in jobs]
+        positions, _ = rank(scorer, now, rows, free, max(total, 1), 1, running)
+        return [jobs[p] for p in positions]
+
+    order.wants_machine = True  # type: ignore[attr-defined]
     return order

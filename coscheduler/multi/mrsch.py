@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+# One model-file layout for every learned scheduler (magic line, JSON header, npz weights).
+from ..learned.modelfile import MAGIC, ModelError
 from ..model import InvalidInput
 from ..policies.selection import ChoiceView, Scorer
 
@@ -58,12 +60,6 @@ LEAK = 0.2
 STATE_HIDDEN = (128, 64, 64)
 SIDE_HIDDEN = (32, 32, 32)
 STREAM_HIDDEN = 64
-MAGIC = b"COSCHED-MODEL 1\n"  # the model-file layout of coscheduler's learned schedulers
-
-
-class ModelError(InvalidInput):
-    """A model file that cannot be used; the message names the file."""
-
 
 def _time_feature(seconds: np.ndarray) -> np.ndarray:
     x = np.log1p(np.maximum(seconds, 0.0) / 60.0) / math.log1p(TIME_SCALE_MIN)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..model import InvalidInput
-from ..policies.queue import get_policy
+from ..policies.queue import QueuePolicy, get_policy
+from ..policies.selection import Selector
 from .cluster import Cluster
 from .engine import Schedule, simulate
 from .metrics import Metrics, compute_metrics
@@ -48,6 +49,7 @@ class ReplayResult:
     metrics: Metrics
     wall_seconds: float
     schedule: Schedule
+    rejections: int | None = None  # an inspector's rejections, else None
 
     def as_json(self) -> dict:
         """The documented ``--json`` object (issue 3, point 8)."""
@@ -64,12 +66,13 @@ class ReplayResult:
             "utilization": m.utilization,
             "makespan": m.makespan,
             "wall_seconds": self.wall_seconds,
+            **({"rejections": self.rejections} if self.rejections is not None else {}),
         }
 
 
 def replay(
     trace: SwfTrace,
-    policy: str,
+    policy: str | QueuePolicy | Selector,
     backfill: str = "none",
     *,
     jobs: list[TraceJob] | None = None,
@@ -80,10 +83,13 @@ def replay(
     ``wall_seconds`` covers simulation and metrics, not reading the file.
     """
     chosen = trace.jobs if jobs is None else jobs
-    queue_policy = get_policy(policy)
+    queue_policy = get_policy(policy) if isinstance(policy, str) else policy
     cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
     t0 = time.perf_counter()
     schedule = simulate(chosen, cluster, queue_policy, backfill, progress=progress)
     metrics = compute_metrics(chosen, schedule.start, schedule.end, trace.max_procs)
     wall = time.perf_counter() - t0
-    return ReplayResult(trace.path, queue_policy.name, backfill, metrics, wall, schedule)
+    result = ReplayResult(trace.path, queue_policy.name, backfill, metrics, wall, schedule)
+    if not isinstance(queue_policy, QueuePolicy) and queue_policy.kind == "inspector":
+        result.rejections = schedule.rejections
+    return result

@@ -16,7 +16,9 @@ Rules:
 - Jobs whose run time is <= 0 are dropped, and so are jobs with no processor count or
   with more processors than the machine has (they could never start); each is counted
   per reason in ``SwfTrace.dropped``.
-- Jobs are sorted by job number and indexed 0.. in that order.
+- Jobs are sorted by job number and indexed 0.. in that order. A job number must not repeat
+  (a second line with a number already seen is malformed: the trace was concatenated or
+  edited, and results would silently count a job twice).
 - A malformed line raises ``SwfFormatError`` naming the file and line number, or, with
   ``skip_bad_lines``, is counted in ``SwfTrace.skipped_lines``.
 - ``extra_fields=(name, ...)`` reads files that carry that many more numeric columns after
@@ -159,6 +161,7 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False,
     skipped = 0
     examples: list[str] = []
     dropped = {DROP_NO_RUNTIME: 0, DROP_NO_PROCS: 0, DROP_TOO_WIDE: 0}
+    seen: dict[int, int] = {}  # job number -> line of its first appearance
 
     for line_no, line in enumerate(lines, 1):
         text = line.strip()
@@ -175,6 +178,10 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False,
                     max_procs = _leading_int(name, line_no, key, value)
             continue
         values = _check_fields(text.split(), extra_fields)
+        if not isinstance(values, str):
+            first = seen.setdefault(int(values[0]), line_no)
+            if first != line_no:
+                values = f"job number {int(values[0])} already appears on line {first}"
         if isinstance(values, str):
             if not skip_bad_lines:
                 raise SwfFormatError(

@@ -9,7 +9,16 @@ a consistent snapshot and never block the writer.
 
 Opening never resets or overwrites anything: a file that is not SQLite, an SQLite file of
 another program, or a newer schema is refused with a ``StoreError`` naming the path. A
-missing file is created only with ``create=True``.
+missing file is created only with ``create=True``, and its folder only with
+``create_dirs=True`` (``created_dirs`` then says what was made, for the caller to report).
+
+One controller per database: a controller claims the store (``claim_controller``, done by
+``Controller`` itself) with a lock beside the file (``store/lock.py``); a second one is
+refused with an error naming the holder's pid. Other writers (tools, tests) may share it.
+
+A read-only store changes nothing on disk: when no ``-wal`` file exists (no writer has the
+database open) and no controller holds the lock, it reads the file as immutable, so SQLite
+creates no ``-wal``/``-shm`` beside it; otherwise it reads through the writer's WAL.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from ..model import InvalidInput, check_finite, validate_job_class, validate_job
 from ..recorder import LOSS_KINDS, LoadedState, OutcomeRecord
 from .errors import (ForeignDatabase, MissingStateDatabase, NewerSchema, NotAStateDatabase,
                      OlderSchema, StoreError)
+from .lock import ControllerLock, ReaderLock
 from .schema import APP_NAME, APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -66,6 +76,7 @@ class SqliteStore:
 
     def __init__(self, path: str | Path, *, create: bool = False, readonly: bool = False,
                  synchronous: str = "FULL", busy_timeout_s: float = 10.0,
+                 create_dirs: bool = False,
                  _migrations: Sequence[Sequence[str]] = MIGRATIONS):
         if create and readonly:
             raise ValueError("a state database cannot be both created and opened read-only")
@@ -76,7 +87,10 @@ class SqliteStore:
         self._migrations = tuple(tuple(m) for m in _migrations)
         self.schema_version = len(self._migrations)
         self._conn: sqlite3.Connection | None = None
-        fresh = self._check_file(create)
+        self._claim: ControllerLock | None = None
+        self._reader: ReaderLock | None = None
+        self.created_dirs: list[Path] = []
+        fresh = self._check_file(create, create_dirs)
         self._conn = self._connect(busy_timeout_s)
         try:
             if readonly:
@@ -105,18 +119,30 @@ class SqliteStore:
                     raise
                 time.sleep(0.01)
 
-    def _check_file(self, create: bool) -> bool:
-        """Refuse what is plainly not ours before SQLite touches it. True: a new file."""
+    def _check_file(self, create: bool, create_dirs: bool = False) -> bool:
+        """Refuse what is plainly not ours before SQLite touches it. True: a new file.
+        Every OS error (a folder the user may not enter, say) is a one-line StoreError."""
         p = self.path
+        try:
+            return self._check_path(p, create, create_dirs)
+        except OSError as exc:
+            raise StoreError(f"cannot read state database {p}: {exc.strerror or exc}") from None
+
+    def _check_path(self, p: Path, create: bool, create_dirs: bool) -> bool:
         if p.is_dir():
             raise NotAStateDatabase(f"{p} is a directory, not a state database")
         if not p.exists():
             if not create:
                 raise MissingStateDatabase(f"no state database at {p}")
+            missing = [d for d in [p.parent, *p.parent.parents] if not d.exists()]
+            if missing and not create_dirs:
+                raise StoreError(f"cannot create state database {p}: the folder {p.parent} does "
+                                 "not exist (create it first, or choose another path)")
             try:
                 p.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"cannot create the directory for state database {p}: {exc}") from None
+            self.created_dirs = sorted(missing)
             return True
         try:
             with open(p, "rb") as fh:
@@ -138,18 +164,16 @@ class SqliteStore:
         try:
             if self.readonly:
                 uri = self.path.resolve().as_uri() + "?mode=ro"
+                # With no -wal file no writer has the database open and everything is in the
+                # main file: read it as immutable, which creates no -wal/-shm beside it
+                # (mode=ro alone makes both and leaves them). The shared lock keeps a
+                # controller from starting to write while we read.
+                self._reader = ReaderLock(self.path)
+                if self._reader.quiet and not Path(f"{self.path}-wal").exists():
+                    uri += "&immutable=1"
+                else:
+                    self._reader.release()
                 conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
-                try:
-                    conn.execute("PRAGMA schema_version").fetchone()
-                except sqlite3.OperationalError:
-                    # A WAL file read by a user who cannot create its -shm (an operator
-                    # reading root's /var/lib/coscheduler while the controller is stopped).
-                    # With no -wal file, everything is in the main file: read it as is.
-                    if Path(f"{self.path}-wal").exists():
-                        raise
-                    conn.close()
-                    conn = sqlite3.connect(uri + "&immutable=1", uri=True, timeout=busy_timeout_s,
-                                           isolation_level=None)
             else:
                 conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
@@ -269,6 +293,23 @@ class SqliteStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
+        if self._reader is not None:
+            self._reader.release()
+            self._reader = None
+
+    def claim_controller(self, wait_s: float = 2.0) -> None:
+        """Make this store the one controller's: lock ``<db>.lock``, or raise DatabaseInUse
+        naming the process that holds it. Idempotent; released by ``close()``."""
+        if self.readonly:
+            raise StoreError(f"state database {self.path} is open read-only; a controller "
+                             "needs it writable")
+        if self._claim is None:
+            claim = ControllerLock(self.path, wait_s)
+            claim.acquire()
+            self._claim = claim
 
     def __enter__(self) -> "SqliteStore":
         return self

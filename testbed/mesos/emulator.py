@@ -45,6 +45,70 @@ def check_cgroups() -> None:
                                   "(plain processes, no CPU quotas)") from None
 
 
+def kill_orphaned_tasks() -> list[int]:
+    """SIGKILL the processes still inside the cgroups of emulators that died (their owner
+    pid, in the root's name ``cosched-mesos-<pid>-<n>``, is gone). Normally there are none:
+    a task's supervisor kills its group when the emulator dies; this covers a machine
+    without ``setpriv``. Only our own prefix, only dead owners."""
+    import signal
+
+    import psutil
+    from monitoring.cgroupfs import detect_layout
+
+    layout = detect_layout()
+    killed: list[int] = []
+    for mount in {layout.cpu_mount, layout.acct_mount} - {None}:
+        for root in Path(mount).glob(f"{CGROUP_PREFIX}*"):  # type: ignore[arg-type]
+            owner = root.name[len(CGROUP_PREFIX):].split("-")[0]
+            if not root.is_dir() or not owner.isdigit() or psutil.pid_exists(int(owner)):
+                continue
+            for procs in root.rglob("cgroup.procs"):
+                try:
+                    pids = [int(x) for x in procs.read_text().split()]
+                except (OSError, ValueError):
+                    continue
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                    except ProcessLookupError:
+                        pass
+    if killed:
+        psutil.wait_procs([p for p in (_proc(x) for x in killed) if p is not None], timeout=3)
+    return killed
+
+
+_SHM = Path("/dev/shm")
+
+
+def _fast_dir(name: str) -> Path | None:
+    """``/dev/shm/<name>`` (created, mode 700), or None without a writable tmpfs there.
+    Folders left there by dead emulators (their owner pid in the name) are removed."""
+    import psutil
+
+    if not (_SHM.is_dir() and os.access(_SHM, os.W_OK)):
+        return None
+    for old in _SHM.glob(f"{CGROUP_PREFIX}*"):
+        owner = old.name[len(CGROUP_PREFIX):].split("-")[0]
+        if old.is_dir() and owner.isdigit() and not psutil.pid_exists(int(owner)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = _SHM / name
+    try:
+        path.mkdir(mode=0o700)
+    except OSError:
+        return None
+    return path
+
+
+def _proc(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
 class MesosEmulator:
     def __init__(self, agents: list[AgentSpec], *, listen: tuple[str, int] = ("127.0.0.1", 5050),
                  workdir: str | os.PathLike | None = None, isolation: str = "cgroups",
@@ -66,6 +130,9 @@ class MesosEmulator:
             check_cgroups()
             from monitoring.recovery import remove_orphaned_roots
 
+            killed = kill_orphaned_tasks()
+            if killed:
+                log.warning("killed %d task processes left by dead emulators: %s", len(killed), killed)
             removed = remove_orphaned_roots(CGROUP_PREFIX)
             if removed:
                 log.info("removed cgroups left by dead emulators: %s", removed)
@@ -82,16 +149,26 @@ class MesosEmulator:
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.token + "\n")
+        # Small, often rewritten files (node-agent state, progress) on tmpfs when there is one.
+        self.fast_dir = _fast_dir(cgroup_base or f"{CGROUP_PREFIX}{os.getpid()}-{next(_instances)}")
         config = config or MasterConfig()
         config.hostname = listen[0] if listen[0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
         self.cgroup_base = cgroup_base
-        self.master = Master(agents, self.workdir, config=config, cgroup_base=cgroup_base,
-                             cpu_scale=self.cpu_scale, cpu_limits=cpu_limits,
-                             serve_agent_api=agent_api and isolation == "cgroups", token=self.token)
+        try:
+            self.master = Master(agents, self.workdir, config=config, cgroup_base=cgroup_base,
+                                 cpu_scale=self.cpu_scale, cpu_limits=cpu_limits,
+                                 serve_agent_api=agent_api and isolation == "cgroups",
+                                 token=self.token, fast_dir=self.fast_dir)
+        except Exception:
+            self._remove_dirs()
+            raise
         try:
             self.server = MasterServer(self.master, listen, self.token)
         except OSError as e:
             self.master.close()
+            if cgroup_base:
+                self._remove_base()
+            self._remove_dirs()
             raise EmulatorUnavailable(f"cannot listen on {listen[0]}:{listen[1]}: {e}") from None
         config.port = self.server.address[1]
         self._closed = False
@@ -139,10 +216,15 @@ class MesosEmulator:
         self.server.shutdown()
         if self.cgroup_base:
             self._remove_base()
-        if self._own_workdir and not self.keep_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._remove_dirs()
         log.info("emulator stopped: %s", json.dumps(done, default=str))
         return done
+
+    def _remove_dirs(self) -> None:
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.fast_dir is not None:
+            shutil.rmtree(self.fast_dir, ignore_errors=True)
 
     def _remove_base(self) -> None:
         from monitoring.cgroupfs import detect_layout

@@ -9,10 +9,11 @@ times ``cpu_scale`` real CPUs (like a Mesos agent started with ``--cgroups_enabl
 The node agent can also be served over HTTP (``api_url``), so that a framework can set
 leased quotas on tasks the way it would on a real node.
 
-A task's process starts under ``/bin/sh`` that first writes its own pid into the task's
-``cgroup.procs`` files and then ``exec``s the command, so no instruction of the task runs
-outside its cgroup. ``setpriv --pdeathsig KILL`` makes the task die with the emulator even
-on ``kill -9``; each task leads its own process group (``killpg``).
+A task's process starts under a small ``/bin/sh`` supervisor that first writes its own pid
+into the task's ``cgroup.procs`` files and then runs the command, so no instruction of the
+task runs outside its cgroup. ``setpriv --pdeathsig HUP`` makes the supervisor kill the
+task's whole process group when the emulator dies, even on ``kill -9``; each task leads its
+own process group (``killpg``).
 
 ``none`` isolation runs plain processes (no root needed, no quotas).
 """
@@ -33,9 +34,22 @@ from typing import Any
 log = logging.getLogger("testbed.mesos.runtime")
 
 _SETPRIV = shutil.which("setpriv")
-# $1 = how many cgroup.procs files follow; the shell enters each, then becomes the task.
-_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; ' \
-         'n=$((n-1)); done; exec "$@"'
+# The task's supervisor, a POSIX shell that leads the task's process group:
+# $1 = how many cgroup.procs files follow; it enters each (so the command starts inside
+# its cgroups), then runs the command as its child and waits for it. Its parent-death
+# signal is SIGHUP (setpriv), on which it kills the whole group: a task never outlives the
+# emulator, even one killed with -9 (a forked grandchild has no parent-death signal of its
+# own). SIGTERM from a kill is caught and ignored by the supervisor (a caught signal is
+# reset to its default in the child; an ignored one would be inherited) so the command gets
+# its grace period; when the command ends, its status is passed on: exit code as is, a
+# death by signal re-raised on the supervisor itself.
+_SUPERVISE = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; '
+    "trap 'kill -KILL 0' HUP; trap ':' TERM INT; "
+    '"$@" & child=$!; '
+    'while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done; '
+    'if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then sig=$((rc-128)); trap - HUP TERM INT; ulimit -c 0; '
+    'kill -s "$sig" $$ 2>/dev/null || kill -"$sig" $$; fi; exit "$rc"')
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
 CGROUP_PREFIX = "cosched-mesos-"
 
@@ -76,13 +90,17 @@ class AgentRuntime:
 
     def __init__(self, name: str, workdir: Path, *, cgroup_base: str | None, cpus: float,
                  cpu_scale: float, cpu_limits: bool = True, serve_api: bool = False,
-                 token: str | None = None, interval_s: float = 0.5):
+                 token: str | None = None, interval_s: float = 0.5, fast_dir: Path | None = None):
         self.name = name
         self.workdir = workdir
         self.sandboxes = workdir / "sandboxes"
         self.sandboxes.mkdir(parents=True, exist_ok=True)
-        self.progress_dir = workdir / "progress"
+        # The node agent rewrites its small state file on every registration, and tasks
+        # their progress files: on a busy disk a rename costs tens of ms, on tmpfs 10 us.
+        small = fast_dir if fast_dir is not None else workdir
+        self.progress_dir = small / "progress"
         self.progress_dir.mkdir(parents=True, exist_ok=True)
+        self._state_dir = small / "node-agent"
         self.node_agent = None
         self.api = None
         self.cgroup = None
@@ -92,7 +110,7 @@ class AgentRuntime:
             self.node_agent = NodeAgent(
                 cgroup_root=f"{cgroup_base}/{name}", interval_s=interval_s,
                 node_cpus=(cpus * cpu_scale) if cpu_limits else None, cpu_per_core=cpu_scale,
-                state_dir=workdir / "node-agent", progress_dir=self.progress_dir,
+                state_dir=self._state_dir, progress_dir=self.progress_dir,
                 finished_retention_s=60.0).start()
             self.cgroup = str(self.node_agent.actuator.cpu.root)
             if serve_api:
@@ -125,8 +143,8 @@ class AgentRuntime:
                 raise LaunchError(f"cannot create the task's cgroup on {self.name}: {e}") from None
             procs = list(view["cgroup_procs"])
             env["COSCHED_PROGRESS_FILE"] = view["progress_file"]
-        prefix = [_SETPRIV, "--pdeathsig", "KILL"] if _SETPRIV else []
-        full = prefix + ["/bin/sh", "-c", _ENTER, "cosched-mesos-task", str(len(procs))] + procs + argv
+        prefix = [_SETPRIV, "--pdeathsig", "HUP"] if _SETPRIV else []
+        full = prefix + ["/bin/sh", "-c", _SUPERVISE, "cosched-mesos-task", str(len(procs))] + procs + argv
         try:
             with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
                 return subprocess.Popen(full, env=env, cwd=sandbox, stdout=out, stderr=err,

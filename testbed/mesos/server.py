@@ -206,18 +206,18 @@ class _Handler(BaseHTTPRequestHandler):
         """Write the subscription's events until it ends or the client goes away."""
         master: Master = self.server.master
         self.close_connection = True
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "keep-alive")
-        self.send_header("Mesos-Stream-Id", sub.stream_id)
-        self.end_headers()
-        self.wfile.flush()
         sock = self.connection
         next_beat = time.monotonic() + sub.heartbeat_interval_s
         aborted = False
         try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "keep-alive")
+            self.send_header("Mesos-Stream-Id", sub.stream_id)
+            self.end_headers()
+            self.wfile.flush()
             while True:
                 item = sub.get(_STREAM_POLL_S)
                 if item is None:
@@ -378,6 +378,9 @@ def _admin_write(master: Master, parts: list[str], body: dict[str, Any]) -> Any:
             data = base64.b64decode(_need(body, "data", str), validate=True)
             master.send_message(fid, _need(body, "agent_id", str), _need(body, "executor_id", str), data)
             return None
+        case ["frameworks", fid, "event"]:
+            master.send_event(fid, _need(body, "event", dict))
+            return None
         case ["frameworks", fid, "error"]:
             master.send_error(fid, _need(body, "message", str))
             return None
@@ -440,7 +443,7 @@ class MasterServer:
         return self
 
     def shutdown(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
+        if self._thread is not None:   # serve_forever never ran: nothing to stop
+            self._httpd.shutdown()
             self._thread.join(timeout=5)
+        self._httpd.server_close()

@@ -1,0 +1,86 @@
+"""``cosched simulate learned [--traces T,...] [--json] [--out DIR]``: the shipped learned
+models beside the heuristics (tables of ``coscheduler/learned/report.py``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..model import InvalidInput
+
+BUNDLED = ("lublin_256.swf", "HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz")
+
+
+def _default_data_dir() -> Path:
+    from ..bench.simulator import DEFAULT_DATA_DIR
+
+    return DEFAULT_DATA_DIR
+
+
+@click.command("learned")
+@click.option("--traces", "traces_text", default=None,
+              help="Traces (paths, or bundled names) separated by commas [default: the bundled "
+                   "lublin_256, HPC2N and CTC-SP2 found in --data-dir].")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder of the bundled traces [default: ../shared/data/swf].")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("learned-report"), show_default=True,
+              help="Folder for the training-curve PNGs and report.json.")
+@click.option("--models", "models_text", default=None,
+              help="Only these shipped models (names separated by commas) [default: all].")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
+            models_text: str | None, as_json: bool) -> None:
+    """RLScheduler's table per trace (mean bsld over the ten seed-1 windows, with and
+    without EASY), the cross-trace table, each inspector's improvement and rejection ratio
+    over its base, and PNG training curves, for the shipped models."""
+    from ..learned.registry import list_models
+    from ..learned.report import build_report, draw_curves, render
+
+    data_dir = data_dir or _default_data_dir()
+    names = [t.strip() for t in traces_text.split(",")] if traces_text else list(BUNDLED)
+    paths = []
+    for name in names:
+        path = Path(name)
+        if not path.is_file():
+            path = data_dir / name
+        if not path.is_file():
+            if traces_text:
+                raise click.BadParameter(f"trace not found: {name} (looked in {data_dir})",
+                                         param_hint="--traces")
+            click.echo(f"skipping {name}: not found in {data_dir}", err=True)
+            continue
+        paths.append(path)
+    if not paths:
+        raise click.ClickException(f"no trace to evaluate on (looked in {data_dir})")
+    models = list_models()
+    if models_text:
+        wanted = [m.strip() for m in models_text.split(",") if m.strip()]
+        unknown = sorted(set(wanted) - {m["name"] for m in models})
+        if unknown:
+            raise click.BadParameter(f"unknown model(s) {', '.join(unknown)}; shipped: "
+                                     f"{', '.join(m['name'] for m in models)}",
+                                     param_hint="--models")
+        models = [m for m in models if m["name"] in wanted]
+    if not models:
+        click.echo("no learned models are shipped: only the heuristics are shown", err=True)
+
+    def progress(what: str) -> None:
+        click.echo(f"evaluating {what} ...", err=True)
+
+    try:
+        report = build_report(paths, models, progress=None if as_json else progress)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    report["curves"] = draw_curves(models, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(render(report))
+    click.echo(f"training curves and report.json in {out_dir}/ ({len(report['curves'])} PNG); "
+               f"{report['seconds']:.0f} s", err=False)

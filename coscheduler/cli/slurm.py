@@ -1,0 +1,264 @@
+"""``cosched slurm``: a real Slurm cluster on this machine, the priority hook, the scaled mix.
+
+    cosched slurm up [--nodes N] [--cpus C] [--dir D] [--json]
+    cosched slurm down [--dir D] [--json]
+    cosched slurm status [--dir D] [--json]
+    cosched slurm env [--dir D]                      # `eval $(cosched slurm env)` sets SLURM_CONF
+    cosched slurm priority --policy P [--once | --interval S] [--partition P] [--json]
+    cosched slurm run-paper-small [--policies ...] [--scale S] [--json]
+
+The cluster's parts live in slurm_plugin/ (cluster.py starts and stops daemons, conf.py
+writes the configuration, backend.py is what `cosched run --backend slurm` drives).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from ..model import InvalidInput
+from ._common import echo_json
+
+
+def _dir_option(fn):
+    return click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+                        default=None,
+                        help="The cluster's folder [default: $COSCHED_SLURM_DIR, else "
+                             "/var/lib/coscheduler/slurm as root].")(fn)
+
+
+def _state(directory):
+    from slurm_plugin.cluster import ClusterError, default_dir, load_state
+
+    d = directory or default_dir()
+    try:
+        state = load_state(d)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    if state is None or state.stopped is not None:
+        raise click.ClickException(f"no running cluster in {d}: start one with "
+                                   f"`cosched slurm up --dir {d}`")
+    return state
+
+
+@click.group()
+def slurm() -> None:
+    """A real Slurm cluster on this machine, and the hooks for a site's own Slurm."""
+
+
+@slurm.command("up")
+@click.option("--nodes", type=int, default=2, show_default=True, help="Emulated nodes (one slurmd each).")
+@click.option("--cpus", type=int, default=4, show_default=True,
+              help="CPUs per node (may exceed the machine's: the node agents share its CPUs).")
+@_dir_option
+@click.option("--name", default=None, help="Cluster name [c<slurmctld port>].")
+@click.option("--partition", default="cosched", show_default=True, help="Co-scheduling partition.")
+@click.option("--oversubscribe", type=int, default=4, show_default=True,
+              help="Jobs that may share one core (OverSubscribe=YES:N).")
+@click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
+def up_cmd(nodes, cpus, directory, name, partition, oversubscribe, as_json):
+    """Install Slurm and munge if missing, start munged, slurmctld, N slurmd and a node
+    agent per node; wait until the nodes are idle."""
+    from slurm_plugin.cluster import ClusterError, up
+
+    try:
+        state = up(directory, nodes=nodes, cpus=cpus, name=name, partition=partition,
+                   oversubscribe=oversubscribe, say=lambda m: click.echo(m, err=True))
+    except (ClusterError, InvalidInput) as exc:
+        raise click.ClickException(str(exc)) from None
+    s = state.summary()
+    if as_json:
+        echo_json(s)
+        return
+    click.echo(f"Slurm cluster {s['cluster']} runs: nodes {', '.join(s['nodes'])}, "
+               f"partition {s['partition']} (co-scheduling)")
+    click.echo(f"  export SLURM_CONF={s['slurm_conf']}")
+    for node, url in s["agents"].items():
+        click.echo(f"  node agent {node}: {url}")
+    click.echo(f"  state: {s['state_dir']}")
+
+
+@slurm.command("down")
+@_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+def down_cmd(directory, as_json):
+    """Stop exactly what `up` started (by pid), cancel its jobs, remove its cgroups."""
+    from slurm_plugin.cluster import ClusterError, down
+
+    try:
+        report = down(directory, say=lambda m: click.echo(m, err=True))
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json(report)
+        return
+    if report["already_stopped"]:
+        click.echo(f"nothing runs in {report['state_dir']}")
+        return
+    for what in report["stopped"] + report["killed"]:
+        click.echo(f"stopped {what}")
+    for cg in report["cgroups_removed"]:
+        click.echo(f"removed cgroup {cg}")
+    for cg in report["cgroups_left"]:
+        click.echo(f"could not remove cgroup {cg}", err=True)
+
+
+@slurm.command("status")
+@_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def status_cmd(directory, as_json):
+    """What runs: daemons, nodes as Slurm sees them, agents, jobs."""
+    from slurm_plugin.cluster import ClusterError, status
+
+    try:
+        s = status(directory)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json(s)
+        return
+    if not s["exists"]:
+        click.echo(f"no cluster in {s['state_dir']}")
+        return
+    click.echo(f"cluster {s['cluster']} in {s['state_dir']}: {'running' if s['running'] else 'NOT running'}")
+    for d in s["daemons"]:
+        click.echo(f"  {d['role']:<10} {d['name']:<12} pid {d['pid']:<8} {'alive' if d['alive'] else 'gone'}")
+    for n, st in s["nodes"].items():
+        click.echo(f"  node {n}: {st}")
+    for n, a in s["agents"].items():
+        click.echo(f"  agent {n}: {a['url']} {'healthy' if a['healthy'] else 'NOT healthy'}")
+    if s.get("jobs"):
+        click.echo("  jobs: " + ", ".join(f"{k} {v}" for k, v in s["jobs"].items()))
+
+
+@slurm.command("env")
+@_dir_option
+def env_cmd(directory):
+    """Print `export SLURM_CONF=...` for the cluster (use: eval "$(cosched slurm env)")."""
+    state = _state(directory)
+    click.echo(f"export SLURM_CONF={shlex.quote(state.slurm_conf)}")
+
+
+@slurm.command("priority")
+@click.option("--policy", "policy_name", default="FCFS", show_default=True,
+              help="Queue policy: FCFS, SJF, F1, WFP3, UNICEP, ..., or a learned model "
+                   "rl:NAME|PATH (cosched models list).")
+@click.option("--partition", default=None, help="Only this partition's pending jobs [all].")
+@click.option("--once", is_flag=True, help="One pass, then exit.")
+@click.option("--interval", type=float, default=10.0, show_default=True,
+              help="Seconds between passes (without --once).")
+@click.option("--base", type=int, default=1_000_000, show_default=True,
+              help="Priority of the last job; the first gets base + n - 1.")
+@_dir_option
+@click.option("--slurm-conf", type=click.Path(dir_okay=False), default=None,
+              help="A site's slurm.conf instead of a local cluster.")
+@click.option("--json", "as_json", is_flag=True, help="Print each pass as JSON.")
+def priority_cmd(policy_name, partition, once, interval, base, directory, slurm_conf, as_json):
+    """Order pending jobs with a queue policy by setting their Slurm priorities."""
+    from coscheduler.learned.registry import resolve_policy
+    from slurm_plugin.commands import SlurmCommandError, SlurmCommands
+    from slurm_plugin.priority import apply_priorities
+    from slurm_plugin.source import CommandLineSource
+
+    try:
+        policy = resolve_policy(policy_name)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy") from None
+    if not interval > 0:
+        raise click.BadParameter(f"must be > 0, got {interval}", param_hint="--interval")
+    conf = slurm_conf or _state(directory).slurm_conf
+    source = CommandLineSource(SlurmCommands(conf))
+    while True:
+        try:
+            rep = apply_priorities(source, policy, partition=partition, base=base)
+        except (SlurmCommandError, InvalidInput) as exc:
+            if once:
+                raise click.ClickException(str(exc)) from None
+            click.echo(f"priority pass failed: {exc}", err=True)
+        else:
+            if as_json:
+                click.echo(json.dumps({"policy": policy.name, **rep.as_dict()}))
+            else:
+                order = " ".join(f"{r.job_id}({r.priority})" for r in rep.ranked) or "(no pending jobs)"
+                click.echo(f"{policy.name}: {order}; {len(rep.changed)} changed")
+                for e in rep.errors:
+                    click.echo(f"  {e}", err=True)
+        if once:
+            return
+        time.sleep(interval)
+
+
+@slurm.command("run-paper-small")
+@click.option("--policies", default=",".join(("space-sharing", "static", "asax")), show_default=True,
+              help="Comma-separated: space-sharing, static, asax.")
+@click.option("--scale", type=float, default=0.02, show_default=True, help="Work per task.")
+@click.option("--seed", type=int, default=0, show_default=True, help="ASA_X's seed.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between passes.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per policy.")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="ASA_X state database [CLUSTER_DIR/paper-small.db].")
+@click.option("--nodes", type=int, default=2, show_default=True, help="Nodes, if a cluster is started.")
+@click.option("--cpus", type=int, default=4, show_default=True, help="CPUs per node, if started.")
+@_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpus, directory, as_json):
+    """The scaled-down mix of the four workflows through real Slurm under each policy
+    (starts a cluster in --dir if none runs there, and stops it after)."""
+    from slurm_plugin.cluster import ClusterError, down, load_state, up, default_dir
+    from slurm_plugin.experiment import POLICIES, run_policies
+    from ..store import SqliteStore
+
+    chosen = [p.strip() for p in policies.split(",") if p.strip()]
+    bad = [p for p in chosen if p not in POLICIES]
+    if bad or not chosen:
+        raise click.BadParameter(f"unknown policy {bad or policies!r}; choose from {', '.join(POLICIES)}",
+                                 param_hint="--policies")
+    if not 0 < scale <= 1:
+        raise click.BadParameter(f"must lie in (0, 1], got {scale}", param_hint="--scale")
+    d = directory or default_dir()
+    say = (lambda m: click.echo(m, err=True))
+    started_here = False
+    try:
+        state = load_state(d)
+        if state is None or state.stopped is not None or not all(x.alive() for x in state.daemons):
+            state = up(d, nodes=nodes, cpus=cpus, say=say)
+            started_here = True
+    except (ClusterError, InvalidInput) as exc:
+        raise click.ClickException(str(exc)) from None
+    db = db or Path(state.dir) / "paper-small.db"
+    store = SqliteStore(db, create=True)
+    err = sys.stderr
+
+    def progress(policy, daemon) -> None:
+        if err.isatty() and not as_json:
+            running = daemon.controller._last.values()
+            guests = sum(1 for r in running if r.host_job)
+            err.write(f"\r  {policy:<14} pass {daemon.stats.passes:4d}  running {len(running)} "
+                      f"({guests} guests)  finished {daemon.stats.finished}   ")
+            err.flush()
+
+    try:
+        runs = run_policies(state, chosen, scale=scale, recorder=store, seed=seed,
+                            interval_s=interval, timeout_s=timeout, on_pass=progress)
+    finally:
+        store.close()
+        if started_here:
+            down(d, say=say)
+    if as_json:
+        echo_json({"mode": "slurm", "cluster": state.name, "db": str(db), "scale": scale,
+                   "results": [r.summary() for r in runs]})
+        return
+    click.echo("")
+    click.echo(f"{'policy':<14} {'makespan':>9} {'mean wait':>10} {'CPU util':>9} "
+               f"{'slowdown':>9} {'co-alloc':>9} {'completed':>10}")
+    for r in runs:
+        slow = "-" if r.mean_slowdown is None else f"{r.mean_slowdown * 100:+.1f}%"
+        click.echo(f"{r.policy:<14} {r.makespan_s:>8.1f}s {r.mean_wait_s:>9.1f}s "
+                   f"{r.cpu_util * 100:>8.1f}% {slow:>9} {r.coallocations:>9} {r.completed:>5}/{r.jobs}")
+    click.echo("\nCPU util: kernel CPU time of the jobs over the capacity of the cores they held; "
+               "slowdown: runtime vs the same stage under space sharing.")

@@ -1,0 +1,92 @@
+"""Evaluating learned models beside the heuristics on the same windows (numpy only).
+
+RLScheduler-style table: mean bounded slowdown over the ten seed-1 windows of 1,024 jobs
+(``windows.eval_starts``) per policy. Inspectors: mean bsld of the base policy alone and
+inspected over the held-out windows (``windows.heldout_starts``), the relative
+improvement and the rejection ratio (rejections per inspected pick).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from ..policies.queue import QueuePolicy, get_policy
+from ..sim.cluster import Cluster
+from ..sim.engine import simulate
+from ..sim.metrics import compute_metrics
+from ..sim.replay import window as trace_window
+from ..sim.swf import SwfTrace
+from .modelfile import Model
+from .selectors import LearnedInspector, LearnedScorer
+from .windows import EVAL_JOBS, eval_starts, heldout_starts
+
+HEURISTICS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1")
+
+
+class CountingInspector:
+    """Wraps an inspector to count its questions and rejections."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name, self.kind = inner.name, inner.kind
+        self.queue_policy, self.window = inner.queue_policy, inner.window
+        self.max_rejections, self.retry_after = inner.max_rejections, inner.retry_after
+        self.asked = self.rejected = 0
+
+    def choose(self, view) -> bool:
+        ok = self.inner.choose(view)
+        self.asked += 1
+        self.rejected += not ok
+        return ok
+
+
+def window_bsld(trace: SwfTrace, policy, backfill: str, starts: list[int],
+                jobs: int = EVAL_JOBS) -> list[float]:
+    """Mean bsld of each window under ``policy`` (a QueuePolicy or a selector)."""
+    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
+    out = []
+    for s in starts:
+        chosen = trace_window(trace.jobs, s, jobs)
+        sched = simulate(chosen, cluster, policy, backfill)
+        out.append(compute_metrics(chosen, sched.start, sched.end, trace.max_procs).avg_bsld)
+    return out
+
+
+def rl_table(trace: SwfTrace, scorers: dict, backfill: str,
+             heuristics=HEURISTICS) -> dict:
+    """{policy name: mean bsld} over the seed-1 windows, heuristics then scorers."""
+    starts = eval_starts(len(trace.jobs))
+    row = {}
+    for name in heuristics:
+        row[name] = statistics.fmean(window_bsld(trace, get_policy(name), backfill, starts))
+    for name, scorer in scorers.items():
+        row[name] = statistics.fmean(window_bsld(trace, scorer, backfill, starts))
+    return {"windows": starts, "mean_bsld": row}
+
+
+def inspector_figures(trace: SwfTrace, inspector, backfill: str) -> dict:
+    starts = heldout_starts(len(trace.jobs))
+    base: QueuePolicy = inspector.queue_policy
+    counted = CountingInspector(inspector)
+    t0 = time.perf_counter()
+    b = window_bsld(trace, base, backfill, starts)
+    i = window_bsld(trace, counted, backfill, starts)
+    base_mean, insp_mean = statistics.fmean(b), statistics.fmean(i)
+    return {"windows": starts, "base": base.name, "base_bsld": base_mean,
+            "inspected_bsld": insp_mean, "improvement": (base_mean - insp_mean) / base_mean,
+            "rejection_ratio": counted.rejected / counted.asked if counted.asked else 0.0,
+            "inspections": counted.asked, "rejections": counted.rejected,
+            "seconds": time.perf_counter() - t0}
+
+
+def model_figures(model: Model, trace: SwfTrace, backfill: str) -> dict:
+    """The figures a model file's header keeps (its own trace)."""
+    if model.kind == "rlscheduler":
+        table = rl_table(trace, {"model": LearnedScorer(model)}, backfill)
+        heur = {k: v for k, v in table["mean_bsld"].items() if k != "model"}
+        best = min(heur, key=heur.get)
+        return {"seed1_windows": table["windows"], "model_bsld": table["mean_bsld"]["model"],
+                "heuristics_bsld": heur, "best_heuristic": best,
+                "vs_best": table["mean_bsld"]["model"] / heur[best] - 1.0}
+    return inspector_figures(trace, LearnedInspector(model), backfill)

@@ -1,0 +1,155 @@
+"""``cosched simulate learned``: the learned models beside the heuristics (numpy only).
+
+For every trace: RLScheduler's table (mean bounded slowdown over the ten seed-1 windows of
+1,024 jobs, without and with EASY, FCFS / WFP3 / UNICEP / SJF / F1 and each learned model
+trained on that trace with that backfilling); the cross-trace table (the model of trace X
+on trace Y's windows); each inspector's mean bsld over its base on the held-out windows,
+with the relative improvement and the rejection ratio; and the training curves (PNG,
+drawn from the curves the model files keep, when matplotlib is present).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..sim.swf import SwfTrace, read_swf
+from .evaluate import HEURISTICS, inspector_figures, rl_table, window_bsld
+from .modelfile import load_model
+from .registry import list_models
+from .selectors import LearnedInspector, LearnedScorer
+from .windows import eval_starts
+
+BACKFILLS = ("none", "easy")
+
+
+def trace_key(name: str) -> str:
+    """A trace file's short name: lublin_256.swf -> lublin_256."""
+    for suffix in (".gz", ".swf"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def build_report(traces: list[Path], models: list[dict] | None = None,
+                 progress=None) -> dict:
+    """Evaluate every shipped model (``list_models`` rows) on ``traces``; plain data out."""
+    models = list_models() if models is None else models
+    loaded: dict[str, SwfTrace] = {}
+    t0 = time.perf_counter()
+    for path in traces:
+        loaded[path.name] = read_swf(path)
+    rl = [m for m in models if m.get("kind") == "rlscheduler"]
+    insp = [m for m in models if m.get("kind") == "inspector"]
+    out: dict = {"traces": {}, "cross_trace": {b: {} for b in BACKFILLS}, "inspectors": []}
+    for name, trace in loaded.items():
+        entry = {"jobs": len(trace.jobs), "windows": eval_starts(len(trace.jobs)),
+                 "mean_bsld": {}, "models": {}}
+        for backfill in BACKFILLS:
+            own = {f"rl:{m['name']}": LearnedScorer(load_model(m["path"], "rlscheduler"),
+                                                    name=f"rl:{m['name']}")
+                   for m in rl if m["trace"] == name and m["backfill"] == backfill}
+            if progress:
+                progress(f"{name}, backfill {backfill}")
+            table = rl_table(trace, own, backfill)
+            entry["mean_bsld"][backfill] = table["mean_bsld"]
+            heur = {k: v for k, v in table["mean_bsld"].items() if k in HEURISTICS}
+            best = min(heur, key=heur.get)
+            for label in own:
+                entry["models"][label] = {
+                    "backfill": backfill, "mean_bsld": table["mean_bsld"][label],
+                    "best_heuristic": best, "best_heuristic_bsld": heur[best],
+                    "vs_best": table["mean_bsld"][label] / heur[best] - 1.0}
+        out["traces"][name] = entry
+    for m in rl:
+        scorer = LearnedScorer(load_model(m["path"], "rlscheduler"), name=f"rl:{m['name']}")
+        row = {}
+        for name, trace in loaded.items():
+            if progress:
+                progress(f"rl:{m['name']} on {name}")
+            if m["trace"] == name:
+                row[name] = out["traces"][name]["mean_bsld"][m["backfill"]][scorer.name]
+            else:
+                starts = eval_starts(len(trace.jobs))
+                values = window_bsld(trace, scorer, m["backfill"], starts)
+                row[name] = sum(values) / len(values)
+        out["cross_trace"].setdefault(m["backfill"], {})[scorer.name] = row
+    for m in insp:
+        trace = loaded.get(m["trace"])
+        if trace is None:
+            continue
+        if progress:
+            progress(f"inspector {m['name']}")
+        inspector = LearnedInspector(load_model(m["path"], "inspector"))
+        f = inspector_figures(trace, inspector, m["backfill"])
+        out["inspectors"].append({"model": m["name"], "trace": m["trace"], "base": f["base"],
+                                  "backfill": m["backfill"], "base_bsld": f["base_bsld"],
+                                  "inspected_bsld": f["inspected_bsld"],
+                                  "improvement": f["improvement"],
+                                  "rejection_ratio": f["rejection_ratio"],
+                                  "windows": f["windows"]})
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def draw_curves(models: list[dict], directory: Path) -> list[str]:
+    """One PNG per model from the curve in its header; [] without matplotlib."""
+    try:
+        from .plots import plot_curve
+    except ImportError:
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for m in models:
+        if not m.get("kind"):
+            continue
+        model = load_model(m["path"])
+        curve = [r for r in model.header.get("curve", []) if "imitation" not in r]
+        if not curve:
+            continue
+        path = plot_curve(curve, model.kind, directory / f"{m['name']}.png",
+                          title=f"{m['name']} ({model.kind}, {m['trace']}, backfill "
+                                f"{m['backfill']})")
+        paths.append(str(path))
+    return paths
+
+
+def render(report: dict) -> str:
+    """The report as text tables."""
+    lines = []
+    for name, entry in report["traces"].items():
+        lines.append(f"{name}: mean bounded slowdown over the ten seed-1 windows of 1,024 jobs")
+        rows = sorted({k for b in BACKFILLS for k in entry["mean_bsld"].get(b, {})},
+                      key=lambda k: (k.startswith("rl:"), list(HEURISTICS).index(k)
+                                     if k in HEURISTICS else 0, k))
+        lines.append(f"  {'policy':<24}{'no backfilling':>16}{'EASY':>12}")
+        for k in rows:
+            cells = []
+            for b in BACKFILLS:
+                v = entry["mean_bsld"].get(b, {}).get(k)
+                cells.append(f"{v:.1f}" if v is not None else "-")
+            lines.append(f"  {k:<24}{cells[0]:>16}{cells[1]:>12}")
+        for label, m in entry["models"].items():
+            lines.append(f"  {label} ({m['backfill']}): {100 * m['vs_best']:+.1f} % against the "
+                         f"best heuristic ({m['best_heuristic']} {m['best_heuristic_bsld']:.1f})")
+        lines.append("")
+    for backfill, table in report["cross_trace"].items():
+        if not table:
+            continue
+        names = list(report["traces"])
+        lines.append(f"Cross-trace (backfill {backfill}): model of trace X (rows) on trace Y's "
+                     "seed-1 windows (columns), mean bsld")
+        lines.append("  " + f"{'model':<24}" + "".join(f"{trace_key(n)[:14]:>16}" for n in names))
+        for label, row in table.items():
+            lines.append("  " + f"{label:<24}" + "".join(
+                f"{row[n]:>16.1f}" if n in row else f"{'-':>16}" for n in names))
+        lines.append("")
+    if report["inspectors"]:
+        lines.append("SchedInspector on the held-out windows (after the training part): mean bsld")
+        lines.append(f"  {'model':<22}{'trace':<16}{'base':<6}{'base':>10}{'inspected':>11}"
+                     f"{'improvement':>13}{'rejections':>12}")
+        for r in report["inspectors"]:
+            lines.append(f"  {r['model']:<22}{trace_key(r['trace'])[:15]:<16}{r['base']:<6}"
+                         f"{r['base_bsld']:>10.1f}{r['inspected_bsld']:>11.1f}"
+                         f"{100 * r['improvement']:>12.1f}%{r['rejection_ratio']:>12.3f}")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,229 @@
+"""Collecting trajectories: the sampling policy in numpy, in worker processes or on Ray.
+
+A ``RolloutTask`` names a trace file, the sequences to replay (start indices), the policy
+weights and the episode settings; ``collect`` plays them and returns ``Trajectory``
+objects (observations trimmed to the longest window seen, actions, their log-probability
+under the sampling policy, the final reward). Workers load each trace once and keep it.
+
+Executors (``make_executor``): ``serial`` (in this process), ``processes`` (a
+multiprocessing pool; spawned, not forked, because the trainer's JAX runtime is
+multi-threaded) and ``ray`` (the same function as a Ray task; ``pip install .[ray]``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import InvalidInput
+from ..policies.queue import get_policy
+from ..policies.selection import KeyScorer
+from ..sim.cluster import Cluster
+from ..sim.replay import window as trace_window
+from ..sim.swf import read_swf
+from .episode import InspectorEpisode, SchedulingEpisode, metric_value
+from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
+from .nets import kernel_scores, masked_log_softmax, mlp, rl_pooled
+
+EXECUTORS = ("serial", "processes", "ray")
+
+
+@dataclass
+class RolloutTask:
+    kind: str                   # "rlscheduler" or "inspector"
+    trace: str
+    starts: list[int]
+    sequence: int
+    backfill: str
+    params: dict
+    norm: dict
+    seed: int
+    metric: str = "bsld"
+    window: int = 128
+    mask: str = "runnable"
+    base: str = "SJF"
+    greedy: bool = False
+    teacher: str | None = None  # RL: play this heuristic's picks (imitation warm start)
+
+
+@dataclass
+class Trajectory:
+    """One played sequence. RLScheduler keeps only the rows the policy could pick (the
+    softmax is over them alone): ``obs`` holds them for all steps, ``counts`` how many
+    each step had, ``actions`` the chosen one's position among them; ``pooled`` is the
+    value network's input per step. The inspector keeps one row per step."""
+
+    start: int
+    obs: np.ndarray             # (rows, F) float32 (RL) or (T, F) (inspector)
+    counts: np.ndarray          # (T,) allowed rows per step (RL); 2 for the inspector
+    pooled: np.ndarray          # (T, P) value input (RL); = obs (inspector)
+    actions: np.ndarray         # (T,) int
+    logp: np.ndarray            # (T,) float64
+    reward: float               # at the last step
+    value: float                # the episode's metric (bsld, ...) or inspector bsld
+    base_value: float = float("nan")   # inspector: the base policy's bsld
+    rejections: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+_TRACES: dict[str, tuple] = {}
+
+
+def _trace(path: str):
+    hit = _TRACES.get(path)
+    if hit is None:
+        trace = read_swf(path)
+        hit = (trace, Cluster.from_swf_header(trace.max_nodes, trace.max_procs))
+        _TRACES[path] = hit
+    return hit
+
+
+def _pick(rng: np.random.Generator, logp: np.ndarray, greedy: bool) -> int:
+    if greedy:
+        return int(np.argmax(logp))
+    p = np.exp(logp - logp.max())
+    return int(rng.choice(len(p), p=p / p.sum()))
+
+
+def collect(task: RolloutTask) -> list[Trajectory]:
+    """Play every sequence of ``task``; deterministic for a given task seed."""
+    trace, cluster = _trace(task.trace)
+    rng = np.random.default_rng(task.seed)
+    norm = Normalisation(**task.norm)
+    params = {k: np.asarray(v, dtype=np.float64) for k, v in task.params.items()}
+    out = []
+    for start in task.starts:
+        jobs = trace_window(trace.jobs, start, task.sequence)
+        if task.kind == "rlscheduler":
+            out.append(_rl_episode(jobs, cluster, trace.max_procs, task, norm, params, rng, start))
+        else:
+            out.append(_inspector_episode(jobs, cluster, trace.max_procs, task, norm, params,
+                                          rng, start))
+    return out
+
+
+def _rl_episode(jobs, cluster, max_procs, task, norm, params, rng, start) -> Trajectory:
+    ep = SchedulingEpisode(jobs, cluster, task.backfill, max_procs=max_procs,
+                           metric=task.metric, window=task.window, mask=task.mask, norm=norm)
+    rows_l, count_l, pooled_l, act_l, logp_l = [], [], [], [], []
+    reward = 0.0
+    teacher = KeyScorer(get_policy(task.teacher)) if task.teacher else None
+    if ep.reset():
+        while True:
+            obs, mask = ep.observe()
+            n = int(min(ep.view.size, task.window))
+            allowed = np.flatnonzero(mask[:n])
+            rows = obs[allowed]
+            lp = masked_log_softmax(kernel_scores(params, rows), np.ones(len(rows), bool))
+            if teacher is None:
+                k = _pick(rng, lp, task.greedy)
+            else:
+                k = int(np.argmax(teacher.scores(ep.view)[allowed]))
+            rows_l.append(rows.astype(np.float32))
+            count_l.append(len(rows))
+            pooled_l.append(rl_pooled(obs, n, len(rows), task.window))
+            act_l.append(k)
+            logp_l.append(lp[k])
+            reward = ep.step(int(allowed[k]))
+            if ep.done:
+                break
+    F = len(RL_FEATURES)
+    return Trajectory(start, np.concatenate(rows_l) if rows_l else np.zeros((0, F), np.float32),
+                      np.array(count_l, dtype=np.int32),
+                      np.array(pooled_l, dtype=np.float32).reshape(len(act_l), 2 * F + 2),
+                      np.array(act_l, dtype=np.int32), np.array(logp_l), reward,
+                      metric_value(ep.metrics, task.metric))
+
+
+def _inspector_episode(jobs, cluster, max_procs, task, norm, params, rng, start) -> Trajectory:
+    ep = InspectorEpisode(jobs, cluster, get_policy(task.base), task.backfill,
+                          max_procs=max_procs, norm=norm)
+    obs_l, act_l, logp_l = [], [], []
+    reward = 0.0
+    if ep.reset():
+        while True:
+            obs = ep.observe()
+            z = mlp(params, "pi", obs)
+            lp = z - z.max()
+            lp = lp - np.log(np.exp(lp).sum())
+            a = _pick(rng, lp, task.greedy)
+            obs_l.append(obs.astype(np.float32))
+            act_l.append(a)
+            logp_l.append(lp[a])
+            reward = ep.step(a)
+            if ep.done:
+                break
+    else:
+        reward = ep.reward()
+    T = len(act_l)
+    obs_a = np.array(obs_l, dtype=np.float32).reshape(T, len(INSPECTOR_FEATURES))
+    return Trajectory(start, obs_a, np.full(T, 2, dtype=np.int32), obs_a,
+                      np.array(act_l, dtype=np.int32), np.array(logp_l), reward,
+                      ep.metrics.avg_bsld, ep.base_bsld, ep.rejections)
+
+
+class SerialExecutor:
+    workers = 1
+
+    def map(self, tasks: list[RolloutTask]) -> list[list[Trajectory]]:
+        return [collect(t) for t in tasks]
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessExecutor:
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._pool = multiprocessing.get_context("spawn").Pool(workers)
+
+    def map(self, tasks):
+        return self._pool.map(collect, tasks, chunksize=1)
+
+    def close(self) -> None:
+        self._pool.close()
+        self._pool.join()
+
+
+class RayExecutor:
+    """The same ``collect`` as Ray tasks; ``address`` None starts a local Ray."""
+
+    def __init__(self, workers: int, address: str | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise InvalidInput("the ray executor needs Ray: pip install '.[ray]'") from None
+        self._ray = ray
+        self._own = not ray.is_initialized()
+        if self._own:
+            ray.init(address=address, num_cpus=None if address else workers,
+                     include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        self._remote = ray.remote(collect)
+        self.workers = workers
+
+    def map(self, tasks):
+        return self._ray.get([self._remote.remote(t) for t in tasks])
+
+    def close(self) -> None:
+        if self._own:
+            self._ray.shutdown()
+
+
+def make_executor(name: str, workers: int, address: str | None = None):
+    if name not in EXECUTORS:
+        raise InvalidInput(f"unknown executor {name!r}; valid: {', '.join(EXECUTORS)}")
+    if workers < 1:
+        raise InvalidInput(f"workers must be >= 1, got {workers}")
+    if name == "ray":
+        return RayExecutor(workers, address)
+    if name == "serial" or workers == 1:
+        return SerialExecutor()
+    return ProcessExecutor(min(workers, os.cpu_count() or workers))
+
+
+def split(items: list, parts: int) -> list[list]:
+    parts = max(1, min(parts, len(items)))
+    return [items[k::parts] for k in range(parts)]

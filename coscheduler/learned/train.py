@@ -1,0 +1,388 @@
+"""The training loop of both learned schedulers: sample, collect, update, checkpoint.
+
+Per epoch: draw ``trajectories`` training sequences (256 jobs from the first 20 % of the
+trace), play them with the current policy in the rollout executor, run one PPO update,
+append a row to the training curve, and write the checkpoint (``MODEL.ckpt``: parameters,
+both Adam states, the curve and the settings) so that a cut-off run resumes where it
+stopped (same seed, same settings: the same epochs follow). At the end the model is
+evaluated on the trace's ten seed-1 windows, written (``MODEL``), and its curve drawn
+(``MODEL.png``, if matplotlib is present).
+
+Trajectory filtering (RLScheduler): for the first ``filter_epochs`` epochs only sequences
+whose SJF mean bounded slowdown lies in ``filter_range`` are drawn (the reference's
+10..150), then all.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..model import InvalidInput
+from ..policies.queue import get_policy
+from ..sim.cluster import Cluster
+from ..sim.engine import simulate
+from ..sim.metrics import compute_metrics
+from ..sim.replay import window as trace_window
+from ..sim.swf import read_swf
+from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
+from .modelfile import Model, save_model
+from .nets import inspector_init, rl_init
+from .rollout import RolloutTask, make_executor, split
+from .windows import SEQUENCE_JOBS, train_limit
+
+CKPT_MAGIC = "coscheduler-checkpoint-1"
+POOL_SIZE = 600
+
+
+@dataclass
+class TrainConfig:
+    kind: str                       # "rlscheduler" or "inspector"
+    trace: str
+    out: str
+    metric: str = "bsld"
+    backfill: str = "none"
+    base: str = "SJF"               # inspector only
+    epochs: int = 50
+    trajectories: int = 40
+    seed: int = 0
+    workers: int = 1
+    executor: str = "processes"
+    ray_address: str | None = None
+    sequence: int = SEQUENCE_JOBS
+    window: int = 128
+    mask: str = "runnable"
+    filter_epochs: int | None = None
+    filter_low: float = 10.0
+    filter_high: float = 150.0
+    pi_iters: int = 40
+    v_iters: int = 40
+    pi_lr: float = 3e-4
+    vf_lr: float = 1e-3
+    imitate: str | None = None       # RL: warm start by imitating this heuristic
+    imitate_epochs: int | None = None  # default: min(4, max(1, epochs // 10)) rounds
+    imitate_steps: int = 150
+    validate_every: int = 5
+    validation_windows: int = 6
+    time_limit_s: float | None = None
+    evaluate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.imitate_epochs is None:
+            self.imitate_epochs = min(4, max(1, self.epochs // 10))
+
+    def settings(self) -> dict:
+        """What must agree for a checkpoint to be resumed."""
+        d = asdict(self)
+        for k in ("out", "workers", "executor", "ray_address", "epochs", "time_limit_s",
+                  "evaluate"):
+            d.pop(k)
+        return d
+
+
+@dataclass
+class TrainResult:
+    model: Model
+    path: Path
+    curve: list[dict]
+    resumed_from: int
+    seconds: float
+    plot: Path | None = None
+    figures: dict = field(default_factory=dict)
+
+
+def checkpoint_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.name + ".ckpt")
+
+
+def _best_arrays(best) -> dict:
+    return {f"best:{k}": v for k, v in best[2].items()}
+
+
+def _save_checkpoint(path: Path, cfg: TrainConfig, epoch: int, curve: list, elapsed: float,
+                     arrays: dict, norm: Normalisation, best) -> None:
+    meta = {"magic": CKPT_MAGIC, "settings": cfg.settings(), "epoch": epoch, "curve": curve,
+            "elapsed_s": elapsed, "normalisation": norm.as_dict(),
+            "best_validation": best[0], "best_epoch": best[1]}
+    arrays = {**arrays, **_best_arrays(best)}
+    buf = io.BytesIO()
+    np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(path)
+
+
+def _load_checkpoint(path: Path) -> tuple[dict, dict]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            meta = json.loads(bytes(npz["__meta__"]).decode())
+            arrays = {k: npz[k] for k in npz.files if k != "__meta__"}
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidInput(f"{path}: not a readable training checkpoint ({exc}); remove it "
+                           "or pass --fresh") from None
+    if meta.get("magic") != CKPT_MAGIC:
+        raise InvalidInput(f"{path}: not a coscheduler training checkpoint")
+    return meta, arrays
+
+
+def _pool(trace, cluster, cfg: TrainConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate sequence starts in the training part and their SJF mean bsld."""
+    limit = train_limit(len(trace.jobs), sequence=cfg.sequence)
+    last = limit - cfg.sequence
+    starts = np.arange(0, last + 1)
+    if len(starts) > POOL_SIZE:
+        starts = np.sort(rng.choice(starts, POOL_SIZE, replace=False))
+    sjf = get_policy("SJF")
+    scores = np.empty(len(starts))
+    for i, s in enumerate(starts):
+        jobs = trace_window(trace.jobs, int(s), cfg.sequence)
+        sched = simulate(jobs, cluster, sjf, cfg.backfill)
+        scores[i] = compute_metrics(jobs, sched.start, sched.end, trace.max_procs).avg_bsld
+    return starts, scores
+
+
+def train(cfg: TrainConfig, *, resume: bool = True,
+          progress: Callable[[int, int, dict], None] | None = None) -> TrainResult:
+    """Train (or resume) and write the model; see the module docstring."""
+    from .ppo import PPO, PPOConfig  # needs the rl extra
+
+    if cfg.kind not in ("rlscheduler", "inspector"):
+        raise InvalidInput(f"unknown model kind {cfg.kind!r}")
+    if cfg.epochs < 1 or cfg.trajectories < 1:
+        raise InvalidInput("epochs and trajectories must be >= 1")
+    t_start = time.perf_counter()
+    trace = read_swf(cfg.trace)
+    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
+    limit = train_limit(len(trace.jobs), sequence=cfg.sequence)
+    longest = max(j.run for j in trace.jobs[:limit])
+    norm = Normalisation(estimate_s=float(max(longest, 1.0)), window=cfg.window)
+    if cfg.kind == "inspector":
+        get_policy(cfg.base)
+    out = Path(cfg.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ckpt = checkpoint_path(out)
+    init_rng = np.random.default_rng(cfg.seed)
+    features = len(RL_FEATURES if cfg.kind == "rlscheduler" else INSPECTOR_FEATURES)
+    params = (rl_init if cfg.kind == "rlscheduler" else inspector_init)(init_rng, features)
+    agent = PPO(cfg.kind, params, PPOConfig(pi_iters=cfg.pi_iters, v_iters=cfg.v_iters,
+                                            pi_lr=cfg.pi_lr, vf_lr=cfg.vf_lr))
+    curve: list[dict] = []
+    best = None  # (validation figure, epoch, policy weights): the weights that are kept
+    first_epoch = 0
+    elapsed_before = 0.0
+    if resume and ckpt.exists():
+        meta, arrays = _load_checkpoint(ckpt)
+        if meta["settings"] != cfg.settings():
+            differ = sorted(k for k in cfg.settings()
+                            if meta["settings"].get(k) != cfg.settings()[k])
+            raise InvalidInput(f"{ckpt}: a checkpoint with other settings ({', '.join(differ)}); "
+                               "remove it or pass --fresh")
+        agent.load_state_arrays({k: v for k, v in arrays.items() if not k.startswith("best:")})
+        best = (meta["best_validation"], meta["best_epoch"],
+                {k[5:]: v for k, v in arrays.items() if k.startswith("best:")})
+        curve = meta["curve"]
+        first_epoch = meta["epoch"]
+        elapsed_before = meta["elapsed_s"]
+        norm = Normalisation(**meta["normalisation"])
+    pool_rng = np.random.default_rng([cfg.seed, 7])
+    pool_starts, pool_scores = (None, None)
+    filter_epochs = cfg.filter_epochs
+    if filter_epochs is None:
+        filter_epochs = cfg.epochs // 2 if cfg.kind == "rlscheduler" else 0
+    if cfg.kind == "rlscheduler" or filter_epochs > first_epoch:
+        pool_starts, pool_scores = _pool(trace, cluster, cfg, pool_rng)
+        keep = (pool_scores > cfg.filter_low) & (pool_scores < cfg.filter_high)
+        filtered = pool_starts[keep] if keep.any() else pool_starts
+    if cfg.kind == "rlscheduler" and cfg.metric != "util":
+        # a constant scale: the same optimum, but returns of order 1 for the value network
+        agent.reward_scale = 1.0 / max(1.0, float(np.median(pool_scores))) \
+            if pool_scores is not None else 1.0 / 100.0
+    executor = make_executor(cfg.executor, cfg.workers, cfg.ray_address)
+    epoch = first_epoch
+    try:
+        if cfg.kind == "rlscheduler" and cfg.imitate and first_epoch == 0:
+            teacher = cfg.imitate
+            if teacher == "best":
+                teacher_scores = _teacher_scores(trace, cluster, cfg, limit)
+                teacher = min(teacher_scores, key=teacher_scores.get)
+                curve.append({"epoch": 0, "teachers": teacher_scores, "teacher": teacher,
+                              "mean_value": teacher_scores[teacher]})
+            _imitate(cfg, teacher, agent, executor, limit, norm, curve)
+        if best is None:
+            start = agent.policy_params()
+            if cfg.kind == "inspector":
+                # the fallback kept unless training validates better: the same network
+                # made to accept always, i.e. the base policy itself
+                start["pi/3/b"] = np.array([8.0, -8.0], dtype=np.float32)
+            best = (_validate(cfg, executor, limit, norm, start), first_epoch, start)
+        for epoch in range(first_epoch, cfg.epochs):
+            t0 = time.perf_counter()
+            rng = np.random.default_rng([cfg.seed, epoch])
+            if epoch < filter_epochs:
+                starts = rng.choice(filtered, cfg.trajectories).tolist()
+            else:
+                starts = rng.integers(0, limit - cfg.sequence + 1, cfg.trajectories).tolist()
+            policy = agent.policy_params()
+            tasks = [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), [int(s) for s in part],
+                                 cfg.sequence, cfg.backfill, policy, norm.as_dict(),
+                                 seed=int(rng.integers(2 ** 31)), metric=cfg.metric,
+                                 window=cfg.window, mask=cfg.mask, base=cfg.base)
+                     for part in split(starts, executor.workers)]
+            trajs = [t for batch in executor.map(tasks) for t in batch]
+            t_roll = time.perf_counter() - t0
+            stats = agent.update(agent.make_batch(trajs))
+            row = {"epoch": epoch + 1, "mean_value": float(np.mean([t.value for t in trajs])),
+                   "mean_reward": float(np.mean([t.reward for t in trajs])),
+                   "filtered": epoch < filter_epochs, "steps": sum(len(t.actions) for t in trajs),
+                   "rollout_s": t_roll, "update_s": time.perf_counter() - t0 - t_roll, **stats}
+            if cfg.kind == "inspector":
+                row["mean_base"] = float(np.mean([t.base_value for t in trajs]))
+                row["rejections"] = float(np.mean([t.rejections for t in trajs]))
+            last = epoch + 1 == cfg.epochs or (
+                cfg.time_limit_s is not None
+                and elapsed_before + time.perf_counter() - t_start >= cfg.time_limit_s)
+            if (epoch + 1) % cfg.validate_every == 0 or last:
+                row["validation"] = _validate(cfg, executor, limit, norm, agent.policy_params())
+                if row["validation"] < best[0]:
+                    best = (row["validation"], epoch + 1, agent.policy_params())
+            curve.append(row)
+            elapsed = elapsed_before + time.perf_counter() - t_start
+            _save_checkpoint(ckpt, cfg, epoch + 1, curve, elapsed, agent.state_arrays(), norm,
+                             best)
+            if progress is not None:
+                progress(epoch + 1, cfg.epochs, row)
+            if cfg.time_limit_s is not None and elapsed >= cfg.time_limit_s:
+                epoch += 1
+                break
+        else:
+            epoch = cfg.epochs
+    finally:
+        executor.close()
+    seconds = elapsed_before + time.perf_counter() - t_start
+    header = {
+        "name": out.name.split(".")[0],
+        "window": cfg.window, "mask": cfg.mask if cfg.kind == "rlscheduler" else None,
+        "normalisation": norm.as_dict(), "trace": Path(cfg.trace).name,
+        "metric": cfg.metric if cfg.kind == "rlscheduler" else "bsld",
+        "backfill": cfg.backfill, "seed": cfg.seed, "epochs": epoch,
+        "trajectories": cfg.trajectories, "sequence_jobs": cfg.sequence,
+        "filter_epochs": min(filter_epochs, epoch),
+        "filter_range": [cfg.filter_low, cfg.filter_high],
+        "training_seconds": round(seconds, 1),
+        "framework": _framework(), "python": platform.python_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "last_epoch": curve[-1] if curve else None,
+        "curve": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
+                   if k in ("epoch", "imitation", "mean_value", "mean_base", "validation",
+                            "rejections", "filtered")} for r in curve],
+        "kept_epoch": best[1] if best else None,
+        "validation": best[0] if best else None,
+        "imitate": cfg.imitate if cfg.kind == "rlscheduler" else None,
+        "imitated": next((r["teacher"] for r in curve if "teacher" in r), None),
+        "teachers": next((r["teachers"] for r in curve if "teachers" in r), None),
+    }
+    if cfg.kind == "inspector":
+        header["base"] = get_policy(cfg.base).name
+    # the weights of the best validated epoch (epoch 0: after the warm start, if any)
+    model = Model(cfg.kind, best[2] if best else agent.policy_params(), header)
+    figures = {}
+    if cfg.evaluate:
+        from .evaluate import model_figures
+
+        figures = model_figures(model, trace, cfg.backfill)
+        model.header["figures"] = figures
+    path = save_model(model, out)
+    model.path = str(path)
+    plot = None
+    try:
+        from .plots import plot_curve
+
+        plot = plot_curve(curve, cfg.kind, out.with_name(out.name.split(".")[0] + ".png"),
+                          title=f"{header['name']} ({cfg.kind}, {header['trace']}, "
+                                f"backfill {cfg.backfill})")
+    except ImportError:
+        plot = None
+    return TrainResult(model, path, curve, first_epoch, seconds, plot, figures)
+
+
+def _validation_tasks(cfg: TrainConfig, limit: int, norm: Normalisation, params: dict,
+                      workers: int) -> list[RolloutTask]:
+    """Greedy replays of fixed 512-job windows of the training part: which epoch's weights
+    to keep (the evaluation windows never choose)."""
+    jobs = min(2 * cfg.sequence, limit)
+    rng = np.random.default_rng([cfg.seed, 99])
+    starts = sorted(int(s) for s in rng.integers(0, limit - jobs + 1, cfg.validation_windows))
+    return [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), part, jobs, cfg.backfill,
+                        params, norm.as_dict(), seed=0, metric=cfg.metric, window=cfg.window,
+                        mask=cfg.mask, base=cfg.base, greedy=True)
+            for part in split(starts, workers)]
+
+
+def _validate(cfg, executor, limit, norm, params) -> float:
+    trajs = [t for b in executor.map(_validation_tasks(cfg, limit, norm, params,
+                                                         executor.workers)) for t in b]
+    value = float(np.mean([t.value for t in trajs]))
+    return -value if cfg.metric == "util" and cfg.kind == "rlscheduler" else value
+
+
+TEACHERS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1", "SAF")
+
+
+def _teacher_scores(trace, cluster, cfg: TrainConfig, limit: int, count: int = 24) -> dict:
+    """Mean metric of each heuristic *as a scorer under this run's mask rule* on training
+    sequences (never the evaluation windows): ``--imitate best`` clones the best."""
+    from ..policies.selection import KeyScorer
+    from .episode import metric_value
+
+    rng = np.random.default_rng([cfg.seed, 5])
+    starts = rng.integers(0, limit - cfg.sequence + 1, count).tolist()
+    out = {}
+    for name in TEACHERS:
+        scorer = KeyScorer(get_policy(name), cfg.window)
+        scorer.mask = cfg.mask
+        values = []
+        for s in starts:
+            jobs = trace_window(trace.jobs, int(s), cfg.sequence)
+            sched = simulate(jobs, cluster, scorer, cfg.backfill)
+            m = compute_metrics(jobs, sched.start, sched.end, trace.max_procs)
+            values.append(metric_value(m, cfg.metric))
+        value = float(np.mean(values))
+        out[name] = -value if cfg.metric == "util" else value
+    return out
+
+
+def _imitate(cfg: TrainConfig, teacher: str, agent, executor, limit: int, norm: Normalisation,
+             curve: list) -> None:
+    """Warm start: clone ``teacher``'s picks on training sequences (epoch 0 rows)."""
+    for k in range(cfg.imitate_epochs):
+        rng = np.random.default_rng([cfg.seed, 10_000 + k])
+        starts = rng.integers(0, limit - cfg.sequence + 1, cfg.trajectories).tolist()
+        tasks = [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), [int(s) for s in part],
+                             cfg.sequence, cfg.backfill, agent.policy_params(), norm.as_dict(),
+                             seed=k, metric=cfg.metric, window=cfg.window, mask=cfg.mask,
+                             teacher=teacher)
+                 for part in split(starts, executor.workers)]
+        trajs = [t for batch in executor.map(tasks) for t in batch]
+        loss = agent.imitate(agent.make_batch(trajs), cfg.imitate_steps)
+        curve.append({"epoch": 0, "imitation": k + 1, "teacher": teacher,
+                      "mean_value": float(np.mean([t.value for t in trajs])),
+                      "bc_loss": loss})
+
+
+def _framework() -> str:
+    try:
+        import jax
+        import optax
+
+        return f"jax {jax.__version__}, optax {optax.__version__}"
+    except ImportError:  # pragma: no cover
+        return "unknown"

@@ -1,0 +1,676 @@
+"""The Slurm backend: ``coscheduler.backend.Backend`` over a real Slurm cluster.
+
+It only translates; the controller and policies are the same as on every other body.
+
+Which jobs it sees. Jobs in the co-scheduling partition are *ours*: the submit hook
+(``job_submit.lua``) holds them (priority 0) until the controller starts them.
+- ``queued()``: ours, pending, held, dependencies satisfied (Slurm clears ``afterok``
+  entries once met). A job whose dependency failed, or whose metadata cannot be read, is
+  cancelled and reported failed with the reason (never left waiting).
+- ``running()``: every job holding cores on the partition's nodes. Ours carry their host
+  or guest role and quota from the job's ``AdminComment`` (written only by this backend;
+  only Slurm admins can write it), so a restarted controller finds them again. Jobs of
+  other partitions are reported ``lendable=False``: they hold cores, never host a guest.
+  A job this backend released that Slurm has not started yet is reported running on the
+  nodes it was placed on (the controller must not place anything else there).
+- ``nodes()``: the partition's nodes that are up and usable, minus nodes where a job that
+  may not share cores runs (Slurm will not place a sharing job there at all).
+- ``drain_finished()``: each of our jobs that reached a final state, once (also across
+  controller restarts: the ids already reported are kept in ``state_file``). A job that
+  vanished from Slurm's memory is looked up in the jobcomp/filetxt log, else reported
+  failed. Runtimes come from the job's own usage record when the job wrapper wrote one
+  (sub-second), else from Slurm's start/end times (whole seconds).
+
+How it acts.
+- ``start``: ``scontrol update JobId=X NodeList=... AdminComment=...`` then
+  ``scontrol release X``; a guest's quota is registered with the node agents first, so its
+  processes are throttled from the agent's first look at them.
+- ``set_quota``: every node agent of the job's allocation gets the quota under a lease,
+  renewed on every pass; the ``AdminComment`` records it. If the controller dies, leases
+  lapse and every job gets its full CPU back (DESIGN.md's fail-safe).
+- Slurm commands failing or timing out raise ``BackendError`` naming the command and its
+  stderr (after retries with backoff for an unreachable slurmctld); the controller keeps
+  running and tries again next pass. Leases are renewed before Slurm is asked anything, so
+  a slurmctld outage does not drop quotas.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from coscheduler.backend import BackendError
+from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
+                               RunningJob, StageType, check_finite)
+
+from .metadata import (AdminMark, MetadataError, default_class, format_admin_comment,
+                       parse_admin_comment, parse_comment)
+from .parse import ParseError, SlurmJob, dependency_state, parse_jobcomp
+from .source import SlurmSource
+
+log = logging.getLogger("slurm_plugin.backend")
+
+_RUNNING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
+_FOREIGN_WALLTIME_S = 365 * 86400.0   # a job without a time limit holds its cores "forever"
+
+
+class SlurmBackend:
+    """See the module docstring. ``agents`` maps node name -> ``monitoring.client.AgentClient``
+    (nodes without an agent are run without quotas and without metrics)."""
+
+    name = "slurm"
+
+    def __init__(self, source: SlurmSource, *, partition: str = "cosched",
+                 agents: Mapping[str, object] | None = None, lease_s: float = 20.0,
+                 state_file: str | os.PathLike | None = None,
+                 jobcomp_file: str | os.PathLike | None = None,
+                 usage_dir: str | os.PathLike | None = None, refresh_s: float = 0.25,
+                 clock: Callable[[], float] = time.time):
+        self.source = source
+        self.partition = partition
+        self.agents = dict(agents or {})
+        self.lease_s = check_finite(lease_s, "lease_s", minimum=1.0)
+        self.state_file = Path(state_file) if state_file else None
+        self.jobcomp_file = Path(jobcomp_file) if jobcomp_file else None
+        self.usage_dir = Path(usage_dir) if usage_dir else None
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._snap_time = -math.inf
+        self._jobs: dict[int, SlurmJob] = {}
+        self._nodes: dict = {}
+        self._job_cache: dict[int, Job] = {}
+        self._planned: dict[int, tuple[Allocation, float]] = {}
+        self._layouts: dict[int, tuple[tuple[str, int], ...]] = {}
+        self._known: dict[int, str] = {}           # ours seen queued/running -> last state
+        self._quotas: dict[int, tuple[float, tuple[str, ...]]] = {}
+        self._renewed: dict[int, float] = {}
+        self._on_agents: dict[int, set[str]] = {}  # nodes whose agent we registered a job with
+        self._outbox: list[Outcome] = []
+        self._ours_running: set[str] = set()    # ours that Slurm runs now (last running())
+        self.reported: set[int] = set()
+        self.eligible_at: dict[int, float] = {}
+        self.history: list[Outcome] = []
+        self.errors: list[str] = []
+        self._load_state()
+
+    # -- persistent bits ----------------------------------------------------------------------
+    def _load_state(self) -> None:
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            data = json.loads(self.state_file.read_text())
+            self.reported = {int(x) for x in data.get("reported", [])}
+            self.eligible_at = {int(k): float(v) for k, v in data.get("eligible_at", {}).items()}
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            broken = self.state_file.with_name(self.state_file.name + f".broken-{int(time.time())}")
+            log.error("Slurm backend state %s is unreadable (%s): set aside as %s",
+                      self.state_file, exc, broken)
+            try:
+                os.replace(self.state_file, broken)
+            except OSError:
+                pass
+
+    def _save_state(self) -> None:
+        if self.state_file is None:
+            return
+        alive = set(self._jobs)
+        data = {"reported": sorted(self.reported & alive),
+                "eligible_at": {str(k): v for k, v in self.eligible_at.items() if k in alive}}
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        try:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.state_file)
+        except OSError as exc:
+            log.error("cannot write Slurm backend state %s: %s", self.state_file, exc)
+
+    # -- reading Slurm --------------------------------------------------------------------------
+    def now(self) -> float:
+        return self._clock()
+
+    def _refresh(self, force: bool = False) -> None:
+        if not force and self._clock() - self._snap_time < self.refresh_s:
+            return
+        try:
+            jobs = self.source.jobs()
+            nodes = self.source.nodes()
+        except BackendError:
+            raise
+        except ParseError as exc:
+            raise BackendError(f"Slurm answered something unreadable: {exc}") from None
+        self._jobs = {j.job_id: j for j in jobs}
+        self._nodes = {n.name: n for n in nodes}
+        self._snap_time = self._clock()
+
+    def _ours(self, j: SlurmJob) -> bool:
+        return j.partition == self.partition
+
+    def _partition_nodes(self) -> list:
+        return [n for n in self._nodes.values() if self.partition in n.partitions]
+
+    def _blocked_nodes(self) -> set[str]:
+        """Nodes where a running job may not share cores: Slurm places no sharing job there."""
+        out: set[str] = set()
+        for j in self._jobs.values():
+            if j.state in _RUNNING and j.shared is not True:
+                out.update(j.nodes)
+        return out
+
+    def _job(self, j: SlurmJob) -> Job:
+        """Our Slurm job as the controller's Job (raises InvalidInput naming the problem)."""
+        cached = self._job_cache.get(j.job_id)
+        if cached is not None:
+            return cached
+        if j.time_limit_s is None:
+            raise InvalidInput(f"job {j.job_id} has no time limit; co-scheduled jobs need --time")
+        meta = parse_comment(j.comment, j.time_limit_s)
+        cores = j.cpus
+        if not cores:
+            raise InvalidInput(f"job {j.job_id}: Slurm reports no CPU count")
+        if j.nodes:
+            nodes = len(j.nodes)
+        else:   # pending: what it asked for
+            nodes = min(x for x in (j.max_nodes, j.node_count, cores) if x)
+        stage = meta.stage_type or (StageType.PARALLEL if cores > 1 else StageType.SEQUENTIAL)
+        job = Job(job_id=str(j.job_id), cores=int(cores), nodes=min(int(nodes), int(cores)),
+                  walltime_s=meta.walltime_s or j.time_limit_s,
+                  job_class=meta.job_class or default_class(j.user, j.name),
+                  submit_time=j.submit_time or 0.0, stage_type=stage, tasks=meta.tasks or 1,
+                  workflow=meta.workflow, user=j.user)
+        self._job_cache[j.job_id] = job
+        return job
+
+    def _foreign_job(self, j: SlurmJob) -> Job:
+        cores = max(1, j.cpus or len(j.nodes) or 1)
+        return Job(job_id=str(j.job_id), cores=cores, nodes=max(1, min(len(j.nodes) or 1, cores)),
+                   walltime_s=j.time_limit_s or _FOREIGN_WALLTIME_S,
+                   job_class=f"foreign/{j.partition or 'none'}".replace(",", "_"),
+                   submit_time=j.submit_time or 0.0, user=j.user)
+
+    def _allocation(self, j: SlurmJob, job: Job) -> Allocation | None:
+        planned = self._planned.get(j.job_id)
+        if j.state == "PENDING":
+            if planned is not None:
+                return planned[0]
+            if j.required_nodes:
+                return _even(str(j.job_id), j.required_nodes, job.cores)
+            return None
+        nodes = j.nodes
+        if not nodes:
+            return None
+        if len(nodes) == 1:
+            return Allocation(str(j.job_id), ((nodes[0], job.cores),))
+        layout = j.cpus_by_node or self._layouts.get(j.job_id)
+        if layout is None and planned is not None and planned[0].nodes == tuple(nodes):
+            layout = planned[0].cores_by_node
+        if layout is None:
+            try:
+                layout = self.source.layout(j.job_id)
+            except Exception as exc:  # noqa: BLE001 - an even split is the next best guess
+                log.warning("job %s: CPU layout unknown (%s); assuming an even split", j.job_id, exc)
+            if layout:
+                self._layouts[j.job_id] = layout
+        if layout:
+            return Allocation(str(j.job_id), tuple(layout))
+        return _even(str(j.job_id), nodes, job.cores)
+
+    def _mark(self, j: SlurmJob) -> AdminMark:
+        return parse_admin_comment(j.admin_comment) or AdminMark()
+
+    # -- Backend interface ----------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        self._refresh()
+        blocked = self._blocked_nodes()
+        return [Node(n.name, n.cpus) for n in self._partition_nodes()
+                if n.usable and n.name not in blocked]
+
+    def queued(self) -> list[Job]:
+        self._refresh()
+        out = []
+        now = self._clock()
+        states = {jid: x.state for jid, x in self._jobs.items()}
+        for j in self._jobs.values():
+            if not self._ours(j) or j.state != "PENDING" or not j.held:
+                continue
+            if j.job_id in self._planned and j.reason not in ("JobHeldUser", "JobHeldAdmin"):
+                # We released it and Slurm held it again: it refused the placement.
+                self._give_up(j, f"Slurm refused to start it where it was placed ({j.reason})")
+                continue
+            dep = dependency_state(j.dependency, states)
+            if dep == "failed" or j.reason == "DependencyNeverSatisfied":
+                self._give_up(j, f"its dependency {j.dependency or '(unknown)'} can never be satisfied")
+                continue
+            try:
+                job = self._job(j)
+            except InvalidInput as exc:
+                self._give_up(j, f"cannot be co-scheduled: {exc}")
+                continue
+            self._known[j.job_id] = "PENDING"
+            if dep == "waiting":
+                continue
+            self.eligible_at.setdefault(j.job_id, now)
+            out.append(job)
+        return out
+
+    def running(self) -> list[RunningJob]:
+        self._refresh()
+        node_names = {n.name for n in self._partition_nodes()}
+        blocked = self._blocked_nodes()
+        rows: dict[int, tuple[Job, Allocation, float, AdminMark, bool]] = {}
+        for j in self._jobs.values():
+            ours = self._ours(j)
+            started = j.state in _RUNNING
+            starting = ours and j.state == "PENDING" and not j.held and j.job_id in self._planned
+            if not (started or starting):
+                continue
+            if not ours and not (set(j.nodes) & node_names):
+                continue
+            try:
+                job = self._job(j) if ours else self._foreign_job(j)
+            except InvalidInput as exc:
+                log.warning("running job %s is reported without co-scheduling: %s", j.job_id, exc)
+                job, ours = self._foreign_job(j), False
+            alloc = self._allocation(j, job)
+            if alloc is None:
+                continue
+            if ours:
+                self._known[j.job_id] = j.state
+                mark = self._mark(j)
+                if started and mark.quota < 1.0 and j.job_id not in self._quotas:
+                    # Found after a restart: re-apply the recorded quota on the next renewal.
+                    self._quotas[j.job_id] = (mark.quota, alloc.nodes)
+                    self._renewed[j.job_id] = -math.inf
+            start = j.start_time if started and j.start_time else self._planned.get(
+                j.job_id, (None, self._clock()))[1]
+            # A job Slurm has not started yet cannot host (Slurm would not place a guest
+            # beside it); neither can one that may not share, or sits on a closed node.
+            lendable = ours and started and j.shared is True and not (set(alloc.nodes) & blocked)
+            rows[j.job_id] = (job, alloc, start, self._mark(j) if ours else AdminMark(), lendable)
+        self._ours_running = {str(jid) for jid, row in rows.items()
+                              if self._ours(self._jobs[jid]) and self._jobs[jid].state in _RUNNING}
+        guests: dict[str, list[str]] = {}
+        for jid, (job, _, _, mark, _) in rows.items():
+            if mark.host is not None and int(mark.host) in rows:
+                guests.setdefault(mark.host, []).append(job.job_id)
+        out = []
+        for jid, (job, alloc, start, mark, lendable) in rows.items():
+            host = mark.host if mark.host is not None and int(mark.host) in rows else None
+            out.append(RunningJob(job, alloc, float(start), mark.quota, host,
+                                  tuple(sorted(guests.get(job.job_id, ()))), lendable=lendable))
+        return out
+
+    def metrics(self) -> dict[str, MetricsSample]:
+        self._refresh()
+        running = {rj.job_id: rj for rj in self.running() if rj.job_id in self._ours_running}
+        if not self.agents:
+            return {}
+        per_job: dict[str, list[tuple[int, dict]]] = {}
+        for node, client in self.agents.items():
+            try:
+                listing = {v["job_id"]: v for v in client.jobs()}
+            except Exception as exc:  # noqa: BLE001 - a node without metrics this pass
+                self._note(f"agent of {node}: {exc}")
+                continue
+            for jid, rj in running.items():
+                cores = rj.allocation.as_dict().get(node)
+                if not cores:
+                    continue
+                v = listing.get(jid)
+                if v is None or v.get("status") != "running" or v.get("cores") != float(cores):
+                    v = self._register(node, rj, cores)
+                if v is not None:
+                    per_job.setdefault(jid, []).append((cores, v))
+            for jid, v in listing.items():
+                # A quota on a job that no longer shares its cores, or that is not ours: lift it.
+                if v.get("status") == "running" and (v.get("cpu_fraction") or 1.0) < 1.0:
+                    q = self._quotas.get(int(jid)) if jid.isdigit() else None
+                    if q is None or q[0] >= 1.0:
+                        try:
+                            client.clear_quota(jid)
+                        except Exception as exc:  # noqa: BLE001
+                            self._note(f"agent of {node}: lifting the quota of {jid}: {exc}")
+        self._renew_leases()
+        now = self._clock()
+        out: dict[str, MetricsSample] = {}
+        for jid, views in per_job.items():
+            cpu = [(c, v.get("cpu_percent")) for c, v in views if v.get("cpu_percent") is not None]
+            if not cpu:
+                continue
+            done = max(int(v.get("tasks_done") or 0) for _, v in views)
+            tt = [v.get("tasks_total") for _, v in views if v.get("tasks_total") is not None]
+            rate = [v.get("tasks_per_s") for _, v in views if v.get("tasks_per_s") is not None]
+            try:
+                out[jid] = MetricsSample(
+                    job_id=jid, time=now,
+                    cpu_percent=sum(c * p for c, p in cpu) / sum(c for c, _ in cpu),
+                    mem_percent=max(float(v.get("mem_percent") or 0.0) for _, v in views),
+                    tasks_done=done, tasks_total=int(max(tt)) if tt else None,
+                    tasks_per_s=max(rate) if rate else None)
+            except InvalidInput:
+                continue
+        return out
+
+    def start(self, job: Job, allocation: Allocation, quota_fraction: float,
+              host_job: str | None = None) -> None:
+        self._refresh()
+        jid = _slurm_id(job.job_id)
+        j = self._jobs.get(jid)
+        if j is None or not self._ours(j) or j.state != "PENDING" or not j.held:
+            state = "unknown to Slurm" if j is None else f"{j.state}, partition {j.partition}" + (
+                ", held" if j.held else ", not held")
+            raise BackendError(f"cannot start job {job.job_id}: it is not a queued job of "
+                               f"partition {self.partition} ({state})")
+        q = self._check_quota(job.job_id, quota_fraction)
+        if allocation.job_id != job.job_id or allocation.cores != job.cores:
+            raise BackendError(f"cannot start job {job.job_id}: allocation {allocation} does not "
+                               f"match its {job.cores} cores")
+        known = {n.name for n in self._partition_nodes()}
+        bad = [n for n in allocation.nodes if n not in known]
+        if bad:
+            raise BackendError(f"cannot start job {job.job_id}: node(s) {bad} are not in partition "
+                               f"{self.partition}")
+        if host_job is not None:
+            h = self._jobs.get(_slurm_id(host_job))
+            if h is None or h.state not in _RUNNING or not self._ours(h):
+                raise BackendError(f"cannot start job {job.job_id} as a guest: host {host_job} is "
+                                   "not a running co-scheduled job")
+        mark = AdminMark(q, host_job)
+        fields = {"NodeList": ",".join(allocation.nodes), "AdminComment": format_admin_comment(mark)}
+        if dependency_state(j.dependency) == "waiting":
+            states = {x.job_id: x.state for x in self._jobs.values()}
+            if dependency_state(j.dependency, states) != "satisfied":
+                raise BackendError(f"cannot start job {job.job_id}: its dependency "
+                                   f"{j.dependency} is not met")
+            # Met by the snapshot; Slurm would notice only at its next periodic pass.
+            fields["Dependency"] = ""
+        self.source.update(jid, **fields)
+        if q < 1.0:
+            # Throttle the guest from the agent's first look at it.
+            placed = RunningJob(job, allocation, self._clock(), q, host_job)
+            for node, cores in allocation.cores_by_node:
+                if node in self.agents:
+                    if self._register(node, placed, cores, strict=True) is None:
+                        raise BackendError(f"cannot start job {job.job_id}: the agent of {node} "
+                                           "did not take it")
+                    self._agent_quota(node, job.job_id, q)
+        self.source.release(jid)
+        now = self._clock()
+        self._planned[jid] = (allocation, now)
+        self._quotas[jid] = (q, allocation.nodes)
+        self._renewed[jid] = now
+        self._known[jid] = "PENDING"
+        self._snap_time = -math.inf
+
+    def set_quota(self, job_id: str, quota_fraction: float) -> None:
+        self._refresh()
+        jid = _slurm_id(job_id)
+        j = self._jobs.get(jid)
+        if j is None or not self._ours(j) or not (j.state in _RUNNING or jid in self._planned
+                                                   and j.state == "PENDING"):
+            raise BackendError(f"cannot set the quota of job {job_id}: it is not a running "
+                               f"co-scheduled job ({'unknown to Slurm' if j is None else j.state})")
+        q = self._check_quota(job_id, quota_fraction)
+        job = self._job(j)
+        alloc = self._allocation(j, job)
+        if alloc is None:
+            raise BackendError(f"cannot set the quota of job {job_id}: its nodes are unknown")
+        rj = RunningJob(job, alloc, j.start_time or self._clock(), q)
+        for node, cores in alloc.cores_by_node:
+            if node not in self.agents:
+                continue
+            if q < 1.0:
+                if self._register(node, rj, cores, strict=True) is None:
+                    raise BackendError(f"cannot set the quota of job {job_id}: the agent of {node} "
+                                       "did not take it")
+                self._agent_quota(node, job_id, q)
+            else:
+                self._agent_clear(node, job_id)
+        mark = self._mark(j)
+        if abs(mark.quota - q) > 1e-6:
+            self.source.update(jid, AdminComment=format_admin_comment(AdminMark(q, mark.host)))
+            self._snap_time = -math.inf
+        self._quotas[jid] = (q, alloc.nodes)
+        self._renewed[jid] = self._clock()
+
+    def fail(self, job_id: str, reason: str) -> None:
+        self._refresh()
+        j = self._jobs.get(_slurm_id(job_id))
+        if j is None or not self._ours(j) or j.state != "PENDING":
+            raise BackendError(f"cannot fail job {job_id}: it is not queued")
+        self._give_up(j, reason)
+
+    def drain_finished(self) -> list[Outcome]:
+        self._renew_leases()   # first: a slurmctld outage must not drop quotas
+        self._refresh(force=True)
+        out, self._outbox = self._outbox, []
+        jobcomp = None
+        for jid in sorted(set(self._known) | {j.job_id for j in self._jobs.values()
+                                              if self._ours(j) and j.terminal}):
+            if jid in self.reported:
+                self._known.pop(jid, None)
+                continue
+            j = self._jobs.get(jid)
+            if j is None:
+                if jobcomp is None:
+                    jobcomp = self._read_jobcomp()
+                j = jobcomp.get(jid)
+                if j is None:
+                    end = self._clock()
+                    start = self._planned.get(jid, (None, end))[1]
+                    out.append(self._outcome_record(Outcome(
+                        str(jid), start, end, "failed",
+                        "vanished from Slurm (not in squeue nor in the jobcomp log)")))
+                    continue
+            if not j.terminal:
+                continue
+            out.append(self._outcome_record(self._outcome(j)))
+        if out:
+            self._save_state()
+        return out
+
+    # -- running jobs: helpers ------------------------------------------------------------------
+    def _outcome_record(self, o: Outcome) -> Outcome:
+        jid = int(o.job_id)
+        # Whatever Slurm left behind (a node that was marked DOWN under a running job may
+        # still run its processes), the job holds no quota from us any more.
+        for node in sorted(self._on_agents.pop(jid, set()) | set(self._quotas.get(jid, (1.0, ()))[1])):
+            client = self.agents.get(node)
+            if client is None:
+                continue
+            try:
+                client.unregister(str(jid))
+            except Exception as exc:  # noqa: BLE001 - 404: the agent let it go already
+                if getattr(exc, "status", None) != 404:
+                    self._note(f"agent of {node}: releasing ended job {jid}: {exc}")
+        self.reported.add(jid)
+        self._known.pop(jid, None)
+        self._quotas.pop(jid, None)
+        self._renewed.pop(jid, None)
+        self._planned.pop(jid, None)
+        self.history.append(o)
+        return o
+
+    def _outcome(self, j: SlurmJob) -> Outcome:
+        end = j.end_time or self._clock()
+        start = j.start_time or end
+        usage = self.usage(j.job_id)
+        if usage and j.state == "COMPLETED":
+            s, e = usage.get("start"), usage.get("end")
+            if isinstance(s, (int, float)) and isinstance(e, (int, float)) and 0 < e - s and abs(s - start) < 5:
+                start, end = float(s), float(e)
+        if j.state == "COMPLETED":
+            return Outcome(str(j.job_id), start, end, "completed")
+        if j.state in ("TIMEOUT", "DEADLINE"):
+            return Outcome(str(j.job_id), start, end, "timeout",
+                           f"Slurm ended it at its time limit ({j.state})")
+        if j.state in ("CANCELLED", "PREEMPTED", "REVOKED"):
+            why = "scancel by its owner or an admin" if j.state == "CANCELLED" else j.state.lower()
+            return Outcome(str(j.job_id), start, end, "cancelled", f"{j.state}: {why}")
+        if j.state == "NODE_FAIL":
+            return Outcome(str(j.job_id), start, end, "failed",
+                           f"NODE_FAIL: node(s) {','.join(j.nodes) or '?'} went down")
+        detail = f"exit code {j.exit_code}" if j.exit_code else ""
+        if j.exit_signal:
+            detail = f"signal {j.exit_signal}"
+        return Outcome(str(j.job_id), start, end, "failed",
+                       f"{j.state}" + (f": {detail}" if detail else "") + (f" ({j.reason})" if j.reason and j.reason != "None" else ""))
+
+    def _give_up(self, j: SlurmJob, reason: str) -> None:
+        """Cancel one of our pending jobs and report it failed with ``reason``."""
+        if j.job_id in self.reported:
+            return
+        try:
+            self.source.cancel(j.job_id)
+        except BackendError as exc:
+            if "already" not in str(exc) and "Invalid job id" not in str(exc):
+                self._note(f"cancelling job {j.job_id}: {exc}")
+                return
+        now = self._clock()
+        log.warning("job %s given up: %s", j.job_id, reason)
+        self._outbox.append(self._outcome_record(Outcome(str(j.job_id), now, now, "failed", reason)))
+        self._save_state()
+
+    def _read_jobcomp(self) -> dict[int, SlurmJob]:
+        if self.jobcomp_file is None:
+            return {}
+        try:
+            return parse_jobcomp(self.jobcomp_file.read_text(errors="replace"))
+        except OSError:
+            return {}
+
+    def usage(self, job_id: int | str) -> dict | None:
+        """The job wrapper's record (``slurm_plugin.jobwrap``): start, end, cpu_s, rc."""
+        if self.usage_dir is None:
+            return None
+        try:
+            data = json.loads((self.usage_dir / f"{int(job_id)}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _check_quota(self, job_id: str, q: float) -> float:
+        try:
+            v = check_finite(q, f"quota fraction of job {job_id}")
+        except InvalidInput as exc:
+            raise BackendError(str(exc)) from None
+        if v is None or not 0.0 < v <= 1.0 + 1e-12:
+            raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
+        return min(1.0, v)
+
+    # -- node agents ----------------------------------------------------------------------------
+    def _register(self, node: str, rj: RunningJob, cores: int, strict: bool = False) -> dict | None:
+        client = self.agents.get(node)
+        if client is None:
+            return None
+        job = rj.job
+        self._on_agents.setdefault(int(job.job_id), set()).add(node)
+        try:
+            return client.register_job(job.job_id, [], float(cores), walltime_s=job.walltime_s,
+                                       start_time=rj.start_time, tasks_total=job.tasks,
+                                       job_class=job.job_class)
+        except Exception as exc:  # noqa: BLE001
+            if strict:
+                raise BackendError(f"agent of {node}: registering job {job.job_id}: {exc}") from None
+            self._note(f"agent of {node}: registering job {job.job_id}: {exc}")
+            return None
+
+    def _agent_quota(self, node: str, job_id: str, q: float) -> None:
+        try:
+            self.agents[node].set_quota(job_id, q, self.lease_s)
+        except Exception as exc:  # noqa: BLE001
+            raise BackendError(f"agent of {node}: quota {q:.3f} for job {job_id}: {exc}") from None
+
+    def _agent_clear(self, node: str, job_id: str) -> None:
+        try:
+            self.agents[node].clear_quota(job_id)
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "status", None) == 404:
+                return  # the agent does not know it: nothing is limited
+            raise BackendError(f"agent of {node}: full quota for job {job_id}: {exc}") from None
+
+    def _renew_leases(self) -> None:
+        now = self._clock()
+        for jid, (q, nodes) in list(self._quotas.items()):
+            if q >= 1.0 or now - self._renewed.get(jid, 0.0) < self.lease_s / 3:
+                continue
+            ok = True
+            for node in nodes:
+                if node in self.agents:
+                    try:
+                        self.agents[node].set_quota(str(jid), q, self.lease_s)
+                    except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
+                        ok = False
+                        if getattr(exc, "status", None) in (404, 409):
+                            self._quotas.pop(jid, None)   # the job ended: nothing to renew
+                            break
+                        self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
+            if ok:
+                self._renewed[jid] = now
+
+    def restore_quotas(self) -> list[str]:
+        """Give every job this backend throttled its full CPU back (controller shutdown)."""
+        done = set()
+        try:
+            self._refresh(force=True)
+            for rj in self.running():
+                if rj.job_id in self._ours_running and rj.quota_fraction < 1.0:
+                    try:
+                        self.set_quota(rj.job_id, 1.0)
+                        done.add(rj.job_id)
+                    except BackendError as exc:
+                        self._note(str(exc))
+        except BackendError as exc:
+            self._note(f"restoring quotas without a view of Slurm: {exc}")
+        for jid, (q, nodes) in list(self._quotas.items()):
+            if q < 1.0:
+                for node in nodes:
+                    if node in self.agents:
+                        try:
+                            self._agent_clear(node, str(jid))
+                        except BackendError as exc:
+                            self._note(str(exc))
+                self._quotas[jid] = (1.0, nodes)
+                done.add(str(jid))
+        return sorted(done)
+
+    def release_held(self) -> list[str]:
+        """Hand every held job of ours back to Slurm's own scheduling (controller shutdown):
+        they run without sharing (``OverSubscribe=no``), like any other job."""
+        done = []
+        self._refresh(force=True)
+        for j in self._jobs.values():
+            if self._ours(j) and j.state == "PENDING" and j.held:
+                try:
+                    self.source.update(j.job_id, OverSubscribe="no")
+                    self.source.release(j.job_id)
+                    done.append(str(j.job_id))
+                except BackendError as exc:
+                    self._note(f"releasing job {j.job_id}: {exc}")
+        self._snap_time = -math.inf
+        return done
+
+    def _note(self, msg: str) -> None:
+        log.warning("%s", msg)
+        self.errors.append(msg)
+        del self.errors[:-100]
+
+
+def _slurm_id(job_id: str) -> int:
+    if not isinstance(job_id, str) or not job_id.isdigit():
+        raise BackendError(f"{job_id!r} is not a Slurm job id")
+    return int(job_id)
+
+
+def _even(job_id: str, nodes, cores: int) -> Allocation:
+    nodes = list(nodes)
+    base, extra = divmod(cores, len(nodes))
+    return Allocation(job_id, tuple((n, base + (1 if i < extra else 0)) for i, n in enumerate(nodes)
+                                    if base + (1 if i < extra else 0) > 0))
+
+
+__all__ = ["SlurmBackend"]

@@ -1,0 +1,559 @@
+"""Reading Slurm's answers: squeue/sinfo/scontrol JSON of any release, and scontrol text.
+
+Pure functions from text to plain records (``SlurmJob``, ``SlurmNode``), with no version
+checks: each field is read from wherever the answer has it. Two JSON shapes are known
+from recorded real output (tests/fixtures/slurm/):
+
+- Slurm 22.05 (openapi v0.0.38): ``job_state`` is a string, numbers are plain integers,
+  ``exit_code`` is a raw wait status, ``shared`` is ``"shared"`` or null, no per-node CPU
+  layout; ``sinfo --json`` lists nodes with ``state`` a lower-case string.
+- Slurm 24.11 (data_parser v0.0.42): ``job_state`` is a list of flags, numbers are
+  ``{"set", "infinite", "number"}``, ``exit_code`` is ``{"status", "return_code", "signal"}``,
+  ``shared`` a list (``["oversubscribe"]``), ``job_resources`` holds the per-node CPUs;
+  ``sinfo --json`` aggregates nodes (use ``scontrol show node --json``, whose ``state`` is a
+  list).
+
+When a release has no JSON (before 21.08), ``scontrol show job -o -d`` and
+``scontrol show node -o`` are parsed instead (``parse_scontrol_jobs``/``parse_scontrol_nodes``).
+A malformed answer raises ``ParseError`` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from coscheduler.model import InvalidInput
+
+# Slurm's "no value" / "infinite" markers in 32-bit fields.
+_NO_VAL32 = 0xFFFFFFFE
+_INFINITE32 = 0xFFFFFFFF
+
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED",
+})
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
+                           "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"})
+# Node states (base or flag) under which nothing new should be placed on a node.
+UNUSABLE_NODE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
+                           "NOT_RESPONDING", "MAINTENANCE", "MAINT", "POWERED_DOWN", "POWER_DOWN",
+                           "POWERING_DOWN", "REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED",
+                           "FUTURE", "UNKNOWN", "INVALID", "INVALID_REG", "CLOUD"})
+
+
+class ParseError(InvalidInput):
+    """An answer from Slurm could not be understood; the message says what and where."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A Slurm job as the backend needs it (every field optional where Slurm may omit it)."""
+
+    job_id: int
+    name: str = ""
+    user: str | None = None
+    partition: str = ""
+    state: str = "UNKNOWN"              # base state, upper case
+    state_flags: tuple[str, ...] = ()
+    reason: str = ""
+    priority: int | None = None
+    nodes: tuple[str, ...] = ()
+    node_count: int | None = None
+    max_nodes: int | None = None        # what a pending job asked for (22.05's node_count
+                                        # of a pending job is not reliable)
+    cpus: int | None = None
+    time_limit_s: float | None = None   # None: unlimited or unknown
+    submit_time: float | None = None
+    eligible_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    comment: str = ""
+    admin_comment: str = ""
+    dependency: str = ""
+    shared: bool | None = None          # may share cores (--oversubscribe)
+    required_nodes: tuple[str, ...] = ()
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    restarts: int = 0
+    cpus_by_node: tuple[tuple[str, int], ...] | None = None
+    batch_host: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def held(self) -> bool:
+        """Pending with priority 0: held (by a user, an admin or the submit hook)."""
+        return self.state == "PENDING" and self.priority == 0
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    cpus: int
+    state: str                          # base state, upper case
+    flags: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    alloc_cpus: int | None = None
+    reason: str = ""
+
+    @property
+    def usable(self) -> bool:
+        """Up and accepting work (not down, drained, failing or not responding)."""
+        return self.state not in UNUSABLE_NODE and not (set(self.flags) & UNUSABLE_NODE)
+
+
+# -- small readers -----------------------------------------------------------------------------
+
+def _num(v: Any) -> float | int | None:
+    """A number from either shape: plain, or {"set", "infinite", "number"}. None when
+    unset; math.inf when infinite (or one of Slurm's 32-bit no-value markers)."""
+    if isinstance(v, dict):
+        if v.get("infinite"):
+            return math.inf
+        if not v.get("set", True):
+            return None
+        v = v.get("number")
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        if v in (_NO_VAL32, _INFINITE32):
+            return math.inf
+        return v
+    if isinstance(v, str) and re.fullmatch(r"-?\d+(\.\d+)?", v):
+        return float(v) if "." in v else int(v)
+    raise ParseError(f"expected a number, got {v!r}")
+
+
+def _int(v: Any) -> int | None:
+    n = _num(v)
+    return None if n is None or n == math.inf else int(n)
+
+
+def _epoch(v: Any) -> float | None:
+    n = _num(v)
+    return None if n is None or n == math.inf or n <= 0 else float(n)
+
+
+def _str(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def _states(v: Any) -> tuple[str, tuple[str, ...]]:
+    if isinstance(v, list):
+        items = [str(x).upper() for x in v if x]
+    elif isinstance(v, str):
+        items = [x for x in re.split(r"[+ ,]", v.upper()) if x]
+    else:
+        items = []
+    if not items:
+        return "UNKNOWN", ()
+    return items[0].rstrip("*~#!%$@^-"), tuple(items[1:])
+
+
+def expand_hostlist(text: str | None) -> tuple[str, ...]:
+    """``rn[1-3,5],gpu01`` -> (rn1, rn2, rn3, rn5, gpu01); zero padding is kept."""
+    if not text or text in ("(null)", "None"):
+        return ()
+    out: list[str] = []
+    # split on commas outside brackets
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", part)
+        if not m:
+            if "[" in part or "]" in part:
+                raise ParseError(f"malformed host list {text!r}")
+            out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            lo, sep, hi = r.partition("-")
+            if not lo.isdigit() or (sep and not hi.isdigit()):
+                raise ParseError(f"malformed host list {text!r}")
+            width = len(lo)
+            for i in range(int(lo), int(hi if sep else lo) + 1):
+                for tail in expand_hostlist(suffix) or ("",):
+                    out.append(f"{prefix}{i:0{width}d}{tail}")
+    return tuple(out)
+
+
+def _exit(v: Any) -> tuple[int | None, int | None]:
+    """(return code, signal) from a raw wait status (22.05) or the 24.11 object."""
+    if isinstance(v, dict):
+        rc = _int(v.get("return_code"))
+        sig = v.get("signal") or {}
+        signal = _int(sig.get("id")) if isinstance(sig, dict) else None
+        return rc, signal or None
+    n = _int(v)
+    if n is None:
+        return None, None
+    return (n >> 8) & 0xFF, (n & 0x7F) or None
+
+
+def _cpus_by_node(resources: Any) -> tuple[tuple[str, int], ...] | None:
+    if not isinstance(resources, dict):
+        return None
+    nodes = resources.get("nodes")
+    alloc = nodes.get("allocation") if isinstance(nodes, dict) else resources.get("allocated_nodes")
+    out = []
+    if isinstance(alloc, list):
+        for a in alloc:
+            if not isinstance(a, dict) or "name" not in a:
+                continue
+            cpus = a.get("cpus")
+            count = _int(cpus.get("count")) if isinstance(cpus, dict) else _int(cpus)
+            if count is not None:
+                out.append((str(a["name"]), count))
+    elif isinstance(alloc, dict):   # older openapi: {"0": {"nodename": ..., "cpus": ...}}
+        for a in alloc.values():
+            if isinstance(a, dict) and ("nodename" in a or "name" in a):
+                count = _int(a.get("cpus"))
+                if count is not None:
+                    out.append((str(a.get("nodename") or a.get("name")), count))
+    return tuple(out) or None
+
+
+def _shared(v: Any) -> bool | None:
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return any(str(x).lower() in ("oversubscribe", "shared", "yes") for x in v)
+    s = str(v).lower()
+    if s in ("shared", "oversubscribe", "yes", "1", "force"):
+        return True
+    if s in ("ok", ""):       # scontrol's "OK": not asked for (22.05 JSON: null)
+        return None
+    return False              # no, exclusive, user, mcs, topo
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+def _load(text: str, what: str) -> dict:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ParseError(f"{what} did not answer JSON ({exc}); it began: {text[:120]!r}") from None
+    if not isinstance(data, dict):
+        raise ParseError(f"{what} answered JSON that is not an object: {text[:120]!r}")
+    errors = data.get("errors")
+    if errors:
+        msgs = [e.get("error") or e.get("description") or str(e) if isinstance(e, dict) else str(e)
+                for e in errors]
+        raise ParseError(f"{what} reported errors: {'; '.join(map(str, msgs))}")
+    return data
+
+
+def job_from_json(j: dict) -> SlurmJob:
+    if not isinstance(j, dict) or "job_id" not in j:
+        raise ParseError(f"a job record without job_id: {str(j)[:120]}")
+    jid = _int(j["job_id"])
+    if jid is None or jid < 1:
+        raise ParseError(f"job record with job_id {j['job_id']!r}")
+    state, flags = _states(j.get("job_state"))
+    tl = _num(j.get("time_limit"))   # minutes
+    rc, sig = _exit(j.get("exit_code"))
+    return SlurmJob(
+        job_id=jid, name=_str(j.get("name")), user=j.get("user_name") or None,
+        partition=_str(j.get("partition")), state=state, state_flags=flags,
+        reason=_str(j.get("state_reason")), priority=_int(j.get("priority")),
+        nodes=expand_hostlist(_str(j.get("nodes"))), node_count=_int(j.get("node_count")),
+        max_nodes=_int(j.get("max_nodes")) or None, cpus=_int(j.get("cpus")),
+        time_limit_s=None if tl is None or tl == math.inf else float(tl) * 60.0,
+        submit_time=_epoch(j.get("submit_time")), eligible_time=_epoch(j.get("eligible_time")),
+        start_time=_epoch(j.get("start_time")), end_time=_epoch(j.get("end_time")),
+        comment=_str(j.get("comment")), admin_comment=_str(j.get("admin_comment")),
+        dependency=_str(j.get("dependency")), shared=_shared(j.get("shared")),
+        required_nodes=expand_hostlist(_str(j.get("required_nodes"))),
+        exit_code=rc, exit_signal=sig, restarts=_int(j.get("restart_cnt")) or 0,
+        cpus_by_node=_cpus_by_node(j.get("job_resources")),
+        batch_host=_str(j.get("batch_host")),
+    )
+
+
+def parse_jobs_json(text: str, what: str = "squeue --json") -> list[SlurmJob]:
+    """Jobs from ``squeue --json`` (or ``scontrol show job --json``) of any release."""
+    data = _load(text, what)
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise ParseError(f"{what} answered without a 'jobs' list (keys: {sorted(data)})")
+    return [job_from_json(j) for j in jobs]
+
+
+def node_from_json(n: dict) -> SlurmNode:
+    if not isinstance(n, dict) or not n.get("name"):
+        raise ParseError(f"a node record without a name: {str(n)[:120]}")
+    state, flags = _states(n.get("state"))
+    flags = flags + tuple(str(f).upper() for f in n.get("state_flags") or ())
+    cpus = _int(n.get("cpus"))
+    if cpus is None:
+        raise ParseError(f"node {n['name']} has no cpus")
+    return SlurmNode(name=str(n["name"]), cpus=cpus, state=state, flags=flags,
+                     partitions=tuple(n.get("partitions") or ()),
+                     alloc_cpus=_int(n.get("alloc_cpus")), reason=_str(n.get("reason")))
+
+
+def parse_nodes_json(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
+    """Nodes from ``sinfo --json`` (22.05) or ``scontrol show node --json`` (23.02+).
+    Newer ``sinfo --json`` aggregates nodes and lacks per-node records: ParseError, so the
+    caller tries the next source."""
+    data = _load(text, what)
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        raise ParseError(f"{what} answered without a per-node 'nodes' list (keys: {sorted(data)}); "
+                         "newer releases aggregate sinfo: use scontrol show node --json")
+    return [node_from_json(n) for n in nodes]
+
+
+# -- scontrol text ---------------------------------------------------------------------------
+
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
+
+
+def _fields(line: str) -> list[tuple[str, str]]:
+    """``Key=value`` pairs of one ``scontrol show ... -o`` line, in order (keys repeat in
+    the -d detail part). A value runs to the next `` Key=``."""
+    matches = list(_KEY.finditer(line))
+    out = []
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out.append((m.group(1), line[m.end():end].strip()))
+    return out
+
+
+def _none(v: str) -> str:
+    return "" if v in ("(null)", "N/A", "None", "Unknown") else v
+
+
+def _local_time(v: str) -> float | None:
+    v = _none(v)
+    if not v:
+        return None
+    try:
+        return time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        raise ParseError(f"time {v!r} is not YYYY-MM-DDTHH:MM:SS") from None
+
+
+def duration_s(v: str) -> float | None:
+    """Slurm durations: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``; None when
+    ``UNLIMITED``/``INFINITE``/``Partition_Limit``/``N/A``."""
+    v = _none(v.strip())
+    if not v or v.upper() in ("UNLIMITED", "INFINITE", "PARTITION_LIMIT", "NONE"):
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", v)
+    if not m:
+        raise ParseError(f"duration {v!r} is not a Slurm time")
+    days, a, b, c = m.groups()
+    if days is None and b is None:
+        return int(a) * 60.0                                   # minutes
+    if days is None and c is None:
+        return int(a) * 60.0 + int(b)                          # MM:SS
+    if days is not None and b is None:
+        return int(days) * 86400.0 + int(a) * 3600.0           # D-HH
+    if days is not None and c is None:
+        return int(days) * 86400.0 + int(a) * 3600.0 + int(b) * 60.0
+    return int(days or 0) * 86400.0 + int(a) * 3600.0 + int(b) * 60.0 + int(c)
+
+
+def _count_ids(v: str) -> int:
+    n = 0
+    for part in v.split(","):
+        lo, sep, hi = part.partition("-")
+        if lo.isdigit():
+            n += (int(hi) - int(lo) + 1) if sep and hi.isdigit() else 1
+    return n
+
+
+def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
+    """Jobs from ``scontrol show job -o [-d]`` (one job per line)."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("No jobs"):
+            continue
+        pairs = _fields(line)
+        f = {}
+        layout: list[tuple[str, int]] = []
+        det_nodes: list[str] = []
+        for k, v in pairs:
+            if k == "Nodes":
+                det_nodes = list(expand_hostlist(v))
+            elif k == "CPU_IDs" and det_nodes:
+                for node in det_nodes:
+                    layout.append((node, _count_ids(v)))
+                det_nodes = []
+            f.setdefault(k, v)
+        if "JobId" not in f or not f["JobId"].isdigit():
+            raise ParseError(f"scontrol show job line without a JobId: {line[:120]!r}")
+        state, flags = _states(f.get("JobState", ""))
+        user = _none(f.get("UserId", "")).split("(")[0] or None
+        ec = f.get("ExitCode", "")
+        rc, _, sig = ec.partition(":")
+        shared = f.get("OverSubscribe")
+        jobs.append(SlurmJob(
+            job_id=int(f["JobId"]), name=_none(f.get("JobName", "")), user=user,
+            partition=_none(f.get("Partition", "")), state=state, state_flags=flags,
+            reason=_none(f.get("Reason", "")),
+            priority=int(f["Priority"]) if f.get("Priority", "").isdigit() else None,
+            nodes=expand_hostlist(_none(f.get("NodeList", ""))),
+            node_count=int(f["NumNodes"].split("-")[0]) if f.get("NumNodes", "").split("-")[0].isdigit() else None,
+            cpus=int(f["NumCPUs"].split("-")[0]) if f.get("NumCPUs", "").split("-")[0].isdigit() else None,
+            time_limit_s=duration_s(f.get("TimeLimit", "")),
+            submit_time=_local_time(f.get("SubmitTime", "")),
+            eligible_time=_local_time(f.get("EligibleTime", "")),
+            start_time=_local_time(f.get("StartTime", "")) if state != "PENDING" else None,
+            end_time=_local_time(f.get("EndTime", "")) if state in TERMINAL_STATES else None,
+            comment=_none(f.get("Comment", "")), admin_comment=_none(f.get("AdminComment", "")),
+            dependency=_none(f.get("Dependency", "")),
+            shared=None if shared is None else _shared(shared),
+            required_nodes=expand_hostlist(_none(f.get("ReqNodeList", ""))),
+            exit_code=int(rc) if rc.isdigit() else None, exit_signal=int(sig) if sig.isdigit() and int(sig) else None,
+            restarts=int(f["Restarts"]) if f.get("Restarts", "").isdigit() else 0,
+            cpus_by_node=tuple(layout) or None, batch_host=_none(f.get("BatchHost", "")),
+        ))
+    return jobs
+
+
+def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
+    """Nodes from ``scontrol show node -o``."""
+    nodes = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f: dict[str, str] = {}
+        for k, v in _fields(line):
+            f.setdefault(k, v)
+        if "NodeName" not in f:
+            raise ParseError(f"scontrol show node line without a NodeName: {line[:120]!r}")
+        cpus = f.get("CPUTot") or f.get("CPUEfctv") or ""
+        if not cpus.isdigit():
+            raise ParseError(f"node {f['NodeName']} has no CPUTot")
+        state, flags = _states(f.get("State", ""))
+        raw_state = f.get("State", "")
+        if raw_state.split("+")[0].endswith("*"):
+            flags = flags + ("NOT_RESPONDING",)
+        nodes.append(SlurmNode(
+            name=f["NodeName"], cpus=int(cpus), state=state, flags=flags,
+            partitions=tuple(p for p in _none(f.get("Partitions", "")).split(",") if p),
+            alloc_cpus=int(f["CPUAlloc"]) if f.get("CPUAlloc", "").isdigit() else None,
+            reason=_none(f.get("Reason", ""))))
+    return nodes
+
+
+def parse_jobcomp_line(line: str) -> SlurmJob | None:
+    """One line of jobcomp/filetxt (what finished jobs leave without slurmdbd)."""
+    if not line.strip():
+        return None
+    f: dict[str, str] = {}
+    for k, v in _fields(line):
+        f.setdefault(k, v)
+    if not f.get("JobId", "").isdigit():
+        return None
+    state, flags = _states(f.get("JobState", ""))
+    ec = f.get("ExitCode", "")
+    rc, _, sig = ec.partition(":")
+    return SlurmJob(
+        job_id=int(f["JobId"]), name=_none(f.get("Name", "")),
+        user=_none(f.get("UserId", "")).split("(")[0] or None,
+        partition=_none(f.get("Partition", "")), state=state, state_flags=flags,
+        nodes=expand_hostlist(_none(f.get("NodeList", ""))),
+        cpus=int(f["ProcCnt"]) if f.get("ProcCnt", "").isdigit() else None,
+        time_limit_s=duration_s(f.get("TimeLimit", "")),
+        submit_time=_local_time(f.get("SubmitTime", "")),
+        start_time=_local_time(f.get("StartTime", "")), end_time=_local_time(f.get("EndTime", "")),
+        exit_code=int(rc) if rc.isdigit() else None,
+        exit_signal=int(sig) if sig.isdigit() and int(sig) else None)
+
+
+def parse_jobcomp(text: str) -> dict[int, SlurmJob]:
+    out = {}
+    for line in text.splitlines():
+        j = parse_jobcomp_line(line)
+        if j is not None:
+            out[j.job_id] = j
+    return out
+
+
+def dependency_state(dep: str, states: Mapping[int, str] | None = None) -> str:
+    """Where a pending job's dependency stands: "none", "satisfied", "waiting" or "failed".
+
+    Slurm marks entries ``(unfulfilled)`` / ``(failed)`` and drops satisfied ones, but it
+    re-evaluates the dependencies of held jobs only in its periodic scheduling pass (a
+    minute by default). With ``states`` (job id -> base state, from the same snapshot)
+    an ``(unfulfilled)`` entry is judged at once: ``afterok`` needs COMPLETED, ``afterany``
+    any final state, ``afternotok`` a final state other than COMPLETED, ``after`` a start.
+    Entries that cannot be judged (singleton, arrays, unknown jobs) leave it "waiting".
+    """
+    dep = dep.strip()
+    if not dep or dep == "(null)":
+        return "none"
+    if "(failed)" in dep:
+        return "failed"
+    if "(unfulfilled)" not in dep:
+        return "satisfied"
+    if states is None:
+        return "waiting"
+    any_mode = "?" in dep
+    results = []
+    for item in re.split(r"[,?]", dep):
+        m = re.fullmatch(r"(after|afterany|afterok|afternotok|aftercorr|afterburstbuffer):(.+?)"
+                         r"(?:\((unfulfilled|failed)\))?", item.strip())
+        if not m:
+            results.append("waiting")
+            continue
+        kind, ids, mark = m.groups()
+        if mark is None:
+            results.append("satisfied")
+            continue
+        verdicts = []
+        for jid in ids.split(":"):
+            jid = jid.split("+")[0]          # after:ID+MINUTES: not judged here
+            st = states.get(int(jid)) if jid.isdigit() and "+" not in ids else None
+            if st is None:
+                verdicts.append("waiting")
+            elif kind == "after":
+                verdicts.append("waiting" if st == "PENDING" else "satisfied")
+            elif st not in TERMINAL_STATES:
+                verdicts.append("waiting")
+            elif kind == "afterany":
+                verdicts.append("satisfied")
+            elif kind == "afterok":
+                verdicts.append("satisfied" if st == "COMPLETED" else "failed")
+            elif kind == "afternotok":
+                verdicts.append("failed" if st == "COMPLETED" else "satisfied")
+            else:
+                verdicts.append("waiting")
+        results.append("failed" if "failed" in verdicts else
+                       "waiting" if "waiting" in verdicts else "satisfied")
+    if any_mode:
+        return "satisfied" if "satisfied" in results else ("waiting" if "waiting" in results else "failed")
+    return "failed" if "failed" in results else ("waiting" if "waiting" in results else "satisfied")
+
+
+__all__ = ["ACTIVE_STATES", "ParseError", "SlurmJob", "SlurmNode", "TERMINAL_STATES",
+           "dependency_state", "duration_s", "expand_hostlist", "job_from_json",
+           "node_from_json", "parse_jobcomp", "parse_jobs_json", "parse_nodes_json",
+           "parse_scontrol_jobs", "parse_scontrol_nodes"]

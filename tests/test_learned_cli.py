@@ -1,0 +1,128 @@
+"""The command line of the learned schedulers: models list, rl: policies, inspectors,
+simulate learned (on the shipped models), train's clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.cli import main
+from coscheduler.learned.registry import list_models
+
+from test_learned_models import inspector_model, rl_model
+from coscheduler.learned.modelfile import save_model
+
+SMALL = Path(__file__).parent / "fixtures" / "swf" / "small.swf"
+SWF = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf"
+
+
+def run(*args):
+    result = CliRunner().invoke(main, list(args))
+    return result
+
+
+def test_models_list_json_shape():
+    r = run("models", "list", "--json")
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert rows, "at least one model is shipped"
+    for row in rows:
+        assert {"name", "kind", "trace", "metric", "backfill", "path"} <= set(row)
+        assert row["kind"] in ("rlscheduler", "inspector")
+        assert Path(row["path"]).stat().st_size < 1_000_000
+    assert run("models", "list").exit_code == 0
+
+
+def test_simulate_swf_reports_a_learned_policy_under_its_given_name(tmp_path):
+    name = next(r["name"] for r in list_models() if r["kind"] == "rlscheduler")
+    path = save_model(rl_model(2), tmp_path / "mine.model")
+    ins = save_model(inspector_model(-50.0, "SJF"), tmp_path / "ins.model")
+    r = run("simulate", "swf", str(SMALL), "--policy", f"SJF,rl:{name},rl:{path}",
+            "--inspector", str(ins), "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [o["policy"] for o in out] == ["SJF", f"rl:{name}", f"rl:{path}",
+                                          "SJF+inspector:ins"]
+    assert out[3]["rejections"] > 0 and "rejections" not in out[0]
+    for o in out:
+        assert o["jobs"] == out[0]["jobs"]
+
+
+def test_bad_learned_policies_get_clear_errors(tmp_path):
+    r = run("simulate", "swf", str(SMALL), "--policy", "rl:nosuchmodel")
+    assert r.exit_code == 2 and "unknown model 'nosuchmodel'; shipped models:" in r.stderr
+    junk = tmp_path / "junk.model"
+    junk.write_text("not a model")
+    r = run("simulate", "swf", str(SMALL), "--policy", f"rl:{junk}")
+    assert r.exit_code == 2 and "junk.model: not a coscheduler model file" in r.stderr
+    ins = save_model(inspector_model(), tmp_path / "ins.model")
+    r = run("simulate", "swf", str(SMALL), "--policy", f"rl:{ins}")
+    assert r.exit_code == 2 and "is a inspector model, but a rlscheduler model is needed" in r.stderr
+    r = run("simulate", "swf", str(SMALL), "--inspector", str(tmp_path / "none.model"))
+    assert r.exit_code == 2 and "model file not found" in r.stderr
+
+
+@pytest.mark.skipif(not (SWF / "lublin_256.swf").is_file(), reason=f"{SWF} absent")
+def test_simulate_learned_puts_models_beside_heuristics(tmp_path):
+    rows = [r for r in list_models() if r["trace"] == "lublin_256.swf"]
+    names = [r["name"] for r in rows][:2]
+    r = run("simulate", "learned", "--traces", "lublin_256.swf", "--models", ",".join(names),
+            "--out", str(tmp_path / "rep"), "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    table = rep["traces"]["lublin_256.swf"]["mean_bsld"]
+    assert abs(table["none"]["FCFS"] - 7273.8) < 0.05
+    for name in names:
+        row = next(x for x in rows if x["name"] == name)
+        if row["kind"] == "rlscheduler":
+            assert f"rl:{name}" in table[row["backfill"]]
+    assert all(Path(p).stat().st_size > 1000 for p in rep["curves"])
+    assert (tmp_path / "rep" / "report.json").is_file()
+    text = run("simulate", "learned", "--traces", "lublin_256.swf", "--models", names[0],
+               "--out", str(tmp_path / "rep2"))
+    assert text.exit_code == 0 and "seed-1 windows" in text.stdout
+
+
+def test_train_command_and_its_checkpoint_check(tmp_path):
+    # the real command in a child process (JAX must not load in the test process)
+    import subprocess
+    import sys
+
+    from learned_helpers import write_stuck_shorts_trace
+
+    trace = write_stuck_shorts_trace(tmp_path / "stuck.swf")
+    out = tmp_path / "m.model"
+    args = [sys.executable, "-m", "coscheduler.cli", "train", "rlscheduler", "--trace",
+            str(trace), "--epochs", "1", "--trajectories", "2", "--no-eval", "--out", str(out)]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    assert summary["epochs"] == 1 and Path(summary["model"]).is_file()
+    assert summary["curve_png"] and Path(summary["curve_png"]).is_file()
+    r = subprocess.run(args + ["--seed", "5"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "a checkpoint with other settings (seed)" in r.stderr
+
+
+def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
+    from coscheduler.learned.registry import resolve_policy
+    from coscheduler.policies.queue import QueuePolicy
+    from coscheduler.policies.selection import order_by_scores
+
+    assert isinstance(resolve_policy("sjf"), QueuePolicy)
+    path = save_model(rl_model(1), tmp_path / "x.model")
+    scorer = resolve_policy(f"rl:{path}")
+    assert scorer.kind == "scorer" and scorer.name == f"rl:{path}"
+    order, scores = order_by_scores(scorer, 100.0, [(0, 1, 50), (5, 2, 500), (9, 1, 10)], 2, 4)
+    assert sorted(order) == [0, 1, 2] and list(scores) == sorted(scores, reverse=True)
+
+
+def test_slurm_priority_and_run_take_learned_policies(tmp_path):
+    r = run("slurm", "priority", "--policy", "rl:nosuchmodel", "--once", "--slurm-conf",
+            str(tmp_path / "slurm.conf"))
+    assert r.exit_code == 2 and "unknown model 'nosuchmodel'" in r.stderr
+    r = run("run", "--backend", "slurm", "--queue-policy", "rl:nosuchmodel", "--slurm-conf",
+            str(tmp_path / "slurm.conf"), "--max-passes", "1")
+    assert r.exit_code == 2 and "unknown model 'nosuchmodel'" in r.stderr

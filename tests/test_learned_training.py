@@ -1,0 +1,134 @@
+"""Training the learned schedulers (needs the rl extra: JAX, optax, gymnasium).
+
+Real training on a small synthetic trace where one order is clearly best, the gymnasium
+environments under gymnasium's own checker, numpy inference against JAX's forward pass,
+and determinism for a seed. JAX runs in child processes only (``learned_helpers``): it is
+multi-threaded, and other tests fork."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+gym = pytest.importorskip("gymnasium", reason="needs the rl extra: pip install '.[rl]'")
+if importlib.util.find_spec("jax") is None:
+    pytest.skip("needs the rl extra: pip install '.[rl]'", allow_module_level=True)
+
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+
+from coscheduler.learned import envs  # noqa: E402 - registers the environments
+from coscheduler.learned.modelfile import load_model  # noqa: E402
+from coscheduler.learned.nets import inspector_init, kernel_scores, mlp, rl_init  # noqa: E402
+from coscheduler.learned.selectors import LearnedScorer  # noqa: E402
+from coscheduler.learned.train import checkpoint_path  # noqa: E402
+from coscheduler.policies import get_policy  # noqa: E402
+from coscheduler.sim import read_swf  # noqa: E402
+
+from learned_helpers import (jax_forward_in_subprocess, train_in_subprocess,  # noqa: E402
+                             write_stuck_shorts_trace)
+from test_learned_models import replay  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory):
+    return write_stuck_shorts_trace(tmp_path_factory.mktemp("swf") / "stuck.swf")
+
+
+def test_scheduling_env_passes_gymnasium_checker(trace_path):
+    env = gym.make(envs.SCHEDULING_ID, trace=str(trace_path))
+    check_env(env.unwrapped, skip_render_check=True)
+    env = gym.make("coscheduler.learned.envs:coscheduler/Scheduling-v0", trace=str(trace_path),
+                   backfill="easy", mask="padding")
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_inspector_env_passes_gymnasium_checker(trace_path):
+    env = gym.make(envs.INSPECTOR_ID, trace=str(trace_path), base="F1")
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_env_never_takes_a_masked_action(trace_path):
+    env = envs.SchedulingEnv(str(trace_path))
+    obs, info = env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    done, steps, refused = False, 0, 0
+    while not done:
+        mask = info["action_mask"]
+        masked = np.flatnonzero(~mask)
+        if len(masked) and rng.random() < 0.3:
+            before = env.episode.steps
+            obs2, r, done, _, info2 = env.step(int(rng.choice(masked)))
+            assert info2["invalid_action"] and env.episode.steps == before and r == 0.0
+            assert np.array_equal(obs2, obs)
+            refused += 1
+            continue
+        obs, r, done, _, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        steps += 1
+    assert refused > 0 and steps > 100 and r < 0
+    assert info["metrics"]["jobs"] == 256
+
+
+def _config(tmp_path, trace, **kw):
+    base = dict(kind="rlscheduler", trace=str(trace), out=str(tmp_path / "m.model"),
+                epochs=6, trajectories=6, seed=7, workers=1, pi_lr=3e-3, imitate=None,
+                pi_iters=20, v_iters=20, validate_every=3, validation_windows=2,
+                evaluate=False)
+    base.update(kw)
+    return base
+
+
+def test_a_few_epochs_learn_short_first_and_beat_fcfs(tmp_path, trace_path):
+    result = train_in_subprocess(_config(tmp_path, trace_path))
+    model = load_model(result["path"], "rlscheduler")   # numpy alone
+    trace = read_swf(trace_path)
+    _, fcfs = replay(trace, get_policy("FCFS"), start=800, count=512)
+    _, learned = replay(trace, LearnedScorer(model), start=800, count=512)
+    _, sjf = replay(trace, get_policy("SJF"), start=800, count=512)
+    assert learned.avg_bsld < 0.5 * fcfs.avg_bsld, (learned.avg_bsld, fcfs.avg_bsld)
+    assert learned.avg_bsld < 2 * sjf.avg_bsld
+    # the sampling policy itself moved towards short-first during these epochs
+    rows = result["curve"]
+    assert rows[-1]["mean_value"] < 0.85 * rows[0]["mean_value"], rows
+    assert model.header["epochs"] == 6
+    from pathlib import Path
+
+    assert Path(result["path"]).stat().st_size < 1_000_000
+    assert result["plot"] and Path(result["plot"]).stat().st_size > 1000
+
+
+def test_training_is_deterministic_for_a_seed_and_resumes(tmp_path, trace_path):
+    a = train_in_subprocess(_config(tmp_path / "a", trace_path, epochs=3))
+    b = train_in_subprocess(_config(tmp_path / "b", trace_path, epochs=3))
+    ma, mb = load_model(a["path"]), load_model(b["path"])
+    for k in ma.params:
+        assert np.array_equal(ma.params[k], mb.params[k]), k
+    # resuming the 3-epoch run to 4 epochs equals a fresh 4-epoch run
+    c = train_in_subprocess(_config(tmp_path / "b", trace_path, epochs=4), resume=True)
+    d = train_in_subprocess(_config(tmp_path / "d", trace_path, epochs=4))
+    assert c["resumed_from"] == 3 and checkpoint_path(c["path"]).exists()
+    assert [r.get("mean_value") for r in c["curve"]] == [r.get("mean_value") for r in d["curve"]]
+
+
+def test_numpy_inference_equals_jax_forward():
+    rng = np.random.default_rng(4)
+    params = rl_init(rng, 6)
+    rows = rng.random((128, 6))
+    ours = kernel_scores({k: v.astype(np.float64) for k, v in params.items()}, rows)
+    theirs = jax_forward_in_subprocess(params, "rlscheduler", rows)
+    assert np.max(np.abs(ours - theirs)) < 1e-6
+    ip = inspector_init(rng, 9)
+    x = rng.random((64, 9))
+    ours = mlp({k: v.astype(np.float64) for k, v in ip.items()}, "pi", x)
+    assert np.max(np.abs(ours - jax_forward_in_subprocess(ip, "inspector", x))) < 1e-6
+
+
+def test_inspector_training_runs_and_keeps_a_validated_model(tmp_path, trace_path):
+    result = train_in_subprocess(_config(tmp_path, trace_path, kind="inspector", base="FCFS",
+                                         epochs=3, evaluate=True))
+    f = result["figures"]
+    assert f["base"] == "FCFS" and 0 <= f["rejection_ratio"] <= 1
+    # the kept weights are the best validated ones (the accept-always start included)
+    checked = [r["validation"] for r in result["curve"] if r.get("validation") is not None]
+    assert result["header"]["validation"] <= min(checked) + 1e-9

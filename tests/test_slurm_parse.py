@@ -1,0 +1,138 @@
+"""Parsing Slurm's answers: recorded real output of Slurm 22.05 (Debian 12, this machine)
+and 24.11 (Debian 13, a container), the same scenario in both (tests/fixtures/slurm/record.sh):
+3 finished jobs (completed, failed with exit 3, cancelled), a 2-node job, a co-scheduled
+host and guest on one node, a held job, a held job waiting on it, a job whose dependency
+failed, and a job waiting for resources."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import FIXTURES
+from slurm_plugin.parse import (ParseError, dependency_state, duration_s, expand_hostlist,
+                                parse_jobcomp, parse_jobs_json, parse_nodes_json,
+                                parse_scontrol_jobs, parse_scontrol_nodes)
+
+SLURM = FIXTURES / "slurm"
+VERSIONS = ("22.05", "24.11")
+
+
+def by_name(jobs):
+    return {j.name: j for j in jobs}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_squeue_json_of_both_releases_reads_the_same(version):
+    jobs = by_name(parse_jobs_json((SLURM / version / "squeue.json").read_text()))
+    assert set(jobs) == {"done-ok", "done-failed", "cancelled", "gang", "host", "guest", "held",
+                         "dep", "depfailed", "waiting"}
+    assert jobs["done-ok"].state == "COMPLETED" and jobs["done-ok"].exit_code == 0
+    assert jobs["done-failed"].state == "FAILED" and jobs["done-failed"].exit_code == 3
+    assert jobs["cancelled"].state == "CANCELLED" and jobs["cancelled"].exit_signal == 15
+    gang = jobs["gang"]
+    assert gang.state == "RUNNING" and gang.nodes == ("rn2", "rn3") and gang.cpus == 4
+    assert gang.time_limit_s == 300.0 and gang.start_time and gang.start_time > 1.7e9
+    host, guest = jobs["host"], jobs["guest"]
+    assert host.partition == guest.partition == "cosched"
+    assert host.shared is True and guest.shared is True and gang.shared is not True
+    assert host.admin_comment == "cosched:v=1;quota=0.6"
+    assert guest.admin_comment == "cosched:v=1;host=5;quota=0.4"
+    assert host.nodes == guest.nodes == ("rn1",) and (host.cpus, guest.cpus) == (3, 1)
+    held, dep = jobs["held"], jobs["dep"]
+    assert held.held and dep.held and not host.held
+    assert held.time_limit_s == 180.0 and held.cpus == 2 and held.max_nodes == 1
+    assert dep.dependency == "afterok:7(unfulfilled)"
+    assert jobs["depfailed"].dependency == "afterok:2(failed)"
+    assert jobs["depfailed"].reason == "DependencyNeverSatisfied"
+    assert jobs["waiting"].state == "PENDING" and not jobs["waiting"].held
+
+
+def test_newer_release_gives_the_per_node_layout_and_22_05_does_not():
+    new = by_name(parse_jobs_json((SLURM / "24.11" / "squeue.json").read_text()))
+    old = by_name(parse_jobs_json((SLURM / "22.05" / "squeue.json").read_text()))
+    assert new["gang"].cpus_by_node == (("rn2", 2), ("rn3", 2))
+    assert old["gang"].cpus_by_node is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_scontrol_text_agrees_with_the_json(version):
+    text = by_name(parse_scontrol_jobs((SLURM / version / "scontrol_show_job.txt").read_text()))
+    js = by_name(parse_jobs_json((SLURM / version / "squeue.json").read_text()))
+    for name, j in js.items():
+        t = text[name]
+        assert (t.job_id, t.state, t.nodes, t.cpus, t.time_limit_s, t.priority) == \
+               (j.job_id, j.state, j.nodes, j.cpus, j.time_limit_s, j.priority), name
+        assert t.admin_comment == j.admin_comment
+        if j.start_time and j.state != "PENDING":
+            assert abs(t.start_time - j.start_time) < 1.0   # text is local time, JSON epoch
+    assert text["gang"].cpus_by_node == (("rn2", 2), ("rn3", 2))   # from -d: CPU_IDs per node
+    assert text["host"].comment == "cosched:class=demo/host,type=parallel,tasks=8"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_nodes_from_every_form(version):
+    d = SLURM / version
+    text = parse_scontrol_nodes((d / "scontrol_show_node.txt").read_text())
+    assert [(n.name, n.cpus, n.partitions) for n in text] == [
+        (f"rn{i}", 4, ("batch", "cosched")) for i in (1, 2, 3)]
+    assert all(n.usable for n in text)
+    if version == "22.05":
+        nodes = parse_nodes_json((d / "sinfo.json").read_text())
+    else:
+        # 24.11 aggregates sinfo --json: no per-node records, the reader says where to look
+        with pytest.raises(ParseError, match="scontrol show node --json"):
+            parse_nodes_json((d / "sinfo.json").read_text())
+        nodes = parse_nodes_json((d / "scontrol_show_node.json").read_text())
+    assert [(n.name, n.cpus, n.state) for n in nodes] == [(n.name, n.cpus, n.state) for n in text]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_jobcomp_lines(version):
+    jobs = parse_jobcomp((SLURM / version / "jobcomp.txt").read_text())
+    states = {j.name: (j.state, j.exit_code) for j in jobs.values()}
+    assert states == {"done-ok": ("COMPLETED", 0), "done-failed": ("FAILED", 3),
+                      "cancelled": ("CANCELLED", 0)}
+    assert all(j.end_time >= j.start_time > 1.7e9 for j in jobs.values())
+
+
+def test_hostlists_durations_dependencies():
+    assert expand_hostlist("rn[1-3,5],gpu01") == ("rn1", "rn2", "rn3", "rn5", "gpu01")
+    assert expand_hostlist("n[08-10]") == ("n08", "n09", "n10")
+    assert expand_hostlist("") == () and expand_hostlist("(null)") == ()
+    with pytest.raises(ParseError, match="host list"):
+        expand_hostlist("n[1-")
+    assert duration_s("5") == 300 and duration_s("00:01:00") == 60 and duration_s("1-02:00:00") == 93600
+    assert duration_s("UNLIMITED") is None and duration_s("1:30") == 90
+    with pytest.raises(ParseError):
+        duration_s("soon")
+    states = {7: "COMPLETED", 8: "RUNNING", 9: "FAILED"}
+    assert dependency_state("") == "none"
+    assert dependency_state("afterok:7(unfulfilled)") == "waiting"            # no snapshot
+    assert dependency_state("afterok:7(unfulfilled)", states) == "satisfied"
+    assert dependency_state("afterok:8(unfulfilled)", states) == "waiting"
+    assert dependency_state("afterok:9(unfulfilled)", states) == "failed"
+    assert dependency_state("afterany:9(unfulfilled)", states) == "satisfied"
+    assert dependency_state("afternotok:7(unfulfilled)", states) == "failed"
+    assert dependency_state("afterok:8(unfulfilled)?afterok:7(unfulfilled)", states) == "satisfied"
+    assert dependency_state("afterok:2(failed)", states) == "failed"
+    assert dependency_state("singleton(unfulfilled)", states) == "waiting"
+
+
+@pytest.mark.parametrize("text, match", [
+    ("not json", "did not answer JSON"),
+    ("[1, 2]", "not an object"),
+    ('{"meta": {}}', "without a 'jobs' list"),
+    ('{"jobs": [{"name": "x"}]}', "without job_id"),
+    ('{"jobs": [{"job_id": {"set": true, "number": "x"}}]}', "expected a number"),
+    ('{"jobs": [], "errors": [{"error": "Unable to contact slurm controller"}]}', "Unable to contact"),
+])
+def test_odd_answers_are_refused_with_what_was_wrong(text, match):
+    with pytest.raises(ParseError, match=match):
+        parse_jobs_json(text)
+
+
+def test_a_job_missing_optional_fields_still_parses():
+    (j,) = parse_jobs_json(json.dumps({"jobs": [{"job_id": 42, "job_state": "PENDING"}]}))
+    assert j.job_id == 42 and j.state == "PENDING" and j.nodes == () and j.cpus is None

@@ -1,0 +1,342 @@
+"""The Slurm parts that need no daemon: configuration texts, the command runner, the
+priority ranking, the pyslurm translation, and the backend's reading of recorded real
+cluster states (tests/fixtures/slurm: Slurm 22.05 and 24.11)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import FIXTURES
+from coscheduler.backend import BackendError
+from coscheduler.model import Allocation, InvalidInput, Job
+from coscheduler.policies.queue import get_policy
+from slurm_plugin.backend import SlurmBackend
+from slurm_plugin.commands import SlurmCommandError, SlurmCommands
+from slurm_plugin.conf import (ClusterConfig, NodeConfig, render_cgroup_conf, render_job_submit,
+                               render_slurm_conf)
+from slurm_plugin.parse import (SlurmJob, parse_jobs_json, parse_nodes_json,
+                                parse_scontrol_nodes)
+from slurm_plugin.priority import eligible, rank_jobs
+from slurm_plugin.pyslurm_source import (_dependency_text, job_from_pyslurm, node_from_pyslurm,
+                                         pyslurm_unavailable)
+from slurm_plugin.source import CommandLineSource, make_source
+
+SLURM = FIXTURES / "slurm"
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+def config(**kw):
+    base = dict(cluster_name="c123", controller_host="localhost", controller_port=20000,
+                nodes=(NodeConfig("c123n1", 4, 20001), NodeConfig("c123n2", 4, 20002)),
+                state_dir="/d/state", spool_dir="/d/spool", log_dir="/d/log", run_dir="/d/run",
+                jobcomp_file="/d/log/jobcomp.txt", munge_socket="/d/munge/munge.socket")
+    base.update(kw)
+    return ClusterConfig(**base)
+
+
+def test_slurm_conf_has_what_co_scheduling_needs():
+    text = render_slurm_conf(config())
+    lines = set(text.splitlines())
+    for needed in ("SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+                   "JobSubmitPlugins=lua", "ProctrackType=proctrack/cgroup",
+                   "TaskPlugin=task/cgroup", "JobAcctGatherType=jobacct_gather/cgroup",
+                   "JobCompType=jobcomp/filetxt", "JobCompLoc=/d/log/jobcomp.txt",
+                   "AuthInfo=socket=/d/munge/munge.socket", "SlurmctldPort=20000",
+                   "SlurmdSpoolDir=/d/spool/%n", "SlurmdParameters=config_overrides"):
+        assert needed in lines, needed
+    assert "NodeName=c123n1 NodeHostname=localhost Port=20001 CPUs=4 RealMemory=1000 State=UNKNOWN" in lines
+    assert "PartitionName=batch Nodes=c123n1,c123n2 Default=YES MaxTime=INFINITE State=UP" in lines
+    assert "PartitionName=cosched Nodes=c123n1,c123n2 OverSubscribe=YES:4 MaxTime=INFINITE State=UP" in lines
+
+
+def test_conf_for_containers_one_node_per_host():
+    """What the Docker testbed renders: one slurmd per container, no cgroup plugins."""
+    c = config(controller_host="ctl", nodes=(NodeConfig("n1", 8, 6818, hostname="node1"),
+                                             NodeConfig("n2", 8, 6818, hostname="node2")),
+               munge_socket=None, proctrack="proctrack/linuxproc", task_plugin="task/none",
+               jobacct_gather="jobacct_gather/none")
+    text = render_slurm_conf(c)
+    assert "NodeName=n2 NodeHostname=node2 Port=6818 CPUs=8" in text
+    assert "AuthInfo" not in text and "ProctrackType=proctrack/linuxproc" in text
+    assert "ConstrainCores=no" in render_cgroup_conf(c)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"cluster_name": "Bad Name"}, "cluster name"),
+    ({"nodes": ()}, "at least one node"),
+    ({"nodes": (NodeConfig("a", 1, 20001), NodeConfig("a", 1, 20002))}, "repeat"),
+    ({"nodes": (NodeConfig("a", 1, 20001), NodeConfig("b", 1, 20001))}, "own port"),
+    ({"nodes": (NodeConfig("a", 1, 20000),)}, "own port"),
+    ({"state_dir": "relative/path"}, "absolute path"),
+    ({"munge_socket": "/" + "x" * 120}, "Unix sockets"),
+    ({"partition": "batch"}, "must differ"),
+    ({"oversubscribe": 1}, "oversubscribe"),
+])
+def test_bad_cluster_descriptions_are_refused(kw, match):
+    with pytest.raises(InvalidInput, match=match):
+        config(**kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"name": "n 1", "cpus": 1, "port": 1}, "node name"),
+    ({"name": "n1", "cpus": 0, "port": 1}, "cpus"),
+    ({"name": "n1", "cpus": 1, "port": 70000}, "port"),
+    ({"name": "n1", "cpus": 1, "port": 1, "hostname": "a b"}, "hostname"),
+])
+def test_bad_nodes_are_refused(kw, match):
+    with pytest.raises(InvalidInput, match=match):
+        NodeConfig(**kw)
+
+
+def test_job_submit_lua_gets_the_site_settings():
+    text = render_job_submit("cs", (0, 64030))
+    assert 'local COSCHED_PARTITION = "cs"' in text
+    assert "local ADMIN_UIDS = { [0] = true, [64030] = true }" in text
+    with pytest.raises(InvalidInput, match="partition"):
+        render_job_submit("bad name")
+    with pytest.raises(InvalidInput, match="template"):
+        render_job_submit("cs", (0,), template="-- nothing here")
+
+
+# -- the command runner ----------------------------------------------------------------------
+
+def fake_bin(tmp_path, name, body):
+    """A stand-in client program (a real executable): the runner's behaviour on failing,
+    slow and odd programs is what is tested here; the real clients run in test_slurm_live."""
+    p = tmp_path / name
+    p.write_text(f"#!{sys.executable}\n{body}\n")
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return tmp_path
+
+
+def test_runner_retries_an_unreachable_controller_then_names_the_command(tmp_path):
+    d = fake_bin(tmp_path, "squeue", "import sys\nsys.stderr.write('slurm_load_jobs error: Unable to "
+                 "contact slurm controller (connect failure)\\n')\nsys.exit(1)")
+    waits = []
+    cmds = SlurmCommands(bin_dir=str(d), retries=2, backoff_s=0.1, sleep=waits.append)
+    with pytest.raises(SlurmCommandError) as err:
+        cmds.run("squeue", "--json")
+    assert waits == [0.1, pytest.approx(0.3)]          # backoff 0.1, 0.3
+    assert cmds.calls == 3
+    msg = str(err.value)
+    assert "`squeue --json`" in msg and "exit status 1" in msg and "Unable to contact" in msg
+    assert err.value.transient and isinstance(err.value, BackendError)
+
+
+def test_runner_does_not_retry_a_final_answer(tmp_path):
+    d = fake_bin(tmp_path, "scontrol", "import sys\nsys.stderr.write('slurm_update error: Invalid job "
+                 "id specified\\n')\nsys.exit(1)")
+    cmds = SlurmCommands(bin_dir=str(d), retries=3, sleep=lambda s: None)
+    with pytest.raises(SlurmCommandError, match="Invalid job id"):
+        cmds.run("scontrol", "update", "JobId=99999", "Priority=5")
+    assert cmds.calls == 1
+
+
+def test_runner_times_out_a_hanging_command(tmp_path):
+    d = fake_bin(tmp_path, "sinfo", "import time\ntime.sleep(30)")
+    cmds = SlurmCommands(bin_dir=str(d), timeout_s=0.5, retries=1, sleep=lambda s: None)
+    t0 = time.monotonic()
+    with pytest.raises(SlurmCommandError, match="timed out after 0.5 s"):
+        cmds.run("sinfo", "--json")
+    assert time.monotonic() - t0 < 5 and cmds.calls == 2
+
+
+def test_runner_names_a_missing_program(tmp_path):
+    with pytest.raises(SlurmCommandError, match="not installed"):
+        SlurmCommands(bin_dir=str(tmp_path)).run("squeue")
+
+
+def test_source_falls_back_to_scontrol_text_on_a_release_without_json(tmp_path):
+    text = (SLURM / "22.05" / "scontrol_show_job.txt").read_text()
+    fake_bin(tmp_path, "squeue", "import sys\nsys.stderr.write(\"squeue: unrecognized option '--json'\\n\")\nsys.exit(1)")
+    (tmp_path / "jobs.txt").write_text(text)
+    fake_bin(tmp_path, "scontrol", f"import sys\nsys.stdout.write(open({str(tmp_path / 'jobs.txt')!r}).read())")
+    src = CommandLineSource(SlurmCommands(bin_dir=str(tmp_path), sleep=lambda s: None))
+    jobs = src.jobs()
+    assert len(jobs) == 10 and src._job_form == "scontrol-text"
+
+
+# -- priority ranking --------------------------------------------------------------------------
+
+def test_rank_jobs_uses_the_queue_policies_key_functions():
+    now = 10_000.0
+    jobs = [SlurmJob(1, state="PENDING", priority=5, submit_time=100.0, cpus=8, time_limit_s=3600),
+            SlurmJob(2, state="PENDING", priority=5, submit_time=200.0, cpus=1, time_limit_s=60),
+            SlurmJob(3, state="PENDING", priority=5, submit_time=300.0, cpus=2, time_limit_s=600),
+            SlurmJob(4, state="PENDING", priority=0, submit_time=50.0, cpus=1, time_limit_s=60),
+            SlurmJob(5, state="RUNNING", priority=5, submit_time=50.0, cpus=1, time_limit_s=60)]
+    pend = eligible(jobs)
+    assert [j.job_id for j in pend] == [1, 2, 3]        # held and running jobs are not touched
+    assert [r.job_id for r in rank_jobs(pend, get_policy("FCFS"), now)] == [1, 2, 3]
+    sjf = rank_jobs(pend, get_policy("SJF"), now, base=100)
+    assert [(r.job_id, r.priority) for r in sjf] == [(2, 103), (3, 102), (1, 101)]
+    # The same order the simulator's order_queue gives for these jobs.
+    from coscheduler.policies.queue import order_queue
+    for name in ("FCFS", "SJF", "WFP3", "UNICEP", "F1"):
+        pol = get_policy(name)
+        rows = [(j.submit_time, j.cpus, j.time_limit_s) for j in pend]
+        expect = [pend[i].job_id for i in order_queue(pol, now, rows)]
+        assert [r.job_id for r in rank_jobs(pend, pol, now)] == expect, name
+
+
+def test_a_learned_scorer_plugs_in_like_a_policy():
+    scorer = SimpleNamespace(key=lambda now, submit, procs, est: -procs)   # widest first
+    jobs = [SlurmJob(i, state="PENDING", priority=1, submit_time=i, cpus=c, time_limit_s=60)
+            for i, c in ((1, 1), (2, 4), (3, 2))]
+    assert [r.job_id for r in rank_jobs(jobs, scorer, 10.0)] == [2, 3, 1]
+    with pytest.raises(InvalidInput):
+        rank_jobs(jobs, scorer, 10.0, base=0)
+
+
+# -- pyslurm ---------------------------------------------------------------------------------
+
+def test_pyslurm_is_not_used_when_it_cannot_import(tmp_path):
+    assert "import pyslurm failed" in (pyslurm_unavailable() or "import pyslurm failed")
+    if pyslurm_unavailable() is not None:
+        assert isinstance(make_source(SlurmCommands(), "auto"), CommandLineSource)
+        with pytest.raises(SlurmCommandError, match="pyslurm cannot be used"):
+            make_source(SlurmCommands(), "pyslurm")
+
+
+def test_pyslurm_records_translate_like_the_command_line():
+    """Objects with pyslurm 25.11's documented attribute names (pyslurm.Job, pyslurm.Node)."""
+    layout = {"rn2": {"cpu_ids": "0-1", "memory": 0}, "rn3": {"cpu_ids": "0,1", "memory": 0}}
+    job = SimpleNamespace(
+        id=4, name="gang", user_name="root", partition="batch", state="RUNNING",
+        state_reason="None", priority=1, allocated_nodes="rn[2-3]", num_nodes=2, max_nodes=2,
+        cpus=4, time_limit=5, submit_time=1795447145, eligible_time=1795447145,
+        start_time=1795447145, end_time=1795447445, comment="", admin_comment="",
+        dependencies=None, resource_sharing="OK", required_nodes="rn[2-3]", exit_code=0,
+        exit_code_signal=0, requeue_count=0, batch_host="rn2",
+        get_resource_layout_per_node=lambda: layout)
+    j = job_from_pyslurm(job)
+    (cli,) = [x for x in parse_jobs_json((SLURM / "24.11" / "squeue.json").read_text()) if x.name == "gang"]
+    for f in ("job_id", "state", "nodes", "cpus", "time_limit_s", "cpus_by_node", "partition"):
+        assert getattr(j, f) == getattr(cli, f), f
+    held = SimpleNamespace(id=8, state="PENDING", state_reason="JobHeldUser", priority=0,
+                           dependencies={"afterok": ["7(unfulfilled)"], "singleton": False,
+                                         "satisfy": "all"}, time_limit=2, cpus=1)
+    h = job_from_pyslurm(held)
+    assert h.held and h.dependency == "afterok:7(unfulfilled)"
+    assert _dependency_text({"afterany": [3], "afterok": [4], "satisfy": "any"}) == "afterany:3?afterok:4"
+    node = node_from_pyslurm(SimpleNamespace(name="rn1", total_cpus=4, state="MIXED+PLANNED",
+                                             partitions=["batch", "cosched"], allocated_cpus=1))
+    assert (node.name, node.cpus, node.state, node.flags, node.usable) == ("rn1", 4, "MIXED", ("PLANNED",), True)
+
+
+# -- the backend on recorded cluster states --------------------------------------------------
+
+class RecordedCluster:
+    """A SlurmSource that answers with a recorded real squeue/sinfo and keeps the writes the
+    backend makes (what would go to scontrol), so the translation can be checked exactly."""
+
+    name = "recorded"
+
+    def __init__(self, version: str):
+        d = SLURM / version
+        self.jobs_list = parse_jobs_json((d / "squeue.json").read_text())
+        node_file = d / ("sinfo.json" if version == "22.05" else "scontrol_show_node.json")
+        self.nodes_list = parse_nodes_json(node_file.read_text())
+        self.writes: list[tuple] = []
+
+    def jobs(self):
+        return list(self.jobs_list)
+
+    def nodes(self):
+        return list(self.nodes_list)
+
+    def layout(self, job_id):
+        return None
+
+    def update(self, job_id, **fields):
+        self.writes.append(("update", job_id, fields))
+
+    def release(self, job_id):
+        self.writes.append(("release", job_id))
+
+    def hold(self, job_id):
+        self.writes.append(("hold", job_id))
+
+    def cancel(self, job_id):
+        self.writes.append(("cancel", job_id))
+
+
+@pytest.mark.parametrize("version", ("22.05", "24.11"))
+def test_backend_reads_a_recorded_cluster(version, tmp_path):
+    src = RecordedCluster(version)
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "state.json")
+    # queue: the held job (7); 8 waits on 7; depfailed (9) is in batch: not ours
+    assert [j.job_id for j in b.queued()] == ["7"]
+    (q,) = b.queued()
+    assert (q.cores, q.nodes, q.walltime_s, q.job_class, q.stage_type.value) == \
+           (2, 1, 180.0, "demo/held", "parallel")
+    run = {r.job_id: r for r in b.running()}
+    assert set(run) == {"4", "5", "6"}
+    host, guest, gang = run["5"], run["6"], run["4"]
+    assert (host.quota_fraction, host.guest_jobs, host.lendable) == (0.6, ("6",), True)
+    assert (guest.host_job, guest.quota_fraction) == ("5", 0.4)
+    # the batch job on rn2-rn3 did not opt in and does not share cores: it never hosts,
+    # and Slurm places no sharing job on its nodes, so only rn1 is offered
+    assert gang.lendable is False and gang.allocation.nodes == ("rn2", "rn3")
+    assert [n.name for n in b.nodes()] == ["rn1"]
+    # terminal jobs of the partition: none (all finished ones ran in batch)
+    assert b.drain_finished() == []
+
+
+def test_backend_refuses_what_it_cannot_do(tmp_path):
+    src = RecordedCluster("22.05")
+    b = SlurmBackend(src, partition="cosched")
+    gang = Job("4", 4, 300.0, "x/y")
+    with pytest.raises(BackendError, match="not a queued job"):
+        b.start(gang, Allocation("4", (("rn1", 4),)), 1.0)
+    (q,) = b.queued()
+    with pytest.raises(BackendError, match="not in partition"):
+        b.start(q, Allocation("7", (("nowhere", 2),)), 1.0)
+    with pytest.raises(BackendError, match=r"\(0, 1\]"):
+        b.start(q, Allocation("7", (("rn1", 2),)), 1.5)
+    with pytest.raises(BackendError, match="not a running co-scheduled job"):
+        b.start(q, Allocation("7", (("rn1", 2),)), 0.5, host_job="4")
+    with pytest.raises(BackendError, match="not a Slurm job id"):
+        b.set_quota("../etc", 0.5)
+    with pytest.raises(BackendError, match="not a running co-scheduled job"):
+        b.set_quota("99999", 0.5)
+    assert src.writes == []                              # nothing was written for any of them
+    b.start(q, Allocation("7", (("rn1", 2),)), 1.0)
+    assert src.writes == [("update", 7, {"NodeList": "rn1", "AdminComment": "cosched:v=1;quota=1.0000"}),
+                          ("release", 7)]
+
+
+def test_backend_gives_up_on_a_job_whose_dependency_failed_and_reports_it_once(tmp_path):
+    src = RecordedCluster("22.05")
+    # make the batch job with the failed dependency one of ours
+    src.jobs_list = [j if j.name != "depfailed" else SlurmJob(**{**j.__dict__, "partition": "cosched",
+                                                                 "priority": 0, "comment": ""})
+                     for j in src.jobs_list]
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "s.json")
+    assert "9" not in [j.job_id for j in b.queued()]
+    assert ("cancel", 9) in src.writes
+    (o,) = b.drain_finished()
+    assert (o.job_id, o.state) == ("9", "failed") and "afterok:2(failed)" in o.reason
+    assert b.drain_finished() == []
+
+
+def test_backend_state_file_survives_restarts_and_corruption(tmp_path):
+    src = RecordedCluster("24.11")
+    src.jobs_list = [SlurmJob(**{**j.__dict__, "partition": "cosched"}) if j.name == "done-ok" else j
+                     for j in src.jobs_list]
+    state = tmp_path / "s.json"
+    b = SlurmBackend(src, partition="cosched", state_file=state)
+    assert [o.job_id for o in b.drain_finished()] == ["1"]
+    b2 = SlurmBackend(src, partition="cosched", state_file=state)   # a restarted controller
+    assert b2.drain_finished() == []                                # reported once, ever
+    state.write_text("{not json")
+    b3 = SlurmBackend(src, partition="cosched", state_file=state)
+    assert list(tmp_path.glob("s.json.broken-*"))                   # set aside, said so
+    assert [o.job_id for o in b3.drain_finished()] == ["1"]

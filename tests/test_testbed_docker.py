@@ -1,0 +1,147 @@
+"""The Docker Compose testbed on a real Docker engine (marker ``docker``; CI runs it as root:
+`cosched testbed` installs Debian's docker.io and starts dockerd when they are missing).
+
+Each test uses its own testbed home (instance folders) and checks afterwards that nothing
+labelled with its instance is left in the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.docker,
+              pytest.mark.skipif(os.geteuid() != 0, reason="the Docker testbed needs root")]
+
+COSCHED = [str(Path(sys.executable).parent / "cosched")]
+
+
+def run(args, home: Path, timeout: float = 900, check: bool = False) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COSCHED_TESTBED_HOME=str(home))
+    proc = subprocess.run(COSCHED + ["testbed", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cosched testbed {' '.join(args)} exited {proc.returncode}:\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def leftovers(instance: str) -> dict[str, list[str]]:
+    label = f"label=cosched.testbed.instance={instance}"
+    out = {}
+    for kind, argv in (("containers", ["docker", "ps", "-a", "-q", "--filter", label]),
+                       ("networks", ["docker", "network", "ls", "-q", "--filter", label]),
+                       ("volumes", ["docker", "volume", "ls", "-q", "--filter", label])):
+        out[kind] = subprocess.run(argv, capture_output=True, text=True).stdout.split()
+    out["named"] = [n for n in subprocess.run(
+        ["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True
+    ).stdout.split() if n.startswith(f"cosched-testbed-{instance}-")]
+    return {k: v for k, v in out.items() if v}
+
+
+def container_ids(instance: str) -> list[str]:
+    label = f"label=cosched.testbed.instance={instance}"
+    return subprocess.run(["docker", "ps", "-a", "-q", "--no-trunc", "--filter", label],
+                          capture_output=True, text=True).stdout.split()
+
+
+def test_smoke_end_to_end_and_nothing_left(tmp_path):
+    proc = run(["smoke", "--json"], tmp_path, timeout=900)
+    res = json.loads(proc.stdout)
+    assert proc.returncode == 0 and res["ok"], proc.stdout + proc.stderr
+    names = [s["name"] for s in res["steps"]]
+    assert names[0] == "engine" and names[-1] == "down"
+    assert all(s["ok"] for s in res["steps"])
+    jobs = res["measured"]["jobs"]
+    assert len(jobs) == 2
+    # What the kernel was told and did, read inside the node container.
+    host, guest = sorted(jobs.values(), key=lambda j: -j["quota_cpus"])
+    assert host["quota_cpus"] == pytest.approx(0.98, abs=0.01)
+    assert guest["quota_cpus"] == pytest.approx(0.02, abs=0.005)
+    assert guest["throttled_periods"] > 0
+    assert host["cpu_used"] > 1.8 * guest["cpu_used"]
+    assert leftovers(res["instance"]) == {}
+    assert not (tmp_path / res["instance"]).exists()
+
+
+def test_up_status_down_twice_leaves_nothing(tmp_path):
+    proc = run(["up", "--nodes", "2", "--cpus", "4", "--cpu-limit", "0.5", "--json"], tmp_path,
+               check=True)
+    up = json.loads(proc.stdout)
+    inst = up["instance"]
+    ids = container_ids(inst)
+    try:
+        assert len(ids) == 4
+        st = json.loads(run(["status", "--json"], tmp_path, check=True).stdout)
+        assert st["state"] == "up" and st["instance"] == inst
+        assert [n["state"] for n in st["slurm"]["nodes"]] == ["idle", "idle"]
+        assert all(a["ok"] for a in st["agents"].values())
+        # Published only on loopback.
+        ports = subprocess.run(["docker", "port", f"cosched-testbed-{inst}-node1"],
+                               capture_output=True, text=True).stdout
+        assert ports.strip() and all("127.0.0.1:" in ln for ln in ports.strip().splitlines())
+        # A node's CPU capacity is its container's CFS quota.
+        q = subprocess.run(["docker", "inspect", "--format", "{{.HostConfig.CpuQuota}}",
+                            f"cosched-testbed-{inst}-node2"], capture_output=True, text=True)
+        assert q.stdout.strip() == "50000"
+        # The instance's own cgroup weighs as much as the CPUs it claims (2 x 0.5 -> 1 CPU).
+        shares = Path(f"/sys/fs/cgroup/cpu/cosched-testbed-{inst}/cpu.shares").read_text()
+        assert shares.strip() == "1024"
+        assert all(Path(f"/sys/fs/cgroup/cpu/cosched-testbed-{inst}/{cid}").is_dir() for cid in ids)
+    finally:
+        first = run(["down", "--json"], tmp_path, check=True)
+    removed = json.loads(first.stdout)["removed"]
+    assert len(removed["containers"]) == 4 and len(removed["networks"]) == 1
+    assert len(removed["volumes"]) == 1
+    second = run(["down"], tmp_path, check=True)
+    assert "nothing to remove" in second.stdout
+    assert leftovers(inst) == {}
+    # Docker removed the containers' cgroups, with what the agents and slurmd made inside.
+    assert set(removed["cgroups"]) >= {f"/sys/fs/cgroup/cpu/cosched-testbed-{inst}",
+                                       f"/sys/fs/cgroup/freezer/cosched-testbed-{inst}"}
+    for ctrl in ("cpu", "cpuacct", "memory", "freezer", "cpuset", "pids"):
+        assert not Path(f"/sys/fs/cgroup/{ctrl}/cosched-testbed-{inst}").exists()
+    st = json.loads(run(["status", "--json"], tmp_path, check=True).stdout)
+    assert st["state"] == "down" and st["instance"] is None
+
+
+def test_a_port_in_use_is_a_clear_error_and_nothing_is_made(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        proc = run(["up", "--nodes", "1", "--port-base", str(busy)], tmp_path)
+    assert proc.returncode != 0
+    assert f"{busy}" in proc.stderr and "in use" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not any(p.is_dir() for p in tmp_path.iterdir()) if tmp_path.exists() else True
+
+
+def test_ctrl_c_during_up_removes_what_it_made(tmp_path):
+    env = dict(os.environ, COSCHED_TESTBED_HOME=str(tmp_path))
+    proc = subprocess.Popen(COSCHED + ["testbed", "up", "--nodes", "1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    deadline = time.monotonic() + 600
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line)
+        if "starting testbed" in line or "waiting for health" in line:
+            break
+        if time.monotonic() > deadline:
+            break
+    inst = (tmp_path / "current").read_text().strip()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "interrupted" in err
+    assert leftovers(inst) == {}
+    assert not (tmp_path / inst).exists()
+    assert not (tmp_path / "current").exists()
