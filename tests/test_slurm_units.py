@@ -391,3 +391,18 @@ def test_backend_registry():
     assert "slurm" in backend_names()
     with pytest.raises(InvalidInput, match="unknown backend 'x'"):
         factory("x")
+
+
+def test_a_job_slurm_forgets_is_read_from_the_jobcomp_log_or_reported_vanished(tmp_path):
+    src = RecordedCluster("24.11")
+    jobcomp = tmp_path / "jobcomp.txt"
+    jobcomp.write_text((SLURM / "24.11" / "jobcomp.txt").read_text().replace(
+        "Partition=batch", "Partition=cosched"))
+    b = SlurmBackend(src, partition="cosched", jobcomp_file=jobcomp)
+    assert {r.job_id for r in b.running()} >= {"5", "6"}      # host and guest seen running
+    b._known[2] = "RUNNING"                                    # and job 2 (it failed since)
+    src.jobs_list = [j for j in src.jobs_list if j.job_id not in (2, 6)]   # purged by Slurm
+    outs = {o.job_id: o for o in b.drain_finished()}
+    assert outs["2"].state == "failed" and "exit code 3" in outs["2"].reason   # from jobcomp
+    assert outs["6"].state == "failed" and "vanished from Slurm" in outs["6"].reason
+    assert b.drain_finished() == []
