@@ -28,6 +28,7 @@ CONF = Path("/etc/cosched-testbed")
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 SHARED = Path("/shared")
 PARTITION = "cosched"
+AGENT_PROGRESS = "/var/lib/cosched-agent/progress"   # each node agent's progress folder
 
 
 class Stop(Exception):
@@ -121,7 +122,8 @@ def run(a) -> int:
                            state_file=str(Path(a.out).with_suffix(".backend.json")))
     t0 = time.time()
     submitted = submit_jobs(cmds, [s.job for s in stg], SubmitOptions(
-        partition=PARTITION, cosched=True, output_dir=str(out_dir), usage_dir=str(usage_dir)))
+        partition=PARTITION, cosched=True, output_dir=str(out_dir), usage_dir=str(usage_dir),
+        progress_dir=AGENT_PROGRESS))
     name_of = {str(s.slurm_job_id): s.name for s in submitted}
     position = {str(s.slurm_job_id): i for i, s in enumerate(submitted)}
     say(f"{policy}: submitted {len(submitted)} stage jobs (Slurm ids "
@@ -174,8 +176,11 @@ def run(a) -> int:
         interrupted = str(exc)
         say(f"{policy}: stopping ({interrupted}): cancelling the run's jobs, giving quotas back")
         left = [j for j in name_of if j not in done]
-        if left:
-            cmds.run("scancel", *left, retry=False, check=False)
+        for j in left:
+            try:
+                backend.source.cancel(int(j))
+            except Exception as e:  # noqa: BLE001 - report it, go on with the others
+                say(f"could not cancel Slurm job {j}: {e}")
         try:
             backend.restore_quotas()
         except Exception as e:  # noqa: BLE001 - the agents' leases lapse anyway
@@ -198,6 +203,7 @@ def run(a) -> int:
         "carried" if policy == "asax" else None)
     data = run_to_json(result)
     data["slurm_ids"] = {name: int(sid) for sid, name in name_of.items()}
+    data["reasons"] = {o.job_id: o.reason for o in history if o.state != "completed"}
     data["interrupted"] = interrupted
     data["cpu_seconds"] = round(cpu_s, 3)
     Path(a.out).write_text(json.dumps(data, allow_nan=False) + "\n")

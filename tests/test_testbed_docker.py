@@ -63,8 +63,8 @@ def test_smoke_end_to_end_and_nothing_left(tmp_path):
     assert len(jobs) == 2
     # What the kernel was told and did, read inside the node container.
     host, guest = sorted(jobs.values(), key=lambda j: -j["quota_cpus"])
-    assert host["quota_cpus"] == pytest.approx(0.95, abs=0.01)
-    assert guest["quota_cpus"] == pytest.approx(0.05, abs=0.01)
+    assert host["quota_cpus"] == pytest.approx(0.98, abs=0.01)
+    assert guest["quota_cpus"] == pytest.approx(0.02, abs=0.005)
     assert guest["throttled_periods"] > 0
     assert host["cpu_used"] > 1.8 * guest["cpu_used"]
     assert leftovers(res["instance"]) == {}
