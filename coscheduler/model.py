@@ -176,6 +176,8 @@ class MetricsSample:
     ``cpu_percent`` is relative to the job's allocated cores (100 = all of them busy),
     ``mem_percent`` relative to its memory allocation (or the node's memory when it has
     none). ``tasks_per_s`` is the recent progress rate; ``tasks_total`` may be unknown.
+    ``io_mb_s`` is the job's recent file I/O rate (MB read and written per second), None
+    where the backend does not measure it.
     """
 
     job_id: str
@@ -185,10 +187,12 @@ class MetricsSample:
     tasks_done: int = 0
     tasks_total: int | None = None
     tasks_per_s: float | None = None
+    io_mb_s: float | None = None
 
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
         where = f"metrics of job {self.job_id}"
+        check_finite(self.io_mb_s, f"{where}: io_mb_s", minimum=0.0, allow_none=True)
         check_finite(self.time, f"{where}: time", minimum=0.0)
         # CPU % may exceed 100 briefly when a job overshoots its allocation without a quota.
         check_finite(self.cpu_percent, f"{where}: cpu_percent", minimum=0.0)

@@ -22,6 +22,7 @@ and the rule, and whose ``rule`` attribute is a short key.
 from __future__ import annotations
 
 import os
+import time
 from typing import Callable, Iterable
 
 from coscheduler.model import InvalidInput
@@ -111,6 +112,7 @@ class Admission:
         self.controller = controller
         self._cgroup_of = cgroup_of or (lambda pid: globals()["cgroup_of"](pid, controller))
         self._own_cgroup = own_cgroup
+        self._ancestors: tuple[float, set[int]] | None = None
 
     @property
     def own_cgroup(self) -> str | None:
@@ -139,7 +141,14 @@ class Admission:
         return False
 
     def ancestors(self) -> set[int]:
-        """The agent's ancestors now (re-read: a parent that dies re-parents the agent)."""
+        """The agent's ancestors (re-read at most every second: a parent that dies
+        re-parents the agent; a tick checking many new processes reads them once)."""
+        now = time.monotonic()
+        if self._ancestors is None or now - self._ancestors[0] > 1.0:
+            self._ancestors = (now, self._read_ancestors())
+        return self._ancestors[1]
+
+    def _read_ancestors(self) -> set[int]:
         out: set[int] = set()
         p = self._ppid(self.own_pid)
         while p is not None and p > 0 and p not in out and len(out) < 4096:

@@ -89,6 +89,7 @@ class SlurmBackend:
         self._known: dict[int, str] = {}           # ours seen queued/running -> last state
         self._quotas: dict[int, tuple[float, tuple[str, ...]]] = {}
         self._renewed: dict[int, float] = {}
+        self._on_agents: dict[int, set[str]] = {}  # nodes whose agent we registered a job with
         self._outbox: list[Outcome] = []
         self._ours_running: set[str] = set()    # ours that Slurm runs now (last running())
         self.reported: set[int] = set()
@@ -297,7 +298,9 @@ class SlurmBackend:
                     self._renewed[j.job_id] = -math.inf
             start = j.start_time if started and j.start_time else self._planned.get(
                 j.job_id, (None, self._clock()))[1]
-            lendable = ours and j.shared is True and not (set(alloc.nodes) & blocked)
+            # A job Slurm has not started yet cannot host (Slurm would not place a guest
+            # beside it); neither can one that may not share, or sits on a closed node.
+            lendable = ours and started and j.shared is True and not (set(alloc.nodes) & blocked)
             rows[j.job_id] = (job, alloc, start, self._mark(j) if ours else AdminMark(), lendable)
         self._ours_running = {str(jid) for jid, row in rows.items()
                               if self._ours(self._jobs[jid]) and self._jobs[jid].state in _RUNNING}
@@ -484,6 +487,17 @@ class SlurmBackend:
     # -- running jobs: helpers ------------------------------------------------------------------
     def _outcome_record(self, o: Outcome) -> Outcome:
         jid = int(o.job_id)
+        # Whatever Slurm left behind (a node that was marked DOWN under a running job may
+        # still run its processes), the job holds no quota from us any more.
+        for node in sorted(self._on_agents.pop(jid, set()) | set(self._quotas.get(jid, (1.0, ()))[1])):
+            client = self.agents.get(node)
+            if client is None:
+                continue
+            try:
+                client.unregister(str(jid))
+            except Exception as exc:  # noqa: BLE001 - 404: the agent let it go already
+                if getattr(exc, "status", None) != 404:
+                    self._note(f"agent of {node}: releasing ended job {jid}: {exc}")
         self.reported.add(jid)
         self._known.pop(jid, None)
         self._quotas.pop(jid, None)
@@ -565,6 +579,7 @@ class SlurmBackend:
         if client is None:
             return None
         job = rj.job
+        self._on_agents.setdefault(int(job.job_id), set()).add(node)
         try:
             return client.register_job(job.job_id, [], float(cores), walltime_s=job.walltime_s,
                                        start_time=rj.start_time, tasks_total=job.tasks,
@@ -601,6 +616,9 @@ class SlurmBackend:
                         self.agents[node].set_quota(str(jid), q, self.lease_s)
                     except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
                         ok = False
+                        if getattr(exc, "status", None) in (404, 409):
+                            self._quotas.pop(jid, None)   # the job ended: nothing to renew
+                            break
                         self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
             if ok:
                 self._renewed[jid] = now

@@ -133,7 +133,8 @@ def test_host_index_ranks_by_first_fit_and_skips_asked_cooldown_and_guests():
     jobs = [h1, h0, h2, was]
     index = HostIndex(jobs, {"n0": 4, "n1": 4, "n2": 4, "n3": 4}, {}, 10.0,
                       running_by_id=by_id(*jobs), was_guest={"was"},
-                      cooldown={("g", "h0"): 20.0}, config=ControllerConfig())
+                      cooldown={("g", "h0"): 20.0},
+                      config=ControllerConfig(former_guests_host=False))
     ids = [c.host.job_id for c in index.candidates(job("g", 2), None)]
     assert ids == ["h1", "h2"]                       # h0 in cooldown, "was" was a guest
     index.mark_asked(["h1"])

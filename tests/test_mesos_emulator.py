@@ -131,6 +131,12 @@ def test_an_unacknowledged_update_is_resent_with_its_uuid_and_holds_the_next_one
         # Resent (same uuid), and TASK_RUNNING not yet forwarded.
         assert again["update"]["status"]["uuid"] == first["update"]["status"]["uuid"]
         assert again["update"]["status"]["state"] == "TASK_STARTING"
+        # The task runs, but reconciliation answers with the state last forwarded.
+        assert wait_until(lambda: emu.master.frameworks[sched.fid].tasks["slow-ack"].state == "TASK_RUNNING")
+        sched.call("RECONCILE", {"tasks": [{"task_id": {"value": "slow-ack"}}]})
+        rec = sched.stream.wait_for(lambda e: e["type"] == "UPDATE" and
+                                    e["update"]["status"].get("reason") == "REASON_RECONCILIATION")
+        assert rec["update"]["status"]["state"] == "TASK_STARTING" and "uuid" not in rec["update"]["status"]
         sched.ack(again)
         running = sched.stream.wait_for(lambda e: e["type"] == "UPDATE")
         assert running["update"]["status"]["state"] == "TASK_RUNNING"

@@ -146,7 +146,8 @@ def env_cmd(directory):
 
 @slurm.command("priority")
 @click.option("--policy", "policy_name", default="FCFS", show_default=True,
-              help="Queue policy: FCFS, SJF, F1, WFP3, UNICEP, ...")
+              help="Queue policy: FCFS, SJF, F1, WFP3, UNICEP, ..., or a learned model "
+                   "rl:NAME|PATH (cosched models list).")
 @click.option("--partition", default=None, help="Only this partition's pending jobs [all].")
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option("--interval", type=float, default=10.0, show_default=True,
@@ -159,13 +160,13 @@ def env_cmd(directory):
 @click.option("--json", "as_json", is_flag=True, help="Print each pass as JSON.")
 def priority_cmd(policy_name, partition, once, interval, base, directory, slurm_conf, as_json):
     """Order pending jobs with a queue policy by setting their Slurm priorities."""
-    from coscheduler.policies.queue import get_policy
+    from coscheduler.learned.registry import resolve_policy
     from slurm_plugin.commands import SlurmCommandError, SlurmCommands
     from slurm_plugin.priority import apply_priorities
     from slurm_plugin.source import CommandLineSource
 
     try:
-        policy = get_policy(policy_name)
+        policy = resolve_policy(policy_name)
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="--policy") from None
     if not interval > 0:
