@@ -268,6 +268,17 @@ class SlurmBackend:
             starting = ours and j.state == "PENDING" and not j.held and j.job_id in self._planned
             if not (started or starting):
                 continue
+            if starting:
+                lost = [n for n in self._planned[j.job_id][0].nodes
+                        if n in self._nodes and not self._nodes[n].usable]
+                if lost:
+                    # Released onto a node that went down before Slurm started it: Slurm
+                    # would keep it pending there forever (ReqNodeNotAvail). Seen when a
+                    # node container of the Docker testbed was killed mid-run.
+                    self._planned.pop(j.job_id, None)
+                    self._give_up(j, f"its node {lost[0]} went down "
+                                     f"({self._nodes[lost[0]].state}) before it started there")
+                    continue
             if not ours and not (set(j.nodes) & node_names):
                 continue
             try:

@@ -65,7 +65,8 @@ def check_fits(w: ScaledWorkload, spec: TestbedSpec) -> None:
 
 def stages(w: ScaledWorkload, scale: float, tag: str, cpu_per_core: float = 1.0):
     """The stage jobs (``PaperStage``) in submission order, with their commands."""
-    return paper_exp.paper_workload(scale, tag, mix=w.mix(), core_speed=min(1.0, cpu_per_core))
+    return paper_exp.paper_workload(scale, tag, "one", mix=w.mix(),
+                                    core_speed=min(1.0, cpu_per_core))
 
 
 def predict(w: ScaledWorkload, spec: TestbedSpec, scale: float, policies: Sequence[str],
@@ -73,7 +74,7 @@ def predict(w: ScaledWorkload, spec: TestbedSpec, scale: float, policies: Sequen
     """What ``cosched simulate paper`` predicts for the same workload, nodes and scale."""
     nodes = spec.nodes * spec.cpus
     return paper_exp.run_experiment([nodes], policies, repeat, scale, seed, node_cores=spec.cpus,
-                                    mix=w.mix())
+                                    sequential_cores="one", mix=w.mix())
 
 
 __all__ = ["ScaledWorkload", "WORKLOADS", "check_fits", "get_workload", "predict", "stages"]

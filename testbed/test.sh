@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 venv="${COSCHED_VENV:-$PWD/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
     echo "test.sh: creating the virtual environment $venv" >&2
-    if ! python3 -m venv "$venv" 2>/dev/null; then
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
         # A stock Debian/Ubuntu python3 has no ensurepip until python3-venv is installed.
         rm -rf "$venv"
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -2,8 +2,8 @@
 
 - CPU-light hosts (u = 0.3): ASA_X co-allocates and empties the queue sooner than space
   sharing (lending idle quota costs the hosts nothing).
-- CPU-heavy hosts (u = 0.95): lending hurts; over repeated runs the class's weights move
-  toward the experts that lend less.
+- CPU-heavy jobs (u = 0.95): lending hurts host or guest; over repeated runs the class's
+  weights move toward the experts that decline.
 Seeded; the assertions compare measured outcomes, not hard-coded figures.
 """
 
@@ -46,20 +46,21 @@ def test_asax_finishes_a_cpu_light_queue_sooner_than_space_sharing(seed):
     assert sum(o.state == "timeout" for o in b_asax.history) <= 2
 
 
-def expected_lending(learner: AsaxLearner, job_class: str, states, weights) -> float:
-    """Mean over states of the mixture's expected action fraction under ``weights``."""
+def decline_probability(learner: AsaxLearner, job_class: str, states, weights) -> float:
+    """Mean over states of the mixture's probability of a_0 (do not co-allocate) under
+    ``weights``."""
     experts = learner.experts_for(job_class)
-    total = 0.0
-    for s in states:
-        dists = [e.distribution(s) for e in experts]
-        total += sum(a * sum(w * p[j] for w, p in zip(weights, dists))
-                     for j, a in enumerate(learner.actions))
-    return total / len(states)
+    return sum(sum(w * e.distribution(s)[0] for w, e in zip(weights, experts))
+               for s in states) / len(states)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_asax_learns_to_lend_less_from_cpu_heavy_hosts_over_repeated_runs(seed):
-    learner = AsaxLearner(LearnerConfig(seed=seed))
+def test_asax_learns_to_decline_cpu_heavy_pairs_over_repeated_runs(seed):
+    """Every lending between two CPU-heavy jobs slows one of them (a small quota the guest, a
+    large one the host), so with pair losses the weight goes to the experts that decline.
+    (The paper's four hand-made experts only: their distributions stay fixed, so "declines
+    most" is a property of the expert, not of when it is looked at.)"""
+    learner = AsaxLearner(LearnerConfig(seed=seed, fitted_expert=False))
     policy, rec = Asax(learner), MemoryRecorder()
     rounds, reference = [], None
     for run in range(6):
@@ -71,25 +72,28 @@ def test_asax_learns_to_lend_less_from_cpu_heavy_hosts_over_repeated_runs(seed):
     st = learner.class_state("w")
     n = len(st.weights)
     uniform = [1.0 / n] * n
-    # Each expert's own lending on the host states of the first run.
-    own = [expected_lending(learner, "w", reference, [1.0 if k == i else 0.0 for k in range(n)])
+    # Each expert's own a_0 probability on the host states of the first run.
+    own = [decline_probability(learner, "w", reference, [1.0 if k == i else 0.0 for k in range(n)])
            for i in range(n)]
-    stingiest, most_generous = own.index(min(own)), own.index(max(own))
-    assert st.weights[stingiest] > 1.0 / n
-    assert st.weights[most_generous] < 1.0 / n
-    learned = expected_lending(learner, "w", reference, st.weights)
-    assert learned < 0.92 * expected_lending(learner, "w", reference, uniform)
-    # The losses that drove this were real: lending slowed heavy hosts.
+    most_cautious, least_cautious = own.index(max(own)), own.index(min(own))
+    assert st.weights[most_cautious] > 1.0 / n
+    assert st.weights[least_cautious] < 1.0 / n
+    learned = decline_probability(learner, "w", reference, st.weights)
+    assert learned > 1.05 * decline_probability(learner, "w", reference, uniform)
+    # The losses that drove this were real: lending slowed heavy jobs.
     kinds = {o.kind for o in rec.outcomes.values()}
     assert {"declined"} < kinds and max(o.loss for o in rec.outcomes.values()) > 0.3
 
 
-@pytest.mark.parametrize("u", [0.3, 0.95])
+@pytest.mark.parametrize("u", [0.5, 0.95])
 def test_theorem1_bound_holds_on_real_controller_runs(u):
     """DESIGN: the excess risk after t rounds, on the losses the controller really fed the
     learner, stays within (ln n + 0.5 sum gamma_s^2) / gamma_t."""
     learner = AsaxLearner(LearnerConfig(seed=3))
     policy, rec = Asax(learner), MemoryRecorder()
+    # Every job shares, so none teaches the class's runtime alone: give it, as a site's
+    # accounting of earlier exclusive runs would (the jobs take 100-130 s alone).
+    rec.record_alone_runtime("w", 100.0)
     for run in range(4):
         run_workload(policy, u=u, recorder=rec, run=run)
     st = learner.class_state("w")

@@ -137,7 +137,7 @@ def test_static_co_allocates_at_half_and_restores_the_host_when_the_guest_ends()
     assert b.quota_of("h") == 1.0
 
 
-def test_one_guest_per_host_by_default_and_configurable():
+def test_guests_fill_a_hosts_cores_by_default_and_the_limit_is_configurable():
     def run(max_guests):
         b = VirtualBackend({"n1": 8})
         b.submit(job("h"), Profile(100.0, 0.3))
@@ -151,9 +151,30 @@ def test_one_guest_per_host_by_default_and_configurable():
         c.step()
         return b
     assert len(run(1).running()) == 2
-    b = run(2)
-    assert len(b.running()) == 3
-    assert b.quota_of("h") == pytest.approx(1 - (0.5 * 4 + 0.5 * 4) / 8)
+    for limit in (2, None):
+        b = run(limit)
+        assert len(b.running()) == 3
+        assert b.quota_of("h") == pytest.approx(1 - (0.5 * 4 + 0.5 * 4) / 8)
+
+
+def test_a_former_guest_hosts_unless_the_old_rule_is_asked_for():
+    def run(former_guests_host):
+        b = VirtualBackend({"n1": 8})
+        b.submit(job("h", walltime=20.0), Profile(10.0, 0.3))
+        b.submit(job("g", walltime=200.0, submit=1.0), Profile(100.0, 0.3))
+        b.submit(job("late", cores=4, submit=30.0), Profile(50.0, 0.3))
+        c = Controller(b, Static(), config=ControllerConfig(
+            former_guests_host=former_guests_host, explain=True))
+        c.step()
+        b.advance(1.0)
+        assert c.step().coallocated == 1          # g inside h
+        b.advance(29.0)                           # h ended; g holds the cores alone
+        return b, c.step()
+    b, r = run(True)
+    assert r.coallocated == 1 and {x.job_id: x.host_job for x in b.running()} == {
+        "g": None, "late": "g"}
+    b, r = run(False)
+    assert r.coallocated == 0 and r.refused == {"late": "former guests"}
 
 
 def test_asax_decline_is_recorded_with_loss_zero_and_cooldown_holds():
@@ -174,24 +195,28 @@ def test_asax_decline_is_recorded_with_loss_zero_and_cooldown_holds():
     assert len(rec.decisions) == 2
 
 
-def test_asax_tries_the_next_host_after_a_decline_and_asks_each_host_once_per_pass():
+def test_asax_tries_the_next_host_after_a_decline_and_asks_a_declining_host_once_per_pass():
     b = VirtualBackend({"n1": 8, "n2": 8, "n3": 8})
     b.submit(job("busy1", job_class="busy"), Profile(100.0, 0.9))
     b.submit(job("busy2", job_class="busy"), Profile(100.0, 0.9))
     b.submit(job("idle", job_class="idle"), Profile(100.0, 0.3))
     b.submit(job("g1", cores=4, submit=1.0), Profile(50.0, 0.3))
     b.submit(job("g2", cores=4, submit=2.0), Profile(50.0, 0.3))
+    b.submit(job("g3", cores=4, submit=3.0), Profile(50.0, 0.3))
     rec = MemoryRecorder()
-    c = Controller(b, fixed_asax({"busy": 0, "idle": 5}), rec)
+    c = Controller(b, fixed_asax({"busy": 0, "idle": 5}), rec, config=ControllerConfig(explain=True))
     c.step()
-    b.advance(2.0)
+    b.advance(3.0)
     r = c.step()
     decisions = [d for d, _, _ in rec.decisions.values()]
+    # The busy hosts decline g1 and are not asked again this pass; "idle" lends to g1, and
+    # to g2 on its other 4 cores; g3 finds it full and the busy ones already asked.
     assert [(d.guest_job, d.host_job, d.action_index) for d in decisions] == [
-        ("g1", "busy1", 0), ("g1", "busy2", 0), ("g1", "idle", 5)]
-    # g2 found no host left to ask in this pass: every host was asked once.
-    assert r.coallocated == 1 and r.declined == 2
-    assert {x.job_id for x in b.running()} == {"busy1", "busy2", "idle", "g1"}
+        ("g1", "busy1", 0), ("g1", "busy2", 0), ("g1", "idle", 5), ("g2", "idle", 5)]
+    assert r.coallocated == 2 and r.declined == 2
+    assert r.refused == {"g3": "asked this pass"}
+    assert {x.job_id for x in b.running()} == {"busy1", "busy2", "idle", "g1", "g2"}
+    assert b.quota_of("idle") == pytest.approx(1 - (0.5 * 4 + 0.5 * 4) / 8)
 
 
 def test_candidates_per_guest_are_capped():
@@ -210,31 +235,110 @@ def test_candidates_per_guest_are_capped():
     assert r.declined == 4
 
 
-def test_late_outcome_when_the_host_ends_before_its_guest():
-    rec = MemoryRecorder()
+def _host_slowed_guest_long(rec, pair_loss):
     rec.record_alone_runtime("h", 100.0)
     # Host: CPU-heavy (u = 0.95) slowed by lending a = 0.5 of 4 of its 8 cores: quota 0.75,
     # rate 0.75 / 0.95; guest runs much longer.
-    b, c = host_and_guest(fixed_asax({"h": 5}), host_profile=Profile(100.0, 0.95, 20),
+    return host_and_guest(fixed_asax({"h": 5}), host_profile=Profile(100.0, 0.95, 20),
                           guest_profile=Profile(1000.0, 0.3, 20), recorder=rec,
-                          config=ControllerConfig(early_loss=False), host_walltime=400.0,
-                          guest_walltime=2000.0)
+                          config=ControllerConfig(early_loss=False, pair_loss=pair_loss),
+                          host_walltime=400.0, guest_walltime=2000.0)
+
+
+T_SHARED = 1.0 + 99.0 * 0.95 / 0.75    # 1 % of the host's work alone, the rest slowed
+
+
+def test_host_only_loss_arrives_when_the_host_ends_before_its_guest():
+    rec = MemoryRecorder()
+    b, c = _host_slowed_guest_long(rec, pair_loss=False)
     assert c.step().coallocated == 1
     [did] = rec.decisions
     b.advance(200.0)
     r = c.step()
     assert r.observed == 1
     out = rec.outcomes[did]
-    t_shared = 1.0 + 99.0 * 0.95 / 0.75    # 1 % of the work alone, the rest slowed
     assert out.kind == "degradation"
-    assert out.host_runtime_s == pytest.approx(t_shared, rel=1e-6)
-    assert out.loss == pytest.approx(min(1.0, (t_shared - 100.0) / 100.0 / 0.5), rel=1e-6)
+    assert out.host_runtime_s == pytest.approx(T_SHARED, rel=1e-6)
+    assert out.loss == pytest.approx(min(1.0, (T_SHARED - 100.0) / 100.0 / 0.5), rel=1e-6)
     assert c.learner.pending == {}
     # The guest outlived its host: it got its full quota on those cores.
     assert b.quota_of("g") == 1.0
     b.run_until_idle(c)
     assert len(rec.outcomes) == 1            # no second outcome when the guest ends
     assert rec.alone_runtime("g") is None    # a guest's runtime is not an alone runtime
+
+
+@pytest.mark.parametrize("guest_alone", [None, 300.0])
+def test_pair_loss_at_the_hosts_end_projects_the_guest_and_takes_the_worse_side(guest_alone):
+    rec = MemoryRecorder()
+    if guest_alone is not None:
+        rec.record_alone_runtime("g", guest_alone)
+    b, c = _host_slowed_guest_long(rec, pair_loss=True)
+    assert c.step().coallocated == 1
+    [did] = rec.decisions
+    b.advance(200.0)
+    assert c.step().observed == 1            # observed when the first of the pair ends
+    out = rec.outcomes[did]
+    host_loss = min(1.0, (T_SHARED - 100.0) / 100.0 / 0.5)
+    assert out.host_runtime_s == pytest.approx(T_SHARED, rel=1e-6)
+    if guest_alone is None:                  # the guest's side cannot be projected
+        assert out.guest_runtime_s is None
+        assert out.loss == pytest.approx(host_loss, rel=1e-6) and out.kind == "degradation"
+    else:
+        # The guest (u = 0.3, quota 0.5: not slowed) has done 20 % of its work in 200 s;
+        # against "300 s alone" it is projected at 200 + 0.8 x 300 s: the worse side.
+        assert out.guest_runtime_s == pytest.approx(200.0 + 0.8 * 300.0, rel=0.02)
+        assert out.loss == pytest.approx((440.0 - 300.0) / 300.0 / 0.5, rel=0.05)
+        assert out.loss > host_loss
+        assert "guest" in out.note and "projected" in out.note
+    assert c.learner.pending == {} and b.quota_of("g") == 1.0
+    b.run_until_idle(c)
+    assert len(rec.outcomes) == 1            # nothing more when the guest ends
+
+
+def test_pair_loss_at_the_guests_end_projects_the_host():
+    rec = MemoryRecorder()
+    rec.record_alone_runtime("h", 100.0)
+    rec.record_alone_runtime("g", 10.0)
+    # The host (u = 0.95) lends a = 0.5 of 4 cores to a short guest: slowed while it lasts.
+    b, c = host_and_guest(fixed_asax({"h": 5}), host_profile=Profile(100.0, 0.95, 20),
+                          guest_profile=Profile(10.0, 0.3, 20), recorder=rec,
+                          config=ControllerConfig(early_loss=False), host_walltime=400.0,
+                          guest_walltime=100.0)
+    c.step()
+    b.advance(10.0)
+    assert c.step().observed == 1            # the guest ended; the host still runs
+    [out] = rec.outcomes.values()
+    assert out.guest_runtime_s == pytest.approx(10.0)
+    # The host ran 11 s, 1 at full speed and 10 at 0.75 / 0.95; the rest of its work at
+    # full speed from now on (its progress is read in whole tasks: 1 %).
+    done = (1.0 + 10.0 * 0.75 / 0.95) / 100.0
+    projected = 11.0 + (1.0 - int(done * 100) / 100) * 100.0
+    assert out.host_runtime_s == pytest.approx(projected, rel=1e-6)
+    assert out.loss == pytest.approx((projected - 100.0) / 100.0 / 0.5, rel=1e-6)
+    assert c.learner.pending == {}
+    b.run_until_idle(c)
+    assert len(rec.outcomes) == 1
+
+
+def test_pair_loss_counts_a_guest_slowed_by_its_quota():
+    rec = MemoryRecorder()
+    rec.record_alone_runtime("h", 100.0)
+    rec.record_alone_runtime("g", 100.0)
+    # A light host (u = 0.3) lends a = 0.5 to a CPU-bound guest (u = 1): only the guest slows.
+    b, c = host_and_guest(fixed_asax({"h": 5}), host_profile=Profile(100.0, 0.3, 20),
+                          guest_profile=Profile(100.0, 1.0, 20), recorder=rec,
+                          config=ControllerConfig(early_loss=False), host_walltime=400.0,
+                          guest_walltime=400.0)
+    c.step()
+    b.run_until_idle(c)
+    [out] = rec.outcomes.values()
+    assert out.host_runtime_s == pytest.approx(100.0)
+    # Observed at the host's end: the guest has done half its work in 100 s at half speed;
+    # the rest is projected at full speed (it runs alone from then on).
+    assert out.guest_runtime_s == pytest.approx(150.0)
+    assert out.loss == pytest.approx(1.0) and out.kind == "degradation"
+    assert "projected" in out.note
 
 
 def test_failed_guest_resolves_its_decision_with_a_reason_and_the_host_gets_quota_back():

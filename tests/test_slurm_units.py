@@ -406,3 +406,26 @@ def test_a_job_slurm_forgets_is_read_from_the_jobcomp_log_or_reported_vanished(t
     assert outs["2"].state == "failed" and "exit code 3" in outs["2"].reason   # from jobcomp
     assert outs["6"].state == "failed" and "vanished from Slurm" in outs["6"].reason
     assert b.drain_finished() == []
+
+
+def test_backend_gives_up_on_a_released_job_whose_node_went_down(tmp_path):
+    """A job released onto a node that goes down before it starts would pend there forever
+    (ReqNodeNotAvail): the backend cancels it and reports it failed, once."""
+    import dataclasses
+
+    src = RecordedCluster("22.05")
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "s.json")
+    (q,) = b.queued()
+    b.start(q, Allocation("7", (("rn1", 2),)), 1.0)
+    src.jobs_list = [dataclasses.replace(j, priority=1, reason="None") if j.job_id == 7 else j
+                     for j in src.jobs_list]
+    b._snap_time = float("-inf")
+    assert "7" in {r.job_id for r in b.running()}          # released, starting on rn1
+    src.nodes_list = [dataclasses.replace(n, state="DOWN", flags=("NOT_RESPONDING",))
+                      if n.name == "rn1" else n for n in src.nodes_list]
+    b._snap_time = float("-inf")
+    assert "7" not in {r.job_id for r in b.running()}
+    assert ("cancel", 7) in src.writes
+    (o,) = b.drain_finished()
+    assert (o.job_id, o.state) == ("7", "failed") and "rn1 went down" in o.reason
+    assert b.drain_finished() == []

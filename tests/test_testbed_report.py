@@ -42,7 +42,7 @@ def test_paper_small_is_the_papers_mix_at_an_eighth_of_the_cores():
 def test_testbed_stages_run_the_simulators_jobs_with_slower_cores():
     w = get_workload("paper-small")
     st = stages(w, 0.1, "r0", cpu_per_core=0.125)
-    sim = paper_exp.paper_workload(0.1, "r0", mix=w.mix())
+    sim = paper_exp.paper_workload(0.1, "r0", "one", mix=w.mix())
     assert [s.job.job_id for s in st] == [s.job.job_id for s in sim]
     assert [s.job.cores for s in st] == [s.job.cores for s in sim]
     assert [s.profile for s in st] == [s.profile for s in sim]

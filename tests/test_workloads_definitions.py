@@ -10,7 +10,7 @@ import pytest
 from coscheduler.model import InvalidInput, Job, StageType
 from testbed.workloads import (DEMO_NODE_CORES, DEMO_NODES, DEMO_SCALE, WORKFLOWS, paper_mix,
                                small_mix, stage_profile, workflow_jobs, workflow_profiles)
-from testbed.workloads.definitions import SIZE_FACTOR, get_workflow
+from testbed.workloads.definitions import BLAST_TASK_TIME_FACTOR, TASKS_FACTOR, get_workflow
 from testbed.workloads.profile import file_bytes, split_tasks, walltime_request
 from testbed.workloads.stage import build_parser
 from testbed.workloads.summary import EMBEDDED, INSTANCE_FILES, summarize_instance
@@ -110,9 +110,9 @@ def test_small_mix_fits_the_demo_machine_and_runs_about_a_minute():
 
 
 @pytest.mark.parametrize("workflow", list(WORKFLOWS))
-def test_scale_005_runs_a_workflow_in_about_a_minute_on_one_core(workflow):
+def test_scale_005_runs_a_workflow_in_one_or_two_minutes_on_one_core(workflow):
     total = sum(p.runtime_s for p in workflow_profiles(workflow, 1, 0.05))
-    assert 30 <= total <= 120, total
+    assert 30 <= total <= 150, total
     # and the work shrinks with the scale
     assert sum(p.runtime_s for p in workflow_profiles(workflow, 1, 0.5)) > 8 * total
 
@@ -169,14 +169,17 @@ def test_walltime_and_file_sizes():
 def test_definitions_derive_from_the_embedded_wfcommons_summary():
     cats = {c["category"]: c for c in EMBEDDED["montage"]["categories"]}
     mproject = get_workflow("montage").stage("mProject").groups[0]
-    assert mproject.tasks == SIZE_FACTOR * cats["mProject"]["tasks"]
+    assert mproject.tasks == TASKS_FACTOR["montage"] * cats["mProject"]["tasks"]
     assert mproject.task_s == cats["mProject"]["runtime_s"]
     assert mproject.cpu_frac == 0.40  # capped: the paper's Montage is I/O-bound
     assert get_workflow("montage").stage("mProject").groups[1].cpu_frac == pytest.approx(
         cats["mDiffFit"]["avg_cpu_pct"] / 100, abs=1e-3)
     blast = {c["category"]: c for c in EMBEDDED["blast"]["categories"]}
     blastall = get_workflow("blast").stage("blastall").groups[1]
-    assert blastall.tasks == SIZE_FACTOR * blast["blastall"]["tasks"]
+    assert blastall.tasks == TASKS_FACTOR["blast"] * blast["blastall"]["tasks"]
+    assert blastall.task_s == pytest.approx(BLAST_TASK_TIME_FACTOR * blast["blastall"]["runtime_s"])
+    # sequential categories keep the instance's per-task time
+    assert get_workflow("montage").stage("mAdd").groups[1].task_s == cats["mAdd"]["runtime_s"]
     assert blastall.cpu_frac == pytest.approx(blast["blastall"]["avg_cpu_pct"] / 100, abs=1e-3)
     # every measured category appears in exactly one stage, in DAG order
     for wf in ("montage", "blast"):

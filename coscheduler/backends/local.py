@@ -137,6 +137,7 @@ class LocalBackend(JobBook):
         self._clock = clock
         self._t0 = clock()
         self.usage: dict[str, JobUsage] = {}
+        self._io_seen: dict[str, tuple[float, int, float | None]] = {}   # job -> t, bytes, rate
         self._orphaned_at: dict[str, float] = {}
         self.agents = {}
         try:
@@ -167,6 +168,22 @@ class LocalBackend(JobBook):
     def now(self) -> float:
         return self._clock() - self._t0
 
+    def _io_rate(self, job_id: str, view: dict) -> float | None:
+        """MB/s read and written by the job's processes since its previous agent sample
+        (None until two samples with I/O counters exist)."""
+        t, rd, wr = view.get("sample_time"), view.get("io_read_bytes"), view.get("io_write_bytes")
+        if t is None or rd is None or wr is None:
+            return None
+        prev = self._io_seen.get(job_id)
+        self._io_seen[job_id] = (t, rd + wr, prev[2] if prev and prev[0] == t else None)
+        if prev is None:
+            return None
+        if prev[0] == t:               # the agent has not sampled again: keep the last rate
+            return prev[2]
+        rate = max(0.0, (rd + wr - prev[1]) / 1e6 / (t - prev[0])) if t > prev[0] else None
+        self._io_seen[job_id] = (t, rd + wr, rate)
+        return rate
+
     def queued(self) -> list[Job]:
         self._reap()
         jobs = super().queued()
@@ -193,7 +210,8 @@ class LocalBackend(JobBook):
                 out[jid] = MetricsSample(
                     job_id=jid, time=now, cpu_percent=v["cpu_percent"],
                     mem_percent=v.get("mem_percent") or 0.0, tasks_done=v.get("tasks_done") or 0,
-                    tasks_total=v.get("tasks_total"), tasks_per_s=v.get("tasks_per_s"))
+                    tasks_total=v.get("tasks_total"), tasks_per_s=v.get("tasks_per_s"),
+                    io_mb_s=self._io_rate(jid, v))
             except InvalidInput:
                 continue
         return out

@@ -1,28 +1,26 @@
-"""An in-memory backend in virtual time: the controller's unit-test body.
+"""An in-memory backend in virtual time: the controller's unit-test body and the simulator.
 
 It implements ``coscheduler.backend.Backend`` exactly as a live body does, so the same
 controller and policies run on it unchanged. Jobs are fluid: each has a profile (its
-runtime alone at full quota, the share u of its cores it would use alone, its memory use)
-and progresses at
+runtime alone at full quota, the share u of its cores it would use alone, its memory use,
+and the shares of its runtime spent waiting on files and streaming memory) and progresses
+at a rate relative to alone given by an ``InterferenceModel``
+(``coscheduler.backends.interference``, where every parameter lives):
 
-    rate = min(1, quota_fraction / u) * memory_factor        (1.0 = as fast as alone)
+    rate = quota term (min(1, quota / u), as a cgroup quota caps CPU time)
+           / contention with the jobs sharing its host's allocation (the host and its
+             guests: cores time-sliced, memory bandwidth, disk)
+           x memory-capacity factor of that group
 
-because a cgroup CPU quota caps a job's CPU time, and a job that uses only u of its cores
-is not slowed by a quota above u. ``memory_factor`` models co-located jobs contending for
-memory: for a host A and its guests B_k, the memory they want, as a share of A's
-allocation, is
-
-    S = mem_A / 100 + sum_k (mem_B_k / 100) * cores_B_k / cores_A
-
-(a guest brings memory in proportion to its cores). When S <= 1 the factor is 1; above,
-swapping and cache thrashing slow every job of the group: factor = 1 / (1 + k * (S - 1))
-with ``memory_penalty`` k (default 2: worse than proportional). A job alone never pays it.
+A job alone pays only its quota term. The default model is the plain fluid one (quota and
+memory capacity only, ``memory_penalty`` 2), exact for hand-computed tests;
+``cosched simulate paper`` runs ``interference.CALIBRATED``, fitted to real measurements.
 
 It reports ``MetricsSample`` with cpu_percent = rate * u * 100, tasks_done from the
-progress, tasks_per_s = rate * tasks / alone_runtime. Jobs that depend on others
-(``Job.depends_on``) are queued only once every parent completed; a job whose parent
-ended otherwise is reported failed. A job still running at its walltime is killed
-(``timeout``), as Slurm does.
+progress, tasks_per_s = rate * tasks / alone_runtime, io_mb_s = rate * the profile's I/O
+rate. Jobs that depend on others (``Job.depends_on``) are queued only once every parent
+completed; a job whose parent ended otherwise is reported failed. A job still running at
+its walltime is killed (``timeout``), as Slurm does, unless ``kill_at_walltime`` is off.
 
 Test hooks: ``inject_start_errors`` / ``inject_quota_errors`` make the next calls for a
 job raise ``BackendError``; ``hide_metrics`` drops a job's samples; ``Profile.fail_after_s``
@@ -38,6 +36,7 @@ from typing import Iterable, Protocol
 from ..backend import BackendError
 from ..model import Allocation, InvalidInput, Job, MetricsSample, Node, check_finite
 from .book import JobBook, Run
+from .interference import InterferenceModel, JobDemand
 
 _EPS = 1e-9
 
@@ -45,12 +44,24 @@ _EPS = 1e-9
 @dataclass(frozen=True)
 class Profile:
     """How a job behaves: runtime alone at full quota, CPU use u (share of its cores it
-    would keep busy alone, in (0, 1]), memory use (% of its allocation's memory)."""
+    would keep busy alone, in (0, 1]), memory use (% of its allocation's memory), the
+    shares of its runtime alone spent waiting on files (``io_share``) and streaming memory
+    (``membw_share``), and its file I/O rate alone (MB/s; None: not reported)."""
 
     alone_runtime_s: float
     cpu_util: float = 1.0
     mem_percent: float = 10.0
     fail_after_s: float | None = None
+    io_share: float = 0.0
+    membw_share: float = 0.0
+    io_mb_s: float | None = None
+    # Share of the time its processes wait off the CPU (None: 1 - cpu_util); less than that
+    # for a job holding more cores than it has busy processes.
+    wait_share: float | None = None
+
+    def demand(self) -> JobDemand:
+        return JobDemand(self.cpu_util, self.membw_share, self.io_share,
+                         self.mem_percent / 100.0, self.wait_share)
 
     def __post_init__(self) -> None:
         rt = check_finite(self.alone_runtime_s, "profile: alone_runtime_s")
@@ -61,6 +72,11 @@ class Profile:
             raise InvalidInput(f"profile: cpu_util must lie in (0, 1], got {self.cpu_util!r}")
         check_finite(self.mem_percent, "profile: mem_percent", minimum=0.0)
         check_finite(self.fail_after_s, "profile: fail_after_s", minimum=0.0, allow_none=True)
+        for name in ("io_share", "membw_share") + (() if self.wait_share is None else ("wait_share",)):
+            v = check_finite(getattr(self, name), f"profile: {name}", minimum=0.0)
+            if v is None or v > 1.0:
+                raise InvalidInput(f"profile: {name} must lie in [0, 1], got {getattr(self, name)!r}")
+        check_finite(self.io_mb_s, "profile: io_mb_s", minimum=0.0, allow_none=True)
 
 
 @dataclass
@@ -86,12 +102,18 @@ class VirtualBackend(JobBook):
     name = "virtual"
 
     def __init__(self, nodes: Iterable[Node] | dict[str, int], *, start_time: float = 0.0,
-                 memory_penalty: float = 2.0, kill_at_walltime: bool = True):
+                 memory_penalty: float = 2.0, kill_at_walltime: bool = True,
+                 model: InterferenceModel | None = None):
         super().__init__(nodes)
         t = check_finite(start_time, "virtual backend: start_time", minimum=0.0)
         self.t = float(t)
-        pen = check_finite(memory_penalty, "virtual backend: memory_penalty", minimum=0.0)
-        self.memory_penalty = float(pen)
+        if model is None:
+            pen = check_finite(memory_penalty, "virtual backend: memory_penalty", minimum=0.0)
+            model = InterferenceModel(memory_penalty=float(pen))
+        elif not isinstance(model, InterferenceModel):
+            raise InvalidInput("virtual backend: model must be an InterferenceModel")
+        self.model = model
+        self.memory_penalty = model.memory_penalty
         self.kill_at_walltime = kill_at_walltime
         self._start_errors: dict[str, int] = {}
         self._quota_errors: dict[str, int] = {}
@@ -135,7 +157,8 @@ class VirtualBackend(JobBook):
             out[jid] = MetricsSample(
                 job_id=jid, time=self.t, cpu_percent=f.rate * u * 100.0,
                 mem_percent=f.profile.mem_percent, tasks_done=min(tasks, int(f.progress * tasks + 1e-9)),
-                tasks_total=tasks, tasks_per_s=f.rate * tasks / f.profile.alone_runtime_s)
+                tasks_total=tasks, tasks_per_s=f.rate * tasks / f.profile.alone_runtime_s,
+                io_mb_s=None if f.profile.io_mb_s is None else f.rate * f.profile.io_mb_s)
         return out
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
@@ -231,20 +254,28 @@ class VirtualBackend(JobBook):
     def _update_rates(self) -> None:
         if not self._dirty:
             return
+        model = self.model
         for r in self._runs.values():
-            r.data.rate = min(1.0, r.quota / r.data.profile.cpu_util)
+            r.data.rate = model.quota_term(r.data.profile.demand(), r.quota)
         for r in self._runs.values():
             if r.host is not None or not r.guests:
                 continue
-            s = r.data.profile.mem_percent / 100.0
-            for g in r.guests:
-                gr = self._runs[g]
-                s += gr.data.profile.mem_percent / 100.0 * gr.job.cores / r.job.cores
-            if s > 1.0:
-                factor = 1.0 / (1.0 + self.memory_penalty * (s - 1.0))
-                r.data.rate *= factor
-                for g in r.guests:
-                    self._runs[g].data.rate *= factor
+            # A host and its guests: each guest shares the host's cores (its own share of
+            # them); guests of one host share no cores with each other.
+            group = [r] + [self._runs[g] for g in r.guests]
+            share = r.data.profile.mem_percent / 100.0
+            for gr in group[1:]:
+                share += gr.data.profile.mem_percent / 100.0 * gr.job.cores / r.job.cores
+            capacity = model.capacity_factor(share)
+            demands = [(x.data.profile.demand(), x.quota) for x in group]
+            cores = [x.job.cores for x in group]
+            for i, x in enumerate(group):
+                # Seen from a guest, its host fills all its cores; seen from the host, a guest
+                # fills its share of the host's cores; guests share no cores with each other.
+                others = [(d, q, (cores[k] / cores[0] if i == 0 else 1.0) if (i == 0 or k == 0)
+                           else 0.0) for k, (d, q) in enumerate(demands) if k != i]
+                x.data.rate = x.data.rate / model.contention(demands[i][0], x.quota, others) \
+                    * capacity
         self._dirty = False
 
     def _end(self, job_id: str, state: str, reason: str, end_time: float | None = None) -> Run:

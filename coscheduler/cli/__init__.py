@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "testbed": "testbed:testbed",
     "mesos": "mesos:mesos",
     "slurm": "slurm:slurm",
+    "calibrate": "calibrate:calibrate",
 }
 
 

@@ -229,6 +229,22 @@ def _parse_coalloc_policies(text: str) -> list[str]:
     return names
 
 
+def _parse_experts(text: str) -> tuple[str, ...]:
+    from ..learner.experts import EXTRA_EXPERTS
+
+    if text.strip().lower() == "none":
+        return ()
+    names: list[str] = []
+    for raw in text.split(","):
+        name = raw.strip().lower()
+        if name not in EXTRA_EXPERTS:
+            raise click.BadParameter(f"unknown expert {raw!r}: use 'none' or some of "
+                                     f"{', '.join(EXTRA_EXPERTS)}", param_hint="--experts")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
 def _positive_scale(ctx, param, value: float) -> float:
     if not value > 0 or value != value or value == float("inf"):
         raise click.BadParameter(f"must be a finite number > 0, got {value}")
@@ -252,7 +268,7 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--fresh-learner", is_flag=True,
               help="Start ASA_X from scratch in every repetition (no carried-over learning).")
 @click.option("--sequential-cores", type=click.Choice(paper_exp.SEQUENTIAL_CORES),
-              default="one", show_default=True,
+              default="workflow", show_default=True,
               help="What a sequential stage asks for: one core, or its workflow's cores.")
 @click.option("--node-cores", type=click.IntRange(min=1), default=None,
               help="Split the cluster into nodes of this many cores (default: one node, as "
@@ -260,10 +276,42 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--kill-at-walltime", is_flag=True,
               help="Kill a stage at its walltime, as Slurm does (the paper did not: an "
                    "overrun only lengthens the runtime).")
+@click.option("--scale-out", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Multiply the workflows and every cluster size by K (K copies of the 15 "
+                   "workflows on K times the cores).")
+@click.option("--classes", type=click.Choice(tuple(paper_exp.CLASSES)), default="kind",
+              show_default=True,
+              help="ASA_X's job classes (weights are kept per class): per workflow kind, per "
+                   "stage, or per stage and size.")
+@click.option("--experts", "experts_text", default=",".join(paper_exp.DEFAULT_EXPERTS),
+              show_default=True,
+              help="ASA_X's optional experts beside the paper's four, separated by commas "
+                   "(pair, io), or 'none'.")
+@click.option("--explain", is_flag=True,
+              help="Count, per rule, the stage-seconds waited by stages no host took "
+                   "(printed, and in --json as each run's 'refusals').")
+@click.option("--model", "model_name", type=click.Choice(("calibrated", "fluid")),
+              default="calibrated", show_default=True,
+              help="Interference between co-located jobs: the one fitted to real measurements "
+                   "(cosched calibrate, docs/calibration.md), or CPU quotas and memory capacity "
+                   "only.")
+@click.option("--old-rules", is_flag=True,
+              help="Co-allocate by the rules before issue #10 (one guest per host, four hosts "
+                   "asked per guest, former guests never host), for comparison.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Also write PNG plots (makespan, runtime, ASA_X's weights) "
+                                 "and the JSON result into this folder.")
+@click.option("--queue-policy", default=None,
+              help="Queue order: a heuristic (SJF, F1, ...) or a learned model rl:NAME|PATH "
+                   "[default: submission order].")
+@click.option("--inspector", default=None, metavar="NAME|PATH",
+              help="Queue order by a SchedInspector model over its base policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs and medians as JSON.")
 def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: int,
           db: Path | None, fresh_learner: bool, sequential_cores: str, node_cores: int | None,
-          kill_at_walltime: bool, as_json: bool) -> None:
+          kill_at_walltime: bool, scale_out: int, classes: str, experts_text: str,
+          explain: bool, model_name: str, old_rules: bool, out_dir: Path | None,
+          queue_policy: str | None, inspector: str | None, as_json: bool) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -271,6 +319,20 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
 
     sizes = _parse_cores(cores_text)
     policies = _parse_coalloc_policies(policies_text)
+    experts = _parse_experts(experts_text)
+    queue = None
+    try:
+        if inspector is not None:
+            from ..learned.registry import inspector_for
+
+            queue = inspector_for(inspector)
+        elif queue_policy is not None:
+            from ..learned.registry import resolve_policy
+
+            queue = resolve_policy(queue_policy)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--inspector" if inspector
+                                 else "--queue-policy") from None
     if node_cores is not None:
         for cores in sizes:
             try:
@@ -300,7 +362,10 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         carry_learning=not fresh_learner, store=store,
                                         node_cores=node_cores, tag=tag,
                                         sequential_cores=sequential_cores,
-                                        kill_at_walltime=kill_at_walltime)
+                                        kill_at_walltime=kill_at_walltime, classes=classes,
+                                        experts=experts, explain=explain, scale_out=scale_out,
+                                        old_rules=old_rules, model=paper_exp.MODELS[model_name],
+                                        queue_policy=queue)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -309,25 +374,72 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
     wall = time.perf_counter() - t0
     summary = paper_exp.summarise(runs)
     click.echo(f"{len(runs)} virtual runs in {wall:.1f} s", err=True)
+    result = {
+        "settings": {"cores": sizes, "policies": policies, "repeat": repeat, "scale": scale,
+                     "queue_policy": queue.name if queue is not None else "submission order",
+                     "seed": seed, "asax_learning": learning, "db": str(db) if db else None,
+                     "sequential_cores": sequential_cores, "node_cores": node_cores,
+                     "kill_at_walltime": kill_at_walltime, "scale_out": scale_out,
+                     "classes": classes, "experts": list(experts), "model": model_name,
+                     "old_rules": old_rules},
+        "runs": [r.as_json(explain) for r in runs],
+        "summary": summary,
+        "normalised_runtime": {str(c): v for c, v in
+                               paper_exp.normalised_runtimes(summary).items()},
+    }
+    if out_dir is not None:
+        from ..experiments.plots import write_plots
+
+        try:
+            files = write_plots(runs, out_dir, paper_exp.instance_kinds(scale_out))
+            (out_dir / "result.json").write_text(json.dumps(result, indent=2, allow_nan=False))
+        except OSError as exc:
+            raise click.ClickException(f"cannot write into {out_dir}: {exc}") from None
+        click.echo(f"wrote {', '.join(str(f) for f in files)} and {out_dir / 'result.json'}",
+                   err=True)
     if as_json:
-        click.echo(json.dumps({
-            "settings": {"cores": sizes, "policies": policies, "repeat": repeat, "scale": scale,
-                         "seed": seed, "asax_learning": learning, "db": str(db) if db else None,
-                         "sequential_cores": sequential_cores, "node_cores": node_cores,
-                         "kill_at_walltime": kill_at_walltime},
-            "runs": [r.as_json() for r in runs],
-            "summary": summary,
-            "normalised_runtime": {str(c): v for c, v in
-                                   paper_exp.normalised_runtimes(summary).items()},
-        }, indent=2, allow_nan=False))
+        click.echo(json.dumps(result, indent=2, allow_nan=False))
         return
     notes = [f"ASA_X's learning: {learning}.",
-             "Space sharing and Static are deterministic here (fluid model): their "
+             "Space sharing and Static are deterministic in virtual time: their "
              "repetitions agree exactly.",
-             "CPU util (held): CPU time used over the allocated core-seconds; (cluster): over "
-             "all cores x makespan.",
+             f"Interference between co-located jobs: {model_name} model "
+             "(docs/calibration.md).",
+             "CPU util (cluster), the headline: CPU time used over all cores x makespan (falls "
+             "with cluster size as the paper's Table 3 does); (held): over the allocated "
+             "core-seconds. Mean slowdown: co-located stages' runtime over alone, minus 1.",
              "Paper: Souza et al., ASA_X, Tables 2 and 3 (NumaScale, 3 repetitions)."]
     click.echo(report(summary, notes))
+    if explain:
+        click.echo("")
+        click.echo(paper_exp.refusal_table(runs))
+
+
+@simulate.command("io-pairs")
+@click.option("--repeat", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Repetitions, ASA_X's learning carried over.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON.")
+def io_pairs(repeat: int, seed: int, as_json: bool) -> None:
+    """Beyond the paper: ASA_X with its paper experts against the same plus the I/O-aware
+    expert, on a workload of I/O-heavy and message-bound stages under the calibrated
+    interference model (coscheduler/experiments/io_pairs.py)."""
+    from ..experiments.io_pairs import compare
+
+    t0 = time.perf_counter()
+    results = compare(repeat, seed)
+    click.echo(f"{2 * repeat} virtual runs in {time.perf_counter() - t0:.1f} s", err=True)
+    if as_json:
+        click.echo(json.dumps({name: [r.as_json() for r in runs]
+                               for name, runs in results.items()}, indent=2))
+        return
+    click.echo(f"{'experts':<10} {'rep':>3} {'I/O pairs':>9} {'other pairs':>11} "
+               f"{'I/O-heavy slowdown':>18} {'co-located slowdown':>19} {'io weight':>9}")
+    for name, runs in results.items():
+        for r in runs:
+            w = "-" if r.io_weight is None else f"{r.io_weight:.2f}"
+            click.echo(f"{name:<10} {r.repeat:>3} {r.io_pairs:>9} {r.other_pairs:>11} "
+                       f"{100 * r.io_heavy_slowdown:>17.0f}% {100 * r.mean_slowdown:>18.0f}% {w:>9}")
 
 
 def _add_learned() -> None:
@@ -337,3 +449,9 @@ def _add_learned() -> None:
 
 
 _add_learned()
+
+
+# MRSch's multi-resource report (cosched simulate multi): coscheduler/cli/multi.py
+from .multi import simulate_multi  # noqa: E402
+
+simulate.add_command(simulate_multi)

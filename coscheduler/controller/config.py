@@ -11,8 +11,17 @@ from ..model import InvalidInput, check_finite
 class ControllerConfig:
     """Knobs of the controller loop (the learner has its own ``LearnerConfig``)."""
 
-    max_guests_per_host: int = 1
-    max_candidates_per_guest: int = 4
+    # Guests a host may hold at once, each on its own share of the host's cores, so that a
+    # core is never shared by more than two jobs (the paper's pairs). None: as many as the
+    # host's cores hold.
+    max_guests_per_host: int | None = None
+    # Hosts the policy is asked about per guest per pass. None: every running host the guest
+    # fits in (as the paper's framework offered them); a host is still asked at most once
+    # per pass, so a pass asks at most as many questions as there are hosts.
+    max_candidates_per_guest: int | None = None
+    # A job that was a guest may host once its own host has ended (it then holds its cores
+    # alone, like any job). False restores the older rule "guests never host".
+    former_guests_host: bool = True
     decline_cooldown_s: float = 30.0
     max_start_attempts: int = 3
     backfill: bool = True
@@ -20,16 +29,35 @@ class ControllerConfig:
     # walltime has passed (early progress rates are noisy).
     early_loss: bool = True
     early_loss_min_elapsed: float = 0.25
+    # A decision's loss is the larger of its host's and its guest's (each its degradation
+    # against its class's runtime alone, else its walltime loss), observed when the first of
+    # the two ends, the other's projected from its progress (from then on it runs without
+    # the other): a guest slowed by a small quota costs the experts that chose it.
+    # False: the host's loss only (the paper's section 3), observed when the host ends.
+    pair_loss: bool = True
+    # Say why each job left queued was not co-allocated (PassReport.refused). O(queued x
+    # running) per pass: a diagnostic for simulations and operators, off by default.
+    explain: bool = False
     # Report a job failed when no set of the backend's nodes could ever hold it. An
     # offer-based backend (Mesos) sees only the part of the cluster it is offered: there
     # (False) such a job waits, and the free cores (held offers) are kept for it.
     give_up_unplaceable: bool = True
+    # A node's memory (MB) and node-local burst buffer (GB): a guest's requests must fit
+    # beside its host's (and the host's other guests') on them. None: not checked.
+    node_mem_mb: int | None = None
+    node_bb_gb: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
             v = getattr(self, name)
+            if v is None and name != "max_start_attempts":
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidInput(f"controller {name} must be an integer >= 1, got {v!r}")
+        for name in ("node_mem_mb", "node_bb_gb"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InvalidInput(f"controller {name} must be an integer >= 1 or None, got {v!r}")
         check_finite(self.decline_cooldown_s, "controller decline_cooldown_s", minimum=0.0)
         check_finite(self.early_loss_min_elapsed, "controller early_loss_min_elapsed", minimum=0.0)
 
@@ -49,3 +77,6 @@ class PassReport:
     failed: list[str] = field(default_factory=list)   # jobs reported failed by the controller
     reservation: tuple[str, float] | None = None      # (job id, shadow time) under EASY
     errors: list[str] = field(default_factory=list)
+    # With ControllerConfig.explain: job id -> the rule that kept it from every host
+    # (controller.hosts.REFUSALS) for each queued job this pass neither started nor hosted.
+    refused: dict[str, str] = field(default_factory=dict)

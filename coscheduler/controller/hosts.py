@@ -5,6 +5,8 @@
 - ``HostIndex``: the candidate hosts of one pass, indexed by spare room so that finding a
   guest's candidates costs O(log n) per candidate, not a walk over every running job.
 - ``MaxTree``: the segment tree behind that index.
+- ``why_not_hosted``: which rule kept a guest from every host (an operator's diagnostic,
+  also what ``cosched simulate paper`` counts to show where co-allocation loses chances).
 """
 
 from __future__ import annotations
@@ -18,18 +20,30 @@ from .. import happiness as hp
 from ..learner import HostState
 from ..model import InvalidInput, Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate
-from ..policies.gang import guest_placement
+from ..policies.gang import fits_beside, guest_placement
 from .config import ControllerConfig
+from .usage import ClassUsage, Expected
 
 
-def host_state(rj: RunningJob, sample: MetricsSample | None, now: float) -> HostState:
+def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
+               guest: Job | None = None, expected: Expected | None = None) -> HostState:
     """HostState of a host from its latest sample. Unknown metrics are read as a busy
-    host (100 % CPU and memory, Hp None): with nothing known, lend little."""
+    host (100 % CPU and memory, Hp None): with nothing known, lend little. With ``guest``
+    and what its class usually uses (``expected``), the state also tells the guest's
+    usual CPU, memory and file I/O and its cores over the host's."""
     job = rj.job
     elapsed = max(0.0, now - rj.start_time)
     happiness = None
     cpu = mem = 100.0
+    io = None
+    guest_fields = {}
+    if guest is not None and expected is not None:
+        guest_fields = dict(guest_cpu_percent=expected.cpu_percent,
+                            guest_mem_percent=expected.mem_percent,
+                            guest_share=guest.cores / job.cores,
+                            guest_io_mb_s=expected.io_mb_s)
     if sample is not None:
+        io = sample.io_mb_s
         cpu, mem = sample.cpu_percent, sample.mem_percent
         total = sample.tasks_total if sample.tasks_total is not None else job.tasks
         try:
@@ -38,7 +52,7 @@ def host_state(rj: RunningJob, sample: MetricsSample | None, now: float) -> Host
         except InvalidInput:
             happiness = None
     return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
-                     happiness)
+                     happiness, io_mb_s=io, **guest_fields)
 
 
 class MaxTree:
@@ -93,13 +107,15 @@ class HostIndex:
     """Candidate hosts for one pass, bucketed by spare room (cores not used by guests) and
     ranked in first-fit order (first node of the allocation, then job id).
 
-    A host is a running job that is lendable, is not a guest, never was one (``was_guest``)
-    and holds fewer than ``config.max_guests_per_host`` guests. ``candidates(guest)`` merges the
+    A host is a running job that is lendable, is not a guest (nor was one, ``was_guest``,
+    unless ``config.former_guests_host``) and holds fewer than ``config.max_guests_per_host``
+    guests (no limit when None). ``candidates(guest)`` merges the
     buckets with room >= guest cores in rank order, skipping hosts already asked this pass,
-    hosts in cooldown for this guest, hosts the guest's node layout does not fit and, under
+    hosts in cooldown for this guest, hosts the guest's node layout does not fit, hosts
+    beside which the guest's memory or burst buffer would not fit (``fits_beside``) and, under
     an EASY reservation, hosts that would leave the guest holding their cores past the
     shadow time; it yields ``HostCandidate``s lazily, at most
-    ``config.max_candidates_per_guest``. Each bucket keeps a max tree of its hosts'
+    ``config.max_candidates_per_guest`` (all when None). Each bucket keeps a max tree of its hosts'
     estimated ends, so both skips cost O(log n), not a walk.
 
     ``cooldown`` ((guest, host) -> until) is read as candidates are asked for, so declines
@@ -109,18 +125,23 @@ class HostIndex:
     def __init__(self, running: list[RunningJob], capacity: Mapping[str, int],
                  samples: Mapping[str, MetricsSample], now: float, *,
                  running_by_id: Mapping[str, RunningJob], was_guest: set[str],
-                 cooldown: Mapping[tuple[str, str], float], config: ControllerConfig):
+                 cooldown: Mapping[tuple[str, str], float], config: ControllerConfig,
+                 usage: ClassUsage | None = None):
         self.samples = samples
+        self.usage = usage
         self.now = now
         self.cooldown = cooldown
+        self.node_mem_mb, self.node_bb_gb = config.node_mem_mb, config.node_bb_gb
+        self.running_by_id = running_by_id
         self.max_candidates = config.max_candidates_per_guest
         node_rank = {n: i for i, n in enumerate(capacity)}
         max_guests = config.max_guests_per_host
+        no_former = not config.former_guests_host
         buckets: dict[int, list[tuple[tuple, RunningJob, dict[str, int], float]]] = {}
         for rj in running:
-            if rj.host_job is not None or rj.job_id in was_guest or not rj.lendable:
+            if rj.host_job is not None or not rj.lendable or (no_former and rj.job_id in was_guest):
                 continue
-            if len(rj.guest_jobs) >= max_guests:
+            if max_guests is not None and len(rj.guest_jobs) >= max_guests:
                 continue
             used: dict[str, int] = {}
             lent = 0.0
@@ -144,6 +165,24 @@ class HostIndex:
         self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
                       for i, e in enumerate(entries)}
         self.asked: set[str] = set()
+        self.max_guests = max_guests
+        # Guests given to a host during this pass: (count, core-equivalents lent). Its
+        # ``used`` map is updated in place, so its remaining cores are known at once.
+        self.taken: dict[str, tuple[int, float]] = {}
+        self._used = {e[1].job_id: e[2] for b in self.buckets for e in b}
+
+    def took(self, host_id: str, placement, lent: float) -> None:
+        """A guest was placed on ``placement`` inside ``host_id`` this pass, lending ``lent``
+        core-equivalents: the host stays a candidate for other guests on its other cores
+        (its state is its own, unchanged by the guest), with what it lends now."""
+        used = self._used.get(host_id)
+        if used is None:
+            self.mark_asked([host_id])
+            return
+        for node, c in placement.cores_by_node:
+            used[node] = used.get(node, 0) + c
+        n, extra = self.taken.get(host_id, (0, 0.0))
+        self.taken[host_id] = (n + 1, extra + lent)
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
@@ -171,18 +210,92 @@ class HostIndex:
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
         iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
         merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
-        return islice(self._filter(guest, merged), self.max_candidates)
+        found = self._filter(guest, merged)
+        return found if self.max_candidates is None else islice(found, self.max_candidates)
 
     def _filter(self, guest: Job, entries) -> Iterator[HostCandidate]:
         now, cooldown = self.now, self.cooldown
         gid = guest.job_id
+        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
         for _, rj, used, lent in entries:
             host_id = rj.job.job_id
             until = cooldown.get((gid, host_id))
             if until is not None and until > now:
                 continue
+            taken = self.taken.get(host_id)
+            if taken is not None:
+                if self.max_guests is not None and \
+                        len(rj.guest_jobs) + taken[0] >= self.max_guests:
+                    continue
+                lent += taken[1]
             placement = guest_placement(guest, rj.allocation, used)
             if placement is None:
                 continue
+            if (self.node_mem_mb is not None or self.node_bb_gb is not None) and fits_beside(
+                    guest, rj.job, [self.running_by_id[g].job for g in rj.guest_jobs
+                                    if g in self.running_by_id],
+                    node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
+                continue  # its memory or burst buffer would not fit beside the host's
             sample = self.samples.get(host_id)
-            yield HostCandidate(rj, placement, lent, sample, host_state(rj, sample, now))
+            yield HostCandidate(rj, placement, lent, sample,
+                                host_state(rj, sample, now, guest, expected))
+
+
+# The rules a host candidate passes, in the order the index applies them; a guest that finds
+# no host is refused by the furthest rule any host reached (relaxing that rule alone is what
+# would have given it a candidate first).
+REFUSALS: tuple[str, ...] = (
+    "no host large enough",   # no running job holds as many cores as the guest asks
+    "hosts are guests",       # the large-enough jobs are guests (never nested) or not lendable
+    "former guests",          # ... or were guests once (their host ended)
+    "guest slots full",       # ... or already hold config.max_guests_per_host guests
+    "no room left",           # ... or their cores are taken by other guests
+    "EASY reservation",       # ... or end before the guest would, past the shadow time
+    "cooldown",               # ... or declined this guest within decline_cooldown_s
+    "asked this pass",        # ... or were asked for another guest in this pass
+    "declined",               # the policy was asked and did not co-allocate
+)
+
+
+def why_not_hosted(guest: Job, running: list[RunningJob], *,
+                   running_by_id: Mapping[str, RunningJob], was_guest: set[str],
+                   cooldown: Mapping[tuple[str, str], float], index: "HostIndex",
+                   shadow: float | None, now: float, config: ControllerConfig) -> str:
+    """The rule (one of ``REFUSALS``) that kept ``guest`` from every running host this pass,
+    when the policy was never asked about it; ``index`` is this pass's ``HostIndex`` (what
+    it handed out and who it asked). O(running): for diagnostics only."""
+    guest_end = now + guest.walltime_s
+    furthest = 0
+    for rj in running:
+        if rj.job.cores < guest.cores:
+            continue
+        stage = 1
+        if rj.host_job is None and rj.lendable:
+            stage = 2
+            if config.former_guests_host or rj.job_id not in was_guest:
+                stage = 3
+                guests = len(rj.guest_jobs) + index.taken.get(rj.job_id, (0, 0.0))[0]
+                if config.max_guests_per_host is None or guests < config.max_guests_per_host:
+                    stage = 4
+                    used = index._used.get(rj.job_id)
+                    if used is None:
+                        used = {}
+                        for g in rj.guest_jobs:
+                            grj = running_by_id.get(g)
+                            if grj is not None:
+                                for node, c in grj.allocation.cores_by_node:
+                                    used[node] = used.get(node, 0) + c
+                    if guest_placement(guest, rj.allocation, used) is not None:
+                        stage = 5
+                        if shadow is None or guest_end <= shadow or \
+                                rj.start_time + rj.job.walltime_s >= guest_end:
+                            stage = 6
+                            until = cooldown.get((guest.job_id, rj.job_id))
+                            if until is None or until <= now:
+                                stage = 7
+                                if rj.job_id not in index.asked:
+                                    stage = 8
+        furthest = max(furthest, stage)
+        if furthest == 8:
+            break
+    return REFUSALS[furthest]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import happiness as hp
@@ -23,13 +23,26 @@ from ..policies.coalloc import (NO_COALLOCATION, Choice, CoallocationPolicy, Spa
 from ..policies.gang import first_fit
 from ..recorder import MemoryRecorder, OutcomeRecord, Recorder
 from .config import ControllerConfig, PassReport
-from .hosts import HostIndex, host_state
+from .hosts import HostIndex, host_state, why_not_hosted
 from .order import QueueOrder, fcfs
 from .placement import CoStart, EasyBackfill, Start, easy_reservation, free_cores
 from .quotas import quota_without_guest, wanted_quota
+from .usage import ClassUsage
 
 # The package's name, as before the controller became a package, so log filters still match.
 log = logging.getLogger("coscheduler.controller")
+
+
+@dataclass(frozen=True)
+class _LossPart:
+    """One side (host or guest) of a co-location's loss, with what it was measured from."""
+
+    role: str
+    loss: float
+    kind: str            # "degradation" or "walltime"
+    runtime_s: float     # measured, or projected for a side still running
+    walltime_s: float
+    projected: bool = False
 
 
 def _claim(recorder: Recorder | None) -> None:
@@ -45,9 +58,11 @@ class Controller:
 
     def __init__(self, backend: Backend, policy: CoallocationPolicy | None = None,
                  recorder: Recorder | None = None, queue_order: QueueOrder = fcfs,
-                 config: ControllerConfig | None = None):
+                 config: ControllerConfig | None = None, usage: ClassUsage | None = None):
         _claim(recorder)
         self.backend = backend
+        # What jobs of each class use unthrottled (what the experts may know of a guest).
+        self.usage = usage if usage is not None else ClassUsage()
         self.policy = policy or SpaceSharing()
         self.recorder: Recorder = recorder if recorder is not None else MemoryRecorder()
         self.queue_order = queue_order
@@ -59,6 +74,8 @@ class Controller:
         # Pending (carried-out) decisions per host, and each guest's decision.
         self._by_host: dict[str, set[int]] = {}
         self._by_guest: dict[str, int] = {}
+        self._ended_jobs: dict[str, Job] = {}            # jobs of the outcomes being drained
+        self._drain_samples: dict[str, MetricsSample] | None = None   # read when needed
         self._shared: set[str] = set()        # hosted or was a guest: not an alone run
         self._was_guest: set[str] = set()     # guests never host (even after their host ends)
         self._cooldown: dict[tuple[str, str], float] = {}   # (guest, host) -> until
@@ -80,7 +97,9 @@ class Controller:
                       learner_config: LearnerConfig | None = None,
                       queue_order: QueueOrder = fcfs, config: ControllerConfig | None = None,
                       static_fraction: float = 0.5,
-                      expert_factory: Callable[[], list] | None = None) -> "Controller":
+                      expert_factory: Callable[[], list] | None = None,
+                      class_of: Callable[[Job], str] | None = None,
+                      usage: ClassUsage | None = None) -> "Controller":
         """Rebuild a controller after a restart: the learner from ``recorder.load()``
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
@@ -93,8 +112,8 @@ class Controller:
                                   next_decision_id=loaded.next_decision_id)
             for decision, loss in loaded.observed:
                 learner.teach(decision, loss)
-        ctl = cls(backend, make_policy(policy, learner, static_fraction), recorder, queue_order,
-                  config)
+        ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of), recorder,
+                  queue_order, config, usage)
         now = backend.now()
         running = set(ctl._last)
         for decision, _ in loaded.observed:
@@ -146,6 +165,7 @@ class Controller:
         self._resolve_vanished_hosts(now, report)
         self._reconcile_quotas(running, report)
         samples = self._read_metrics(report)
+        self.usage.observe(running, samples)
         self._early_losses(samples, now, report)
         waiting = [j for j in queued if j.job_id not in self._last]
         if getattr(self.queue_order, "wants_machine", False):  # a selector's order
@@ -175,7 +195,10 @@ class Controller:
         except Exception as exc:  # noqa: BLE001
             report.errors.append(f"backend.drain_finished() failed: {exc}")
             return
-        done = {o.job_id for o in outcomes}
+        done = {o.job_id: o for o in outcomes}
+        self._ended_jobs = {o.job_id: self._last[o.job_id].job for o in outcomes
+                            if o.job_id in self._last}
+        self._drain_samples = None
         report.finished += len(outcomes)
         for o in outcomes:
             try:
@@ -184,11 +207,14 @@ class Controller:
                 log.exception("handling the outcome of job %s failed", o.job_id)
                 report.errors.append(f"outcome of job {o.job_id}: {exc}")
 
-    def _finish(self, o: Outcome, done: set[str], now: float, report: PassReport) -> None:
+    def _finish(self, o: Outcome, done: dict[str, Outcome], now: float,
+                report: PassReport) -> None:
         rj = self._last.pop(o.job_id, None)
         job = rj.job if rj is not None else None
         when = max(now, o.end_time)
-        # As a host: every pending decision of this host gets its loss now.
+        # As a host: every pending decision of this host gets its loss now: the host's, or
+        # with ``config.pair_loss`` the worse of the host's and its guest's (the guest's
+        # projected from its progress if it still runs: from now on it runs alone).
         for did in sorted(self._by_host.pop(o.job_id, ())):
             d = self.learner.pending.get(did) if self.learner else None
             if d is None:
@@ -196,15 +222,10 @@ class Controller:
             self._by_guest.pop(d.guest_job, None)
             if job is None:
                 self._finish_unknown_host(d, o, when, report)
-            elif o.state == "completed":
-                alone = self.recorder.alone_runtime(job.job_class)
-                loss = hp.host_loss(o.runtime_s, job.walltime_s, alone)
-                kind = "degradation" if alone is not None and alone > 0 else "walltime"
-                self._observe(d, loss, kind, when, report, host_runtime_s=o.runtime_s,
-                              host_walltime_s=job.walltime_s)
-            elif o.state == "timeout":
-                self._observe(d, 1.0, "walltime", when, report, host_runtime_s=o.runtime_s,
-                              host_walltime_s=job.walltime_s, note="host hit its walltime")
+            elif o.state in ("completed", "timeout"):
+                guest = self._other_part(d.guest_job, done, when, "guest") \
+                    if self.config.pair_loss else None
+                self._observe_parts(d, self._loss_part(job, o, "host"), guest, when, report)
             else:
                 self._cancel(did, when, f"host {o.job_id} {o.state}: {o.reason}".rstrip(": "), report)
         if rj is not None and rj.guest_jobs:
@@ -212,13 +233,21 @@ class Controller:
             for g in rj.guest_jobs:
                 if g not in done and g in self._last:
                     self._set_quota(g, 1.0, report)
-        # As a guest: its decision stays pending (the host's loss decides) unless it failed.
+        # As a guest whose host still runs: a failed guest cancels its decision; with
+        # ``config.pair_loss`` a finished one gets it observed now (the host's part
+        # projected from its progress); else it stays pending: the host's loss decides.
         did = self._by_guest.pop(o.job_id, None)
-        if did is not None and o.state not in ("completed", "timeout"):
-            host = self.learner.pending[did].host_job if self.learner and did in self.learner.pending else None
-            if host is not None:
-                self._by_host.get(host, set()).discard(did)
-            self._cancel(did, when, f"guest {o.job_id} {o.state}: {o.reason}".rstrip(": "), report)
+        if did is not None:
+            d = self.learner.pending.get(did) if self.learner else None
+            if d is None:
+                pass
+            elif o.state not in ("completed", "timeout"):
+                self._by_host.get(d.host_job, set()).discard(did)
+                self._cancel(did, when, f"guest {o.job_id} {o.state}: {o.reason}".rstrip(": "), report)
+            elif self.config.pair_loss and job is not None:
+                self._by_host.get(d.host_job, set()).discard(did)
+                host = self._other_part(d.host_job, done, when, "host")
+                self._observe_parts(d, host, self._loss_part(job, o, "guest"), when, report)
         if rj is not None and rj.host_job is not None and rj.host_job not in done:
             self._restore_host_quota(rj.host_job, o.job_id, report)
         # A job that ran alone teaches its class's exclusive runtime.
@@ -231,6 +260,64 @@ class Controller:
         self._was_guest.discard(o.job_id)
         self._unplaceable.discard(o.job_id)
         self._attempts.pop(o.job_id, None)
+
+    def _loss_part(self, job: Job, o: Outcome, role: str) -> "_LossPart":
+        """One side's loss of a co-location: degradation against its class's runtime alone
+        when known, else the walltime loss; a job killed at its walltime loses 1."""
+        if o.state == "timeout":
+            return _LossPart(role, 1.0, "walltime", o.runtime_s, job.walltime_s)
+        alone = self.recorder.alone_runtime(job.job_class)
+        loss = hp.host_loss(o.runtime_s, job.walltime_s, alone)
+        kind = "degradation" if alone is not None and alone > 0 else "walltime"
+        return _LossPart(role, loss, kind, o.runtime_s, job.walltime_s)
+
+    def _other_part(self, job_id: str, done: dict[str, Outcome], now: float,
+                    role: str) -> "_LossPart | None":
+        """The other side of a pair when one side ends: its real loss if it ended in the same
+        drain, else its projected degradation if it still runs (elapsed time plus what is
+        left of its work at its speed alone: from now on the pair no longer shares), else
+        unknown (None)."""
+        o = done.get(job_id)
+        if o is not None:
+            job = self._ended_jobs.get(job_id)
+            if job is None or o.state not in ("completed", "timeout"):
+                return None
+            return self._loss_part(job, o, role)
+        rj = self._last.get(job_id)
+        if rj is None:
+            return None
+        if self._drain_samples is None:
+            # Fresh metrics (not the last pass's): the same projection after a restart.
+            self._drain_samples = self._read_metrics(PassReport(time=now))
+        s = self._drain_samples.get(job_id)
+        if s is None:
+            return None
+        alone = self.recorder.alone_runtime(rj.job.job_class)
+        total = s.tasks_total if s.tasks_total is not None else rj.job.tasks
+        if alone is None or alone <= 0 or not total:
+            return None
+        left = max(0.0, 1.0 - s.tasks_done / total)
+        projected = max(0.0, s.time - rj.start_time) + left * alone + max(0.0, now - s.time)
+        loss = hp.degradation_loss(projected, alone)
+        return _LossPart(role, loss, "degradation", projected, rj.job.walltime_s, True)
+
+    def _observe_parts(self, d: Decision, host: "_LossPart | None", guest: "_LossPart | None",
+                       when: float, report: PassReport) -> None:
+        """A decision's loss: the larger of its host's and its guest's (a co-location is as
+        bad as what it did to either job), from the parts that are known."""
+        parts = [p for p in (host, guest) if p is not None]
+        if not parts:
+            self._cancel(d.decision_id, when, "neither side's loss could be measured", report)
+            return
+        worst = max(parts, key=lambda p: p.loss)
+        note = ", ".join(f"{p.role} {p.loss:.3f} ({p.kind}{', projected' if p.projected else ''})"
+                         for p in parts)
+        if worst.kind == "walltime" and worst.loss >= 1.0:
+            note += f"; {worst.role} hit its walltime"
+        self._observe(d, worst.loss, worst.kind, when, report,
+                      host_runtime_s=host.runtime_s if host else None,
+                      host_walltime_s=host.walltime_s if host else None,
+                      guest_runtime_s=guest.runtime_s if guest else None, note=note)
 
     def _finish_unknown_host(self, d: Decision, o: Outcome, when: float,
                              report: PassReport) -> None:
@@ -307,14 +394,31 @@ class Controller:
                                              s.tasks_per_s)
             if loss is None:
                 continue
+            # The verdict is final for these decisions, so it must not be milder than what
+            # the projection says of the host's slowdown (its runtime alone known) nor, with
+            # pair losses, of its guest's.
+            projected = elapsed + max(0, total - s.tasks_done) / s.tasks_per_s \
+                if s.tasks_per_s > 0 else math.inf
+            alone = self.recorder.alone_runtime(rj.job.job_class)
+            if alone is not None and alone > 0 and math.isfinite(projected):
+                loss = max(loss, hp.degradation_loss(projected, alone))
+            self._drain_samples = samples
             for did in sorted(self._by_host.pop(host_id)):
                 d = self.learner.pending.get(did)
                 if d is None:
                     continue
                 self._by_guest.pop(d.guest_job, None)
-                self._observe(d, loss, "projected", now, report,
+                guest = self._other_part(d.guest_job, {}, now, "guest") \
+                    if self.config.pair_loss else None
+                worst = max(loss, guest.loss if guest is not None else 0.0)
+                note = f"Hp projects an overrun at {elapsed:.0f} s: host {loss:.3f}"
+                if guest is not None:
+                    note += f", guest {guest.loss:.3f} (projected)"
+                self._observe(d, worst, "projected", now, report,
                               host_walltime_s=rj.job.walltime_s,
-                              note=f"Hp projects an overrun at {elapsed:.0f} s")
+                              host_runtime_s=projected if math.isfinite(projected) else None,
+                              guest_runtime_s=guest.runtime_s if guest is not None else None,
+                              note=note)
 
     # -- stage 4: place -----------------------------------------------------------------------
     def _place(self, ordered: list[Job], running: list[RunningJob], nodes, samples, now: float,
@@ -326,9 +430,10 @@ class Controller:
         if self.policy.co_allocates:
             index = HostIndex(running, capacity, samples, now, running_by_id=by_id,
                               was_guest=self._was_guest, cooldown=self._cooldown,
-                              config=self.config)
+                              config=self.config, usage=self.usage)
         plan: list[Start | CoStart] = []
         declined: list[Decision] = []
+        host_quota: dict[str, float] = {}   # hosts' quotas after this pass's co-starts
         fits_empty: dict[tuple[int, int], bool] = {}
         for job in ordered:
             shape = (job.cores, job.nodes)
@@ -362,14 +467,25 @@ class Controller:
                     log.exception("co-allocation policy %s failed for job %s", self.policy.name, job.job_id)
                     report.errors.append(f"policy {self.policy.name} failed for job {job.job_id}: {exc}")
                     result = NO_COALLOCATION
-                index.mark_asked(result.asked)
+                chosen = result.choice.host_job if result.choice is not None else None
+                index.mark_asked([h for h in result.asked if h != chosen])
                 declined.extend(result.declined)
                 for d in result.declined:
                     self._cooldown[(job.job_id, d.host_job)] = now + self.config.decline_cooldown_s
                 if result.choice is not None:
-                    host = by_id[result.choice.host_job]
-                    plan.append(CoStart(job, result.choice, host.quota_fraction))
+                    ch = result.choice
+                    # The host may take more guests on its other cores in this pass; if this
+                    # start fails it gets back the quota it held before it.
+                    before = host_quota.get(chosen, by_id[chosen].quota_fraction)
+                    host_quota[chosen] = ch.host_quota
+                    index.took(chosen, ch.placement, ch.guest_quota * job.cores)
+                    plan.append(CoStart(job, ch, before))
                     continue
+                if self.config.explain:
+                    report.refused[job.job_id] = "declined" if result.asked else why_not_hosted(
+                        job, running, running_by_id=by_id, was_guest=self._was_guest,
+                        cooldown=self._cooldown, index=index, shadow=cores.shadow,
+                        now=now, config=self.config)
             # Else the first waiting job that can get a reservation (EASY) gets it.
             if cores.shadow is None:
                 if not self.config.backfill:

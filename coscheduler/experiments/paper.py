@@ -57,9 +57,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from ..backends.interference import CALIBRATED, InterferenceModel
 from ..backends.virtual import Profile, VirtualBackend
-from ..controller import Controller, ControllerConfig
+from ..controller import Controller, ControllerConfig, order_by
+from ..controller.usage import ClassUsage
 from ..learner import LearnerConfig
+from ..learner.classes import class_key
 from ..model import Allocation, InvalidInput, Job
 from ..policies.coalloc import Asax, SpaceSharing, Static, make_policy
 from ..recorder import MemoryRecorder, Recorder
@@ -90,6 +93,9 @@ PAPER_TABLE2_RUNTIME_H: dict[int, dict[str, dict[str, float]]] = {
           "asax": {"montage": 0.30, "blast": 0.76, "statistics": 0.73, "synthetic": 0.52}},
 }
 
+# A stage that waits on files at least this share of its runtime alone is I/O-heavy.
+IO_HEAVY = 0.3
+
 # The controller's time constants at scale 1 (see the module docstring).
 TICK_S = 10.0
 DECLINE_COOLDOWN_S = 30.0
@@ -111,40 +117,64 @@ class PaperStage:
 
 SEQUENTIAL_CORES = ("one", "workflow")
 
+# The co-allocation rules before issue #10, for comparison (``old_rules``): one guest per
+# host, at most four hosts asked per guest and pass, a former guest never hosts.
+OLD_RULES = {"max_guests_per_host": 1, "max_candidates_per_guest": 4,
+             "former_guests_host": False}
+
+# Interference models by name: fitted to real measurements, or quotas and memory only.
+MODELS: dict[str, InterferenceModel] = {"calibrated": CALIBRATED,
+                                        "fluid": InterferenceModel(memory_penalty=2.0)}
+
+# ASA_X's optional experts beyond the paper's four (coscheduler.learner.experts).
+DEFAULT_EXPERTS: tuple[str, ...] = ("pair",)
+
+# ASA_X's class granularity (coscheduler.learner.classes) over the job classes
+# ``{kind}/{stage}/{cores}``: one class per workflow kind, per stage, or per stage and size.
+CLASSES: dict[str, str] = {"kind": "prefix:1", "stage": "prefix:2", "size": "job"}
+
 
 def paper_workload(scale: float = 1.0, tag: str | None = None,
-                   sequential_cores: str = "one", *,
+                   sequential_cores: str = "workflow", *, copies: int = 1,
                    mix: Sequence[tuple[str, int]] | None = None,
                    core_speed: float = 1.0) -> list[PaperStage]:
     """The paper's 46 stage jobs in submission order, all submitted at t = 0.
 
     ``tag`` goes in front of every job id (``{tag}.montage-8.mProject``) so that runs
-    sharing one state database never reuse a job id. ``sequential_cores``: "one" (the
-    testbed's jobs: a sequential stage asks for one core) or "workflow" (it asks for its
-    workflow's cores and keeps one of them busy, as a job script that requests the
-    workflow's size for every stage does). ``mix``: (workflow kind, cores) pairs instead
-    of the paper's (the Docker testbed runs it at a fraction of the cores). ``core_speed``:
-    what a core of the cluster that runs the jobs' commands is worth (the stage programs
-    shrink their CPU work by it; the profiles, and so the simulation, do not change)."""
+    sharing one state database never reuse a job id. ``sequential_cores``: "workflow" (the
+    paper's: every stage is a job asking for its workflow's cores; a sequential one keeps
+    one of them busy) or "one" (the testbed's jobs: a sequential stage asks for one core).
+    ``copies``: the 15 workflows that many times over (``--scale-out``), copy after copy;
+    copy i > 0 names its instances ``montage-8.i``. ``mix``: (workflow kind, cores) pairs
+    instead of the paper's (the Docker testbed runs it at a fraction of the cores).
+    ``core_speed``: what a core of the cluster that runs the jobs' commands is worth (the
+    stage programs shrink their CPU work by it; the profiles, and so the simulation, do not
+    change)."""
     if sequential_cores not in SEQUENTIAL_CORES:
         raise InvalidInput(f"sequential_cores must be one of {', '.join(SEQUENTIAL_CORES)}, "
                            f"got {sequential_cores!r}")
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise InvalidInput(f"copies (scale-out) must be an integer >= 1, got {copies!r}")
     from testbed.workloads.jobs import PAPER_MIX, workflow_jobs   # workloads live in the testbed
     from testbed.workloads.profile import workflow_profiles
 
+    base_mix = tuple(PAPER_MIX if mix is None else mix)
+    profiles_of = {(kind, cores): workflow_profiles(kind, cores, scale) for kind, cores in base_mix}
     stages: list[PaperStage] = []
-    for kind, cores in (PAPER_MIX if mix is None else mix):
-        name = f"{kind}-{cores}"
+    for copy, (kind, cores) in ((c, m) for c in range(copies) for m in base_mix):
+        name = f"{kind}-{cores}" if copy == 0 else f"{kind}-{cores}.{copy}"
         prefix = name if tag is None else f"{tag}.{name}"
         jobs = workflow_jobs(kind, cores, scale, 0.0, prefix, core_speed=core_speed)
-        profiles = workflow_profiles(kind, cores, scale)
+        profiles = profiles_of[(kind, cores)]
         for job, prof in zip(jobs, profiles, strict=True):
             held, util = job.cores, prof.cpu_util
             if sequential_cores == "workflow" and job.cores < cores:
                 held, util = cores, prof.cpu_util * job.cores / cores
-            job = dataclasses.replace(job, job_class=f"{name}/{prof.stage}", cores=held)
-            stages.append(PaperStage(job, Profile(prof.runtime_s, util, prof.mem_share * 100.0),
-                                     name, kind))
+            job = dataclasses.replace(job, job_class=f"{kind}/{prof.stage}/{cores}", cores=held)
+            stages.append(PaperStage(job, Profile(
+                prof.runtime_s, util, prof.mem_share * 100.0, io_share=prof.io_share,
+                membw_share=prof.membw_share, io_mb_s=prof.io_mb_s,
+                wait_share=1.0 - prof.cpu_util), name, kind))
     return stages
 
 
@@ -191,8 +221,8 @@ def submission_order(stages: Sequence[PaperStage]):
 class _RecordingBackend(VirtualBackend):
     """The virtual backend, noting each start's quota fraction (to report guests' quotas)."""
 
-    def __init__(self, nodes: dict[str, int], kill_at_walltime: bool):
-        super().__init__(nodes, kill_at_walltime=kill_at_walltime)
+    def __init__(self, nodes: dict[str, int], kill_at_walltime: bool, model: InterferenceModel):
+        super().__init__(nodes, kill_at_walltime=kill_at_walltime, model=model)
         self.start_quotas: dict[str, float] = {}
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
@@ -247,31 +277,58 @@ class PaperRun:
     stages: list[StageRecord] = field(default_factory=list)
     # Job ids in the order the backend reported their ends (the contract: each exactly once).
     outcome_ids: list[str] = field(default_factory=list)
+    # Mean over stages that hosted or were guests of runtime / runtime alone - 1.
+    mean_slowdown: float = 0.0
+    colocated: int = 0
+    # Guests co-located with a host when both wait on files at least IO_HEAVY of their
+    # time, and the mean slowdown of the stages in those pairs (None without such pairs).
+    io_pairs: int = 0
+    io_pair_slowdown: float | None = None
+    # With ``explain``: stage-seconds of waiting per rule that kept a stage from every host.
+    refusals: dict[str, float] | None = None
+    # ASA_X: learning rounds closed so far, summed over its classes (None for the others),
+    # and the weight updates closed during this run (class, round, weights before/after).
+    rounds_closed: int | None = None
+    weight_history: list[dict] | None = None
+    # The workload and the cluster were this many times the paper's (``--scale-out``).
+    scale_out: int = 1
 
-    def as_json(self) -> dict:
+    def as_json(self, refusals: bool = False) -> dict:
         """The run as docs/simulator.md documents it (no per-stage records)."""
-        return {
-            "cores": self.cores, "policy": self.policy, "repeat": self.repeat,
+        out = {
+            "cores": self.cores, "scale_out": self.scale_out, "policy": self.policy,
+            "repeat": self.repeat,
             "seed": self.seed, "scale": self.scale, "learning": self.learning,
             "makespan_s": round(self.makespan_s, 3), "mean_wait_s": round(self.mean_wait_s, 3),
             "mean_response_s": round(self.mean_response_s, 3),
             "cpu_util": round(self.cpu_util, 4), "cluster_util": round(self.cluster_util, 4),
             "peak_held_cores": self.peak_held_cores,
             "coallocations": self.coallocations,
+            "mean_slowdown": round(self.mean_slowdown, 4), "rounds_closed": self.rounds_closed,
+            "io_pairs": self.io_pairs,
+            "io_pair_slowdown": (None if self.io_pair_slowdown is None
+                                 else round(self.io_pair_slowdown, 4)),
             "mean_guest_quota": (round(statistics.fmean(self.guest_quotas), 4)
                                  if self.guest_quotas else None),
             "timeouts": self.timeouts, "overruns": self.overruns, "failed": self.failed,
             "completed": self.completed,
             "workflow_runtime_s": {k: round(v, 3) for k, v in self.workflow_runtime_s.items()},
         }
+        if refusals:
+            out["refusals"] = {k: round(v, 1) for k, v in (self.refusals or {}).items()}
+        return out
 
 
 def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0,
               repeat_index: int = 0, recorder: Recorder | None = None, *,
               node_cores: int | None = None, tag: str | None = None,
-              learning: str | None = None, sequential_cores: str = "one",
+              learning: str | None = None, sequential_cores: str = "workflow",
               kill_at_walltime: bool = False, static_fraction: float = 0.5,
-              mix: Sequence[tuple[str, int]] | None = None) -> PaperRun:
+              mix: Sequence[tuple[str, int]] | None = None,
+              explain: bool = False, classes: str = "kind", prior_runs: bool = True,
+              experts: Sequence[str] = DEFAULT_EXPERTS, model: InterferenceModel = CALIBRATED,
+              usage: ClassUsage | None = None, scale_out: int = 1,
+              old_rules: bool = False, queue_policy=None) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -286,35 +343,115 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     from testbed.workloads.profile import check_scale
 
     scale = check_scale(scale)
+    if classes not in CLASSES:
+        raise InvalidInput(f"classes must be one of {', '.join(CLASSES)}, got {classes!r}")
     if isinstance(repeat_index, bool) or not isinstance(repeat_index, int) or repeat_index < 0:
         raise InvalidInput(f"repeat_index must be an integer >= 0, got {repeat_index!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InvalidInput(f"seed must be an integer, got {seed!r}")
     policy = canonical_policy(policy)
-    stages = paper_workload(scale, tag, sequential_cores, mix=mix)
+    if isinstance(scale_out, bool) or not isinstance(scale_out, int) or scale_out < 1:
+        raise InvalidInput(f"scale_out must be an integer >= 1, got {scale_out!r}")
+    stages = paper_workload(scale, tag, sequential_cores, copies=scale_out, mix=mix)
     largest = max(s.job.cores for s in stages)
-    nodes = cluster_nodes(cluster_cores, node_cores, largest)
-    backend = _RecordingBackend(nodes, kill_at_walltime)
+    nodes = cluster_nodes(cluster_cores * scale_out, node_cores, largest)
+    backend = _RecordingBackend(nodes, kill_at_walltime, model)
     for s in stages:
         backend.submit(s.job, s.profile)
-    config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale)
-    order = submission_order(stages)
+    config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
+                              **(OLD_RULES if old_rules else {}))
+    # queue_policy: a heuristic, a learned scorer or an inspector (controller.order_by);
+    # default the paper's submission order. A fresh order per run: an inspector's keeps state.
+    order = submission_order(stages) if queue_policy is None else order_by(queue_policy)
     learning_label = learning or ("carried" if recorder is not None else "fresh")
-    recorder = recorder if recorder is not None else MemoryRecorder()
+    recorder = _RoundTap(recorder if recorder is not None else MemoryRecorder())
     if policy == "asax":
+        usage = usage if usage is not None else ClassUsage()
+        if prior_runs:
+            # What a site's accounting of earlier exclusive runs holds (Slurm's sacct:
+            # elapsed, CPU time, memory): each class's runtime alone, exactly what space
+            # sharing measures here, and its CPU and memory use. The first co-locations get
+            # degradation losses, and the pair expert knows its guests.
+            for st in stages:
+                cls = st.job.job_class
+                if recorder.alone_runtime(cls) is None:
+                    recorder.record_alone_runtime(cls, st.profile.alone_runtime_s)
+                if usage.expected(cls) is None:
+                    usage.add(cls, st.profile.cpu_util * 100.0, st.profile.mem_percent,
+                              st.profile.io_mb_s)
         controller = Controller.from_recorder(
-            backend, recorder, "asax", learner_config=LearnerConfig(seed=seed + repeat_index),
-            queue_order=order, config=config)
+            backend, recorder, "asax",
+            learner_config=LearnerConfig(seed=seed + repeat_index, extra_experts=tuple(experts)),
+            queue_order=order, config=config, class_of=class_key(CLASSES[classes]), usage=usage)
     else:
         controller = Controller(backend, make_policy(policy, static_fraction=static_fraction),
                                 recorder, order, config)
-    backend.run_until_idle(controller, tick_s=TICK_S * scale)
-    return _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
-                    learning_label if policy == "asax" else None)
+    census = _Census(controller) if explain else None
+    backend.run_until_idle(census or controller, tick_s=TICK_S * scale)
+    run = _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
+                    learning_label if policy == "asax" else None, cluster_cores * scale_out)
+    run.scale_out = scale_out
+    if controller.learner is not None:
+        learner = controller.learner
+        run.rounds_closed = sum(learner.class_state(c).rounds for c in learner.known_classes())
+        run.weight_history = [
+            {"class": r.job_class, "round": r.round, "time": r.time,
+             "experts": list(learner.class_state(r.job_class).expert_names),
+             "weights_before": list(r.weights_before), "weights_after": list(r.weights_after)}
+            for r in recorder.closed]
+    if census is not None:
+        run.refusals = census.totals()
+    return run
+
+
+class _RoundTap:
+    """A recorder that passes everything on and also keeps the rounds closed through it
+    (for the weight trajectories)."""
+
+    def __init__(self, inner: Recorder):
+        self._inner = inner
+        self.closed: list = []
+        if hasattr(inner, "record_observation"):
+            self.record_observation = self._record_observation
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def record_round(self, closed) -> None:
+        self.closed.append(closed)
+        self._inner.record_round(closed)
+
+    def _record_observation(self, record, state, closed) -> None:
+        if closed is not None:
+            self.closed.append(closed)
+        self._inner.record_observation(record, state, closed)
+
+
+class _Census:
+    """Wraps a controller: after each pass, notes why each waiting stage found no host
+    (``PassReport.refused``), weighted by the time until the next pass."""
+
+    def __init__(self, controller: Controller):
+        self.controller = controller
+        self.passes: list[tuple[float, dict[str, str]]] = []
+
+    def step(self):
+        report = self.controller.step()
+        self.passes.append((report.time, dict(report.refused)))
+        return report
+
+    def totals(self) -> dict[str, float]:
+        """Stage-seconds of waiting per refusal reason."""
+        out: dict[str, float] = {}
+        for (t, refused), (t_next, _) in zip(self.passes, self.passes[1:]):
+            for reason in refused.values():
+                out[reason] = out.get(reason, 0.0) + (t_next - t)
+        return out
 
 
 def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, policy: str,
-             repeat: int, seed: int, scale: float, learning: str | None) -> PaperRun:
+             repeat: int, seed: int, scale: float, learning: str | None,
+             total_cores: int) -> PaperRun:
     outcomes = {o.job_id: o for o in backend.history}
     hosts = {job: host for _, job, host in backend.starts}
     records: list[StageRecord] = []
@@ -336,6 +473,13 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         runtimes[r.workflow] = runtimes.get(r.workflow, 0.0) + (r.end - r.start)
     guests = [r for r in records if r.host is not None]
     by_id = {s.job.job_id: s for s in stages}
+    shared = {r.job_id for r in guests} | {r.host for r in guests}
+    slowdown = {r.job_id: (r.end - r.start) / by_id[r.job_id].profile.alone_runtime_s - 1.0
+                for r in records if r.job_id in shared and r.state == "completed"}
+    slowdowns = list(slowdown.values())
+    io_heavy = {s.job.job_id for s in stages if s.profile.io_share >= IO_HEAVY}
+    io_pair_slowdowns = [slowdown[j] for r in guests if r.job_id in io_heavy and r.host in io_heavy
+                         for j in (r.job_id, r.host) if j in slowdown]
     makespan = max(r.end for r in records) - min(r.submit for r in records)
     return PaperRun(
         cores=cores, policy=policy, repeat=repeat, seed=seed, scale=scale, learning=learning,
@@ -343,9 +487,14 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         mean_wait_s=statistics.fmean(r.start - r.eligible for r in ran) if ran else 0.0,
         mean_response_s=statistics.fmean(r.end - r.submit for r in ran) if ran else 0.0,
         cpu_util=backend.busy_core_seconds / held_cs if held_cs > 0 else 0.0,
-        cluster_util=backend.busy_core_seconds / (cores * makespan) if makespan > 0 else 0.0,
+        cluster_util=(backend.busy_core_seconds / (total_cores * makespan)
+                      if makespan > 0 else 0.0),
         busy_core_seconds=backend.busy_core_seconds, held_core_seconds=held_cs,
         peak_held_cores=_peak(held), coallocations=len(guests),
+        mean_slowdown=statistics.fmean(slowdowns) if slowdowns else 0.0,
+        colocated=len(slowdowns),
+        io_pairs=sum(1 for r in guests if r.job_id in io_heavy and r.host in io_heavy),
+        io_pair_slowdown=statistics.fmean(io_pair_slowdowns) if io_pair_slowdowns else None,
         guest_quotas=[backend.start_quotas[r.job_id] for r in guests],
         timeouts=sum(1 for r in records if r.state == "timeout"),
         overruns=sum(1 for r in records
@@ -399,8 +548,13 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    policies: Sequence[str] = POLICIES, repeat: int = 3, scale: float = 1.0,
                    seed: int = 0, carry_learning: bool = True, store: Recorder | None = None,
                    node_cores: int | None = None, tag: str | None = None,
-                   sequential_cores: str = "one", kill_at_walltime: bool = False,
-                   on_run=None, mix: Sequence[tuple[str, int]] | None = None) -> list[PaperRun]:
+                   sequential_cores: str = "workflow", kill_at_walltime: bool = False,
+                   on_run=None, mix: Sequence[tuple[str, int]] | None = None, *,
+                   classes: str = "kind",
+                   experts: Sequence[str] = DEFAULT_EXPERTS,
+                   model: InterferenceModel = CALIBRATED, explain: bool = False,
+                   prior_runs: bool = True, scale_out: int = 1,
+                   old_rules: bool = False, queue_policy=None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -413,6 +567,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
     for cores in cluster_sizes:
         carried: Recorder | None = store if store is not None else (
             MemoryRecorder() if carry_learning else None)
+        usage = ClassUsage() if carry_learning or store is not None else None
         for policy in policies:
             for k in range(repeat):
                 recorder = carried if policy == "asax" else None
@@ -422,7 +577,11 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                                 sequential_cores=sequential_cores,
                                 kill_at_walltime=kill_at_walltime, mix=mix,
                                 learning="carried" if (carry_learning or store is not None)
-                                else "fresh")
+                                else "fresh", classes=classes, experts=experts, model=model,
+                                explain=explain, prior_runs=prior_runs,
+                                usage=usage if policy == "asax" else None,
+                                scale_out=scale_out, old_rules=old_rules,
+                                queue_policy=queue_policy)
                 runs.append(run)
                 if on_run is not None:
                     on_run(run)
@@ -430,7 +589,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
 
 
 SUMMARY_FIELDS = ("makespan_s", "mean_wait_s", "mean_response_s", "cpu_util", "cluster_util",
-                  "coallocations", "timeouts", "overruns")
+                  "coallocations", "timeouts", "overruns", "mean_slowdown")
 
 
 def summarise(runs: Sequence[PaperRun]) -> list[dict]:
@@ -441,9 +600,11 @@ def summarise(runs: Sequence[PaperRun]) -> list[dict]:
         groups.setdefault((r.cores, r.policy), []).append(r)
     out = []
     for (cores, policy), rs in groups.items():
-        row: dict = {"cores": cores, "policy": policy, "repeats": len(rs)}
+        row: dict = {"cores": cores, "scale_out": rs[0].scale_out, "policy": policy,
+                     "repeats": len(rs)}
         for f in SUMMARY_FIELDS:
             row[f] = round(statistics.median(getattr(r, f) for r in rs), 4)
+        row["rounds_closed"] = rs[-1].rounds_closed   # so far: after the last repetition
         row["workflow_runtime_s"] = {
             w: round(statistics.median(r.workflow_runtime_s[w] for r in rs), 3)
             for w in rs[0].workflow_runtime_s}
@@ -455,11 +616,43 @@ def summarise(runs: Sequence[PaperRun]) -> list[dict]:
     return out
 
 
+def instance_kinds(copies: int = 1) -> dict[str, str]:
+    """Workflow instance name -> kind (``montage-8.3`` -> ``montage``)."""
+    from testbed.workloads.jobs import PAPER_MIX
+
+    return {(f"{k}-{c}" if i == 0 else f"{k}-{c}.{i}"): k
+            for i in range(copies) for k, c in PAPER_MIX}
+
+
+def refusal_table(runs: Sequence[PaperRun]) -> str:
+    """Per cluster size and co-allocating policy: stage-seconds waited by stages no host took,
+    by the rule that refused them (medians over repetitions), and the share of all waiting."""
+    from ..controller.hosts import REFUSALS
+
+    lines = ["Why waiting stages found no host (stage-seconds, medians over repetitions; "
+             "% of all waiting):"]
+    groups: dict[tuple[int, str], list[PaperRun]] = {}
+    for r in runs:
+        if r.refusals is not None and r.policy != "space-sharing":
+            groups.setdefault((r.cores, r.policy), []).append(r)
+    for (cores, policy), rs in groups.items():
+        waited = statistics.median(sum(s.start - s.eligible for s in r.stages
+                                       if s.eligible is not None) for r in rs)
+        parts = []
+        for reason in REFUSALS:
+            v = statistics.median((r.refusals or {}).get(reason, 0.0) for r in rs)
+            if v > 0:
+                parts.append(f"{reason} {v:.0f} ({100 * v / waited:.0f} %)" if waited > 0
+                             else f"{reason} {v:.0f}")
+        lines.append(f"  {cores:>4} {policy:<8} waited {waited:.0f}: " + (", ".join(parts) or "-"))
+    return "\n".join(lines)
+
+
 def runtime_by_kind(row: dict) -> dict[str, float]:
     """Mean total runtime per workflow kind (Table 2 averages a kind's instances)."""
     out: dict[str, list[float]] = {}
     for w, t in row["workflow_runtime_s"].items():
-        out.setdefault(w.rsplit("-", 1)[0], []).append(t)
+        out.setdefault(w.split("-", 1)[0], []).append(t)
     return {k: statistics.fmean(v) for k, v in out.items()}
 
 

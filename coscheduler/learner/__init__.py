@@ -1,11 +1,13 @@
 """The ASA_X learner: experts, the mixture, risk and exponential weights (pure logic)."""
 
 from .asax import AsaxLearner, ClassState, Decision, LearnerConfig, RoundClosed
-from .experts import (Expert, FittedTreeExpert, HostState, ThresholdTreeExpert, action_fractions,
-                      leaf_distribution, paper_experts)
+from .experts import (EXTRA_EXPERTS, Expert, FittedTreeExpert, HostState, IoExpert, PairExpert,
+                      ThresholdTreeExpert, action_fractions, extra_expert, leaf_distribution,
+                      paper_experts)
 
 __all__ = [
-    "AsaxLearner", "ClassState", "Decision", "Expert", "FittedTreeExpert", "HostState",
+    "AsaxLearner", "ClassState", "Decision", "EXTRA_EXPERTS", "Expert", "FittedTreeExpert",
+    "HostState", "IoExpert", "PairExpert", "extra_expert",
     "LearnerConfig", "RoundClosed", "ThresholdTreeExpert", "action_fractions",
     "leaf_distribution", "paper_experts",
 ]

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
-from .experts import Expert, FittedTreeExpert, HostState, action_fractions, paper_experts
+from .experts import (EXTRA_EXPERTS, Expert, FittedTreeExpert, HostState, action_fractions,
+                      extra_expert, paper_experts)
 
 GAMMA_SCHEDULES = ("sqrt", "constant")
 
@@ -42,9 +43,19 @@ class LearnerConfig:
     risk_threshold: float = 1.0
     seed: int = 0
     fitted_expert: bool = True
+    # Optional experts beyond the paper's four (experts.EXTRA_EXPERTS: "pair", "io"). A
+    # learner's expert set is fixed: saved classes with another set are refused.
+    extra_experts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         action_fractions(self.m)
+        object.__setattr__(self, "extra_experts", tuple(self.extra_experts))
+        for name in self.extra_experts:
+            if name not in EXTRA_EXPERTS:
+                raise InvalidInput(f"unknown expert {name!r}: the optional experts are "
+                                   f"{', '.join(EXTRA_EXPERTS)}")
+        if len(set(self.extra_experts)) != len(self.extra_experts):
+            raise InvalidInput(f"extra experts repeat: {list(self.extra_experts)}")
         g = check_finite(self.gamma0, "gamma0")
         if g is None or g <= 0:
             raise InvalidInput(f"gamma0 must be > 0, got {self.gamma0!r}")
@@ -193,9 +204,9 @@ def _uniform01(seed: int, decision_id: int) -> float:
 
 
 def default_expert_factory(config: LearnerConfig) -> Callable[[], list[Expert]]:
-    """The paper's four trees (shared: they hold no state) plus, if enabled, a fitted
-    expert per class (it learns from that class's outcomes only)."""
-    trees = paper_experts(config.m)
+    """The paper's four trees and the optional extra experts (shared: they hold no state)
+    plus, if enabled, a fitted expert per class (it learns from that class's outcomes only)."""
+    trees = paper_experts(config.m) + [extra_expert(n, config.m) for n in config.extra_experts]
 
     def make() -> list[Expert]:
         experts: list[Expert] = list(trees)

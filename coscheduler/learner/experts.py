@@ -50,6 +50,13 @@ class HostState:
     ``cpu_percent`` and ``mem_percent`` are of A's allocation (0-100, may exceed 100
     briefly); ``elapsed_fraction`` is elapsed time over walltime; ``happiness`` is Hp(t) or
     None when unknown.
+
+    Optional, beyond the paper's four metrics (None when unknown; the paper's experts never
+    read them): ``io_mb_s``, the host's file I/O rate (MB/s read and written) as the node
+    agent samples it; and what is known of the guest B that would join: ``guest_cpu_percent``,
+    ``guest_mem_percent`` and ``guest_io_mb_s``, what jobs of B's class used of their own
+    cores, memory and file I/O when they ran unthrottled, and ``guest_share``, B's cores
+    over A's.
     """
 
     job_class: str
@@ -58,6 +65,11 @@ class HostState:
     stage_type: StageType
     elapsed_fraction: float
     happiness: float | None = None
+    io_mb_s: float | None = None
+    guest_cpu_percent: float | None = None
+    guest_mem_percent: float | None = None
+    guest_share: float | None = None
+    guest_io_mb_s: float | None = None
 
     def __post_init__(self) -> None:
         validate_job_class(self.job_class)
@@ -68,10 +80,16 @@ class HostState:
             hp = float(self.happiness)
             if math.isnan(hp) or hp < 0:
                 raise InvalidInput(f"host state: happiness must be >= 0 or None, got {self.happiness!r}")
+        for name in ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_share",
+                     "guest_io_mb_s"):
+            check_finite(getattr(self, name), f"host state: {name}", minimum=0.0, allow_none=True)
         object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, "host state"))
 
     def features(self) -> list[float]:
-        """Numeric features for fitted experts (Hp clipped, unknown as -1)."""
+        """Numeric features for fitted experts (Hp clipped, unknowns as -1): what the
+        host's own samples tell. Not the guest's fields: they come from the controller's
+        memory of past runs, which a restart loses, and a restarted controller must decide
+        as the uninterrupted one would."""
         hp = -1.0 if self.happiness is None else min(float(self.happiness), 10.0)
         return [
             float(self.cpu_percent),
@@ -79,11 +97,12 @@ class HostState:
             1.0 if self.stage_type is StageType.PARALLEL else 0.0,
             min(float(self.elapsed_fraction), 2.0),
             hp,
+            -1.0 if self.io_mb_s is None else float(self.io_mb_s),
         ]
 
     def to_dict(self) -> dict:
         hp = self.happiness
-        return {
+        d = {
             "job_class": self.job_class,
             "cpu_percent": self.cpu_percent,
             "mem_percent": self.mem_percent,
@@ -92,6 +111,11 @@ class HostState:
             # JSON has no infinity: a finished-work host is "very happy".
             "happiness": None if hp is None else (HAPPINESS_DONE if math.isinf(hp) else hp),
         }
+        for name in ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_share",
+                     "guest_io_mb_s"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "HostState":
@@ -103,6 +127,11 @@ class HostState:
                 stage_type=StageType(d["stage_type"]),
                 elapsed_fraction=d["elapsed_fraction"],
                 happiness=d.get("happiness"),
+                io_mb_s=d.get("io_mb_s"),
+                guest_cpu_percent=d.get("guest_cpu_percent"),
+                guest_mem_percent=d.get("guest_mem_percent"),
+                guest_share=d.get("guest_share"),
+                guest_io_mb_s=d.get("guest_io_mb_s"),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise InvalidInput(f"host state record {d!r} is not valid: {exc}") from None
@@ -196,6 +225,130 @@ def paper_experts(m: int = 10) -> list[ThresholdTreeExpert]:
         ThresholdTreeExpert("elapsed", "elapsed_fraction", (0.25, 0.5, 0.75),
                             ((0.0, 0.3, 0.5), (0.0, 0.4, 0.6), (0.0, 0.4, 0.7), (0.0, 0.3, 0.7)), m),
     ]
+
+
+class IoExpert(ThresholdTreeExpert):
+    """Beyond the paper: a hand-made tree on file I/O (MB/s), then Hp.
+
+    The paper's experts see CPU, memory, stage type and elapsed time, not I/O, though two
+    I/O-heavy jobs on the same storage slow each other whatever their CPU quotas. Its
+    metric is the host's I/O rate as the node agent samples it, or, when the guest's class
+    is known to do file I/O too, the smaller of the two rates: the pair's I/O contention.
+    Design rule as the others': lend more when little I/O meets and the host is happy.
+    Unknown host I/O (a backend that does not measure it) falls in the middle bin.
+    """
+
+    def __init__(self, m: int = 10, edges: Sequence[float] = (5.0, 20.0)):
+        super().__init__("io", "io_mb_s", edges,
+                         ((0.05, 0.5, 0.8), (0.0, 0.25, 0.45), (0.0, 0.0, 0.1)), m)
+
+    def metric_value(self, state: HostState) -> float:
+        v = state.io_mb_s
+        if v is None:   # the middle bin: between the edges
+            return (self.edges[0] + self.edges[-1]) / 2.0
+        if state.guest_io_mb_s is not None:
+            return min(float(v), float(state.guest_io_mb_s))
+        return float(v)
+
+
+PAIR_SPREAD = 0.05   # the pair expert is sure of its answer: a narrow bell
+PAIR_TOLERANCE = 0.10   # the largest predicted slowdown of either job it accepts
+
+
+class PairExpert:
+    """Beyond the paper: an expert that sees the guest too, and predicts what each quota
+    does to the pair with the site's calibrated interference model.
+
+    For every action a it predicts the slowdown of the host (quota 1 - a x guest_share,
+    beside a guest busy min(u_guest, a) on its share of the cores) and of the guest
+    (quota a, beside the host), with ``coscheduler.backends.interference.CALIBRATED``
+    (what ``cosched calibrate`` measured), from what the state tells: both jobs' CPU and
+    memory use and the guest's cores over the host's. It favours the action whose worse
+    predicted slowdown is smallest (the larger one on ties), as a narrow bell; a_0 when
+    even that exceeds ``tolerance``, when memory cannot hold both or when the host is
+    unhappy (Hp < 1). Without knowledge of the guest it has no opinion (uniform), so it
+    neither gains nor loses weight from those decisions. A sequential host keeps one
+    process busy whatever its cores: its waiting share is unknown and taken as one half.
+    """
+
+    name = "pair"
+
+    def __init__(self, m: int = 10, tolerance: float = PAIR_TOLERANCE, model=None):
+        from ..backends.interference import CALIBRATED   # pure arithmetic, no backend
+
+        self.m = m
+        self.actions = action_fractions(m)
+        self.tolerance = tolerance
+        self.model = model if model is not None else CALIBRATED
+        self._uniform = tuple(1.0 / m for _ in range(m))
+        self._bells = {j: _bell(a, m, PAIR_SPREAD) for j, a in enumerate(self.actions)}
+
+    def predicted(self, state: HostState, j: int) -> float | None:
+        """The worse of the two jobs' predicted slowdowns (runtime over alone, minus 1)
+        under action j; None without knowledge of the guest."""
+        from ..backends.interference import JobDemand
+
+        g, gm = state.guest_cpu_percent, state.guest_mem_percent
+        if g is None or gm is None or j == 0:
+            return None if g is None or gm is None else 0.0
+        f = 1.0 if state.guest_share is None else min(1.0, state.guest_share)
+        u_h = min(1.0, state.cpu_percent / 100.0)
+        u_g = min(1.0, g / 100.0)
+        wait_h = 0.5 if state.stage_type is StageType.SEQUENTIAL else 1.0 - u_h
+        host = JobDemand(cpu=u_h, wait=wait_h)
+        guest = JobDemand(cpu=u_g)
+        a = self.actions[j]
+        q_h = 1.0 - a * f
+        if q_h <= 0:
+            return math.inf
+        share = state.mem_percent / 100.0 + gm / 100.0 * f
+        r_h = self.model.rate(host, q_h, [(guest, a, f)], share)
+        r_g = self.model.rate(guest, a, [(host, q_h, 1.0)], share)
+        if r_h <= 0 or r_g <= 0:
+            return math.inf
+        return max(1.0 / r_h, 1.0 / r_g) - 1.0
+
+    def action(self, state: HostState) -> int | None:
+        """The action index it favours, or None without knowledge of the guest."""
+        if state.guest_cpu_percent is None or state.guest_mem_percent is None:
+            return None
+        if state.happiness is not None and state.happiness < HP_EDGES[0]:
+            return 0
+        f = 1.0 if state.guest_share is None else state.guest_share
+        if state.mem_percent + state.guest_mem_percent * f > 100.0:
+            return 0
+        best, best_j = math.inf, 0
+        for j in range(1, self.m):
+            s = self.predicted(state, j)
+            if s is not None and s <= best + 1e-12:
+                best, best_j = s, j
+        return best_j if best <= self.tolerance else 0
+
+    def distribution(self, state: HostState) -> tuple[float, ...]:
+        j = self.action(state)
+        return self._uniform if j is None else self._bells[j]
+
+    def learn(self, state: HostState, action_fraction: float, loss: float) -> None:
+        return None
+
+
+def _bell(centre: float, m: int, spread: float) -> tuple[float, ...]:
+    acts = action_fractions(m)
+    raw = [math.exp(-((a - centre) ** 2) / (2 * spread ** 2)) + LEAF_FLOOR for a in acts]
+    total = sum(raw)
+    return tuple(r / total for r in raw)
+
+
+EXTRA_EXPERTS = ("pair", "io")
+
+
+def extra_expert(name: str, m: int = 10) -> Expert:
+    """An optional expert by name (``pair``, ``io``), beyond the paper's four."""
+    if name == "pair":
+        return PairExpert(m)
+    if name == "io":
+        return IoExpert(m)
+    raise InvalidInput(f"unknown expert {name!r}: the optional experts are {', '.join(EXTRA_EXPERTS)}")
 
 
 class FittedTreeExpert:

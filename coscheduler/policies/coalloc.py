@@ -25,9 +25,10 @@ host's state costs nothing for hosts never asked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from ..learner import AsaxLearner, Decision, HostState
+from ..learner.classes import job_class_of
 from ..model import Allocation, InvalidInput, Job, MetricsSample, RunningJob, check_finite
 
 
@@ -148,8 +149,11 @@ class Asax:
     name = "asax"
     co_allocates = True
 
-    def __init__(self, learner: AsaxLearner):
+    def __init__(self, learner: AsaxLearner, class_of: Callable[[Job], str] | None = None):
         self.learner = learner
+        # The learner keeps weights per class; which jobs share a class is a choice
+        # (``coscheduler.learner.classes``): by default the host's own job class.
+        self.class_of = class_of or job_class_of
 
     def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
         asked: list[str] = []
@@ -159,7 +163,7 @@ class Asax:
             host_id = cand.host.job_id
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
-                                    job_class=cand.host.job.job_class)
+                                    job_class=self.class_of(cand.host.job))
             if d.action_index == 0 or d.action_fraction <= 0.0:
                 # Observed now: loss 0 adds no risk, so this never closes a round.
                 self.learner.observe(d.decision_id, 0.0, now)
@@ -174,15 +178,17 @@ POLICY_NAMES = ("space-sharing", "static", "asax")
 
 
 def make_policy(name: str, learner: AsaxLearner | None = None,
-                static_fraction: float = 0.5) -> CoallocationPolicy:
-    """A policy by name: ``space-sharing`` (alias ``slurm``), ``static``, ``asax``."""
+                static_fraction: float = 0.5,
+                class_of: Callable[[Job], str] | None = None) -> CoallocationPolicy:
+    """A policy by name: ``space-sharing`` (alias ``slurm``), ``static``, ``asax``
+    (``class_of``: the learner's class of a host job, default its job class)."""
     key = name.strip().lower() if isinstance(name, str) else name
     if key in ("space-sharing", "spacesharing", "slurm"):
         return SpaceSharing()
     if key == "static":
         return Static(static_fraction)
     if key in ("asax", "asa_x"):
-        return Asax(learner or AsaxLearner())
+        return Asax(learner or AsaxLearner(), class_of)
     raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
 
 

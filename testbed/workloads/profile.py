@@ -90,6 +90,11 @@ class GroupPlan:
     wait_s: float  # per task: I/O or message waiting (the floor)
     overhead_s: float
     io_cpu_s: float = 0.0  # per task: CPU used while waiting (copying data)
+    overhead_cpu_s: float | None = None  # CPU of the overhead when not overhead_s x 1 core
+
+    @property
+    def overhead_cpu(self) -> float:
+        return self.overhead_s if self.overhead_cpu_s is None else self.overhead_cpu_s
 
     @property
     def waves(self) -> int:
@@ -132,6 +137,13 @@ class StageProfile:
     mem_share: float
     walltime_s: float
     groups: tuple[GroupPlan, ...]
+    # Shares of the runtime alone spent waiting on files (the disk / shared file system)
+    # and computing over a working set streamed from memory (larger than the caches), and
+    # the files' bytes read and written per second: what the simulator's interference
+    # model and the I/O-aware expert see of the stage.
+    io_share: float = 0.0
+    membw_share: float = 0.0
+    io_mb_s: float = 0.0
 
     def runtime_under_quota(self, quota_fraction: float) -> float:
         """Expected runtime when the job gets ``quota_fraction`` of its cores' CPU time."""
@@ -152,7 +164,8 @@ class StageProfile:
             "scale": self.scale, "tasks": self.tasks, "runtime_s": round(self.runtime_s, 3),
             "cpu_s": round(self.cpu_s, 3), "cpu_util": round(self.cpu_util, 3),
             "mem_mb": round(self.mem_mb, 1), "mem_share": self.mem_share,
-            "walltime_s": self.walltime_s,
+            "walltime_s": self.walltime_s, "io_share": round(self.io_share, 3),
+            "membw_share": round(self.membw_share, 3), "io_mb_s": round(self.io_mb_s, 3),
         }
 
 
@@ -194,10 +207,15 @@ def plan_groups(stage: StageSpec, workers: int, scale: float,
     for g, n in zip(stage.groups, counts):
         w = min(workers, n)
         overhead = GROUP_OVERHEAD_S
-        if g.kind in ("memload", "memcompute"):
-            overhead += g.buffer_mb * 1e6 * scale / FILL_BYTES_PER_S
+        fill = g.buffer_mb * 1e6 * scale / FILL_BYTES_PER_S
+        overhead_cpu = None
+        if g.kind == "memload":
+            overhead += fill
+        elif g.kind == "memcompute":  # each worker fills its own share, all at once
+            overhead += fill / w
+            overhead_cpu = GROUP_OVERHEAD_S + fill
         plans.append(GroupPlan(g.name, g.kind, n, w, g.cpu_s(scale), g.wait_s(scale), overhead,
-                               _io_cpu_s(g, scale)))
+                               _io_cpu_s(g, scale), overhead_cpu))
     return tuple(plans)
 
 
@@ -231,8 +249,9 @@ def stage_profile(workflow: str | WorkflowSpec, stage: str, cores: int, scale: f
     workers = workers_for(spec, cores)
     groups = plan_groups(spec, workers, scale, tasks)
     runtime = STARTUP_S + sum(g.runtime_s() for g in groups)
-    cpu = STARTUP_S + sum(g.overhead_s + g.tasks * (g.cpu_s + g.io_cpu_s) for g in groups)
+    cpu = STARTUP_S + sum(g.overhead_cpu + g.tasks * (g.cpu_s + g.io_cpu_s) for g in groups)
     job_cores = cores if spec.stage_type is StageType.PARALLEL else 1
+    io_share, membw_share, io_bytes = _io_and_memory(spec, groups, scale, workers)
     return StageProfile(
         workflow=wf.name, stage=spec.name, job_class=f"{wf.name}/{spec.name}",
         stage_type=spec.stage_type, cores=job_cores, workers=workers, scale=scale,
@@ -240,7 +259,28 @@ def stage_profile(workflow: str | WorkflowSpec, stage: str, cores: int, scale: f
         cpu_util=min(1.0, cpu / (job_cores * runtime)),
         mem_mb=_mem_mb(spec, workers, scale), mem_share=wf.paper_mem_util,
         walltime_s=walltime_request(runtime), groups=groups,
+        io_share=min(1.0, io_share / runtime), membw_share=min(1.0, membw_share / runtime),
+        io_mb_s=io_bytes / runtime / 1e6,
     )
+
+
+def _io_and_memory(spec: StageSpec, groups: tuple[GroupPlan, ...], scale: float,
+                   workers: int) -> tuple[float, float, float]:
+    """Seconds (of the runtime alone) waiting on files and streaming memory, and the bytes
+    the stage's files move. Messages wait on the network, not the disk: not counted."""
+    from .burn import CACHED_LIMIT_BYTES   # burn imports numpy: only when profiling
+
+    io_s = membw_s = io_bytes = 0.0
+    for g, plan in zip(spec.groups, groups):
+        busy = plan.waves * plan.cpu_s
+        if g.kind in ("files", "merge"):
+            io_s += plan.waves * plan.wait_s
+            moved = (file_bytes(g.mb_in, g.files_in, scale) * g.files_in
+                     + file_bytes(g.mb_out, g.files_out, scale) * g.files_out)
+            io_bytes += plan.tasks * moved
+        if buffer_bytes(g, scale, plan.workers) > CACHED_LIMIT_BYTES:
+            membw_s += busy
+    return io_s, membw_s, io_bytes
 
 
 def workflow_profiles(workflow: str, cores: int, scale: float) -> list[StageProfile]:

@@ -1,0 +1,161 @@
+"""How co-located jobs slow each other in the virtual backend: the model and ALL its parameters.
+
+Every parameter of the virtual backend's interference model lives in ``InterferenceModel``;
+``CALIBRATED`` holds the values fitted to real measurements on the project's development
+machine (real stage programs under real cgroup v1 quotas, docs/calibration.md, re-measured
+with ``cosched calibrate``). Pure arithmetic: no I/O.
+
+A job is described by shares of its runtime alone (``JobDemand``):
+
+- ``cpu``: u, the share of its cores it keeps busy (CPU time / (cores x runtime));
+- ``wait``: the share of the time its processes wait off the CPU (default 1 - u; less for
+  a job that holds more cores than it has processes, such as a sequential stage holding
+  its workflow's cores);
+- ``membw``: the share of its runtime spent streaming memory (a working set larger than the
+  caches), which contends for the memory bandwidth of the node;
+- ``io``: the share of its runtime spent waiting on the disk / file system, which contends
+  with other jobs' I/O on the same storage;
+- ``mem``: its memory use as a share of its allocation's memory (capacity, not bandwidth).
+
+A job's speed relative to alone (1.0 = as fast as alone) when it shares a host's cores
+with others (the host and its guests; ``others``) is
+
+    rate = quota_term / (1 + k_ts * wait * sum(busy_o)                same cores: waking up
+                                                                         to a busy core
+                           + k_cache * (u - membw) * sum(membw_o)       a streaming co-runner
+                                                                         evicts our cached data
+                           + k_bw * membw * sum(membw_o)                memory bandwidth
+                           + k_io * io * sum(io_o))                     disk
+           x capacity_factor                                            memory capacity
+
+- quota_term = 1 / max(1, x (1 + throttle)) where x = u / q + (1 - overlap) x (1 - u), and
+  1 when x <= 1 (the quota never binds): a cgroup quota caps CPU time (u / q); a job that
+  alternates computing
+  and waiting cannot always hide its waits behind the throttled computing (overlap = 1: a
+  fluid job that can, as one with many workers; a single worker measures lower), and
+  throttled runs cost a little more or less CPU per unit of work (throttle);
+- busy_o = min(u_o, q_o): the CPU share a co-runner on the same cores really uses; a job
+  that waits (wait) wakes up to find its core busy that often (k_ts, summed over the
+  co-runners on its cores, each weighted by the share of its cores it runs on: a guest
+  fills its own cores, a host's cores only in part); a job computing on cached data
+  (u - membw) loses the shared cache to co-runners that stream memory (k_cache), and the
+  memory bandwidth and the disk are shared by every job of the group (k_bw, k_io);
+- capacity_factor = 1 / (1 + memory_penalty x (S - 1)) when the group wants S > 1 of the
+  host's memory (S = mem_host + sum mem_guest x cores_guest / cores_host), else 1:
+  swapping and page-cache thrashing. Not measured here (filling a shared 24 GiB machine's
+  memory would hurt everyone on it): a documented assumption.
+
+A job alone at full quota pays nothing; a job whose quota is at or above its demand
+(``InterferenceModel.demand``: its CPU use u when overlap = 1) and that shares no memory
+bandwidth, disk or memory capacity with a busy co-runner is not slowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from ..model import InvalidInput, check_finite
+
+
+@dataclass(frozen=True)
+class JobDemand:
+    """What a job asks of its node, as shares of its runtime alone (see the module docstring)."""
+
+    cpu: float
+    membw: float = 0.0
+    io: float = 0.0
+    mem: float = 0.0
+    wait: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.wait is None:
+            object.__setattr__(self, "wait", max(0.0, 1.0 - float(self.cpu)))
+        for name in ("cpu", "membw", "io", "wait"):
+            v = check_finite(getattr(self, name), f"job demand: {name}", minimum=0.0)
+            if v is None or v > 1.0:
+                raise InvalidInput(f"job demand: {name} must lie in [0, 1], got {getattr(self, name)!r}")
+        check_finite(self.mem, "job demand: mem", minimum=0.0)
+
+
+@dataclass(frozen=True)
+class InterferenceModel:
+    """The parameters (see the module docstring for where each one acts)."""
+
+    throttle: float = 0.0          # relative extra CPU cost of running throttled
+    overlap: float = 1.0           # share of a job's waiting hidden behind throttled computing
+    timeslice: float = 0.0         # k_ts: a waiting job waking up to a busy shared core
+    cache: float = 0.0             # k_cache: a cached job beside a streaming one
+    bandwidth: float = 0.0         # k_bw: two memory-streaming jobs
+    io: float = 0.0                # k_io: two disk-bound jobs on the same storage
+    memory_penalty: float = 2.0    # memory capacity over-commit (assumed, not measured)
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            low = -0.5 if name == "throttle" else 0.0
+            check_finite(value, f"interference model: {name}", minimum=low)
+        if self.overlap > 1.0:
+            raise InvalidInput(f"interference model: overlap must lie in [0, 1], got {self.overlap!r}")
+
+    def quota_term(self, demand: JobDemand, quota: float) -> float:
+        """Speed under a CPU quota alone (1.0: the quota does not bind)."""
+        u = demand.cpu
+        if u <= 0:
+            return 1.0
+        if quota <= 0:
+            return 0.0
+        x = u / quota + (1.0 - self.overlap) * (1.0 - u)
+        if x <= 1.0 + 1e-9:       # the quota never binds: no throttling at all
+            return 1.0
+        return 1.0 / max(1.0, x * (1.0 + self.throttle))
+
+    def demand(self, demand: JobDemand) -> float:
+        """The smallest quota fraction under which the job runs as fast as alone."""
+        u = demand.cpu
+        if u <= 0:
+            return 0.0
+        return min(1.0, u / (1.0 - (1.0 - self.overlap) * (1.0 - u)))
+
+    def contention(self, demand: JobDemand, quota: float,
+                   others: Iterable[tuple[JobDemand, float, float]]) -> float:
+        """The slowdown factor (>= 1) from co-runners ``others`` = (demand, quota, share of
+        this job's cores it runs on: 1 for a guest seen from its host's cores it fills, a
+        guest's cores over its host's seen from the host, 0 on other cores) for a job with
+        ``demand`` under ``quota``."""
+        ts = bw = io = 0.0
+        for o, q, same_cores in others:
+            ts += float(same_cores) * min(o.cpu, q)
+            bw += o.membw
+            io += o.io
+        return (1.0 + self.timeslice * demand.wait * ts
+                + self.cache * max(0.0, demand.cpu - demand.membw) * bw
+                + self.bandwidth * demand.membw * bw + self.io * demand.io * io)
+
+    def capacity_factor(self, share: float) -> float:
+        """Speed factor of every job of a group wanting ``share`` of the host's memory."""
+        return 1.0 if share <= 1.0 else 1.0 / (1.0 + self.memory_penalty * (share - 1.0))
+
+    def rate(self, demand: JobDemand, quota: float,
+             others: Iterable[tuple[JobDemand, float, float]] = (), mem_share: float = 0.0) -> float:
+        """Speed relative to alone of one job (see the module docstring)."""
+        others = list(others)
+        r = self.quota_term(demand, quota)
+        if others:
+            r /= self.contention(demand, quota, others)
+            r *= self.capacity_factor(mem_share)
+        return r
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+# Fitted (coscheduler.calibration.fit) to coscheduler/calibration/measured.json: a full
+# ``cosched calibrate`` on the shared 2-core development machine; docs/calibration.md gives
+# the figures and the fit's errors. memory_penalty is the assumed one (not measured).
+CALIBRATED = InterferenceModel(throttle=0.0026, overlap=0.6965, timeslice=0.9075, cache=0.0825,
+                               bandwidth=0.0303, io=1.0037, memory_penalty=2.0)
+
+# No interference beyond what quotas do (for tests that want the pure quota model).
+QUOTA_ONLY = InterferenceModel(memory_penalty=0.0)
+
+__all__ = ["CALIBRATED", "InterferenceModel", "JobDemand", "QUOTA_ONLY"]

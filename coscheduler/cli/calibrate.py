@@ -1,0 +1,112 @@
+"""``cosched calibrate``: measure interference on this machine and fit the simulator's model.
+
+``cosched calibrate [--quick] [--json] [--save FILE] [--from FILE] [--shares N]``
+
+Runs the testbed's stage programs for real under real cgroup CPU quotas, alone and in
+pairs (coscheduler/calibration/measure.py), fits the virtual backend's interference model
+to what was measured (calibration/fit.py) and prints, for every measured point, the measured
+slowdown beside the freshly fitted model's and beside the model the simulator uses
+(``interference.CALIBRATED``). ``--from FILE`` refits saved raw figures without measuring.
+docs/calibration.md describes the method and holds the development machine's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from ..model import InvalidInput
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.0f} %"
+
+
+@click.command()
+@click.option("--quick", is_flag=True,
+              help="Four points, two rounds (about half a minute); default: 29 points, five "
+                   "rounds (about a quarter of an hour on two cores).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/cli-json.md).")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the raw figures (JSON) to this file.")
+@click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Fit raw figures saved earlier instead of measuring.")
+@click.option("--shares", type=click.IntRange(2, 262144), default=65536, show_default=True,
+              help="cpu.shares of the calibration cgroups (high: other load on the machine "
+                   "must not hide what the quotas do).")
+def calibrate(quick: bool, as_json: bool, save: Path | None, from_file: Path | None,
+              shares: int) -> None:
+    """Measure how co-located real jobs slow each other under CPU quotas, and fit the
+    simulator's interference model to it."""
+    from ..backends.interference import CALIBRATED
+    from ..calibration import fit as fitting
+
+    if from_file is not None:
+        try:
+            raw = json.loads(from_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"{from_file}: not a calibration file ({exc})") from None
+        mode = f"from {from_file}"
+    else:
+        from ..calibration.measure import CalibrationUnavailable, Settings, measure
+
+        settings = Settings.quick() if quick else Settings.full()
+        settings.shares = shares
+        t0 = time.monotonic()
+
+        def progress(msg: str) -> None:
+            click.echo(f"[{time.monotonic() - t0:5.0f} s] {msg}", err=True)
+
+        try:
+            raw = measure(settings, progress).to_dict()
+        except CalibrationUnavailable as exc:
+            raise click.ClickException(f"cannot calibrate here: {exc}") from None
+        mode = "quick" if quick else "full"
+        if save is not None:
+            save.write_text(json.dumps(raw, indent=1) + "\n")
+    try:
+        fitted = fitting.fit(raw, CALIBRATED)
+        check_fitted = fitting.check(raw, fitted)
+        check_used = fitting.check(raw, CALIBRATED)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    worst = (lambda rows: max((abs(r["error"]) for r in rows), default=0.0))
+    if as_json:
+        click.echo(json.dumps({
+            "mode": mode, "measurements": raw, "fitted": fitted.as_dict(),
+            "in_use": CALIBRATED.as_dict(), "check_fitted": check_fitted,
+            "check_in_use": check_used, "max_error_fitted": round(worst(check_fitted), 3),
+            "max_error_in_use": round(worst(check_used), 3)}, indent=2))
+        return
+    d = fitting.demands(raw)
+    click.echo(f"Calibration ({mode}): {raw.get('cpus', '?')} CPUs, load average "
+               f"{raw.get('load_avg', '?')}, {raw.get('repeats', '?')} rounds, "
+               f"{raw.get('wall_s', '?')} s of measuring")
+    click.echo(f"{'probe':<6} {'CPU use':>7} {'membw':>6} {'io':>5}  what")
+    for name, dem in d.items():
+        what = raw.get("probes", {}).get(name, {}).get("what", "")
+        click.echo(f"{name:<6} {dem.cpu:>7.2f} {dem.membw:>6.2f} {dem.io:>5.2f}  {what}")
+    click.echo("")
+    click.echo(f"{'slowdown (x alone)':<44} {'runs':>4} {'measured':>8} {'fitted':>7} {'err':>6}"
+               f" {'in use':>7} {'err':>6}")
+    used = {r["point"]: r for r in check_used}
+    for r in check_fitted:
+        u = used.get(r["point"], {})
+        click.echo(f"{r['point']:<44} {r['runs']:>4} {r['measured']:>8.2f} {r['model']:>7.2f} "
+                   f"{_pct(r['error']):>6} {u.get('model', float('nan')):>7.2f} "
+                   f"{_pct(u.get('error', float('nan'))):>6}")
+    click.echo("")
+    fmt = (lambda m: ", ".join(f"{k} {v:g}" for k, v in m.as_dict().items()))
+    click.echo(f"fitted here: {fmt(fitted)} (largest error {_pct(worst(check_fitted))})")
+    click.echo(f"in use (coscheduler/backends/interference.py CALIBRATED): {fmt(CALIBRATED)} "
+               f"(largest error here {_pct(worst(check_used))})")
+    if sys.stdout.isatty() and from_file is None and save is None:
+        click.echo("(--save FILE keeps the raw figures; docs/calibration.md says how they become "
+                   "CALIBRATED)")
+
+
+__all__ = ["calibrate"]

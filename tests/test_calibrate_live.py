@@ -1,0 +1,64 @@
+"""`cosched calibrate --quick`: real stage programs under real cgroup quotas (root), and the
+command's plain refusals without root or with a bad file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.cli import main
+
+MEASURED = Path(__file__).resolve().parents[1] / "coscheduler" / "calibration" / "measured.json"
+
+
+def cosched(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_calibrate_without_root_says_what_it_needs(monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    r = cosched("calibrate", "--quick")
+    assert r.exit_code != 0 and "needs root" in r.output and "Traceback" not in r.output
+
+
+def test_calibrate_refits_saved_figures_without_measuring(tmp_path):
+    r = cosched("calibrate", "--from", str(MEASURED), "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert set(out) >= {"mode", "measurements", "fitted", "in_use", "check_fitted",
+                        "check_in_use", "max_error_fitted", "max_error_in_use"}
+    assert out["fitted"] == pytest.approx(out["in_use"], abs=0.02)
+    text = cosched("calibrate", "--from", str(MEASURED))
+    assert text.exit_code == 0 and "cpu at 50%" in text.output and "in use" in text.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = cosched("calibrate", "--from", str(bad))
+    assert r.exit_code != 0 and "not a calibration file" in r.output
+    bad.write_text('{"alone": {}, "quota": [{"probe": "cpu"}], "pairs": []}')
+    r = cosched("calibrate", "--from", str(bad))
+    assert r.exit_code != 0 and "shape" in r.output
+
+
+@pytest.mark.root
+@pytest.mark.live
+def test_quick_calibration_measures_real_quotas_and_leaves_no_cgroup(tmp_path):
+    saved = tmp_path / "raw.json"
+    r = cosched("calibrate", "--quick", "--json", "--save", str(saved))
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    raw = out["measurements"]
+    assert json.loads(saved.read_text()) == raw
+    points = {p["point"]: p for p in out["check_fitted"]}
+    # A CPU-bound program at half its CPU takes about twice as long (a shared machine
+    # blurs it: generous bounds); an I/O-waiting one at half its CPU hardly slows.
+    assert 1.4 <= points["cpu at 50%"]["measured"] <= 2.8, points["cpu at 50%"]
+    assert points["mixed at 50%"]["measured"] <= 1.4, points["mixed at 50%"]
+    assert points["mixed at 20%"]["measured"] > points["mixed at 50%"]["measured"]
+    assert raw["alone"]["cpu"] and all(x["cpu_s"] > 0 for x in raw["alone"]["cpu"])
+    # Every calibration cgroup is gone.
+    for base in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
+        assert not list(base.glob(f"cosched-calib-{os.getpid()}-*"))

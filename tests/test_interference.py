@@ -1,0 +1,133 @@
+"""The virtual backend's interference model: its terms by hand, its promises, its fit to the
+measurements it was calibrated on (coscheduler/calibration/measured.json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coscheduler.backends import Profile, VirtualBackend
+from coscheduler.backends.interference import CALIBRATED, InterferenceModel, JobDemand
+from coscheduler.calibration import fit as fitting
+from coscheduler.model import InvalidInput
+
+MEASURED = Path(__file__).resolve().parents[1] / "coscheduler" / "calibration" / "measured.json"
+share = st.floats(0.0, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(u=st.floats(0.01, 1.0), extra=st.floats(0.0, 1.0), membw=share, io=share)
+def test_a_quota_at_or_above_the_demand_causes_no_slowdown(u, extra, membw, io):
+    d = JobDemand(cpu=u, membw=min(u, membw), io=io * (1 - u))
+    for model in (InterferenceModel(), CALIBRATED):
+        q = min(1.0, model.demand(d) + extra * (1.0 - model.demand(d)))
+        assert model.quota_term(d, q) == 1.0
+        assert model.rate(d, q) == 1.0           # alone: nothing else to pay
+
+
+def test_quota_term_by_hand():
+    fluid = InterferenceModel()
+    cpu = JobDemand(cpu=1.0)
+    assert fluid.quota_term(cpu, 0.5) == pytest.approx(0.5)
+    assert fluid.quota_term(JobDemand(cpu=0.4), 0.2) == pytest.approx(0.5)
+    assert fluid.demand(JobDemand(cpu=0.4)) == pytest.approx(0.4)
+    # A job that cannot hide all its waiting behind throttled computing (overlap < 1):
+    # u / q + (1 - overlap)(1 - u) = 0.4 / 0.2 + 0.5 x 0.6 = 2.3, x (1 + throttle).
+    m = InterferenceModel(overlap=0.5, throttle=0.1)
+    assert 1 / m.quota_term(JobDemand(cpu=0.4), 0.2) == pytest.approx(2.3 * 1.1)
+    assert m.demand(JobDemand(cpu=0.4)) == pytest.approx(0.4 / (1 - 0.5 * 0.6))
+
+
+def test_contention_terms_by_hand():
+    m = InterferenceModel(timeslice=0.5, cache=0.3, bandwidth=0.2, io=0.4)
+    waiting = JobDemand(cpu=0.2, io=0.6)          # waits 80 % of its time, 60 % on files
+    streamer = JobDemand(cpu=0.9, membw=0.9)
+    disk = JobDemand(cpu=0.1, io=0.8)
+    # A streamer using 0.5 of the same cores: waking up to a busy core (0.5 x 0.8 x 0.5)
+    # and losing its cached data to the streaming (0.3 x (0.2 - 0) x 0.9).
+    assert m.contention(waiting, 1.0, [(streamer, 0.5, 1.0)]) == pytest.approx(
+        1 + 0.5 * 0.8 * 0.5 + 0.3 * 0.2 * 0.9)
+    # On a quarter of its cores only: a quarter of the waking-up cost.
+    assert m.contention(waiting, 1.0, [(streamer, 0.5, 0.25)]) == pytest.approx(
+        1 + 0.5 * 0.8 * 0.5 * 0.25 + 0.3 * 0.2 * 0.9)
+    # On other cores, a disk-bound co-runner: only the shared disk counts.
+    assert m.contention(waiting, 1.0, [(disk, 1.0, 0.0)]) == pytest.approx(1 + 0.4 * 0.6 * 0.8)
+    # Two streamers share the bandwidth wherever they run (a streamer has no cached data
+    # to lose: cpu - membw = 0).
+    assert m.contention(streamer, 1.0, [(streamer, 1.0, 0.0)]) == pytest.approx(1 + 0.2 * 0.81)
+    assert m.capacity_factor(0.9) == 1.0 and m.capacity_factor(1.5) == pytest.approx(1 / 2.0)
+
+
+def test_bad_parameters_are_refused_with_names():
+    with pytest.raises(InvalidInput, match="io"):
+        InterferenceModel(io=-1.0)
+    with pytest.raises(InvalidInput, match="overlap"):
+        InterferenceModel(overlap=1.5)
+    with pytest.raises(InvalidInput, match="membw"):
+        JobDemand(cpu=0.5, membw=2.0)
+    with pytest.raises(InvalidInput, match="model"):
+        VirtualBackend({"n": 4}, model="fast")
+
+
+def test_virtual_backend_default_is_the_plain_fluid_model_and_calibrated_adds_contention():
+    def guest_runtime(model):
+        b = VirtualBackend({"n": 8}, model=model)
+        from coscheduler.model import Allocation, Job
+        host = Job("h", 8, 1000.0, "h")
+        guest = Job("g", 8, 1000.0, "g")
+        b.submit(host, Profile(100.0, 0.3, 10, io_share=0.6))
+        b.submit(guest, Profile(100.0, 0.3, 10, io_share=0.6))
+        b.start(host, Allocation("h", (("n", 8),)), 0.5)
+        b.start(guest, Allocation("g", (("n", 8),)), 0.5, host_job="h")
+        b.advance(500.0)
+        return {o.job_id: o.runtime_s for o in b.history}
+    # Quotas at or above both jobs' CPU use: the fluid model slows neither...
+    assert guest_runtime(None) == {"h": pytest.approx(100.0), "g": pytest.approx(100.0)}
+    # ...the calibrated one charges two file-bound jobs sharing storage (and waking up to a
+    # busy core): both run longer, alike.
+    slow = guest_runtime(CALIBRATED)
+    assert slow["h"] > 100.0 and slow["g"] == pytest.approx(slow["h"])
+
+
+# -- the calibration -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def measured():
+    return json.loads(MEASURED.read_text())
+
+
+def test_the_calibrated_model_reproduces_the_measured_slowdowns_within_10_percent(measured):
+    """Every point the model was fitted on: within 10 % of the median of its repetitions,
+    or (two points on the noisy shared machine, 11-12 % off) inside the range its
+    repetitions spanned; and within 5 % at the median. docs/calibration.md lists them all,
+    with the one point that is reported but not fitted."""
+    rows = [r for r in fitting.check(measured, CALIBRATED) if r["fitted"]]
+    assert len(rows) >= 25
+    for r in rows:
+        assert abs(r["error"]) <= 0.10 or r["low"] <= r["model"] <= r["high"], r
+    assert sum(abs(r["error"]) <= 0.10 for r in rows) >= len(rows) - 2
+    errors = sorted(abs(r["error"]) for r in rows)
+    assert errors[len(errors) // 2] <= 0.05
+
+
+def test_fitting_the_saved_figures_gives_the_calibrated_parameters(measured):
+    refit = fitting.fit(measured, CALIBRATED)
+    for name in fitting.FITTED:
+        assert getattr(refit, name) == pytest.approx(getattr(CALIBRATED, name), abs=0.02), name
+
+
+def test_points_are_ratios_to_the_reference_run_just_before():
+    raw = {"alone": {"cpu": [{"elapsed_s": 1.0, "cpu_s": 0.95}, {"elapsed_s": 2.0, "cpu_s": 1.9}]},
+           "quota": [{"probe": "cpu", "quota": 0.5, "elapsed_s": 2.0, "ref_elapsed_s": 1.0},
+                     {"probe": "cpu", "quota": 0.5, "elapsed_s": 3.8, "ref_elapsed_s": 2.0},
+                     {"probe": "cpu", "quota": 0.5, "elapsed_s": 9.0, "ref_elapsed_s": 3.0}],
+           "pairs": []}
+    [p] = fitting.points(raw)
+    assert p.slowdown == pytest.approx(2.0) and p.runs == 3     # median of 2.0, 1.9, 3.0
+    assert fitting.demands(raw)["cpu"].cpu == pytest.approx(0.95)
+    with pytest.raises(InvalidInput, match="shape"):
+        fitting.points({"alone": {}, "quota": [{"probe": "cpu"}], "pairs": []})
