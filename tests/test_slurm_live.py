@@ -339,6 +339,35 @@ def test_controller_killed_and_restarted_loses_no_job_and_quotas_lapse_within_a_
         assert p.wait(timeout=30) == 0
 
 
+def test_sigterm_gives_quotas_back_and_hands_held_jobs_to_slurm(state, slurm, tmp_path):
+    b = backend_for_cluster(state)
+    n1 = state.nodes[0]
+    host, filler = submit(state, [busy_job("thost", 4, 60), busy_job("tfill", 4, 60)])
+    (guest,) = submit(state, [busy_job("tguest", 2, 60)])
+    # a stage that waits for the host: held for the controller until the host ends
+    (later,) = submit(state, [Job("tlater", 1, 60.0, "test/later",
+                                  command=(sys.executable, BUSY, "1", "10"))])
+    slurm.run("scontrol", "update", f"JobId={later}", f"Dependency=afterok:{host}")
+    p = start_daemon(state, tmp_path / "state.db", "--policy", "static")
+    try:
+        wait_until(lambda: agent_view(b, n1, guest).get("cpu_fraction") == 0.5, 40,
+                   what="the static co-allocation")
+        assert job(slurm, later)["Priority"] == "0"           # held, waiting for the host
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    # every quota given back, on the agents and in the kernel
+    assert agent_view(b, n1, guest)["cpu_fraction"] == 1.0
+    assert agent_view(b, n1, host)["cpu_fraction"] == 1.0
+    assert kernel_quota_us(b, n1, host) == 100_000 and kernel_quota_us(b, n1, guest) == 50_000
+    assert "quota=1.0000" in job(slurm, guest)["AdminComment"]
+    # the held job now belongs to Slurm's own scheduling, unshared
+    j = job(slurm, later)
+    assert j["Priority"] != "0" and j["OverSubscribe"] == "NO", j
+
+
 def test_controller_survives_a_slurmctld_restart(state, slurm, tmp_path):
     from coscheduler.daemon import ControllerDaemon
     import threading
