@@ -292,7 +292,9 @@ def test_asax_coallocates_a_guest_in_a_host_with_the_quotas_it_chose(state, slur
 
 def start_daemon(state, db, *extra):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    log = open(Path(state.dir) / "log" / f"cosched-run-{time.time():.0f}.log", "ab")
+    path = Path(state.dir) / "log" / f"cosched-run-{time.time():.3f}.log"
+    print(f"cosched run log: {path}")
+    log = open(path, "ab")
     return subprocess.Popen([sys.executable, "-m", "coscheduler", "run", "--backend", "slurm",
                              "--slurm-dir", state.dir, "--db", str(db), "--interval", "0.5",
                              "--lease", "4", *extra], stdout=log, stderr=log, env=env,
@@ -358,6 +360,8 @@ def test_sigterm_gives_quotas_back_and_hands_held_jobs_to_slurm(state, slurm, tm
     finally:
         if p.poll() is None:
             p.kill()
+        for f in sorted((Path(state.dir) / "log").glob("cosched-run-*.log"))[-1:]:
+            print(f.read_text()[-3000:])
     # every quota given back, on the agents and in the kernel
     assert agent_view(b, n1, guest)["cpu_fraction"] == 1.0
     assert agent_view(b, n1, host)["cpu_fraction"] == 1.0
