@@ -89,6 +89,7 @@ class SlurmBackend:
         self._known: dict[int, str] = {}           # ours seen queued/running -> last state
         self._quotas: dict[int, tuple[float, tuple[str, ...]]] = {}
         self._renewed: dict[int, float] = {}
+        self._on_agents: dict[int, set[str]] = {}  # nodes whose agent we registered a job with
         self._outbox: list[Outcome] = []
         self._ours_running: set[str] = set()    # ours that Slurm runs now (last running())
         self.reported: set[int] = set()
@@ -267,6 +268,17 @@ class SlurmBackend:
             starting = ours and j.state == "PENDING" and not j.held and j.job_id in self._planned
             if not (started or starting):
                 continue
+            if starting:
+                lost = [n for n in self._planned[j.job_id][0].nodes
+                        if n in self._nodes and not self._nodes[n].usable]
+                if lost:
+                    # Released onto a node that went down before Slurm started it: Slurm
+                    # would keep it pending there forever (ReqNodeNotAvail). Seen when a
+                    # node container of the Docker testbed was killed mid-run.
+                    self._planned.pop(j.job_id, None)
+                    self._give_up(j, f"its node {lost[0]} went down "
+                                     f"({self._nodes[lost[0]].state}) before it started there")
+                    continue
             if not ours and not (set(j.nodes) & node_names):
                 continue
             try:
@@ -286,7 +298,9 @@ class SlurmBackend:
                     self._renewed[j.job_id] = -math.inf
             start = j.start_time if started and j.start_time else self._planned.get(
                 j.job_id, (None, self._clock()))[1]
-            lendable = ours and j.shared is True and not (set(alloc.nodes) & blocked)
+            # A job Slurm has not started yet cannot host (Slurm would not place a guest
+            # beside it); neither can one that may not share, or sits on a closed node.
+            lendable = ours and started and j.shared is True and not (set(alloc.nodes) & blocked)
             rows[j.job_id] = (job, alloc, start, self._mark(j) if ours else AdminMark(), lendable)
         self._ours_running = {str(jid) for jid, row in rows.items()
                               if self._ours(self._jobs[jid]) and self._jobs[jid].state in _RUNNING}
@@ -318,7 +332,8 @@ class SlurmBackend:
                 if not cores:
                     continue
                 v = listing.get(jid)
-                if v is None or v.get("status") != "running" or v.get("cores") != float(cores):
+                if v is None or _stale(v, rj.start_time) or (
+                        v.get("status") == "running" and v.get("cores") != float(cores)):
                     v = self._register(node, rj, cores)
                 if v is not None:
                     per_job.setdefault(jid, []).append((cores, v))
@@ -473,6 +488,17 @@ class SlurmBackend:
     # -- running jobs: helpers ------------------------------------------------------------------
     def _outcome_record(self, o: Outcome) -> Outcome:
         jid = int(o.job_id)
+        # Whatever Slurm left behind (a node that was marked DOWN under a running job may
+        # still run its processes), the job holds no quota from us any more.
+        for node in sorted(self._on_agents.pop(jid, set()) | set(self._quotas.get(jid, (1.0, ()))[1])):
+            client = self.agents.get(node)
+            if client is None:
+                continue
+            try:
+                client.unregister(str(jid))
+            except Exception as exc:  # noqa: BLE001 - 404: the agent let it go already
+                if getattr(exc, "status", None) != 404:
+                    self._note(f"agent of {node}: releasing ended job {jid}: {exc}")
         self.reported.add(jid)
         self._known.pop(jid, None)
         self._quotas.pop(jid, None)
@@ -487,7 +513,9 @@ class SlurmBackend:
         usage = self.usage(j.job_id)
         if usage and j.state == "COMPLETED":
             s, e = usage.get("start"), usage.get("end")
-            if isinstance(s, (int, float)) and isinstance(e, (int, float)) and 0 < e - s and abs(s - start) < 5:
+            # The wrapper's own clock, to the microsecond, when it is this run's record.
+            if isinstance(s, (int, float)) and isinstance(e, (int, float)) and 0 < e - s \
+                    and start - 2 <= s and e <= end + 2:
                 start, end = float(s), float(e)
         if j.state == "COMPLETED":
             return Outcome(str(j.job_id), start, end, "completed")
@@ -554,6 +582,7 @@ class SlurmBackend:
         if client is None:
             return None
         job = rj.job
+        self._on_agents.setdefault(int(job.job_id), set()).add(node)
         try:
             return client.register_job(job.job_id, [], float(cores), walltime_s=job.walltime_s,
                                        start_time=rj.start_time, tasks_total=job.tasks,
@@ -590,6 +619,9 @@ class SlurmBackend:
                         self.agents[node].set_quota(str(jid), q, self.lease_s)
                     except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
                         ok = False
+                        if getattr(exc, "status", None) in (404, 409):
+                            self._quotas.pop(jid, None)   # the job ended: nothing to renew
+                            break
                         self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
             if ok:
                 self._renewed[jid] = now
@@ -640,6 +672,16 @@ class SlurmBackend:
         log.warning("%s", msg)
         self.errors.append(msg)
         del self.errors[:-100]
+
+
+def _stale(view: dict, started: float) -> bool:
+    """An agent's entry that ended before Slurm started the job: registered ahead of a start
+    that took longer than the agent's start grace. A job the agent saw end after it started
+    (its processes are gone, Slurm is still completing it) is not registered again."""
+    if view.get("status") == "running":
+        return False
+    ended = view.get("finished_at")
+    return isinstance(ended, (int, float)) and ended < started
 
 
 def _slurm_id(job_id: str) -> int:

@@ -316,6 +316,17 @@ def _rmdir_tree(root: Path) -> bool:
 
 # -- up ---------------------------------------------------------------------------------------
 
+def _check_traversable(d: Path) -> None:
+    """munged refuses a socket below a folder others cannot enter, and jobs of any user write
+    their progress below the cluster's folder: every ancestor must be world-executable."""
+    for parent in reversed(d.parents):
+        if parent.exists() and not parent.stat().st_mode & 0o001:
+            raise ClusterError(f"{parent} is not open to other users (mode "
+                               f"{parent.stat().st_mode & 0o777:o}); munged and jobs of other "
+                               f"users need every folder above {d} to be executable by all: "
+                               "choose a folder elsewhere, or chmod o+x it")
+
+
 def _wait(what: str, check: Callable[[], bool], timeout_s: float, poll_s: float = 0.2,
           detail: Callable[[], str] = lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
@@ -384,6 +395,7 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
         if busy:
             raise ClusterError(f"cluster name {name!r} is in use: processes live in {', '.join(busy)}")
 
+    _check_traversable(d)
     paths = {k: d / k for k in ("munge", "state", "spool", "log", "run", "agents", "progress",
                                 "usage", "jobs")}
     for k, p in paths.items():
@@ -574,6 +586,29 @@ def down(directory: str | Path | None = None, *,
     return report
 
 
+def restart_daemon(state: ClusterState, role: str, name: str | None = None, *,
+                   down_s: float = 0.0, timeout_s: float = 30.0) -> Daemon:
+    """Stop one daemon ``up`` started (by pid), wait ``down_s``, start it again with the same
+    command line. Used to show that a slurmctld restart loses no job."""
+    if role not in ("slurmctld", "slurmd", "munged"):
+        raise ClusterError(f"only slurmctld, slurmd and munged can be restarted, not {role}")
+    d = state.daemon(role, name)
+    if d is None:
+        raise ClusterError(f"no {role} {name or ''} was started in {state.dir}".replace("  ", " "))
+    _stop(d)
+    if down_s > 0:
+        time.sleep(down_s)
+    env = state.commands().env() if role in ("slurmctld", "slurmd") else None
+    new = _spawn(d.role, d.name, d.argv, Path(d.log), env)
+    state.daemons[state.daemons.index(d)] = new
+    save_state(state)
+    if role == "slurmctld":
+        cmds = state.commands(timeout_s=5, retries=0)
+        _wait("slurmctld did not come back", lambda: "UP" in cmds.run("scontrol", "ping", retry=False),
+              timeout_s)
+    return new
+
+
 # -- status -----------------------------------------------------------------------------------
 
 def status(directory: str | Path | None = None) -> dict:
@@ -613,4 +648,4 @@ def status(directory: str | Path | None = None) -> dict:
 
 
 __all__ = ["ClusterError", "ClusterState", "Daemon", "default_dir", "down", "ensure_installed",
-           "free_ports", "load_state", "missing_binaries", "status", "up"]
+           "free_ports", "load_state", "missing_binaries", "restart_daemon", "status", "up"]

@@ -48,8 +48,12 @@ def mix_jobs(state: ClusterState, scale: float, tag: str, workflows: dict[str, i
 def run_policy(state: ClusterState, policy: str, *, scale: float = 0.02, recorder=None,
                seed: int = 0, interval_s: float = 1.0, timeout_s: float = 900.0,
                tag: str | None = None, workflows: dict[str, int] | None = None,
-               on_pass: Callable[[ControllerDaemon], None] | None = None) -> PolicyRun:
-    """Submit the mix, drive it with ``policy`` until every stage ended, measure."""
+               on_pass: Callable[[ControllerDaemon], None] | None = None,
+               time_limit_factor: float = 10.0) -> PolicyRun:
+    """Submit the mix, drive it with ``policy`` until every stage ended, measure.
+    ``time_limit_factor``: Slurm counts time limits in minutes and the scaled stages last
+    seconds, so its limit is a safety net (10 x the walltime); ASA_X's losses are measured
+    against the walltime itself, which travels in the job's metadata."""
     from coscheduler.recorder import MemoryRecorder
 
     if policy not in POLICIES:
@@ -60,7 +64,7 @@ def run_policy(state: ClusterState, policy: str, *, scale: float = 0.02, recorde
     t_submit = time.time()
     subs = submit_jobs(state.commands(), jobs, SubmitOptions(
         partition=state.partition, output_dir=state.jobs_dir, usage_dir=state.usage_dir,
-        progress_dir=state.progress_dir))
+        progress_dir=state.progress_dir, time_limit_factor=time_limit_factor))
     ids = {str(s.slurm_job_id): j for s, j in zip(subs, jobs)}
     daemon = ControllerDaemon(backend, recorder if recorder is not None else MemoryRecorder(),
                               policy, interval_s=interval_s, release_on_exit=False,

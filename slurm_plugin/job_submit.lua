@@ -33,8 +33,11 @@ local MAX_COMMENT = 1024
 local KEYS = { class = true, type = true, tasks = true, workflow = true, stage = true, walltime = true }
 local KEY_LIST = "class, type, tasks, workflow, stage, walltime"
 
+-- sbatch shows the user this message; scontrol (job_modify) only says "Unspecified
+-- error" in 22.05, so the reason also goes to slurmctld's log for the admin and the user.
 local function reject(msg)
    slurm.log_user("cosched: %s", msg)
+   slurm.log_info("cosched: refused: %s", msg)
    return slurm.ERROR
 end
 

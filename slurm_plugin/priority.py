@@ -5,7 +5,9 @@ with the same key functions the simulator and the controller use
 (``coscheduler.policies.queue``: FCFS, SJF, F1, WFP3, UNICEP, ...) and writes the ranks
 into Slurm as job priorities (``scontrol update JobId=X Priority=N``); Slurm then starts
 jobs in that order. The policy is any object with ``key(now, submit, procs, estimate)``,
-so a learned scorer plugs in the same way as a hand-written formula.
+or a scorer (a learned RLScheduler model, ``--policy rl:NAME``), whose scores over the
+pending jobs and the machine (``squeue``/``sinfo``: free CPUs, running jobs' ends by their
+time limits) become the priorities.
 
 Held jobs (priority 0, e.g. co-scheduled jobs waiting for the controller) are never
 touched: giving them a priority would release them. Priorities already in place are not
@@ -49,18 +51,56 @@ def eligible(jobs: Iterable[SlurmJob], partition: str | None = None) -> list[Slu
     return out
 
 
-def rank_jobs(jobs: Iterable[SlurmJob], policy: Any, now: float, base: int = 1_000_000) -> list[Ranked]:
+def _estimate(j: SlurmJob) -> float:
+    return j.time_limit_s if j.time_limit_s and math.isfinite(j.time_limit_s) else UNLIMITED_ESTIMATE_S
+
+
+def machine(jobs: Iterable[SlurmJob], nodes: Iterable[Any], now: float
+            ) -> tuple[int, int, list[tuple[float, int]]]:
+    """(free CPUs, total CPUs, [(estimated end, CPUs)] of running jobs) for a selector:
+    usable nodes' CPUs; a running job ends by its estimate at start + time limit."""
+    usable = [n for n in nodes if getattr(n, "usable", True)]
+    total = sum(n.cpus for n in usable)
+    running = [(((j.start_time or now) + _estimate(j)), max(1, j.cpus or 1))
+               for j in jobs if j.state == "RUNNING"]
+    free = max(0, total - sum(c for _, c in running))
+    return free, max(total, 1), running
+
+
+def rank_jobs(jobs: Iterable[SlurmJob], policy: Any, now: float, base: int = 1_000_000,
+              machine_state: tuple | None = None) -> list[Ranked]:
     """Pure: ``jobs`` in policy order (smallest key first; ties by submit time, then job
-    id), with priorities ``base + n - rank`` (the first job gets the highest)."""
+    id), with priorities ``base + n - rank`` (the first job gets the highest).
+
+    A scorer (``coscheduler.policies.selection.Scorer``, e.g. ``rl:NAME``) ranks by its
+    scores instead (highest first, ``order_by_scores``), seeing ``machine_state`` (CPUs as
+    the unit; see ``machine``); ``Ranked.key`` is then minus the score."""
     if isinstance(base, bool) or not isinstance(base, int) or base < 1 or base > 2**31:
         raise InvalidInput(f"priority base must be an integer in 1..2^31, got {base!r}")
+    jobs = list(jobs)
+    if getattr(policy, "kind", None) == "inspected":  # InspectedRanking (--inspector)
+        free, total, running = machine_state if machine_state is not None else (0, 1, [])
+        rows = [(j.submit_time if j.submit_time is not None else now, max(1, j.cpus or 1),
+                 _estimate(j)) for j in jobs]
+        order = policy.rank(now, rows, [j.job_id for j in jobs], free, total, 1, running)
+        n = len(order)
+        return [Ranked(jobs[p].job_id, i, base + n - i, None) for i, p in enumerate(order)]
+    if getattr(policy, "kind", None) == "scorer":
+        from coscheduler.policies.selection import order_by_scores
+
+        free, total, running = machine_state if machine_state is not None else (0, 1, [])
+        rows = [(j.submit_time if j.submit_time is not None else now, max(1, j.cpus or 1),
+                 _estimate(j)) for j in jobs]
+        order, scores = order_by_scores(policy, now, rows, free, total, 1, running)
+        n = len(order)
+        keys = list(-scores) + [None] * (n - len(scores))
+        return [Ranked(jobs[p].job_id, i, base + n - i, keys[i]) for i, p in enumerate(order)]
     key = policy.key
     rows = []
     for j in jobs:
         submit = j.submit_time if j.submit_time is not None else now
         procs = max(1, j.cpus or 1)
-        estimate = j.time_limit_s if j.time_limit_s and math.isfinite(j.time_limit_s) else UNLIMITED_ESTIMATE_S
-        rows.append((key(now, submit, procs, estimate), submit, j.job_id))
+        rows.append((key(now, submit, procs, _estimate(j)), submit, j.job_id))
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     n = len(rows)
     return [Ranked(jid, i, base + n - i, k) for i, (k, _, jid) in enumerate(rows)]
@@ -83,8 +123,11 @@ def apply_priorities(source: SlurmSource, policy: Any, *, partition: str | None 
                      base: int = 1_000_000, now: float | None = None) -> PriorityReport:
     """One pass: read the queue, rank it, write the priorities that differ."""
     now = time.time() if now is None else now
-    jobs = eligible(source.jobs(), partition)
-    ranked = rank_jobs(jobs, policy, now, base)
+    everything = source.jobs()
+    jobs = eligible(everything, partition)
+    state = machine(everything, source.nodes(), now) \
+        if getattr(policy, "kind", None) in ("scorer", "inspected") else None
+    ranked = rank_jobs(jobs, policy, now, base, state)
     current = {j.job_id: j.priority for j in jobs}
     changed, errors = [], []
     for r in ranked:
@@ -99,4 +142,4 @@ def apply_priorities(source: SlurmSource, policy: Any, *, partition: str | None 
     return PriorityReport(now, ranked, changed, errors)
 
 
-__all__ = ["PriorityReport", "Ranked", "apply_priorities", "eligible", "rank_jobs"]
+__all__ = ["PriorityReport", "Ranked", "apply_priorities", "eligible", "machine", "rank_jobs"]

@@ -31,6 +31,10 @@ class SubmitOptions:
     progress_dir: str | None = None      # the node agents' progress folder
     python: str = sys.executable
     memory: bool = False                 # pass --mem (clusters that schedule memory)
+    # Slurm's --time = this x the walltime, in whole minutes. The walltime itself travels
+    # in the metadata (what ASA_X measures a host against); a factor > 1 makes Slurm's
+    # limit a safety net for scaled-down stages of seconds on a busy machine.
+    time_limit_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,10 @@ def job_script(job: Job, opts: SubmitOptions) -> str:
 
 def sbatch_args(job: Job, opts: SubmitOptions, after: int | None = None) -> list[str]:
     """sbatch options for one stage job (the script comes on stdin)."""
-    args = ["--parsable", f"--job-name={job.job_id}", f"--time={time_limit_minutes(job.walltime_s)}",
+    if not opts.time_limit_factor >= 1.0:
+        raise InvalidInput(f"time_limit_factor must be >= 1, got {opts.time_limit_factor!r}")
+    limit = time_limit_minutes(job.walltime_s * opts.time_limit_factor)
+    args = ["--parsable", f"--job-name={job.job_id}", f"--time={limit}",
             f"--nodes={job.nodes}"]
     if job.nodes == 1:
         args += ["--ntasks=1", f"--cpus-per-task={job.cores}"]

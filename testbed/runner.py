@@ -28,14 +28,20 @@ CONF = Path("/etc/cosched-testbed")
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 SHARED = Path("/shared")
 PARTITION = "cosched"
+AGENT_PROGRESS = "/var/lib/cosched-agent/progress"   # each node agent's progress folder
 
 
 class Stop(Exception):
-    """SIGINT/SIGTERM: stop the run cleanly."""
+    """SIGINT/SIGTERM or the timeout: stop the run cleanly."""
+
+
+# The signal handler only notes the request; the loop acts on it between controller passes
+# (an exception raised inside a pass would be taken for a backend error and tolerated).
+_requested: list[str] = []
 
 
 def _stop(signum, _frame):
-    raise Stop(signal.Signals(signum).name)
+    _requested.append(signal.Signals(signum).name)
 
 
 def say(msg: str) -> None:
@@ -121,7 +127,8 @@ def run(a) -> int:
                            state_file=str(Path(a.out).with_suffix(".backend.json")))
     t0 = time.time()
     submitted = submit_jobs(cmds, [s.job for s in stg], SubmitOptions(
-        partition=PARTITION, cosched=True, output_dir=str(out_dir), usage_dir=str(usage_dir)))
+        partition=PARTITION, cosched=True, output_dir=str(out_dir), usage_dir=str(usage_dir),
+        progress_dir=AGENT_PROGRESS))
     name_of = {str(s.slurm_job_id): s.name for s in submitted}
     position = {str(s.slurm_job_id): i for i, s in enumerate(submitted)}
     say(f"{policy}: submitted {len(submitted)} stage jobs (Slurm ids "
@@ -149,6 +156,8 @@ def run(a) -> int:
     last_say = 0.0
     try:
         while len(done) < len(submitted):
+            if _requested:
+                raise Stop(_requested[0])
             controller.step()
             for o in backend.history:
                 if o.job_id in name_of and o.job_id not in done:
@@ -169,13 +178,18 @@ def run(a) -> int:
                 last_say = now
             if now - t0 > a.timeout:
                 raise Stop(f"timed out after {a.timeout:g} s")
-            time.sleep(tick)
+            pause_until = time.monotonic() + tick
+            while not _requested and time.monotonic() < pause_until:
+                time.sleep(0.1)
     except Stop as exc:
         interrupted = str(exc)
         say(f"{policy}: stopping ({interrupted}): cancelling the run's jobs, giving quotas back")
         left = [j for j in name_of if j not in done]
-        if left:
-            cmds.run("scancel", *left, retry=False, check=False)
+        for j in left:
+            try:
+                backend.source.cancel(int(j))
+            except Exception as e:  # noqa: BLE001 - report it, go on with the others
+                say(f"could not cancel Slurm job {j}: {e}")
         try:
             backend.restore_quotas()
         except Exception as e:  # noqa: BLE001 - the agents' leases lapse anyway
@@ -198,6 +212,7 @@ def run(a) -> int:
         "carried" if policy == "asax" else None)
     data = run_to_json(result)
     data["slurm_ids"] = {name: int(sid) for sid, name in name_of.items()}
+    data["reasons"] = {o.job_id: o.reason for o in history if o.state != "completed"}
     data["interrupted"] = interrupted
     data["cpu_seconds"] = round(cpu_s, 3)
     Path(a.out).write_text(json.dumps(data, allow_nan=False) + "\n")

@@ -1,66 +1,49 @@
-"""The Slurm configuration the testbed's containers read (slurm.conf, cgroup.conf).
+"""The Slurm configuration the testbed's containers read, from ``slurm_plugin.conf``'s
+renderers (the same slurm.conf, cgroup.conf and job_submit.lua as ``cosched slurm up``).
 
-Container specifics only: node names are the node containers' hostnames, each node claims
-``spec.cpus`` CPUs (more than its container's CPU limit gives it, hence
-``SlurmdParameters=config_overrides``), a node that stops answering is marked down after
-``SlurmdTimeout`` and its batch jobs are requeued (``JobRequeue=1``), and job accounting
-goes through cgroups inside each node container (the node agent finds jobs there).
+Container specifics only: slurmctld runs on host ``slurmctld``, each node is its own
+container (Slurm node name = host name, Slurm's default ports on every host: each
+container has its own network address), munge uses its default socket inside each
+container, and a node that stops answering is set down after ``SlurmdTimeout``.
 """
 
 from __future__ import annotations
 
+from slurm_plugin.conf import (ClusterConfig, NodeConfig, render_cgroup_conf, render_job_submit,
+                               render_slurm_conf)
+
 from .compose import TestbedSpec
 
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
 SLURMD_TIMEOUT_S = 10
+PARTITION = "cosched"
+DEFAULT_PARTITION = "batch"
+JOBCOMP = "/var/log/slurm/jobcomp.txt"
 
 
-def slurm_conf(spec: TestbedSpec) -> str:
-    last = spec.nodes
-    names = "node1" if last == 1 else f"node[1-{last}]"
-    lines = [
-        "# Written by `cosched testbed up` for instance " + spec.instance,
-        "ClusterName=cosched",
-        "SlurmctldHost=slurmctld",
-        "SlurmUser=root",
-        "SlurmctldPort=6817",
-        "SlurmdPort=6818",
-        "AuthType=auth/munge",
-        "StateSaveLocation=/var/spool/slurmctld",
-        "SlurmdSpoolDir=/var/spool/slurmd",
-        "SwitchType=switch/none",
-        "MpiDefault=none",
-        "ProctrackType=proctrack/cgroup",
-        "TaskPlugin=task/cgroup",
-        "JobAcctGatherType=jobacct_gather/cgroup",
-        "ReturnToService=2",
-        f"SlurmdTimeout={SLURMD_TIMEOUT_S}",
-        "JobRequeue=1",
-        "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "SlurmdParameters=config_overrides",
-        "JobCompType=jobcomp/filetxt",
-        "JobCompLoc=/var/log/slurm/jobcomp.txt",
-        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
-        "SlurmdLogFile=/var/log/slurm/slurmd.log",
-        "SlurmctldDebug=info",
-        "SlurmdDebug=info",
-        f"NodeName={names} CPUs={spec.cpus} RealMemory={spec.mem_mb} State=UNKNOWN",
-        f"PartitionName=batch Nodes={names} Default=YES MaxTime=INFINITE State=UP "
-        "OverSubscribe=YES:4",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def cgroup_conf() -> str:
-    # No core or memory confinement: a node claims more CPUs than its container has, and
-    # the node agent sets the CPU quotas itself.
-    return "CgroupPlugin=cgroup/v1\nConstrainCores=no\nConstrainRAMSpace=no\n"
+def cluster_config(spec: TestbedSpec) -> ClusterConfig:
+    return ClusterConfig(
+        cluster_name="cosched", controller_host="slurmctld", controller_port=SLURMCTLD_PORT,
+        nodes=tuple(NodeConfig(n, spec.cpus, SLURMD_PORT, hostname=n, real_memory_mb=spec.mem_mb)
+                    for n in spec.node_names()),
+        state_dir="/var/spool/slurmctld", spool_dir="/var/spool/slurmd", log_dir="/var/log/slurm",
+        run_dir="/run/slurm", jobcomp_file=JOBCOMP, partition=PARTITION,
+        default_partition=DEFAULT_PARTITION, slurmd_timeout_s=SLURMD_TIMEOUT_S,
+        cgroup_plugin="cgroup/v1",
+        # No hard deadline at the time limit, as in the paper's runs and the simulator's
+        # default: an overrun shows as a longer runtime (and ASA_X's loss), not a killed
+        # workflow. `cosched testbed run --timeout` bounds a run instead.
+        extra=("OverTimeLimit=UNLIMITED",))
 
 
 def slurm_files(spec: TestbedSpec) -> dict[str, str]:
     """File name -> content for the containers' /etc/slurm."""
-    return {"slurm.conf": slurm_conf(spec), "cgroup.conf": cgroup_conf()}
+    c = cluster_config(spec)
+    return {"slurm.conf": f"# cosched testbed {spec.instance}\n" + render_slurm_conf(c),
+            "cgroup.conf": render_cgroup_conf(c),
+            "job_submit.lua": render_job_submit(PARTITION, (0,))}
 
 
-__all__ = ["SLURMD_TIMEOUT_S", "cgroup_conf", "slurm_conf", "slurm_files"]
+__all__ = ["DEFAULT_PARTITION", "JOBCOMP", "PARTITION", "SLURMD_TIMEOUT_S", "cluster_config",
+           "slurm_files"]

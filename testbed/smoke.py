@@ -1,15 +1,19 @@
 """``cosched testbed smoke``: the testbed end to end in a few minutes, then gone.
 
 Steps: the engine (installed and started when missing), ``up`` of a one-node testbed
-(images built or reused), a host job and a guest job started through real Slurm on the
-same node's CPUs (``--oversubscribe``), the guest lent 5 % of the host's CPU quota
-through the node agent, the quotas and the CPU each job really got measured from the
-kernel's files inside the node container, and ``down``. Every step is timed; the first
+(images built or reused), two busy jobs submitted to Slurm's co-scheduling partition
+(held by the submit hook) and started by the coscheduler controller (Static policy,
+over the Slurm backend, in the controller container: testbed/pair.py), the second as a
+guest on the first one's cores with 2 % of their CPU quota lent through the node agent;
+the quotas and the CPU each job really got measured from the kernel's files inside the
+node container; the controller cancels the pair and gives the quotas back; ``down``. Every step is timed; the first
 failure stops the run, and ``down`` runs in any case (also on Ctrl-C).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -19,14 +23,13 @@ from . import instance
 from .engine import ensure_engine
 
 Say = Callable[[str], None]
-# A busy loop: one process that uses all the CPU its quota allows.
-BURN = "exec /opt/cosched/bin/python -c 'while True: pass'"
 # Small enough that the guest's quota binds even when the shared machine is busy (then
 # each process gets well under a CPU, and a 50 % quota might never be reached).
-GUEST_FRACTION = 0.05
+GUEST_FRACTION = 0.02
 NODE_CPUS = 4
 NODE_CPU_LIMIT = 1.0
 MEASURE_S = 6.0
+HOLD_S = 12.0   # the pair's controller renews the leases this long (covers the measurement)
 
 
 @dataclass
@@ -124,33 +127,30 @@ def smoke(say: Say = lambda _m: None, keep: bool = False, install: bool = True,
         assert cluster is not None
         job_cpus = NODE_CPUS * cluster.spec.cpu_per_core
 
-        def start(role: str) -> Callable[[], str]:
-            def fn() -> str:
-                jid = cluster.sbatch("--oversubscribe", "-w", "node1", "-c", str(NODE_CPUS),
-                                     "-t", "10", "-J", f"smoke-{role}", "-o", "/dev/null",
-                                     "--wrap", BURN)
-                jobs[role] = jid
-                _wait(lambda: cluster.job_state(jid) == "RUNNING", 60,
-                      f"job {jid} ({role}) did not start: {cluster.job_state(jid)}")
-                return f"Slurm job {jid} running on node1"
-            return fn
+        pair_proc: list[subprocess.Popen] = []
 
-        step("host job through Slurm", start("host"))
-        step("guest job through Slurm (same CPUs)", start("guest"))
+        def coallocate() -> str:
+            # The controller (Static, guest quota GUEST_FRACTION) over the Slurm backend,
+            # inside the controller container; it prints the pair once Slurm runs both.
+            p = subprocess.Popen(
+                [cluster.engine.docker_bin, "exec", cluster.spec.container("controller"),
+                 "/opt/cosched/bin/python", "-m", "testbed.pair", "--fraction",
+                 str(GUEST_FRACTION), "--cores", str(NODE_CPUS), "--hold", str(HOLD_S)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)
+            pair_proc.append(p)
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            if not line:
+                err = p.stderr.read() if p.stderr else ""
+                raise RuntimeError(f"the controller formed no pair: {err.strip()[-800:]}")
+            paired = json.loads(line)
+            jobs.update(host=paired["host"], guest=paired["guest"])
+            return (f"Slurm jobs {paired['host']} (host, quota {paired['host_quota']:.2f}) and "
+                    f"{paired['guest']} (guest, quota {paired['guest_quota']:.2f}) on "
+                    f"{paired['node']} after {paired['seconds']:.1f} s")
 
-        def lend() -> str:
-            agent = cluster.agent("node1")
-            _wait(lambda: {jobs["host"], jobs["guest"]} <= {j["job_id"] for j in agent.jobs()},
-                  30, "the node agent did not discover both Slurm jobs")
-            for role in ("host", "guest"):
-                # Slurm does not confine cores here: tell the agent each job's allocation.
-                agent.register_job(jobs[role], [], NODE_CPUS)
-            agent.set_quota(jobs["host"], 1 - GUEST_FRACTION, 120)
-            agent.set_quota(jobs["guest"], GUEST_FRACTION, 120)
-            return (f"host keeps {1 - GUEST_FRACTION:.0%}, guest gets {GUEST_FRACTION:.0%} of "
-                    f"{job_cpus:g} CPUs")
-
-        step("lend quota through the node agent", lend)
+        step("co-allocate a pair: Slurm + controller + agent", coallocate)
 
         def measure() -> str:
             time.sleep(1.0)   # let the quotas settle for a period or two
@@ -165,6 +165,15 @@ def smoke(say: Say = lambda _m: None, keep: bool = False, install: bool = True,
             return summary
 
         step("measure inside the node container", measure)
+
+        def finish() -> str:
+            p = pair_proc[0]
+            out, err = p.communicate(timeout=HOLD_S + 60)
+            if p.returncode != 0:
+                raise RuntimeError(f"the pair's controller exited {p.returncode}: {err.strip()[-800:]}")
+            return "both jobs cancelled, quotas given back"
+
+        step("controller cancels the pair", finish)
         res.ok = True
     except _Failed:
         pass
@@ -174,6 +183,9 @@ def smoke(say: Say = lambda _m: None, keep: bool = False, install: bool = True,
                 cluster.scancel(*jobs.values())
             except Exception:
                 pass
+        for p in locals().get("pair_proc", []):
+            if p.poll() is None:
+                p.kill()
         if res.instance is not None and not keep:
             s0 = time.monotonic()
             try:

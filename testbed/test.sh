@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 venv="${COSCHED_VENV:-$PWD/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
     echo "test.sh: creating the virtual environment $venv" >&2
-    if ! python3 -m venv "$venv" 2>/dev/null; then
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
         # A stock Debian/Ubuntu python3 has no ensurepip until python3-venv is installed.
         rm -rf "$venv"
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -30,6 +30,17 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # rl: JAX, optax, gymnasium, matplotlib for the learned-scheduler tests (about 30 s, 0.6 GB)
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl]'
+# The Slurm tests (marker slurm) run a real Slurm 22.05 from Debian: install it when missing
+# (about 6 s; `cosched slurm up` would do the same on first use).
+if [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null 2>&1 && command -v apt-get >/dev/null; then
+    echo "test.sh: installing slurm-wlm slurmctld slurmd slurm-client munge" >&2
+    slurm_pkgs="slurm-wlm slurmctld slurmd slurm-client munge"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
+        --no-install-recommends $slurm_pkgs >/dev/null \
+    || { apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null \
+         && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
+            --no-install-recommends $slurm_pkgs >/dev/null; }
+fi
 export PATH="$venv/bin:$PATH"
 # The Docker testbed's tests (marker docker) need Debian's Docker engine, compose v1 and
 # debootstrap: installed and started here when missing (as root; no systemd needed).

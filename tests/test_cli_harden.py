@@ -5,10 +5,6 @@ typed it; no traceback; nothing overwritten without a word."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sysconfig
 import time
 from pathlib import Path
 
@@ -20,6 +16,7 @@ from coscheduler.learner import AsaxLearner
 from coscheduler.sim.swf import SwfFormatError, read_swf
 from coscheduler.store import SqliteStore
 
+from nobody import nobody  # noqa: F401  (fixture)
 from store_workload import CONFIG, drive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,21 +54,9 @@ def test_bench_controller_names_the_option_that_is_wrong(args, option):
     assert other not in out
 
 
-def _as_nobody(args: list[str], home: str) -> subprocess.CompletedProcess:
-    py = shutil.which("python3.11", path="/usr/bin")
-    site = sysconfig.get_paths()["purelib"]
-    if py is None or os.geteuid() != 0 or site.startswith("/root"):
-        pytest.skip("needs root (to become nobody), /usr/bin/python3.11 and readable packages")
-    env = {"PATH": "/usr/bin:/bin", "HOME": home, "PYTHONPATH": f"{ROOT}:{site}",
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c",
-                           "from coscheduler.cli import main; main()", *args],
-                          capture_output=True, text=True, env=env, timeout=60)
-
-
 @pytest.mark.root
-def test_agent_as_an_unprivileged_user_says_it_needs_root():
-    r = _as_nobody(["agent", "--listen", "127.0.0.1:0"], "/nonexistent")
+def test_agent_as_an_unprivileged_user_says_it_needs_root(nobody):
+    r = nobody.run(["agent", "--listen", "127.0.0.1:0"], "/nonexistent")
     assert r.returncode == 1, (r.stdout, r.stderr)
     line = r.stderr.strip().splitlines()
     assert len(line) == 1 and "Traceback" not in r.stderr

@@ -86,20 +86,24 @@ def test_simulate_learned_puts_models_beside_heuristics(tmp_path):
     assert text.exit_code == 0 and "seed-1 windows" in text.stdout
 
 
-def test_train_refuses_a_checkpoint_with_other_settings(tmp_path):
-    pytest.importorskip("jax", reason="needs the rl extra")
+def test_train_command_and_its_checkpoint_check(tmp_path):
+    # the real command in a child process (JAX must not load in the test process)
+    import subprocess
+    import sys
+
     from learned_helpers import write_stuck_shorts_trace
 
     trace = write_stuck_shorts_trace(tmp_path / "stuck.swf")
     out = tmp_path / "m.model"
-    args = ["train", "rlscheduler", "--trace", str(trace), "--epochs", "1", "--trajectories",
-            "2", "--imitate", "none", "--no-eval", "--out", str(out)]
-    r = run(*args, "--json")
-    assert r.exit_code == 0, r.stderr
+    args = [sys.executable, "-m", "coscheduler.cli", "train", "rlscheduler", "--trace",
+            str(trace), "--epochs", "1", "--trajectories", "2", "--no-eval", "--out", str(out)]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout)
     assert summary["epochs"] == 1 and Path(summary["model"]).is_file()
-    r = run(*args[:-2], "--seed", "5", "--out", str(out))
-    assert r.exit_code == 1 and "a checkpoint with other settings (seed)" in r.stderr
+    assert summary["curve_png"] and Path(summary["curve_png"]).is_file()
+    r = subprocess.run(args + ["--seed", "5"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "a checkpoint with other settings (seed)" in r.stderr
 
 
 def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
@@ -113,3 +117,29 @@ def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
     assert scorer.kind == "scorer" and scorer.name == f"rl:{path}"
     order, scores = order_by_scores(scorer, 100.0, [(0, 1, 50), (5, 2, 500), (9, 1, 10)], 2, 4)
     assert sorted(order) == [0, 1, 2] and list(scores) == sorted(scores, reverse=True)
+
+
+def test_slurm_priority_and_run_take_learned_policies(tmp_path):
+    r = run("slurm", "priority", "--policy", "rl:nosuchmodel", "--once", "--slurm-conf",
+            str(tmp_path / "slurm.conf"))
+    assert r.exit_code == 2 and "unknown model 'nosuchmodel'" in r.stderr
+    r = run("run", "--backend", "slurm", "--queue-policy", "rl:nosuchmodel", "--slurm-conf",
+            str(tmp_path / "slurm.conf"), "--max-passes", "1")
+    assert r.exit_code == 2 and "unknown model 'nosuchmodel'" in r.stderr
+
+
+def test_simulate_paper_takes_a_learned_queue_policy(tmp_path):
+    path = save_model(rl_model(4), tmp_path / "q.model")
+    r = run("simulate", "paper", "--cores", "64", "--policies", "space-sharing", "--repeat", "1",
+            "--scale", "0.05", "--queue-policy", f"rl:{path}", "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["settings"]["queue_policy"] == f"rl:{path}"
+    assert out["runs"][0]["completed"] == 46
+    ins = save_model(inspector_model(50.0, "SJF"), tmp_path / "i.model")
+    r = run("simulate", "paper", "--cores", "64", "--policies", "space-sharing", "--repeat", "1",
+            "--scale", "0.05", "--inspector", str(ins), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["settings"]["queue_policy"].startswith("SJF+inspector:")
+    r = run("simulate", "paper", "--queue-policy", "rl:nosuchmodel")
+    assert r.exit_code == 2 and "unknown model" in r.stderr

@@ -166,3 +166,23 @@ def test_base64_uuid_round_trip_matches_the_acknowledge_rule():
     call = parse_call(body({"type": "ACKNOWLEDGE", "framework_id": FID, "acknowledge": {
         "agent_id": {"value": "a"}, "task_id": {"value": "t"}, "uuid": u}}))
     assert call["acknowledge"]["uuid"] == u
+
+
+def test_plain_process_isolation_runs_tasks_without_cgroups(tmp_path):
+    from testbed.mesos import AgentSpec, MasterConfig, MesosEmulator
+    from tests.mesos_raw import RawScheduler, task_info
+
+    cfg = MasterConfig(heartbeat_interval_s=0.5, allocation_interval_s=0.1, status_update_retry_s=0.5)
+    with MesosEmulator([AgentSpec(cpus=1, mem_mb=128)], listen=("127.0.0.1", 0), isolation="none",
+                       workdir=tmp_path / "w", config=cfg) as emu:
+        assert emu.ready_info()["cgroup"] is None
+        sched = RawScheduler(emu.server.address)
+        try:
+            offer = sched.next_offers()[0]
+            assert all(a["name"] != "cosched_agent_url" for a in offer["attributes"])
+            sched.launch(offer, [task_info("plain", offer["agent_id"], "echo $MESOS_TASK_ID")])
+            sched.update_for("plain", "TASK_FINISHED")
+            out = next((tmp_path / "w").rglob("plain/stdout")).read_text()
+            assert out.strip() == "plain"
+        finally:
+            sched.close()

@@ -8,11 +8,9 @@ under /root, which nobody cannot enter).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -27,6 +25,7 @@ from coscheduler.learner import AsaxLearner
 from coscheduler.policies.coalloc import SpaceSharing
 from coscheduler.store import SqliteStore, StoreError
 
+from nobody import nobody  # noqa: F401  (fixture)
 from store_workload import CONFIG, drive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,32 +133,16 @@ def test_read_commands_create_and_change_nothing(tmp_path):
 
 
 # ---- item 12 -------------------------------------------------------------------------------
-def _as_nobody(args: list[str], home: str) -> subprocess.CompletedProcess:
-    """The CLI as user nobody with Debian's python3.11 and the project's dependencies."""
-    py = shutil.which("python3.11", path="/usr/bin")
-    if py is None or os.geteuid() != 0:
-        pytest.skip("needs root (to become nobody) and /usr/bin/python3.11")
-    site = sysconfig.get_paths()["purelib"]
-    if not os.access(site, os.R_OK | os.X_OK) or site.startswith("/root"):
-        pytest.skip(f"the project's packages at {site} are not readable by nobody")
-    env = {"PATH": "/usr/bin:/bin", "HOME": home, "PYTHONPATH": f"{ROOT}:{site}",
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", py, "-c",
-                           "from coscheduler.cli import main; main()", *args],
-                          capture_output=True, text=True, env=env, timeout=60)
-
-
 @pytest.mark.root
-def test_an_unreadable_database_path_is_a_one_line_error(tmp_path):
-    locked = tmp_path / "private"
+def test_an_unreadable_database_path_is_a_one_line_error(nobody):
+    locked = nobody.scratch() / "private"
     locked.mkdir(mode=0o700)
-    os.chmod(tmp_path, 0o755)
     db = locked / "state.db"
     SqliteStore(db, create=True).close()
     for args, home in ((["experts", "show", "--db", str(db)], "/nonexistent"),
                        (["decisions", "list", "--db", str(db)], "/nonexistent"),
                        (["experts", "show"], str(locked))):   # the default under an unreadable HOME
-        r = _as_nobody(args, home)
+        r = nobody.run(args, home)
         assert r.returncode == 1, (args, r.stdout, r.stderr[-1500:])
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: "), r.stderr[-1500:]

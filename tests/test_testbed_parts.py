@@ -98,13 +98,18 @@ def test_spec_round_trips_through_json():
     assert TestbedSpec.from_json(s.as_json()) == s
 
 
-def test_slurm_conf_names_the_nodes_and_requeues_on_node_failure():
-    text = slurm_files.slurm_conf(spec(nodes=3, cpus=8))
-    assert "NodeName=node[1-3] CPUs=8" in text
-    assert "SlurmctldHost=slurmctld" in text
-    assert "JobRequeue=1" in text and "SlurmdTimeout=" in text
-    assert "SlurmdParameters=config_overrides" in text
-    assert "NodeName=node1 CPUs=4" in slurm_files.slurm_conf(spec(nodes=1, cpus=4, agent_ports=(1,)))
+def test_slurm_files_come_from_the_slurm_plugins_renderers():
+    files = slurm_files.slurm_files(spec(nodes=3, cpus=8))
+    assert set(files) == {"slurm.conf", "cgroup.conf", "job_submit.lua"}
+    conf = files["slurm.conf"]
+    for n in ("node1", "node2", "node3"):      # one container per node: its host name
+        assert f"NodeName={n} NodeHostname={n} Port=6818 CPUs=8" in conf
+    assert "SlurmctldHost=slurmctld" in conf and "JobSubmitPlugins=lua" in conf
+    assert "SlurmdTimeout=10" in conf and "OverTimeLimit=UNLIMITED" in conf
+    assert "PartitionName=cosched Nodes=node1,node2,node3 OverSubscribe=YES:" in conf
+    assert "AuthInfo" not in conf               # munge's default socket in each container
+    assert 'local COSCHED_PARTITION = "cosched"' in files["job_submit.lua"]
+    assert "ConstrainCores=no" in files["cgroup.conf"]
 
 
 def test_container_requirements_follow_pyproject_without_the_host_only_ones():

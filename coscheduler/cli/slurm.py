@@ -146,8 +146,12 @@ def env_cmd(directory):
 
 @slurm.command("priority")
 @click.option("--policy", "policy_name", default="FCFS", show_default=True,
-              help="Queue policy: FCFS, SJF, F1, WFP3, UNICEP, ...")
+              help="Queue policy: FCFS, SJF, F1, WFP3, UNICEP, ..., or a learned model "
+                   "rl:NAME|PATH (cosched models list).")
 @click.option("--partition", default=None, help="Only this partition's pending jobs [all].")
+@click.option("--inspector", default=None, metavar="NAME|PATH",
+              help="A SchedInspector model over its base policy (instead of --policy): a "
+                   "rejected top job goes last for the model's retry delay.")
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option("--interval", type=float, default=10.0, show_default=True,
               help="Seconds between passes (without --once).")
@@ -157,17 +161,26 @@ def env_cmd(directory):
 @click.option("--slurm-conf", type=click.Path(dir_okay=False), default=None,
               help="A site's slurm.conf instead of a local cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print each pass as JSON.")
-def priority_cmd(policy_name, partition, once, interval, base, directory, slurm_conf, as_json):
+def priority_cmd(policy_name, partition, inspector, once, interval, base, directory, slurm_conf,
+                 as_json):
     """Order pending jobs with a queue policy by setting their Slurm priorities."""
-    from coscheduler.policies.queue import get_policy
+    from coscheduler.learned.registry import resolve_policy
     from slurm_plugin.commands import SlurmCommandError, SlurmCommands
     from slurm_plugin.priority import apply_priorities
     from slurm_plugin.source import CommandLineSource
 
     try:
-        policy = get_policy(policy_name)
+        policy = resolve_policy(policy_name)
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="--policy") from None
+    if inspector is not None:
+        from coscheduler.learned.registry import inspector_for
+        from coscheduler.policies.selection import InspectedRanking
+
+        try:
+            policy = InspectedRanking(inspector_for(inspector))
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--inspector") from None
     if not interval > 0:
         raise click.BadParameter(f"must be > 0, got {interval}", param_hint="--interval")
     conf = slurm_conf or _state(directory).slurm_conf
@@ -230,7 +243,15 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpu
     except (ClusterError, InvalidInput) as exc:
         raise click.ClickException(str(exc)) from None
     db = db or Path(state.dir) / "paper-small.db"
-    store = SqliteStore(db, create=True)
+    from ..store import StoreError
+
+    try:
+        store = SqliteStore(db, create=True)
+        store.claim_controller()
+    except (InvalidInput, StoreError) as exc:
+        if started_here:
+            down(d, say=say)
+        raise click.ClickException(str(exc)) from None
     err = sys.stderr
 
     def progress(policy, daemon) -> None:

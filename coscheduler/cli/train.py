@@ -134,8 +134,9 @@ def _config(kind, trace, out, epochs, default_epochs, **kw):
 @click.option("--mask", type=click.Choice(["runnable", "padding"]), default="runnable",
               show_default=True, help="Pick only jobs that can start now (unless none can), "
                                       "or any waiting job (the reference).")
-@click.option("--imitate", default="F1", show_default=True,
-              help="Warm start: first clone this heuristic's picks (a queue policy name), "
+@click.option("--imitate", default="best", show_default=True,
+              help="Warm start: first clone this heuristic's picks (a queue policy name, or "
+                   "'best': the heuristic that does best as a scorer on training sequences), "
                    "then PPO; 'none' starts from random weights as the reference.")
 def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
                 out, time_limit, pi_lr, fresh, no_eval, as_json, metric, mask, imitate) -> None:
@@ -144,7 +145,8 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
     cfg = _config("rlscheduler", trace, out, epochs, 60, metric=metric, backfill=backfill,
                   trajectories=trajectories, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, mask=mask, pi_lr=pi_lr or 3e-4,
-                  imitate=None if imitate.lower() == "none" else get_policy(imitate).name,
+                  imitate=None if imitate.lower() == "none" else
+                  "best" if imitate.lower() == "best" else get_policy(imitate).name,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
     _run(cfg, fresh, as_json)
 
@@ -164,3 +166,13 @@ def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ra
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
     _run(cfg, fresh, as_json)
+
+
+def _add_mrsch() -> None:
+    # MRSch (multi-resource, DFP): its own module, coscheduler/cli/train_mrsch.py
+    from .train_mrsch import mrsch
+
+    train.add_command(mrsch)
+
+
+_add_mrsch()

@@ -40,9 +40,12 @@ ALIASES = {"stats": "statistics"}
 @click.option("--usage-dir", default=None,
               help="Where each job records its CPU time [the local cluster's; none on a site].")
 @click.option("--workdir", default=None, help="Folder the stages share [CLUSTER/work/TAG].")
+@click.option("--time-factor", type=float, default=1.0, show_default=True,
+              help="Slurm's --time = this x the stage's walltime (whole minutes); the walltime "
+                   "itself goes in the metadata.")
 @click.option("--json", "as_json", is_flag=True, help="Print the submitted jobs as JSON.")
 def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, partition,
-               progress_dir, usage_dir, workdir, as_json):
+               progress_dir, usage_dir, workdir, time_factor, as_json):
     """Submit WORKFLOW to Slurm, one job per stage, each after the previous one."""
     from slurm_plugin.cluster import ClusterError, default_dir, load_state
     from slurm_plugin.commands import SlurmCommandError, SlurmCommands
@@ -77,7 +80,8 @@ def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, part
                              node_cores=node_cores, core_speed=speed)
         subs = submit_jobs(SlurmCommands(slurm_conf), jobs, SubmitOptions(
             partition=partition or "cosched", default_partition=default_part, cosched=cosched,
-            output_dir=out_dir, usage_dir=usage_dir, progress_dir=progress_dir))
+            output_dir=out_dir, usage_dir=usage_dir, progress_dir=progress_dir,
+            time_limit_factor=time_factor))
     except InvalidInput as exc:
         raise click.BadParameter(str(exc)) from None
     except SlurmCommandError as exc:

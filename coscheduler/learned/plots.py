@@ -18,6 +18,10 @@ def plot_curve(curve: list[dict], kind: str, path: Path, title: str = "") -> Pat
     ax.plot(epochs, [r["mean_value"] for r in curve], label="learned", color="tab:blue")
     if kind == "inspector":
         ax.plot(epochs, [r["mean_base"] for r in curve], label="base policy", color="tab:orange")
+    checked = [(r["epoch"], r["validation"]) for r in curve if r.get("validation") is not None]
+    if checked:
+        ax.plot(*zip(*checked), "o", color="tab:green", markersize=4,
+                label="greedy, validation windows")
     filtered = [r["epoch"] for r in curve if r.get("filtered")]
     if filtered:
         ax.axvspan(min(filtered) - 0.5, max(filtered) + 0.5, color="0.9",

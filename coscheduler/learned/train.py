@@ -68,12 +68,16 @@ class TrainConfig:
     pi_lr: float = 3e-4
     vf_lr: float = 1e-3
     imitate: str | None = None       # RL: warm start by imitating this heuristic
-    imitate_epochs: int = 4
+    imitate_epochs: int | None = None  # default: min(4, max(1, epochs // 10)) rounds
     imitate_steps: int = 150
     validate_every: int = 5
     validation_windows: int = 6
     time_limit_s: float | None = None
     evaluate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.imitate_epochs is None:
+            self.imitate_epochs = min(4, max(1, self.epochs // 10))
 
     def settings(self) -> dict:
         """What must agree for a checkpoint to be resumed."""
@@ -206,7 +210,13 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     epoch = first_epoch
     try:
         if cfg.kind == "rlscheduler" and cfg.imitate and first_epoch == 0:
-            _imitate(cfg, agent, executor, limit, norm, curve, progress)
+            teacher = cfg.imitate
+            if teacher == "best":
+                teacher_scores = _teacher_scores(trace, cluster, cfg, limit)
+                teacher = min(teacher_scores, key=teacher_scores.get)
+                curve.append({"epoch": 0, "teachers": teacher_scores, "teacher": teacher,
+                              "mean_value": teacher_scores[teacher]})
+            _imitate(cfg, teacher, agent, executor, limit, norm, curve)
         if best is None:
             start = agent.policy_params()
             if cfg.kind == "inspector":
@@ -277,6 +287,8 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         "kept_epoch": best[1] if best else None,
         "validation": best[0] if best else None,
         "imitate": cfg.imitate if cfg.kind == "rlscheduler" else None,
+        "imitated": next((r["teacher"] for r in curve if "teacher" in r), None),
+        "teachers": next((r["teachers"] for r in curve if "teachers" in r), None),
     }
     if cfg.kind == "inspector":
         header["base"] = get_policy(cfg.base).name
@@ -322,20 +334,46 @@ def _validate(cfg, executor, limit, norm, params) -> float:
     return -value if cfg.metric == "util" and cfg.kind == "rlscheduler" else value
 
 
-def _imitate(cfg: TrainConfig, agent, executor, limit: int, norm: Normalisation,
-             curve: list, progress) -> None:
-    """Warm start: clone ``cfg.imitate``'s picks on training sequences (epoch 0 rows)."""
+TEACHERS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1", "SAF")
+
+
+def _teacher_scores(trace, cluster, cfg: TrainConfig, limit: int, count: int = 24) -> dict:
+    """Mean metric of each heuristic *as a scorer under this run's mask rule* on training
+    sequences (never the evaluation windows): ``--imitate best`` clones the best."""
+    from ..policies.selection import KeyScorer
+    from .episode import metric_value
+
+    rng = np.random.default_rng([cfg.seed, 5])
+    starts = rng.integers(0, limit - cfg.sequence + 1, count).tolist()
+    out = {}
+    for name in TEACHERS:
+        scorer = KeyScorer(get_policy(name), cfg.window)
+        scorer.mask = cfg.mask
+        values = []
+        for s in starts:
+            jobs = trace_window(trace.jobs, int(s), cfg.sequence)
+            sched = simulate(jobs, cluster, scorer, cfg.backfill)
+            m = compute_metrics(jobs, sched.start, sched.end, trace.max_procs)
+            values.append(metric_value(m, cfg.metric))
+        value = float(np.mean(values))
+        out[name] = -value if cfg.metric == "util" else value
+    return out
+
+
+def _imitate(cfg: TrainConfig, teacher: str, agent, executor, limit: int, norm: Normalisation,
+             curve: list) -> None:
+    """Warm start: clone ``teacher``'s picks on training sequences (epoch 0 rows)."""
     for k in range(cfg.imitate_epochs):
         rng = np.random.default_rng([cfg.seed, 10_000 + k])
         starts = rng.integers(0, limit - cfg.sequence + 1, cfg.trajectories).tolist()
         tasks = [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), [int(s) for s in part],
                              cfg.sequence, cfg.backfill, agent.policy_params(), norm.as_dict(),
                              seed=k, metric=cfg.metric, window=cfg.window, mask=cfg.mask,
-                             teacher=cfg.imitate)
+                             teacher=teacher)
                  for part in split(starts, executor.workers)]
         trajs = [t for batch in executor.map(tasks) for t in batch]
         loss = agent.imitate(agent.make_batch(trajs), cfg.imitate_steps)
-        curve.append({"epoch": 0, "imitation": k + 1, "teacher": cfg.imitate,
+        curve.append({"epoch": 0, "imitation": k + 1, "teacher": teacher,
                       "mean_value": float(np.mean([t.value for t in trajs])),
                       "bc_loss": loss})
 

@@ -22,7 +22,7 @@ start_munge() {
 }
 
 slurm_files() {
-    install -d /etc/slurm
+    install -d /etc/slurm /run/slurm /var/log/slurm
     for f in "$conf"/slurm/*; do install -m 644 "$f" /etc/slurm/; done
 }
 
@@ -34,7 +34,7 @@ slurmctld)
     ;;
 node)
     start_munge; slurm_files
-    install -d /var/spool/slurmd /var/log/slurm
+    install -d "/var/spool/slurmd/${COSCHED_NODE:?}"
     # Docker mounts the container's own cgroups read-only; the node's agent (and slurmd's
     # cgroup plugins) write below the container's cgroup, as they would below a node's root.
     for c in cpu cpuacct cpuset memory freezer devices; do
@@ -42,11 +42,15 @@ node)
             || say "cannot make /sys/fs/cgroup/$c writable"
     done
     node="${COSCHED_NODE:?COSCHED_NODE is not set}"
-    cosched agent --listen "0.0.0.0:${COSCHED_AGENT_PORT:-9137}" --token-file "$conf/agent.token" \
+    # The agent runs in a cgroup of its own, as a systemd service would on a real node: the
+    # jobs slurmd starts stay outside it (the agent refuses to move processes that share
+    # its own cgroup and that it did not start: monitoring/README.md).
+    mkdir -p /sys/fs/cgroup/cpu/cosched-agent
+    sh -c 'echo $$ > /sys/fs/cgroup/cpu/cosched-agent/cgroup.procs && exec "$@"' agent \
+        cosched agent --listen "0.0.0.0:${COSCHED_AGENT_PORT:-9137}" --token-file "$conf/agent.token" \
         --cgroup-root cosched --node-cpus "${COSCHED_NODE_CPUS:?}" \
         --cpu-per-core "${COSCHED_CPU_PER_CORE:?}" --state-dir /var/lib/cosched-agent \
-        --discover-slurm >/var/log/cosched-agent.json \
-        2>/var/log/cosched-agent.log &
+        --discover-slurm >/var/log/cosched-agent.json 2>/var/log/cosched-agent.log &
     exec slurmd -D -N "$node"
     ;;
 controller)

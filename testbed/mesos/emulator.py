@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .master import AgentSpec, Master, MasterConfig
-from .runtime import CGROUP_PREFIX, new_token, real_cpus
+from .runtime import CGROUP_PREFIX, new_token, real_cpus, start_watchdog
 from .server import SCHEDULER_PATH, MasterServer
 
 log = logging.getLogger("testbed.mesos")
@@ -78,6 +78,28 @@ def kill_orphaned_tasks() -> list[int]:
     return killed
 
 
+_SHM = Path("/dev/shm")
+
+
+def _fast_dir(name: str) -> Path | None:
+    """``/dev/shm/<name>`` (created, mode 700), or None without a writable tmpfs there.
+    Folders left there by dead emulators (their owner pid in the name) are removed."""
+    import psutil
+
+    if not (_SHM.is_dir() and os.access(_SHM, os.W_OK)):
+        return None
+    for old in _SHM.glob(f"{CGROUP_PREFIX}*"):
+        owner = old.name[len(CGROUP_PREFIX):].split("-")[0]
+        if old.is_dir() and owner.isdigit() and not psutil.pid_exists(int(owner)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = _SHM / name
+    try:
+        path.mkdir(mode=0o700)
+    except OSError:
+        return None
+    return path
+
+
 def _proc(pid: int):
     import psutil
 
@@ -127,16 +149,32 @@ class MesosEmulator:
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(self.token + "\n")
+        # Small, often rewritten files (node-agent state, progress) on tmpfs when there is one.
+        self.fast_dir = _fast_dir(cgroup_base or f"{CGROUP_PREFIX}{os.getpid()}-{next(_instances)}")
+        self.cgroup_base = cgroup_base
+        # Cleans up after this process if it dies without close() (kill -9).
+        self._watchdog = start_watchdog(
+            self._cgroup_dirs() + ([str(self.fast_dir)] if self.fast_dir else [])
+            + ([str(self.workdir)] if self._own_workdir and not keep_workdir else []))
         config = config or MasterConfig()
         config.hostname = listen[0] if listen[0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        self.cgroup_base = cgroup_base
-        self.master = Master(agents, self.workdir, config=config, cgroup_base=cgroup_base,
-                             cpu_scale=self.cpu_scale, cpu_limits=cpu_limits,
-                             serve_agent_api=agent_api and isolation == "cgroups", token=self.token)
+        try:
+            self.master = Master(agents, self.workdir, config=config, cgroup_base=cgroup_base,
+                                 cpu_scale=self.cpu_scale, cpu_limits=cpu_limits,
+                                 serve_agent_api=agent_api and isolation == "cgroups",
+                                 token=self.token, fast_dir=self.fast_dir)
+        except Exception:
+            self._remove_dirs()
+            self._stop_watchdog()
+            raise
         try:
             self.server = MasterServer(self.master, listen, self.token)
         except OSError as e:
             self.master.close()
+            if cgroup_base:
+                self._remove_base()
+            self._remove_dirs()
+            self._stop_watchdog()
             raise EmulatorUnavailable(f"cannot listen on {listen[0]}:{listen[1]}: {e}") from None
         config.port = self.server.address[1]
         self._closed = False
@@ -184,17 +222,38 @@ class MesosEmulator:
         self.server.shutdown()
         if self.cgroup_base:
             self._remove_base()
-        if self._own_workdir and not self.keep_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._remove_dirs()
+        self._stop_watchdog()
         log.info("emulator stopped: %s", json.dumps(done, default=str))
         return done
 
-    def _remove_base(self) -> None:
+    def _remove_dirs(self) -> None:
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.fast_dir is not None:
+            shutil.rmtree(self.fast_dir, ignore_errors=True)
+
+    def _stop_watchdog(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self._watchdog.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._watchdog.wait()
+
+    def _cgroup_dirs(self) -> list[str]:
+        if not self.cgroup_base:
+            return []
         from monitoring.cgroupfs import detect_layout
 
         layout = detect_layout()
-        for mount in {layout.cpu_mount, layout.acct_mount} - {None}:
-            base = Path(mount) / self.cgroup_base  # type: ignore[arg-type]
+        return [str(Path(m) / self.cgroup_base)
+                for m in {layout.cpu_mount, layout.acct_mount} - {None}]  # type: ignore[operator]
+
+    def _remove_base(self) -> None:
+        for d in self._cgroup_dirs():
+            base = Path(d)
             if base.is_dir():
                 for d in sorted((p for p in base.rglob("*") if p.is_dir()),
                                 key=lambda p: len(p.parts), reverse=True) + [base]:

@@ -113,6 +113,8 @@ class Agent:
         self.runtime = runtime
         self.job_ids: set[str] = set()
         self.executors: dict[tuple[str, str], "Executor"] = {}
+        self.launch_q: "queue.SimpleQueue[Task | None]" = queue.SimpleQueue()
+        self.launcher: threading.Thread | None = None
 
     def available(self) -> Resources:
         return self.total - self.used - self.offered
@@ -262,8 +264,10 @@ class Master:
 
     def __init__(self, agents: list[AgentSpec], workdir: Path, *, config: MasterConfig | None = None,
                  cgroup_base: str | None = None, cpu_scale: float = 1.0, cpu_limits: bool = True,
-                 serve_agent_api: bool = False, token: str | None = None):
+                 serve_agent_api: bool = False, token: str | None = None,
+                 fast_dir: Path | None = None):
         self.config = config or MasterConfig()
+        self.fast_dir = fast_dir
         self.workdir = Path(workdir)
         self.cgroup_base = cgroup_base
         self.cpu_scale = cpu_scale
@@ -282,9 +286,7 @@ class Master:
         self._all_tasks: list[Task] = []
         self._seq = {"framework": 0, "offer": 0, "agent": 0}
         self._alloc_pending = False
-        self._launch_q: "queue.SimpleQueue[Task | None]" = queue.SimpleQueue()
-        self._launcher = threading.Thread(target=self._launch_loop, name="mesos-emu-launcher",
-                                          daemon=True)
+        self.started = False
         self.closing = False
         # fault injection state read by the HTTP side
         self.redirect_location: str | None = None
@@ -302,7 +304,10 @@ class Master:
 
     # ------------------------------------------------------------------------ lifecycle
     def start(self) -> "Master":
-        self._launcher.start()
+        with self.lock:
+            self.started = True
+            for agent in self.agents.values():
+                agent.launcher.start()
         self.timers.call_later(self.config.allocation_interval_s, self._periodic_allocation)
         self._request_allocation()
         return self
@@ -322,9 +327,12 @@ class Master:
                 self._signal(t, signal.SIGTERM)
         # The launcher drains its queue: tasks not started are dropped, one being started
         # is killed as soon as it exists.
-        self._launch_q.put(None)
-        if self._launcher.is_alive():
-            self._launcher.join(timeout=10)
+        launchers = [a.launcher for a in self.agents.values()]
+        for agent in self.agents.values():
+            agent.launch_q.put(None)
+        for t in launchers:
+            if t.is_alive():
+                t.join(timeout=10)
         with self.lock:
             tasks = [t for t in self._all_tasks if t.popen is not None]
         deadline = time.monotonic() + self.config.kill_grace_s
@@ -358,11 +366,16 @@ class Master:
             name = f"agent{n}"
             agent_id = f"{self.id}-S{n - 1}"
             runtime = AgentRuntime(name, self.workdir / "agents" / name, cgroup_base=self.cgroup_base,
+                                   fast_dir=(self.fast_dir / name) if self.fast_dir else None,
                                    cpus=spec.cpus, cpu_scale=self.cpu_scale,
                                    cpu_limits=self.cpu_limits, serve_api=self.serve_agent_api,
                                    token=self.token)
             agent = Agent(agent_id, name, spec, runtime)
+            agent.launcher = threading.Thread(target=self._launch_loop, args=(agent,), daemon=True,
+                                              name=f"mesos-emu-launcher-{name}")
             self.agents[agent_id] = agent
+            if self.started:
+                agent.launcher.start()
             log.info("agent %s (%s) registered: %s", agent_id, agent.hostname, agent.total.describe())
             self._request_allocation()
             return agent_id
@@ -404,6 +417,9 @@ class Master:
                 self._send(fw, {"type": "FAILURE", "failure": {"agent_id": _id(agent_id)}})
             tasks = [t for t in self._all_tasks if t.agent_id == agent_id]
             log.warning("agent %s lost (%s): tasks %s", agent_id, reason, lost)
+        agent.launch_q.put(None)
+        if agent.launcher is not None and agent.launcher.is_alive():
+            agent.launcher.join(timeout=10)
         for t in tasks:
             if t.popen is not None:
                 t.exited.wait(5.0)
@@ -843,13 +859,15 @@ class Master:
     def _start(self, task: Task) -> None:
         self.counters["launched"] += 1
         self._all_tasks.append(task)
-        self._launch_q.put(task)
+        agent = self.agents.get(task.agent_id)
+        if agent is not None:
+            agent.launch_q.put(task)
 
-    # The launcher is one long-lived thread: a task's parent-death signal follows the thread
-    # that started it, so that thread must live as long as the emulator.
-    def _launch_loop(self) -> None:
+    # Each agent has one long-lived launcher thread: a task's parent-death signal follows
+    # the thread that started it, so that thread lives as long as the agent.
+    def _launch_loop(self, agent: Agent) -> None:
         while True:
-            task = self._launch_q.get()
+            task = agent.launch_q.get()
             if task is None:
                 return
             try:
