@@ -268,6 +268,17 @@ class SlurmBackend:
             starting = ours and j.state == "PENDING" and not j.held and j.job_id in self._planned
             if not (started or starting):
                 continue
+            if starting:
+                lost = [n for n in self._planned[j.job_id][0].nodes
+                        if n in self._nodes and not self._nodes[n].usable]
+                if lost:
+                    # Released onto a node that went down before Slurm started it: Slurm
+                    # would keep it pending there forever (ReqNodeNotAvail). Seen when a
+                    # node container of the Docker testbed was killed mid-run.
+                    self._planned.pop(j.job_id, None)
+                    self._give_up(j, f"its node {lost[0]} went down "
+                                     f"({self._nodes[lost[0]].state}) before it started there")
+                    continue
             if not ours and not (set(j.nodes) & node_names):
                 continue
             try:
@@ -321,7 +332,8 @@ class SlurmBackend:
                 if not cores:
                     continue
                 v = listing.get(jid)
-                if v is None or v.get("status") != "running" or v.get("cores") != float(cores):
+                if v is None or _stale(v, rj.start_time) or (
+                        v.get("status") == "running" and v.get("cores") != float(cores)):
                     v = self._register(node, rj, cores)
                 if v is not None:
                     per_job.setdefault(jid, []).append((cores, v))
@@ -501,7 +513,9 @@ class SlurmBackend:
         usage = self.usage(j.job_id)
         if usage and j.state == "COMPLETED":
             s, e = usage.get("start"), usage.get("end")
-            if isinstance(s, (int, float)) and isinstance(e, (int, float)) and 0 < e - s and abs(s - start) < 5:
+            # The wrapper's own clock, to the microsecond, when it is this run's record.
+            if isinstance(s, (int, float)) and isinstance(e, (int, float)) and 0 < e - s \
+                    and start - 2 <= s and e <= end + 2:
                 start, end = float(s), float(e)
         if j.state == "COMPLETED":
             return Outcome(str(j.job_id), start, end, "completed")
@@ -658,6 +672,16 @@ class SlurmBackend:
         log.warning("%s", msg)
         self.errors.append(msg)
         del self.errors[:-100]
+
+
+def _stale(view: dict, started: float) -> bool:
+    """An agent's entry that ended before Slurm started the job: registered ahead of a start
+    that took longer than the agent's start grace. A job the agent saw end after it started
+    (its processes are gone, Slurm is still completing it) is not registered again."""
+    if view.get("status") == "running":
+        return False
+    ended = view.get("finished_at")
+    return isinstance(ended, (int, float)) and ended < started
 
 
 def _slurm_id(job_id: str) -> int:

@@ -32,11 +32,16 @@ AGENT_PROGRESS = "/var/lib/cosched-agent/progress"   # each node agent's progres
 
 
 class Stop(Exception):
-    """SIGINT/SIGTERM: stop the run cleanly."""
+    """SIGINT/SIGTERM or the timeout: stop the run cleanly."""
+
+
+# The signal handler only notes the request; the loop acts on it between controller passes
+# (an exception raised inside a pass would be taken for a backend error and tolerated).
+_requested: list[str] = []
 
 
 def _stop(signum, _frame):
-    raise Stop(signal.Signals(signum).name)
+    _requested.append(signal.Signals(signum).name)
 
 
 def say(msg: str) -> None:
@@ -151,6 +156,8 @@ def run(a) -> int:
     last_say = 0.0
     try:
         while len(done) < len(submitted):
+            if _requested:
+                raise Stop(_requested[0])
             controller.step()
             for o in backend.history:
                 if o.job_id in name_of and o.job_id not in done:
@@ -171,7 +178,9 @@ def run(a) -> int:
                 last_say = now
             if now - t0 > a.timeout:
                 raise Stop(f"timed out after {a.timeout:g} s")
-            time.sleep(tick)
+            pause_until = time.monotonic() + tick
+            while not _requested and time.monotonic() < pause_until:
+                time.sleep(0.1)
     except Stop as exc:
         interrupted = str(exc)
         say(f"{policy}: stopping ({interrupted}): cancelling the run's jobs, giving quotas back")

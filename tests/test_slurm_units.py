@@ -340,3 +340,92 @@ def test_backend_state_file_survives_restarts_and_corruption(tmp_path):
     b3 = SlurmBackend(src, partition="cosched", state_file=state)
     assert list(tmp_path.glob("s.json.broken-*"))                   # set aside, said so
     assert [o.job_id for o in b3.drain_finished()] == ["1"]
+
+
+# -- the command line without a cluster ----------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--backend", "slurm", "--interval", "0"], "must be > 0"),
+    (["run", "--backend", "slurm", "--interval", "2", "--lease", "5"], "must exceed 3 x --interval"),
+    (["run", "--backend", "slurm", "--queue-policy", "NOPE"], "unknown queue policy 'NOPE'"),
+    (["run", "--backend", "nosuch"], "Invalid value for '--backend'"),
+    (["slurm", "priority", "--policy", "NOPE", "--once"], "unknown queue policy 'NOPE'"),
+    (["slurm", "run-paper-small", "--policies", "fifo"], "unknown policy"),
+    (["slurm", "run-paper-small", "--scale", "2"], "must lie in (0, 1]"),
+])
+def test_bad_command_lines_say_what_is_wrong(args, message, tmp_path):
+    from click.testing import CliRunner
+
+    from coscheduler.cli import main
+
+    res = CliRunner().invoke(main, args + (["--db", str(tmp_path / "x.db")] if args[0] == "run" else []))
+    assert res.exit_code != 0 and message in res.output, res.output
+
+
+def test_run_without_a_cluster_names_the_folder(tmp_path):
+    from click.testing import CliRunner
+
+    from coscheduler.cli import main
+
+    res = CliRunner().invoke(main, ["run", "--backend", "slurm", "--slurm-dir", str(tmp_path / "none"),
+                                    "--db", str(tmp_path / "x.db")])
+    assert res.exit_code == 1 and f"no cluster in {tmp_path / 'none'}" in res.output
+    res = CliRunner().invoke(main, ["slurm", "status", "--dir", str(tmp_path / "none"), "--json"])
+    assert res.exit_code == 0 and json_of(res.output)["exists"] is False
+    res = CliRunner().invoke(main, ["slurm", "down", "--dir", str(tmp_path / "none"), "--json"])
+    assert res.exit_code == 0 and json_of(res.output)["already_stopped"] is True
+    res = CliRunner().invoke(main, ["workload", "submit", "blast", "--cores", "2",
+                                    "--dir", str(tmp_path / "none")])
+    assert res.exit_code == 1 and "no running cluster" in res.output
+
+
+def json_of(text):
+    import json
+
+    return json.loads(text)
+
+
+def test_backend_registry():
+    from coscheduler.backends.registry import backend_names, factory
+
+    assert "slurm" in backend_names()
+    with pytest.raises(InvalidInput, match="unknown backend 'x'"):
+        factory("x")
+
+
+def test_a_job_slurm_forgets_is_read_from_the_jobcomp_log_or_reported_vanished(tmp_path):
+    src = RecordedCluster("24.11")
+    jobcomp = tmp_path / "jobcomp.txt"
+    jobcomp.write_text((SLURM / "24.11" / "jobcomp.txt").read_text().replace(
+        "Partition=batch", "Partition=cosched"))
+    b = SlurmBackend(src, partition="cosched", jobcomp_file=jobcomp)
+    assert {r.job_id for r in b.running()} >= {"5", "6"}      # host and guest seen running
+    b._known[2] = "RUNNING"                                    # and job 2 (it failed since)
+    src.jobs_list = [j for j in src.jobs_list if j.job_id not in (2, 6)]   # purged by Slurm
+    outs = {o.job_id: o for o in b.drain_finished()}
+    assert outs["2"].state == "failed" and "exit code 3" in outs["2"].reason   # from jobcomp
+    assert outs["6"].state == "failed" and "vanished from Slurm" in outs["6"].reason
+    assert b.drain_finished() == []
+
+
+def test_backend_gives_up_on_a_released_job_whose_node_went_down(tmp_path):
+    """A job released onto a node that goes down before it starts would pend there forever
+    (ReqNodeNotAvail): the backend cancels it and reports it failed, once."""
+    import dataclasses
+
+    src = RecordedCluster("22.05")
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "s.json")
+    (q,) = b.queued()
+    b.start(q, Allocation("7", (("rn1", 2),)), 1.0)
+    src.jobs_list = [dataclasses.replace(j, priority=1, reason="None") if j.job_id == 7 else j
+                     for j in src.jobs_list]
+    b._snap_time = float("-inf")
+    assert "7" in {r.job_id for r in b.running()}          # released, starting on rn1
+    src.nodes_list = [dataclasses.replace(n, state="DOWN", flags=("NOT_RESPONDING",))
+                      if n.name == "rn1" else n for n in src.nodes_list]
+    b._snap_time = float("-inf")
+    assert "7" not in {r.job_id for r in b.running()}
+    assert ("cancel", 7) in src.writes
+    (o,) = b.drain_finished()
+    assert (o.job_id, o.state) == ("7", "failed") and "rn1 went down" in o.reason
+    assert b.drain_finished() == []

@@ -145,3 +145,112 @@ def test_ctrl_c_during_up_removes_what_it_made(tmp_path):
     assert leftovers(inst) == {}
     assert not (tmp_path / inst).exists()
     assert not (tmp_path / "current").exists()
+
+
+def agent_jobs(home: Path, inst: str) -> list[dict]:
+    import urllib.request
+
+    spec = json.loads((home / inst / "spec.json").read_text())
+    out = []
+    for port in spec["agent_ports"]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/jobs", timeout=5) as r:
+                out += json.loads(r.read())["jobs"]
+        except OSError:
+            pass
+    return out
+
+
+def squeue(inst: str) -> list[str]:
+    proc = subprocess.run(["docker", "exec", f"cosched-testbed-{inst}-controller", "squeue", "-h",
+                           "-o", "%i %T"], capture_output=True, text=True)
+    return proc.stdout.split("\n") if proc.stdout.strip() else []
+
+
+def test_run_with_a_node_killed_mid_run_then_report_and_down(tmp_path):
+    """Space sharing, then Static with node2 killed (`docker kill`) while its jobs run: the
+    run ends, the lost stages are reported failed with a reason, the controller and
+    slurmctld keep running; the report prints the tables and writes the plots."""
+    up = json.loads(run(["up", "--nodes", "2", "--cpus", "8", "--json"], tmp_path,
+                        check=True).stdout)
+    inst = up["instance"]
+    env = dict(os.environ, COSCHED_TESTBED_HOME=str(tmp_path))
+    try:
+        proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "space-sharing,static",
+                                           "--scale", "0.02", "--timeout", "400", "--json"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        seen, killed = [], False
+        for line in proc.stderr:
+            seen.append(line)
+            if not killed and "static: t=" in line and "running" in line and \
+                    "running 0 " not in line:
+                subprocess.run(["docker", "kill", f"cosched-testbed-{inst}-node2"], check=True,
+                               capture_output=True)
+                killed = True
+        out = proc.stdout.read() if proc.stdout else ""
+        assert proc.wait(timeout=60) == 0, "".join(seen)
+        assert killed, "".join(seen)
+        res = json.loads(out)
+        by = {r["policy"]: r for r in res["runs"]}
+        assert by["space-sharing"]["completed"] == 46 and by["space-sharing"]["failed"] == 0
+        st = by["static"]
+        assert st["failed"] > 0 and st["completed"] + st["failed"] == 46
+        assert st["coallocations"] > 0
+        full = json.loads((Path(res["results"]) / "static-r0.json").read_text())
+        assert full["reasons"] and all(full["reasons"].values())
+        # The controller container and slurmctld are still there and answer.
+        status = json.loads(run(["status", "--json"], tmp_path, check=True).stdout)
+        assert status["state"] == "degraded"
+        assert status["containers"]["controller"]["health"] == "healthy"
+        assert status["containers"]["slurmctld"]["health"] == "healthy"
+        assert status["containers"]["node2"]["state"] == "exited"
+        rep = json.loads(run(["report", "--json"], tmp_path, check=True).stdout)
+        assert {r["policy"] for r in rep["testbed"]} == {"space-sharing", "static"}
+        assert {r["policy"] for r in rep["simulator"]} == {"space-sharing", "static"}
+        assert any(r["metric"] == "mean_wait_s" and r["policy"] == "static"
+                   for r in rep["comparison"])
+        for p in rep["plots"]:
+            assert Path(p).read_bytes()[:4] == b"\x89PNG"
+        text = run(["report"], tmp_path, check=True).stdout
+        assert "TESTBED (real Slurm in containers)" in text and "testbed vs simulator" in text
+    finally:
+        down = json.loads(run(["down", "--json"], tmp_path, check=True).stdout)
+    assert len(down["removed"]["containers"]) == 4
+    assert down["results_kept"] and Path(down["results_kept"]).is_dir()
+    assert leftovers(inst) == {}
+
+
+def test_ctrl_c_during_run_cancels_the_jobs_and_gives_quotas_back(tmp_path):
+    up = json.loads(run(["up", "--nodes", "1", "--cpus", "8", "--json"], tmp_path,
+                        check=True).stdout)
+    inst = up["instance"]
+    env = dict(os.environ, COSCHED_TESTBED_HOME=str(tmp_path))
+    try:
+        proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "static",
+                                           "--scale", "0.02", "--timeout", "400"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if "guests)" in line and "(0 guests)" not in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 130, "".join(seen) + err
+        assert "interrupted" in err and "Traceback" not in err
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(
+                s.split()[1] in ("PENDING", "RUNNING") for s in squeue(inst) if s.strip()):
+            time.sleep(1)
+        left = [s for s in squeue(inst) if s.strip() and s.split()[1] in ("PENDING", "RUNNING")]
+        assert left == []
+        throttled = [j for j in agent_jobs(tmp_path, inst)
+                     if j["status"] == "running" and j["cpu_fraction"] < 1.0]
+        assert throttled == []
+        # The testbed is still up and usable.
+        assert json.loads(run(["status", "--json"], tmp_path, check=True).stdout)["state"] == "up"
+    finally:
+        run(["down"], tmp_path, check=True)
+    assert leftovers(inst) == {}

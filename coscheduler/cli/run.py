@@ -104,6 +104,11 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
     except (InvalidInput, StoreError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     try:
+        store.claim_controller()   # one controller per database: a second one stops here
+    except StoreError as exc:
+        store.close()
+        raise click.ClickException(str(exc)) from None
+    try:
         daemon = ControllerDaemon(backend, store, policy, interval_s=interval, queue_order=order,
                                   static_fraction=static_fraction, release_on_exit=not keep_held)
         signal.signal(signal.SIGTERM, lambda *_: daemon.stop())

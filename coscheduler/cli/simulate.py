@@ -449,3 +449,9 @@ def _add_learned() -> None:
 
 
 _add_learned()
+
+
+# MRSch's multi-resource report (cosched simulate multi): coscheduler/cli/multi.py
+from .multi import simulate_multi  # noqa: E402
+
+simulate.add_command(simulate_multi)

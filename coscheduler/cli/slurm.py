@@ -243,7 +243,15 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpu
     except (ClusterError, InvalidInput) as exc:
         raise click.ClickException(str(exc)) from None
     db = db or Path(state.dir) / "paper-small.db"
-    store = SqliteStore(db, create=True)
+    from ..store import StoreError
+
+    try:
+        store = SqliteStore(db, create=True)
+        store.claim_controller()
+    except (InvalidInput, StoreError) as exc:
+        if started_here:
+            down(d, say=say)
+        raise click.ClickException(str(exc)) from None
     err = sys.stderr
 
     def progress(policy, daemon) -> None:

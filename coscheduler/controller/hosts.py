@@ -20,7 +20,7 @@ from .. import happiness as hp
 from ..learner import HostState
 from ..model import InvalidInput, Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate
-from ..policies.gang import guest_placement
+from ..policies.gang import fits_beside, guest_placement
 from .config import ControllerConfig
 from .usage import ClassUsage, Expected
 
@@ -111,7 +111,8 @@ class HostIndex:
     unless ``config.former_guests_host``) and holds fewer than ``config.max_guests_per_host``
     guests (no limit when None). ``candidates(guest)`` merges the
     buckets with room >= guest cores in rank order, skipping hosts already asked this pass,
-    hosts in cooldown for this guest, hosts the guest's node layout does not fit and, under
+    hosts in cooldown for this guest, hosts the guest's node layout does not fit, hosts
+    beside which the guest's memory or burst buffer would not fit (``fits_beside``) and, under
     an EASY reservation, hosts that would leave the guest holding their cores past the
     shadow time; it yields ``HostCandidate``s lazily, at most
     ``config.max_candidates_per_guest`` (all when None). Each bucket keeps a max tree of its hosts'
@@ -130,6 +131,8 @@ class HostIndex:
         self.usage = usage
         self.now = now
         self.cooldown = cooldown
+        self.node_mem_mb, self.node_bb_gb = config.node_mem_mb, config.node_bb_gb
+        self.running_by_id = running_by_id
         self.max_candidates = config.max_candidates_per_guest
         node_rank = {n: i for i, n in enumerate(capacity)}
         max_guests = config.max_guests_per_host
@@ -228,6 +231,11 @@ class HostIndex:
             placement = guest_placement(guest, rj.allocation, used)
             if placement is None:
                 continue
+            if (self.node_mem_mb is not None or self.node_bb_gb is not None) and fits_beside(
+                    guest, rj.job, [self.running_by_id[g].job for g in rj.guest_jobs
+                                    if g in self.running_by_id],
+                    node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
+                continue  # its memory or burst buffer would not fit beside the host's
             sample = self.samples.get(host_id)
             yield HostCandidate(rj, placement, lent, sample,
                                 host_state(rj, sample, now, guest, expected))

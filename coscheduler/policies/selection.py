@@ -77,7 +77,11 @@ class ChoiceView:
 
     @property
     def runnable(self) -> np.ndarray:
-        return self.need <= self.free_nodes
+        ok = self.need <= self.free_nodes
+        take = self.extra.get("pool_take")
+        if take is not None:  # a multi-resource engine: every pool must fit too
+            ok = ok & (take <= self.extra["pool_free"]).all(axis=1)
+        return ok
 
     def earliest_start(self) -> np.ndarray:
         """Seconds from now until each window job would fit, by running jobs' estimated
