@@ -311,23 +311,10 @@ def build_images(engine: Engine, suite: str, base_mode: str = "auto",
                                  if role == ROLES[0] else ""))
         engine.docker("build", "-q", "--build-arg", f"BASE_IMAGE={base}", "--target", role,
                       "--label", f"{LABEL}.role={role}", "-t", ref, str(ctx.path))
-    prune_old_images(engine, ctx.tag)
+    # Older tags are not removed here: another checkout may be bringing its own testbed up
+    # on the same engine with them (seen: one test run's images deleted under another's
+    # feet). They share every layer but the project's (a few MB); `down --purge` removes them.
     return images
-
-
-def prune_old_images(engine: Engine, keep_tag: str) -> list[str]:
-    """Remove the role images of the same suite with other tags that no container uses (a
-    docker rmi that fails because a container uses the image is fine: it stays)."""
-    removed = []
-    suite = keep_tag.split("-", 1)[0] + "-"
-    out = engine.docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
-    for ref in out.stdout.decode().split():
-        repo, _, tag = ref.partition(":")
-        if repo in {f"{IMAGE_PREFIX}{r}" for r in ROLES} and tag != keep_tag and \
-                tag.startswith(suite):
-            if engine.docker("rmi", ref, check=False).returncode == 0:
-                removed.append(ref)
-    return removed
 
 
 def remove_images(engine: Engine, base_too: bool = False) -> list[str]:
@@ -344,4 +331,4 @@ def remove_images(engine: Engine, base_too: bool = False) -> list[str]:
 
 __all__ = ["BuildContext", "DEFAULT_MIRROR", "DEFAULT_SUITE", "ROLES", "SUITES", "build_context",
            "build_images", "cache_dir", "check_suite", "container_requirements",
-           "ensure_base", "prune_old_images", "remove_images", "role_image", "source_digest"]
+           "ensure_base", "remove_images", "role_image", "source_digest"]
