@@ -132,3 +132,25 @@ def test_inspector_training_runs_and_keeps_a_validated_model(tmp_path, trace_pat
     # the kept weights are the best validated ones (the accept-always start included)
     checked = [r["validation"] for r in result["curve"] if r.get("validation") is not None]
     assert result["header"]["validation"] <= min(checked) + 1e-9
+
+
+def test_training_from_a_model_starts_at_its_weights(tmp_path, trace_path):
+    first = train_in_subprocess(_config(tmp_path / "a", trace_path, epochs=3))
+    # one more epoch from the trained model: its weights are the start (validated at
+    # epoch 0, kept unless the new epoch validates better), no imitation warm start
+    more = train_in_subprocess(_config(tmp_path / "b", trace_path, epochs=1,
+                                       validate_every=1, imitate="F1",
+                                       init=first["path"]))
+    header = more["header"]
+    assert header["init"]["model"] == "m.model" and header["init"]["epochs"] == 3
+    assert header["imitate"] is None and not any("imitation" in r for r in more["curve"])
+    start = more["curve"][0]
+    assert start["epoch"] == 0 and start["init"] == "m.model"
+    assert header["validation"] <= start["mean_value"] + 1e-9
+    if header["kept_epoch"] == 0:
+        kept, init = load_model(more["path"]), load_model(first["path"])
+        for k in init.params:
+            assert np.array_equal(kept.params[k], init.params[k]), k
+    with pytest.raises(AssertionError, match="inspector model is needed"):
+        train_in_subprocess(_config(tmp_path / "c", trace_path, kind="inspector",
+                                    base="FCFS", epochs=1, init=first["path"]))

@@ -44,6 +44,10 @@ def _common(f):
         click.option("--pi-lr", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Policy learning rate (Adam) [default: 3e-4 for rlscheduler (the "
                           "reference's), 1e-3 for inspector]."),
+        click.option("--init", "init", default=None, metavar="MODEL",
+                     help="Start the policy from this model's weights (a shipped name or a "
+                          "path; same kind), e.g. to train a shipped model further; no "
+                          "imitation warm start then."),
         click.option("--fresh", is_flag=True, help="Ignore an existing checkpoint."),
         click.option("--no-eval", is_flag=True,
                      help="Skip the final evaluation on the seed-1 / held-out windows."),
@@ -120,11 +124,17 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
                    f"ratio {f['rejection_ratio']:.3f}")
 
 
-def _config(kind, trace, out, epochs, default_epochs, **kw):
+def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
+    from ..learned.registry import resolve
     from ..learned.train import TrainConfig
 
+    if init is not None:
+        try:
+            init = str(resolve(init).resolve())
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--init") from None
     return TrainConfig(kind=kind, trace=str(trace), out=str(out),
-                       epochs=epochs or default_epochs, **kw)
+                       epochs=epochs or default_epochs, init=init, **kw)
 
 
 @train.command("rlscheduler")
@@ -139,7 +149,8 @@ def _config(kind, trace, out, epochs, default_epochs, **kw):
                    "'best': the heuristic that does best as a scorer on training sequences), "
                    "then PPO; 'none' starts from random weights as the reference.")
 def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
-                out, time_limit, pi_lr, fresh, no_eval, as_json, metric, mask, imitate) -> None:
+                out, time_limit, pi_lr, init, fresh, no_eval, as_json, metric, mask,
+                imitate) -> None:
     """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
     cfg = _config("rlscheduler", trace, out, epochs, 60, metric=metric, backfill=backfill,
@@ -147,7 +158,8 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
                   ray_address=ray_address, mask=mask, pi_lr=pi_lr or 3e-4,
                   imitate=None if imitate.lower() == "none" else
                   "best" if imitate.lower() == "best" else get_policy(imitate).name,
-                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
+                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
+                  init=init)
     _run(cfg, fresh, as_json)
 
 
@@ -157,14 +169,15 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
                                                          + list(POLICIES)),
               help="Base policy whose picks the inspector accepts or rejects (sjf, f1, ...).")
 def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
-              out, time_limit, pi_lr, fresh, no_eval, as_json, base) -> None:
+              out, time_limit, pi_lr, init, fresh, no_eval, as_json, base) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
     cfg = _config("inspector", trace, out, epochs, 40, base=base, backfill=backfill,
                   trajectories=trajectories, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
-                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
+                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
+                  init=init)
     _run(cfg, fresh, as_json)
 
 

@@ -70,6 +70,7 @@ class TrainConfig:
     imitate: str | None = None       # RL: warm start by imitating this heuristic
     imitate_epochs: int | None = None  # default: min(4, max(1, epochs // 10)) rounds
     imitate_steps: int = 150
+    init: str | None = None          # start the policy from this model file's weights
     validate_every: int = 5
     validation_windows: int = 6
     time_limit_s: float | None = None
@@ -173,6 +174,15 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     init_rng = np.random.default_rng(cfg.seed)
     features = len(RL_FEATURES if cfg.kind == "rlscheduler" else INSPECTOR_FEATURES)
     params = (rl_init if cfg.kind == "rlscheduler" else inspector_init)(init_rng, features)
+    init_model = None
+    if cfg.init:
+        from .modelfile import load_model
+
+        init_model = load_model(cfg.init, cfg.kind)
+        for k, v in init_model.params.items():
+            if k not in params or params[k].shape != v.shape:
+                raise InvalidInput(f"{cfg.init}: weights {k} do not match this policy network")
+            params[k] = np.asarray(v, dtype=np.float32)
     agent = PPO(cfg.kind, params, PPOConfig(pi_iters=cfg.pi_iters, v_iters=cfg.v_iters,
                                             pi_lr=cfg.pi_lr, vf_lr=cfg.vf_lr))
     curve: list[dict] = []
@@ -209,7 +219,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     executor = make_executor(cfg.executor, cfg.workers, cfg.ray_address)
     epoch = first_epoch
     try:
-        if cfg.kind == "rlscheduler" and cfg.imitate and first_epoch == 0:
+        if cfg.kind == "rlscheduler" and cfg.imitate and first_epoch == 0 and not cfg.init:
             teacher = cfg.imitate
             if teacher == "best":
                 teacher_scores = _teacher_scores(trace, cluster, cfg, limit)
@@ -222,8 +232,20 @@ def train(cfg: TrainConfig, *, resume: bool = True,
             if cfg.kind == "inspector":
                 # the fallback kept unless training validates better: the same network
                 # made to accept always, i.e. the base policy itself
-                start["pi/3/b"] = np.array([8.0, -8.0], dtype=np.float32)
-            best = (_validate(cfg, executor, limit, norm, start), first_epoch, start)
+                accept = dict(start)
+                accept["pi/3/b"] = np.array([8.0, -8.0], dtype=np.float32)
+                best = (_validate(cfg, executor, limit, norm, accept), first_epoch, accept)
+                if cfg.init:  # the starting model too: kept if it validates better
+                    value = _validate(cfg, executor, limit, norm, start)
+                    curve.append({"epoch": 0, "init": Path(cfg.init).name,
+                                  "mean_value": value, "base_validation": best[0]})
+                    if value < best[0]:
+                        best = (value, first_epoch, start)
+            else:
+                best = (_validate(cfg, executor, limit, norm, start), first_epoch, start)
+                if cfg.init:
+                    curve.append({"epoch": 0, "init": Path(cfg.init).name,
+                                  "mean_value": best[0]})
         for epoch in range(first_epoch, cfg.epochs):
             t0 = time.perf_counter()
             rng = np.random.default_rng([cfg.seed, epoch])
@@ -286,7 +308,9 @@ def train(cfg: TrainConfig, *, resume: bool = True,
                             "rejections", "filtered")} for r in curve],
         "kept_epoch": best[1] if best else None,
         "validation": best[0] if best else None,
-        "imitate": cfg.imitate if cfg.kind == "rlscheduler" else None,
+        "imitate": cfg.imitate if cfg.kind == "rlscheduler" and not cfg.init else None,
+        "init": ({"model": Path(cfg.init).name, "trace": init_model.header.get("trace"),
+                  "epochs": init_model.header.get("epochs")} if init_model else None),
         "imitated": next((r["teacher"] for r in curve if "teacher" in r), None),
         "teachers": next((r["teachers"] for r in curve if "teachers" in r), None),
     }
