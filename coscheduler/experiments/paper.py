@@ -510,11 +510,12 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
 
 def measure_run(stages: list[PaperStage], backend, cores: int, policy: str, repeat: int,
                 seed: int, scale: float, learning: str | None) -> PaperRun:
-    """The paper's metrics of a run of ``stages`` on any body that recorded what the
-    virtual backend records: ``history`` (outcomes), ``starts`` ((time, job, host)),
-    ``start_quotas`` (job -> quota at start) and ``busy_core_seconds`` (the Docker
-    testbed measures a real Slurm run with the same definitions)."""
-    return _measure(stages, backend, cores, policy, repeat, seed, scale, learning)
+    """The paper's metrics of a run of ``stages`` on a cluster of ``cores`` cores, on any
+    body that recorded what the virtual backend records: ``history`` (outcomes),
+    ``starts`` ((time, job, host)), ``start_quotas`` (job -> quota at start) and
+    ``busy_core_seconds`` (the Docker testbed measures a real Slurm run with the same
+    definitions)."""
+    return _measure(stages, backend, cores, policy, repeat, seed, scale, learning, cores)
 
 
 def _held_intervals(records: Iterable[StageRecord]) -> list[tuple[float, float, int]]:
