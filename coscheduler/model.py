@@ -90,7 +90,9 @@ class Job:
     """A rigid batch job: one workflow stage, gang-started with all its cores.
 
     ``cores`` is the total request; ``nodes`` how many nodes it spans (cores split evenly,
-    the remainder on the first nodes). ``walltime_s`` is the user's limit, which is also what
+    the remainder on the first nodes). ``mem_mb`` and ``bb_gb`` are its memory and
+    node-local burst buffer (SSD) per node it spans, None when it states none; the
+    co-allocation check keeps a guest's beside its host's within a node's capacity. ``walltime_s`` is the user's limit, which is also what
     the loss is measured against. ``job_class`` groups repeated jobs (for example
     ``montage/mProject``) so that what the learner learns carries over between them.
     """
@@ -107,6 +109,7 @@ class Job:
     depends_on: tuple[str, ...] = ()
     mem_mb: int | None = None
     user: str | None = None
+    bb_gb: int | None = None
     # What a live backend runs; the simulator ignores it.
     command: tuple[str, ...] = ()
 
@@ -125,6 +128,11 @@ class Job:
         check_finite(self.submit_time, f"job {self.job_id}: submit_time", minimum=0.0)
         if isinstance(self.tasks, bool) or not isinstance(self.tasks, int) or self.tasks < 1:
             raise InvalidInput(f"job {self.job_id}: tasks must be an integer >= 1, got {self.tasks!r}")
+        for name in ("mem_mb", "bb_gb"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise InvalidInput(f"job {self.job_id}: {name} must be an integer >= 0 or "
+                                   f"None, got {v!r}")
         object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, f"job {self.job_id}"))
         for dep in self.depends_on:
             validate_job_id(dep, f"job {self.job_id}: dependency")

@@ -12,8 +12,10 @@ is a thread-group leader of a live user process, and it is not:
   process: a thread id of the agent once moved the agent);
 * the agent itself or one of its ancestors;
 * in the agent's own cgroup (systemd's service cgroup, say), unless the agent started it
-  (an in-process agent's jobs start as its children), and unless that cgroup is the
-  hierarchy's root, which holds every process of a host without cgroup management.
+  (an in-process agent's jobs start as its children), and unless that cgroup is the root
+  of the hierarchy as the agent sees it: the hierarchy's root on a host without cgroup
+  management, or the container's own cgroup inside a container (Docker on cgroup v1
+  mounts the container's cgroup as the root; a batch system there starts every job in it).
 
 A refusal is :class:`Refused` (an ``InvalidInput``: HTTP 400) whose message names the pid
 and the rule, and whose ``rule`` attribute is a short key.
@@ -97,21 +99,46 @@ def cgroup_of(pid: int, controller: str | None) -> str | None:
     return None
 
 
+def mount_root(controller: str | None) -> str | None:
+    """The cgroup at the root of this process's mount of the hierarchy (the fourth field of
+    /proc/self/mountinfo): "/" on a host, the container's cgroup inside a container."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if " - " not in line:
+            continue
+        left, right = line.split(" - ", 1)
+        lf, rf = left.split(), right.split()
+        if len(lf) < 5 or len(rf) < 3:
+            continue
+        if controller is None and rf[0] == "cgroup2":
+            return lf[3]
+        if controller is not None and rf[0] == "cgroup" and controller in rf[2].split(","):
+            return lf[3]
+    return None
+
+
 class Admission:
     """The rule, bound to one agent process (``own_pid``, default this process).
 
     ``own_cgroup``: the agent's cgroup in the hierarchy it moves processes in (when not
     given, read anew at each check: an operator or systemd may move the agent);
-    ``cgroup_of`` reads a process's cgroup (tests swap it).
+    ``cgroup_of`` reads a process's cgroup (tests swap it); ``top`` is the cgroup at the root
+    of the agent's view of the hierarchy, where the own-cgroup rule does not apply (read
+    from mountinfo when not given).
     """
 
     def __init__(self, *, own_pid: int | None = None, controller: str | None = "cpu",
-                 own_cgroup: str | None = None,
+                 own_cgroup: str | None = None, top: str | None = None,
                  cgroup_of: Callable[[int], str | None] | None = None):
         self.own_pid = own_pid if own_pid is not None else os.getpid()
         self.controller = controller
         self._cgroup_of = cgroup_of or (lambda pid: globals()["cgroup_of"](pid, controller))
         self._own_cgroup = own_cgroup
+        self.top = {"/", top if top is not None else mount_root(controller)}
         self._ancestors: tuple[float, set[int]] | None = None
 
     @property
@@ -190,7 +217,7 @@ class Admission:
             raise Refused(pid, "agent's ancestor", f"pid {pid} ({_comm(pid)}) is an ancestor of "
                           f"the agent (pid {self.own_pid})")
         own = self.own_cgroup
-        if own not in (None, "/") and self._cgroup_of(pid) == own \
+        if own is not None and own not in self.top and self._cgroup_of(pid) == own \
                 and not self._descends_from(pid, self.own_pid):
             raise Refused(pid, "agent's cgroup", f"pid {pid} ({_comm(pid)}) lives in the agent's "
                           f"own cgroup {own} and was not started by the agent")

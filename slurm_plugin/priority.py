@@ -78,6 +78,13 @@ def rank_jobs(jobs: Iterable[SlurmJob], policy: Any, now: float, base: int = 1_0
     if isinstance(base, bool) or not isinstance(base, int) or base < 1 or base > 2**31:
         raise InvalidInput(f"priority base must be an integer in 1..2^31, got {base!r}")
     jobs = list(jobs)
+    if getattr(policy, "kind", None) == "inspected":  # InspectedRanking (--inspector)
+        free, total, running = machine_state if machine_state is not None else (0, 1, [])
+        rows = [(j.submit_time if j.submit_time is not None else now, max(1, j.cpus or 1),
+                 _estimate(j)) for j in jobs]
+        order = policy.rank(now, rows, [j.job_id for j in jobs], free, total, 1, running)
+        n = len(order)
+        return [Ranked(jobs[p].job_id, i, base + n - i, None) for i, p in enumerate(order)]
     if getattr(policy, "kind", None) == "scorer":
         from coscheduler.policies.selection import order_by_scores
 
@@ -119,7 +126,7 @@ def apply_priorities(source: SlurmSource, policy: Any, *, partition: str | None 
     everything = source.jobs()
     jobs = eligible(everything, partition)
     state = machine(everything, source.nodes(), now) \
-        if getattr(policy, "kind", None) == "scorer" else None
+        if getattr(policy, "kind", None) in ("scorer", "inspected") else None
     ranked = rank_jobs(jobs, policy, now, base, state)
     current = {j.job_id: j.priority for j in jobs}
     changed, errors = [], []

@@ -81,7 +81,7 @@ def job_from_pyslurm(j: Any) -> SlurmJob:
         job_id=int(_get(j, "id")), name=str(_get(j, "name", "")), user=_get(j, "user_name"),
         partition=str(_get(j, "partition", "")), state=state, state_flags=flags, reason=reason,
         priority=_get(j, "priority"), nodes=expand_hostlist(_get(j, "allocated_nodes", "")),
-        node_count=_get(j, "num_nodes"), cpus=_get(j, "cpus"),
+        node_count=_get(j, "num_nodes"), max_nodes=_get(j, "max_nodes"), cpus=_get(j, "cpus"),
         time_limit_s=None if tl in (None, "UNLIMITED") else float(tl) * 60.0,
         submit_time=_get(j, "submit_time") or None, eligible_time=_get(j, "eligible_time") or None,
         start_time=_get(j, "start_time") or None, end_time=_get(j, "end_time") or None,

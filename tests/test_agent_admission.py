@@ -101,13 +101,20 @@ def test_rule_refuses_init_kernel_threads_threads_self_and_ancestors(agent_tid, 
 def test_rule_refuses_processes_in_the_agents_own_cgroup_unless_it_started_them(sleeper):
     from monitoring.admission import Admission, Refused
 
-    adm = Admission(own_cgroup="/system.slice/agent.service",
+    adm = Admission(own_cgroup="/system.slice/agent.service", top="/",
                     cgroup_of=lambda pid: "/system.slice/agent.service")
     with pytest.raises(Refused, match="agent's own cgroup"):
         adm.check(_unrelated_pid())
     adm.check(sleeper.pid)  # a child of the agent's process (an in-process backend's job)
     # the hierarchy's root cgroup holds everything: no rule there
     Admission(own_cgroup="/", cgroup_of=lambda pid: "/").check(_unrelated_pid())
+    # nor at the root of the agent's view: inside a container (Docker on cgroup v1) the
+    # container's cgroup is mounted as the root, and a batch system starts every job there
+    Admission(own_cgroup="/docker/abc", top="/docker/abc",
+              cgroup_of=lambda pid: "/docker/abc").check(_unrelated_pid())
+    with pytest.raises(Refused, match="agent's own cgroup"):
+        Admission(own_cgroup="/docker/abc/agent", top="/docker/abc",
+                  cgroup_of=lambda pid: "/docker/abc/agent").check(_unrelated_pid())
 
 
 def _unrelated_pid() -> int:

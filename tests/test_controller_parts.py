@@ -182,3 +182,50 @@ def test_quota_without_guest_drops_the_gone_guest_and_unknown_ones():
     a = running("a", [("n0", 2)], 0.0, 100.0, quota=0.5, host="h")
     b = running("b", [("n0", 2)], 0.0, 100.0, quota=1.0, host="h")
     assert quota_without_guest(host, "b", by_id(host, a, b)) == (0.75, ("a",))
+
+
+def test_host_index_refuses_guests_whose_memory_or_burst_buffer_do_not_fit_beside():
+    def with_req(jid, cores, mem=None, bb=None, walltime=1000.0):
+        return Job(jid, cores=cores, walltime_s=walltime, job_class="c", mem_mb=mem, bb_gb=bb)
+
+    host = RunningJob(with_req("h", 4, mem=3000, bb=100), Allocation("h", (("n0", 4),)), 0.0,
+                      1.0, None, ("g1",))
+    g1 = RunningJob(with_req("g1", 1, mem=500, bb=50), Allocation("g1", (("n0", 1),)), 0.0,
+                    0.5, "h", ())
+    jobs = [host, g1]
+    cfg = ControllerConfig(max_guests_per_host=2, node_mem_mb=4096, node_bb_gb=200)
+
+    def hosts_for(guest, config=cfg):
+        index = HostIndex(jobs, {"n0": 4}, {}, 10.0, running_by_id=by_id(*jobs),
+                          was_guest=set(), cooldown={}, config=config)
+        return [c.host.job_id for c in index.candidates(guest, None)]
+
+    assert hosts_for(with_req("a", 2, mem=596)) == ["h"]        # 3000 + 500 + 596 = 4096
+    assert hosts_for(with_req("b", 2, mem=597)) == []           # one MB too many
+    assert hosts_for(with_req("c", 2, bb=50)) == ["h"]          # 100 + 50 + 50 = 200
+    assert hosts_for(with_req("d", 2, bb=51)) == []
+    assert hosts_for(with_req("e", 2)) == ["h"]                 # states nothing: cores only
+    # capacities not configured: only cores count, as before
+    assert hosts_for(with_req("b", 2, mem=597), ControllerConfig(max_guests_per_host=2)) == ["h"]
+
+
+def test_fits_beside_names_the_guest_and_the_host():
+    from coscheduler.policies.gang import fits_beside
+    host = Job("h", cores=4, walltime_s=10.0, job_class="c", mem_mb=4000)
+    guest = Job("g", cores=1, walltime_s=10.0, job_class="c", mem_mb=200)
+    why = fits_beside(guest, host, node_mem_mb=4096)
+    assert why == "guest g needs 200 MB of memory per node; host h and its guests hold 4000 of the node's 4096"
+    assert fits_beside(guest, host, node_bb_gb=10) is None
+
+
+def test_bad_memory_and_burst_buffer_requests_name_the_job():
+    import pytest
+
+    from coscheduler.model import InvalidInput
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InvalidInput, match="job j: mem_mb must be an integer >= 0"):
+            Job("j", cores=1, walltime_s=1.0, job_class="c", mem_mb=bad)
+        with pytest.raises(InvalidInput, match="job j: bb_gb must be an integer >= 0"):
+            Job("j", cores=1, walltime_s=1.0, job_class="c", bb_gb=bad)
+    with pytest.raises(InvalidInput, match="controller node_mem_mb must be an integer >= 1"):
+        ControllerConfig(node_mem_mb=0)

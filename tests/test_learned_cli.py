@@ -126,3 +126,20 @@ def test_slurm_priority_and_run_take_learned_policies(tmp_path):
     r = run("run", "--backend", "slurm", "--queue-policy", "rl:nosuchmodel", "--slurm-conf",
             str(tmp_path / "slurm.conf"), "--max-passes", "1")
     assert r.exit_code == 2 and "unknown model 'nosuchmodel'" in r.stderr
+
+
+def test_simulate_paper_takes_a_learned_queue_policy(tmp_path):
+    path = save_model(rl_model(4), tmp_path / "q.model")
+    r = run("simulate", "paper", "--cores", "64", "--policies", "space-sharing", "--repeat", "1",
+            "--scale", "0.05", "--queue-policy", f"rl:{path}", "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["settings"]["queue_policy"] == f"rl:{path}"
+    assert out["runs"][0]["completed"] == 46
+    ins = save_model(inspector_model(50.0, "SJF"), tmp_path / "i.model")
+    r = run("simulate", "paper", "--cores", "64", "--policies", "space-sharing", "--repeat", "1",
+            "--scale", "0.05", "--inspector", str(ins), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["settings"]["queue_policy"].startswith("SJF+inspector:")
+    r = run("simulate", "paper", "--queue-policy", "rl:nosuchmodel")
+    assert r.exit_code == 2 and "unknown model" in r.stderr

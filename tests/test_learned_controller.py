@@ -37,3 +37,37 @@ def test_controller_orders_its_queue_by_a_learned_models_scores():
     b.run_until_idle(c)
     # the model prefers long estimates: the opposite of FCFS and of SJF
     assert [jid for _, jid, _ in b.starts] == ["blocker", "long", "mid", "short"]
+
+
+def test_inspected_ranking_demotes_a_rejected_top_for_its_retry_delay():
+    from coscheduler.policies.queue import get_policy
+    from coscheduler.policies.selection import Inspector, InspectedRanking
+
+    class RejectLong(Inspector):
+        def accept(self, view):
+            return view.estimate[0] < 100
+
+    ranking = InspectedRanking(RejectLong("reject-long", get_policy("FCFS"), max_rejections=2,
+                                          retry_after=600.0))
+    jobs = [(0, 1, 500), (1, 1, 50), (2, 1, 80)]
+    ids = ["a", "b", "c"]
+    assert ranking.rank(10.0, jobs, ids, 1, 4) == [1, 2, 0]   # a rejected: last
+    assert ranking.rank(300.0, jobs, ids, 1, 4) == [1, 2, 0]  # still resting, not asked
+    assert ranking.times == {"a": 1}
+    assert ranking.rank(700.0, jobs, ids, 1, 4) == [1, 2, 0]  # asked again, rejected again
+    assert ranking.rank(1400.0, jobs, ids, 1, 4) == [0, 1, 2]  # max rejections: accepted
+    assert ranking.times == {"a": 2}
+
+
+def test_controller_takes_an_inspector_order():
+    from coscheduler.learned.selectors import LearnedInspector
+    from test_learned_models import inspector_model
+
+    b = VirtualBackend({"n1": 4})
+    b.submit(job("blocker", 10.0, 0.0), Profile(10.0))
+    b.submit(job("first", 20.0, 1.0), Profile(10.0))
+    b.submit(job("second", 20.0, 2.0), Profile(10.0))
+    never = LearnedInspector(inspector_model(50.0, "FCFS"))   # accepts always
+    c = Controller(b, SpaceSharing(), queue_order=order_by(never))
+    b.run_until_idle(c)
+    assert [jid for _, jid, _ in b.starts] == ["blocker", "first", "second"]

@@ -88,3 +88,32 @@ def test_priority_hook_orders_a_real_queue_by_learned_scores(cluster):
     assert len(starts) == 3, starts
     assert starts[long_] <= starts[mid] <= starts[short]
     assert blocker not in order
+
+
+@pytest.mark.parametrize("unused", [0])
+def test_rank_jobs_with_a_scorer_and_an_inspector_pure(unused):
+    # no Slurm needed: rank_jobs is pure (the markers above still apply to the module)
+    from coscheduler.policies.queue import get_policy
+    from coscheduler.policies.selection import Inspector, InspectedRanking
+    from slurm_plugin.parse import SlurmJob
+    from slurm_plugin.priority import machine, rank_jobs
+
+    jobs = [SlurmJob(job_id=i, state="PENDING", priority=1, cpus=1, time_limit_s=t,
+                     submit_time=float(i)) for i, t in ((11, 120.0), (12, 300.0), (13, 540.0))]
+    ranked = rank_jobs(jobs, longest_first(), 100.0, base=10, machine_state=(0, 1, []))
+    assert [r.job_id for r in ranked] == [13, 12, 11]
+    assert [r.priority for r in ranked] == [13, 12, 11]
+
+    class RejectFirst(Inspector):
+        def accept(self, view):
+            return False
+
+    ranking = InspectedRanking(RejectFirst("r", get_policy("FCFS"), max_rejections=1))
+    ranked = rank_jobs(jobs, ranking, 100.0, base=10, machine_state=(1, 1, []))
+    assert [r.job_id for r in ranked] == [12, 13, 11]
+    running = [SlurmJob(job_id=5, state="RUNNING", cpus=2, time_limit_s=60.0, start_time=50.0)]
+
+    class Node:
+        cpus, usable = 4, True
+
+    assert machine(running + jobs, [Node()], 100.0) == (2, 4, [(110.0, 2)])

@@ -644,17 +644,41 @@ def test_tasks_die_with_an_emulator_killed_with_sigkill_and_the_next_one_cleans_
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         sched.close()
-        gone, alive = psutil.wait_procs(members, timeout=5)
-        alive = [p for p in alive if not dead(p.pid)]
-        assert not alive, alive
+        # The leader dies with the emulator, the forked ones by its watchdog, which then
+        # removes the cgroups.
+        assert wait_until(lambda: all(dead(p.pid) for p in members), timeout=6)
         base = Path("/sys/fs/cgroup/cpu") / ready["cgroup"]
-        assert base.is_dir()   # nobody removed it yet
+        assert wait_until(lambda: not base.exists(), timeout=6)
+        assert (tmp_path / "w").is_dir()   # a work folder that was given is kept
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    e = MesosEmulator([AgentSpec(cpus=1, mem_mb=128)], listen=("127.0.0.1", 0), workdir=tmp_path / "e2")
+
+
+def test_the_next_emulator_kills_and_removes_what_a_dead_one_left(tmp_path):
+    """The fallback when no watchdog ran: a cgroup named after a dead owner pid."""
+    import subprocess
+
+    from testbed.mesos.runtime import CGROUP_PREFIX
+
+    dead_pid = subprocess.Popen(["true"])
+    dead_pid.wait()
+    base = Path("/sys/fs/cgroup/cpu") / f"{CGROUP_PREFIX}{dead_pid.pid}-1"
+    (base / "agent1" / "t").mkdir(parents=True)
+    # Not our child (as a dead emulator's task is not the next one's).
+    victim = int(subprocess.run(["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+                                capture_output=True, text=True).stdout)
+    (base / "agent1" / "t" / "cgroup.procs").write_text(str(victim))
     try:
-        assert not base.exists()   # the next emulator removed the dead one's cgroups
-    finally:
+        e = MesosEmulator([AgentSpec(cpus=1, mem_mb=128)], listen=("127.0.0.1", 0),
+                          workdir=tmp_path / "e2")
         e.close()
+        assert wait_until(lambda: dead(victim))
+        assert not base.exists()
+    finally:
+        if not dead(victim):
+            os.kill(victim, 9)
+        for d in sorted(base.rglob("*"), key=lambda p: len(p.parts), reverse=True) + [base]:
+            if d.is_dir():
+                d.rmdir()

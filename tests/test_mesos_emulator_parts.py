@@ -186,3 +186,41 @@ def test_plain_process_isolation_runs_tasks_without_cgroups(tmp_path):
             assert out.strip() == "plain"
         finally:
             sched.close()
+
+
+def _res(cpus: float, mem: float) -> Resources:
+    return Resources({"cpus": scalar_milli(cpus), "mem": scalar_milli(mem)})
+
+
+def test_allocation_offers_each_agent_whole_to_the_framework_with_the_smallest_share():
+    from testbed.mesos.allocation import Candidate, plan_offers
+
+    total = _res(8, 8192)
+    agents = [("a1", _res(4, 4096)), ("a2", _res(4, 4096))]
+    rich = Candidate("f-rich", ("*",), frozenset(), _res(2, 0))
+    poor = Candidate("f-poor", ("*",), frozenset(), _res(0, 0))
+    grants = plan_offers(agents, [rich, poor], total)
+    # The poorer framework gets the first agent; then, holding 4 cpus, it is richer.
+    assert [(g.framework_id, g.agent_id) for g in grants] == [("f-poor", "a1"), ("f-rich", "a2")]
+    # Too little to offer: nothing.
+    assert plan_offers([("a1", _res(0.005, 16))], [poor], total) == []
+
+
+def test_allocation_filters_refuse_a_subset_only_and_suppression_and_roles_apply():
+    from testbed.mesos.allocation import Candidate, Refusal, plan_offers
+
+    total = _res(4, 4096)
+    refused = Refusal("a1", "*", _res(1, 512))
+    fw = Candidate("f", ("*",), frozenset(), _res(0, 0), (refused,))
+    assert plan_offers([("a1", _res(1, 512))], [fw], total) == []          # same resources: refused
+    assert plan_offers([("a1", _res(0.5, 256))], [fw], total) == []        # a subset: refused
+    assert len(plan_offers([("a1", _res(2, 512))], [fw], total)) == 1      # more cpus free: offered
+    assert len(plan_offers([("a2", _res(1, 512))], [fw], total)) == 1      # another agent: offered
+    sup = Candidate("f", ("*",), frozenset({"*"}), _res(0, 0))
+    assert plan_offers([("a1", _res(1, 512))], [sup], total) == []
+    multi = Candidate("f", ("gold", "silver"), frozenset({"gold"}), _res(0, 0),
+                      (Refusal("a1", "silver", _res(4, 4096)),))
+    assert plan_offers([("a1", _res(1, 512))], [multi], total) == []
+    multi = Candidate("f", ("gold", "silver"), frozenset(), _res(0, 0),
+                      (Refusal("a1", "gold", _res(4, 4096)),))
+    assert [g.role for g in plan_offers([("a1", _res(1, 512))], [multi], total)] == ["silver"]

@@ -278,14 +278,21 @@ def test_backend_reads_a_recorded_cluster(version, tmp_path):
     assert (q.cores, q.nodes, q.walltime_s, q.job_class, q.stage_type.value) == \
            (2, 1, 180.0, "demo/held", "parallel")
     run = {r.job_id: r for r in b.running()}
-    assert set(run) == {"4", "5", "6"}
+    assert set(run) == {"4", "5", "6", "unavailable.rn2", "unavailable.rn3"}
     host, guest, gang = run["5"], run["6"], run["4"]
     assert (host.quota_fraction, host.guest_jobs, host.lendable) == (0.6, ("6",), True)
     assert (guest.host_job, guest.quota_fraction) == ("5", 0.4)
     # the batch job on rn2-rn3 did not opt in and does not share cores: it never hosts,
-    # and Slurm places no sharing job on its nodes, so only rn1 is offered
+    # and Slurm places no sharing job on its nodes: their other cores are held by
+    # placeholders (the nodes stay in nodes(), so no job is given up as too big)
     assert gang.lendable is False and gang.allocation.nodes == ("rn2", "rn3")
-    assert [n.name for n in b.nodes()] == ["rn1"]
+    assert [n.name for n in b.nodes()] == ["rn1", "rn2", "rn3"]
+    for node in ("rn2", "rn3"):
+        p = run[f"unavailable.{node}"]
+        assert p.allocation.cores_by_node == ((node, 2),) and not p.lendable
+    from coscheduler.controller.placement import free_cores
+    assert free_cores({n.name: n.cores for n in b.nodes()}, b.running(), run) == \
+        {"rn1": 1, "rn2": 0, "rn3": 0}      # rn1: the host holds 3, its guest shares them
     # terminal jobs of the partition: none (all finished ones ran in batch)
     assert b.drain_finished() == []
 
@@ -340,6 +347,72 @@ def test_backend_state_file_survives_restarts_and_corruption(tmp_path):
     b3 = SlurmBackend(src, partition="cosched", state_file=state)
     assert list(tmp_path.glob("s.json.broken-*"))                   # set aside, said so
     assert [o.job_id for o in b3.drain_finished()] == ["1"]
+
+
+# -- the command line without a cluster ----------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--backend", "slurm", "--interval", "0"], "must be > 0"),
+    (["run", "--backend", "slurm", "--interval", "2", "--lease", "5"], "must exceed 3 x --interval"),
+    (["run", "--backend", "slurm", "--queue-policy", "NOPE"], "unknown queue policy 'NOPE'"),
+    (["run", "--backend", "nosuch"], "Invalid value for '--backend'"),
+    (["slurm", "priority", "--policy", "NOPE", "--once"], "unknown queue policy 'NOPE'"),
+    (["slurm", "run-paper-small", "--policies", "fifo"], "unknown policy"),
+    (["slurm", "run-paper-small", "--scale", "2"], "must lie in (0, 1]"),
+])
+def test_bad_command_lines_say_what_is_wrong(args, message, tmp_path):
+    from click.testing import CliRunner
+
+    from coscheduler.cli import main
+
+    res = CliRunner().invoke(main, args + (["--db", str(tmp_path / "x.db")] if args[0] == "run" else []))
+    assert res.exit_code != 0 and message in res.output, res.output
+
+
+def test_run_without_a_cluster_names_the_folder(tmp_path):
+    from click.testing import CliRunner
+
+    from coscheduler.cli import main
+
+    res = CliRunner().invoke(main, ["run", "--backend", "slurm", "--slurm-dir", str(tmp_path / "none"),
+                                    "--db", str(tmp_path / "x.db")])
+    assert res.exit_code == 1 and f"no cluster in {tmp_path / 'none'}" in res.output
+    res = CliRunner().invoke(main, ["slurm", "status", "--dir", str(tmp_path / "none"), "--json"])
+    assert res.exit_code == 0 and json_of(res.output)["exists"] is False
+    res = CliRunner().invoke(main, ["slurm", "down", "--dir", str(tmp_path / "none"), "--json"])
+    assert res.exit_code == 0 and json_of(res.output)["already_stopped"] is True
+    res = CliRunner().invoke(main, ["workload", "submit", "blast", "--cores", "2",
+                                    "--dir", str(tmp_path / "none")])
+    assert res.exit_code == 1 and "no running cluster" in res.output
+
+
+def json_of(text):
+    import json
+
+    return json.loads(text)
+
+
+def test_backend_registry():
+    from coscheduler.backends.registry import backend_names, factory
+
+    assert "slurm" in backend_names()
+    with pytest.raises(InvalidInput, match="unknown backend 'x'"):
+        factory("x")
+
+
+def test_a_job_slurm_forgets_is_read_from_the_jobcomp_log_or_reported_vanished(tmp_path):
+    src = RecordedCluster("24.11")
+    jobcomp = tmp_path / "jobcomp.txt"
+    jobcomp.write_text((SLURM / "24.11" / "jobcomp.txt").read_text().replace(
+        "Partition=batch", "Partition=cosched"))
+    b = SlurmBackend(src, partition="cosched", jobcomp_file=jobcomp)
+    assert {r.job_id for r in b.running()} >= {"5", "6"}      # host and guest seen running
+    b._known[2] = "RUNNING"                                    # and job 2 (it failed since)
+    src.jobs_list = [j for j in src.jobs_list if j.job_id not in (2, 6)]   # purged by Slurm
+    outs = {o.job_id: o for o in b.drain_finished()}
+    assert outs["2"].state == "failed" and "exit code 3" in outs["2"].reason   # from jobcomp
+    assert outs["6"].state == "failed" and "vanished from Slurm" in outs["6"].reason
+    assert b.drain_finished() == []
 
 
 def test_backend_gives_up_on_a_released_job_whose_node_went_down(tmp_path):

@@ -12,6 +12,7 @@ BENCHES = {
     "agent": "agent:agent",
     "controller": "controller:controller",
     "learned": "learned:learned",
+    "multi": "multi:multi",
     "mesos": "mesos:mesos",
 }
 

@@ -44,6 +44,9 @@ from ._common import db_option, resolve_db
 @click.option("--queue-policy", default="FCFS", show_default=True,
               help="Queue order: FCFS, SJF, F1, WFP3, UNICEP, ..., or a learned model "
                    "rl:NAME|PATH (cosched models list).")
+@click.option("--inspector", default=None, metavar="NAME|PATH",
+              help="Queue order by a SchedInspector model over its base policy (instead of "
+                   "--queue-policy).")
 @db_option
 @click.option("--interval", type=float, default=2.0, show_default=True,
               help="Seconds between passes.")
@@ -55,7 +58,7 @@ from ._common import db_option, resolve_db
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, policy,
-        static_fraction, queue_policy, db, interval, lease_s, keep_held, max_passes, log_level):
+        static_fraction, queue_policy, inspector, db, interval, lease_s, keep_held, max_passes, log_level):
     """Run the controller against a real batch system until SIGTERM."""
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -74,6 +77,13 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
         order = order_by(resolve_policy(queue_policy))
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="--queue-policy") from None
+    if inspector is not None:
+        from ..learned.registry import inspector_for
+
+        try:
+            order = order_by(inspector_for(inspector))
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--inspector") from None
     if backend_name == "slurm" and slurm_dir is None and slurm_conf is None:
         from slurm_plugin.cluster import default_dir
 
@@ -92,6 +102,11 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
         db_path.parent.mkdir(parents=True, exist_ok=True)
         store = SqliteStore(db_path, create=True)
     except (InvalidInput, StoreError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        store.claim_controller()   # one controller per database: a second one stops here
+    except StoreError as exc:
+        store.close()
         raise click.ClickException(str(exc)) from None
     try:
         daemon = ControllerDaemon(backend, store, policy, interval_s=interval, queue_order=order,

@@ -301,12 +301,17 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Also write PNG plots (makespan, runtime, ASA_X's weights) "
                                  "and the JSON result into this folder.")
+@click.option("--queue-policy", default=None,
+              help="Queue order: a heuristic (SJF, F1, ...) or a learned model rl:NAME|PATH "
+                   "[default: submission order].")
+@click.option("--inspector", default=None, metavar="NAME|PATH",
+              help="Queue order by a SchedInspector model over its base policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs and medians as JSON.")
 def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: int,
           db: Path | None, fresh_learner: bool, sequential_cores: str, node_cores: int | None,
           kill_at_walltime: bool, scale_out: int, classes: str, experts_text: str,
           explain: bool, model_name: str, old_rules: bool, out_dir: Path | None,
-          as_json: bool) -> None:
+          queue_policy: str | None, inspector: str | None, as_json: bool) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -315,6 +320,19 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
     sizes = _parse_cores(cores_text)
     policies = _parse_coalloc_policies(policies_text)
     experts = _parse_experts(experts_text)
+    queue = None
+    try:
+        if inspector is not None:
+            from ..learned.registry import inspector_for
+
+            queue = inspector_for(inspector)
+        elif queue_policy is not None:
+            from ..learned.registry import resolve_policy
+
+            queue = resolve_policy(queue_policy)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--inspector" if inspector
+                                 else "--queue-policy") from None
     if node_cores is not None:
         for cores in sizes:
             try:
@@ -346,7 +364,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         sequential_cores=sequential_cores,
                                         kill_at_walltime=kill_at_walltime, classes=classes,
                                         experts=experts, explain=explain, scale_out=scale_out,
-                                        old_rules=old_rules, model=paper_exp.MODELS[model_name])
+                                        old_rules=old_rules, model=paper_exp.MODELS[model_name],
+                                        queue_policy=queue)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -357,6 +376,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
     click.echo(f"{len(runs)} virtual runs in {wall:.1f} s", err=True)
     result = {
         "settings": {"cores": sizes, "policies": policies, "repeat": repeat, "scale": scale,
+                     "queue_policy": queue.name if queue is not None else "submission order",
                      "seed": seed, "asax_learning": learning, "db": str(db) if db else None,
                      "sequential_cores": sequential_cores, "node_cores": node_cores,
                      "kill_at_walltime": kill_at_walltime, "scale_out": scale_out,
@@ -429,3 +449,9 @@ def _add_learned() -> None:
 
 
 _add_learned()
+
+
+# MRSch's multi-resource report (cosched simulate multi): coscheduler/cli/multi.py
+from .multi import simulate_multi  # noqa: E402
+
+simulate.add_command(simulate_multi)

@@ -14,6 +14,7 @@ writes the configuration, backend.py is what `cosched run --backend slurm` drive
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -149,6 +150,9 @@ def env_cmd(directory):
               help="Queue policy: FCFS, SJF, F1, WFP3, UNICEP, ..., or a learned model "
                    "rl:NAME|PATH (cosched models list).")
 @click.option("--partition", default=None, help="Only this partition's pending jobs [all].")
+@click.option("--inspector", default=None, metavar="NAME|PATH",
+              help="A SchedInspector model over its base policy (instead of --policy): a "
+                   "rejected top job goes last for the model's retry delay.")
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option("--interval", type=float, default=10.0, show_default=True,
               help="Seconds between passes (without --once).")
@@ -158,7 +162,8 @@ def env_cmd(directory):
 @click.option("--slurm-conf", type=click.Path(dir_okay=False), default=None,
               help="A site's slurm.conf instead of a local cluster.")
 @click.option("--json", "as_json", is_flag=True, help="Print each pass as JSON.")
-def priority_cmd(policy_name, partition, once, interval, base, directory, slurm_conf, as_json):
+def priority_cmd(policy_name, partition, inspector, once, interval, base, directory, slurm_conf,
+                 as_json):
     """Order pending jobs with a queue policy by setting their Slurm priorities."""
     from coscheduler.learned.registry import resolve_policy
     from slurm_plugin.commands import SlurmCommandError, SlurmCommands
@@ -169,6 +174,14 @@ def priority_cmd(policy_name, partition, once, interval, base, directory, slurm_
         policy = resolve_policy(policy_name)
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="--policy") from None
+    if inspector is not None:
+        from coscheduler.learned.registry import inspector_for
+        from coscheduler.policies.selection import InspectedRanking
+
+        try:
+            policy = InspectedRanking(inspector_for(inspector))
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--inspector") from None
     if not interval > 0:
         raise click.BadParameter(f"must be > 0, got {interval}", param_hint="--interval")
     conf = slurm_conf or _state(directory).slurm_conf
@@ -202,11 +215,16 @@ def priority_cmd(policy_name, partition, once, interval, base, directory, slurm_
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per policy.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="ASA_X state database [CLUSTER_DIR/paper-small.db].")
+@click.option("--dedicated", is_flag=True,
+              help="Give the cluster's cgroup the CPU weight of dedicated nodes for the run, so "
+                   "other work on this machine cannot starve it (its CPU stays capped by the "
+                   "node quotas).")
 @click.option("--nodes", type=int, default=2, show_default=True, help="Nodes, if a cluster is started.")
 @click.option("--cpus", type=int, default=4, show_default=True, help="CPUs per node, if started.")
 @_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpus, directory, as_json):
+def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, dedicated, nodes, cpus,
+                        directory, as_json):
     """The scaled-down mix of the four workflows through real Slurm under each policy
     (starts a cluster in --dir if none runs there, and stops it after)."""
     from slurm_plugin.cluster import ClusterError, down, load_state, up, default_dir
@@ -231,7 +249,15 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpu
     except (ClusterError, InvalidInput) as exc:
         raise click.ClickException(str(exc)) from None
     db = db or Path(state.dir) / "paper-small.db"
-    store = SqliteStore(db, create=True)
+    from ..store import StoreError
+
+    try:
+        store = SqliteStore(db, create=True)
+        store.claim_controller()
+    except (InvalidInput, StoreError) as exc:
+        if started_here:
+            down(d, say=say)
+        raise click.ClickException(str(exc)) from None
     err = sys.stderr
 
     def progress(policy, daemon) -> None:
@@ -244,13 +270,15 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpu
 
     try:
         runs = run_policies(state, chosen, scale=scale, recorder=store, seed=seed,
-                            interval_s=interval, timeout_s=timeout, on_pass=progress)
+                            interval_s=interval, timeout_s=timeout, dedicated=dedicated,
+                            on_pass=progress)
     finally:
         store.close()
         if started_here:
             down(d, say=say)
     if as_json:
         echo_json({"mode": "slurm", "cluster": state.name, "db": str(db), "scale": scale,
+                   "dedicated": dedicated, "load_average": round(os.getloadavg()[0], 2),
                    "results": [r.summary() for r in runs]})
         return
     click.echo("")

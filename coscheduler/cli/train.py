@@ -166,3 +166,13 @@ def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ra
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval)
     _run(cfg, fresh, as_json)
+
+
+def _add_mrsch() -> None:
+    # MRSch (multi-resource, DFP): its own module, coscheduler/cli/train_mrsch.py
+    from .train_mrsch import mrsch
+
+    train.add_command(mrsch)
+
+
+_add_mrsch()

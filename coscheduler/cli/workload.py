@@ -170,3 +170,8 @@ def calibrate_cmd(as_json: bool) -> None:
 from .workload_submit import submit_cmd  # noqa: E402
 
 workload.add_command(submit_cmd)
+
+# MRSch's multi-resource sets (S1-S10): defined with the other multi-resource commands.
+from .multi import workload_multi  # noqa: E402
+
+workload.add_command(workload_multi)

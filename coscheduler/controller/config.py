@@ -42,6 +42,10 @@ class ControllerConfig:
     # offer-based backend (Mesos) sees only the part of the cluster it is offered: there
     # (False) such a job waits, and the free cores (held offers) are kept for it.
     give_up_unplaceable: bool = True
+    # A node's memory (MB) and node-local burst buffer (GB): a guest's requests must fit
+    # beside its host's (and the host's other guests') on them. None: not checked.
+    node_mem_mb: int | None = None
+    node_bb_gb: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
@@ -50,6 +54,10 @@ class ControllerConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidInput(f"controller {name} must be an integer >= 1, got {v!r}")
+        for name in ("node_mem_mb", "node_bb_gb"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InvalidInput(f"controller {name} must be an integer >= 1 or None, got {v!r}")
         check_finite(self.decline_cooldown_s, "controller decline_cooldown_s", minimum=0.0)
         check_finite(self.early_loss_min_elapsed, "controller early_loss_min_elapsed", minimum=0.0)
 

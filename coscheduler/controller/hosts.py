@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from itertools import islice
@@ -20,7 +21,7 @@ from .. import happiness as hp
 from ..learner import HostState
 from ..model import InvalidInput, Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate
-from ..policies.gang import guest_placement
+from ..policies.gang import fits_beside, guest_placement
 from .config import ControllerConfig
 from .usage import ClassUsage, Expected
 
@@ -111,7 +112,8 @@ class HostIndex:
     unless ``config.former_guests_host``) and holds fewer than ``config.max_guests_per_host``
     guests (no limit when None). ``candidates(guest)`` merges the
     buckets with room >= guest cores in rank order, skipping hosts already asked this pass,
-    hosts in cooldown for this guest, hosts the guest's node layout does not fit and, under
+    hosts in cooldown for this guest, hosts the guest's node layout does not fit, hosts
+    beside which the guest's memory or burst buffer would not fit (``fits_beside``) and, under
     an EASY reservation, hosts that would leave the guest holding their cores past the
     shadow time; it yields ``HostCandidate``s lazily, at most
     ``config.max_candidates_per_guest`` (all when None). Each bucket keeps a max tree of its hosts'
@@ -130,6 +132,8 @@ class HostIndex:
         self.usage = usage
         self.now = now
         self.cooldown = cooldown
+        self.node_mem_mb, self.node_bb_gb = config.node_mem_mb, config.node_bb_gb
+        self.running_by_id = running_by_id
         self.max_candidates = config.max_candidates_per_guest
         node_rank = {n: i for i, n in enumerate(capacity)}
         max_guests = config.max_guests_per_host
@@ -167,27 +171,49 @@ class HostIndex:
         # ``used`` map is updated in place, so its remaining cores are known at once.
         self.taken: dict[str, tuple[int, float]] = {}
         self._used = {e[1].job_id: e[2] for b in self.buckets for e in b}
+        # Hosts that took a guest this pass, by the room they have left (rank order).
+        self.moved: dict[int, list] = {}
+        self._moved_room: dict[str, int] = {}
 
     def took(self, host_id: str, placement, lent: float) -> None:
         """A guest was placed on ``placement`` inside ``host_id`` this pass, lending ``lent``
         core-equivalents: the host stays a candidate for other guests on its other cores
-        (its state is its own, unchanged by the guest), with what it lends now."""
+        (its state is its own, unchanged by the guest), with what it lends now. It leaves
+        its bucket (its room shrank) for a short list of hosts with less room, so guests
+        that no longer fit it do not walk past it."""
         used = self._used.get(host_id)
-        if used is None:
+        if used is None or host_id in self.asked:
             self.mark_asked([host_id])
             return
         for node, c in placement.cores_by_node:
             used[node] = used.get(node, 0) + c
         n, extra = self.taken.get(host_id, (0, 0.0))
         self.taken[host_id] = (n + 1, extra + lent)
+        entry = self._leave(host_id)
+        room = entry[1].allocation.cores - sum(used.values())
+        full = self.max_guests is not None and len(entry[1].guest_jobs) + n + 1 >= self.max_guests
+        if room >= 1 and not full:
+            bisect.insort(self.moved.setdefault(room, []), entry, key=lambda e: e[0])
+            self._moved_room[host_id] = room
+
+    def _leave(self, host_id: str):
+        """Take a host out of wherever the index holds it (its bucket or the moved lists);
+        returns its entry."""
+        room = self._moved_room.pop(host_id, None)
+        if room is not None:
+            lst = self.moved[room]
+            i = next(k for k, e in enumerate(lst) if e[1].job_id == host_id)
+            return lst.pop(i)
+        b, i = self.where[host_id]
+        self.trees[b].remove(i)
+        return self.buckets[b][i]
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
             if h not in self.asked:
+                if h in self.where:
+                    self._leave(h)
                 self.asked.add(h)
-                pos = self.where.get(h)
-                if pos is not None:
-                    self.trees[pos[0]].remove(pos[1])
 
     def _bucket_iter(self, b: int, min_end: float):
         bucket, tree = self.buckets[b], self.trees[b]
@@ -206,6 +232,10 @@ class HostIndex:
         # (-1e308, not -inf: removed hosts hold -inf and must never match.)
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
         iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
+        for room, entries in self.moved.items():
+            if room >= guest.cores and entries:
+                iters.append(e for e in entries
+                             if e[1].start_time + e[1].job.walltime_s >= min_end)
         merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
         found = self._filter(guest, merged)
         return found if self.max_candidates is None else islice(found, self.max_candidates)
@@ -228,6 +258,11 @@ class HostIndex:
             placement = guest_placement(guest, rj.allocation, used)
             if placement is None:
                 continue
+            if (self.node_mem_mb is not None or self.node_bb_gb is not None) and fits_beside(
+                    guest, rj.job, [self.running_by_id[g].job for g in rj.guest_jobs
+                                    if g in self.running_by_id],
+                    node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
+                continue  # its memory or burst buffer would not fit beside the host's
             sample = self.samples.get(host_id)
             yield HostCandidate(rj, placement, lent, sample,
                                 host_state(rj, sample, now, guest, expected))

@@ -25,6 +25,8 @@ def order_by(policy) -> QueueOrder:
     e.g. a learned RLScheduler model) gives ``order_by_scores`` instead."""
     if getattr(policy, "kind", None) == "scorer":
         return order_by_scores(policy)
+    if getattr(policy, "kind", None) == "inspector":
+        return order_by_inspector(policy)
     key = policy.key
 
     def order(jobs: Sequence[Job], now: float) -> list[Job]:
@@ -50,4 +52,23 @@ def order_by_scores(scorer) -> QueueOrder:
         return [jobs[p] for p in positions]
 
     order.wants_machine = True  # type: ignore[attr-defined]
+    return order
+
+
+def order_by_inspector(inspector) -> QueueOrder:
+    """A queue order from an inspector over its base policy (``InspectedRanking``: a
+    rejected top job goes last for the inspector's retry delay), machine in cores."""
+    from ..policies.selection import InspectedRanking
+
+    ranking = InspectedRanking(inspector)
+
+    def order(jobs: Sequence[Job], now: float, machine=None) -> list[Job]:
+        free, total, running = machine if machine is not None else (0, 1, ())
+        rows = [(j.submit_time, j.cores, j.walltime_s) for j in jobs]
+        positions = ranking.rank(now, rows, [j.job_id for j in jobs], free, max(total, 1), 1,
+                                 running)
+        return [jobs[p] for p in positions]
+
+    order.wants_machine = True  # type: ignore[attr-defined]
+    order.ranking = ranking  # type: ignore[attr-defined]
     return order

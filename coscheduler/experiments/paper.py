@@ -59,7 +59,7 @@ from typing import Iterable, Sequence
 
 from ..backends.interference import CALIBRATED, InterferenceModel
 from ..backends.virtual import Profile, VirtualBackend
-from ..controller import Controller, ControllerConfig
+from ..controller import Controller, ControllerConfig, order_by
 from ..controller.usage import ClassUsage
 from ..learner import LearnerConfig
 from ..learner.classes import class_key
@@ -328,7 +328,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               explain: bool = False, classes: str = "kind", prior_runs: bool = True,
               experts: Sequence[str] = DEFAULT_EXPERTS, model: InterferenceModel = CALIBRATED,
               usage: ClassUsage | None = None, scale_out: int = 1,
-              old_rules: bool = False) -> PaperRun:
+              old_rules: bool = False, queue_policy=None) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -360,7 +360,9 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
                               **(OLD_RULES if old_rules else {}))
-    order = submission_order(stages)
+    # queue_policy: a heuristic, a learned scorer or an inspector (controller.order_by);
+    # default the paper's submission order. A fresh order per run: an inspector's keeps state.
+    order = submission_order(stages) if queue_policy is None else order_by(queue_policy)
     learning_label = learning or ("carried" if recorder is not None else "fresh")
     recorder = _RoundTap(recorder if recorder is not None else MemoryRecorder())
     if policy == "asax":
@@ -449,7 +451,7 @@ class _Census:
 
 def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, policy: str,
              repeat: int, seed: int, scale: float, learning: str | None,
-             total_cores: int) -> PaperRun:
+             total_cores: int | None = None) -> PaperRun:
     outcomes = {o.job_id: o for o in backend.history}
     hosts = {job: host for _, job, host in backend.starts}
     records: list[StageRecord] = []
@@ -485,7 +487,7 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         mean_wait_s=statistics.fmean(r.start - r.eligible for r in ran) if ran else 0.0,
         mean_response_s=statistics.fmean(r.end - r.submit for r in ran) if ran else 0.0,
         cpu_util=backend.busy_core_seconds / held_cs if held_cs > 0 else 0.0,
-        cluster_util=(backend.busy_core_seconds / (total_cores * makespan)
+        cluster_util=(backend.busy_core_seconds / ((total_cores or cores) * makespan)
                       if makespan > 0 else 0.0),
         busy_core_seconds=backend.busy_core_seconds, held_core_seconds=held_cs,
         peak_held_cores=_peak(held), coallocations=len(guests),
@@ -553,7 +555,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    experts: Sequence[str] = DEFAULT_EXPERTS,
                    model: InterferenceModel = CALIBRATED, explain: bool = False,
                    prior_runs: bool = True, scale_out: int = 1,
-                   old_rules: bool = False) -> list[PaperRun]:
+                   old_rules: bool = False, queue_policy=None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -579,7 +581,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                                 else "fresh", classes=classes, experts=experts, model=model,
                                 explain=explain, prior_runs=prior_runs,
                                 usage=usage if policy == "asax" else None,
-                                scale_out=scale_out, old_rules=old_rules)
+                                scale_out=scale_out, old_rules=old_rules,
+                                queue_policy=queue_policy)
                 runs.append(run)
                 if on_run is not None:
                     on_run(run)

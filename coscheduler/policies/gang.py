@@ -71,6 +71,30 @@ def guest_placement(guest: Job, host_allocation: Allocation,
     return first_fit(guest, room)
 
 
+def fits_beside(guest: Job, host: Job, other_guests: Sequence[Job] = (), *,
+                node_mem_mb: int | None = None, node_bb_gb: int | None = None) -> str | None:
+    """Why ``guest`` cannot share its host's nodes for memory or burst buffer, or None.
+
+    Requests are per node (``Job.mem_mb``, ``Job.bb_gb``; None counts as 0). A guest runs
+    on nodes of its host, beside the host and possibly the host's other guests: on a node
+    their requests must add up to at most the node's capacity. Every other guest counts,
+    wherever it runs (a safe over-estimate when a host spans several nodes). A capacity of
+    None is not checked.
+    """
+    for name, cap, unit in (("mem_mb", node_mem_mb, "MB of memory"),
+                            ("bb_gb", node_bb_gb, "GB of burst buffer")):
+        if cap is None:
+            continue
+        want = getattr(guest, name) or 0
+        if not want:
+            continue
+        held = (getattr(host, name) or 0) + sum(getattr(g, name) or 0 for g in other_guests)
+        if held + want > cap:
+            return (f"guest {guest.job_id} needs {want} {unit} per node; host {host.job_id} "
+                    f"and its guests hold {held} of the node's {cap}")
+    return None
+
+
 def subtract(free: dict[str, int], allocation: Allocation) -> None:
     """Take an allocation's cores out of a free-cores map (in place)."""
     for node, cores in allocation.cores_by_node:

@@ -77,7 +77,11 @@ class ChoiceView:
 
     @property
     def runnable(self) -> np.ndarray:
-        return self.need <= self.free_nodes
+        ok = self.need <= self.free_nodes
+        take = self.extra.get("pool_take")
+        if take is not None:  # a multi-resource engine: every pool must fit too
+            ok = ok & (take <= self.extra["pool_free"]).all(axis=1)
+        return ok
 
     def earliest_start(self) -> np.ndarray:
         """Seconds from now until each window job would fit, by running jobs' estimated
@@ -223,3 +227,47 @@ def order_by_scores(scorer: Scorer, now: float, jobs: Sequence[Sequence[float]],
     scores = np.asarray(scorer.scores(view), dtype=float)
     ranked = sorted(range(len(shown)), key=lambda k: (-scores[k], k))
     return [shown[k] for k in ranked] + fcfs[scorer.window:], scores[ranked]
+
+
+class InspectedRanking:
+    """An inspector for callers that rank a whole queue again and again (the live
+    controller, the Slurm priority hook).
+
+    Each call ranks the queue by the base policy; the top job that is not waiting out a
+    rejection is shown to the inspector (with the first ``window`` such jobs as its
+    window). A rejected job goes to the end of the ranking for ``retry_after`` seconds
+    (then it is asked again), at most ``max_rejections`` times: the nearest a live queue
+    comes to the simulator's "start nothing now, try again later".
+    """
+
+    kind = "inspected"
+
+    def __init__(self, inspector: Inspector):
+        self.inspector = inspector
+        self.name = inspector.name
+        self.times: dict = {}
+        self.until: dict = {}
+
+    def rank(self, now: float, jobs: Sequence[Sequence[float]], ids: Sequence,
+             free_nodes: int, total_nodes: int, procs_per_node: int = 1,
+             running: Sequence[tuple[float, int]] = ()) -> list[int]:
+        from .queue import order_queue
+
+        insp = self.inspector
+        order = order_queue(insp.queue_policy, now, jobs)
+        waiting = [p for p in order if self.until.get(ids[p], float("-inf")) <= now]
+        resting = [p for p in order if self.until.get(ids[p], float("-inf")) > now]
+        if waiting:
+            top = waiting[0]
+            times = self.times.get(ids[top], 0)
+            if times < insp.max_rejections:
+                view = machine_view(now, [jobs[p] for p in waiting[:insp.window]], free_nodes,
+                                    total_nodes, procs_per_node, running, kind="inspect")
+                view.queue_length = len(jobs)
+                view.rejections = times
+                if not insp.choose(view):
+                    self.times[ids[top]] = times + 1
+                    self.until[ids[top]] = now + insp.retry_after
+                    waiting.pop(0)
+                    resting.append(top)
+        return waiting + resting

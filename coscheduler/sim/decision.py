@@ -12,6 +12,13 @@ point (issue 3, point 3):
 
 ``decide`` is the seam a co-scheduling step will extend later (guest jobs placed on a
 host job's nodes): it reads and updates one ``QueueState`` and returns the jobs started.
+
+Resources beside nodes (``sim/resources.py``): with ``pool_take`` set (a
+``PoolQueueState``), a job fits only when its nodes *and* its take from every global pool
+(burst buffer, power) are free, and reservations and backfilling count every pool
+(``decide_pools``, or ``decide_selected`` with a selector; a selector's view then carries
+the pools in ``ChoiceView.extra``). Without pools, ``decide`` runs exactly the CPU-only
+path: the pool checks live in separate functions so that it pays nothing for them.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any, Callable, Generator
 import numpy as np
 
 from ..policies.selection import ChoiceView
-from .backfill import conservative_backfill, easy_backfill, shadow_time
+from .backfill import conservative_backfill, easy_backfill, shadow_time, shadow_time_pools
 
 # A queue entry sorts by (policy key, submit time, position): the tie-break rule.
 Entry = tuple[object, float, int]
@@ -58,11 +65,32 @@ class QueueState:
     selector: Any = None
     wake: float = float("inf")  # an inspector's retry time after a rejection
     rejections_total: int = 0
+    # Global pools beside nodes (burst buffer, power): names, capacity and per-job take;
+    # ``pool_take`` is None on the CPU-only path.
+    pool_names: tuple[str, ...] = ()
+    pool_cap: tuple[int, ...] = ()
+    pool_take: list[tuple[int, ...]] | None = None
+    pool_free: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.free = self.total_nodes
         if not self.est_end:
             self.est_end = [0.0] * len(self.need)
+        self.pool_free = list(self.pool_cap)
+
+    def pools_fit(self, job: int) -> bool:
+        """True when ``job``'s take from every pool is free now (True without pools)."""
+        take = self.pool_take
+        if take is None:
+            return True
+        for t, f in zip(take[job], self.pool_free):
+            if t > f:
+                return False
+        return True
+
+    def fits(self, job: int) -> bool:
+        """Nodes and every pool: can ``job`` start now?"""
+        return self.need[job] <= self.free and self.pools_fit(job)
 
     def attach(self, selector, cluster) -> None:
         """Prepare for a selector: numpy copies of the job columns for its views."""
@@ -77,6 +105,9 @@ class QueueState:
         self._estimate = np.asarray(self.estimate, dtype=float)
         self._need = np.asarray(self.need, dtype=np.int64)
         self.rejected: dict[int, int] = {}
+        if self.pool_take is not None:
+            self._take = np.asarray(self.pool_take, dtype=np.int64).reshape(
+                len(self.need), len(self.pool_cap))
 
     def view(self, now: float, kind: str) -> ChoiceView:
         """The selector's view: the first ``window`` waiting jobs in queue order."""
@@ -86,13 +117,33 @@ class QueueState:
         running = self.running_est
         r_end = np.fromiter((e for e, _ in running), dtype=float, count=len(running))
         r_job = np.fromiter((j for _, j in running), dtype=np.int64, count=len(running))
-        return ChoiceView(
+        view = ChoiceView(
             kind=kind, now=now, free_nodes=self.free, total_nodes=self.total_nodes,
             procs_per_node=self.ppn, jobs=idx, submit=self._submit[idx],
             procs=self._procs[idx], estimate=self._estimate[idx], need=self._need[idx],
             running_end=r_end, running_need=self._need[r_job], queue_length=len(entries),
             rejections=self.rejected.get(int(idx[0]), 0) if kind == "inspect" and count else 0,
         )
+        if self.pool_take is not None:
+            view.extra = self.pool_view(idx, r_job)
+        return view
+
+    def pool_view(self, idx: np.ndarray, r_job: np.ndarray) -> dict:
+        """``ChoiceView.extra`` with pools: capacities, free amounts, the window jobs' and
+        the running jobs' takes, and every waiting job's demand (for contention measures)."""
+        entries = self.entries
+        queued = np.fromiter((e[2] for e in entries), dtype=np.int64, count=len(entries))
+        return {
+            "pool_names": self.pool_names,
+            "pool_cap": np.asarray(self.pool_cap, dtype=np.int64),
+            "pool_free": np.asarray(self.pool_free, dtype=np.int64),
+            "pool_take": self._take[idx],
+            "running_take": self._take[r_job],
+            "queue_need": self._need[queued],
+            "queue_take": self._take[queued],
+            "queue_estimate": self._estimate[queued],
+        }
+
 
     def enqueue(self, job: int, now: float) -> None:
         """Queue an arriving job."""
@@ -119,6 +170,29 @@ class QueueState:
         self.free += self.need[job]
         running = self.running_est
         del running[bisect_left(running, (self.est_end[job], job))]
+
+
+class PoolQueueState(QueueState):
+    """A ``QueueState`` whose jobs also take from global pools (``pool_take`` set).
+
+    Kept apart so that the CPU-only ``start``/``release`` stay exactly as fast as before.
+    """
+
+    def start(self, job: int, now: float, started: list[int]) -> None:
+        if not self.pools_fit(job):  # a broken rule must not over-allocate silently
+            raise RuntimeError(
+                f"job {job} takes {self.pool_take[job]} from the pools, {self.pool_free} free"
+            )
+        super().start(job, now, started)
+        pool_free = self.pool_free
+        for k, t in enumerate(self.pool_take[job]):
+            pool_free[k] -= t
+
+    def release(self, job: int) -> None:
+        super().release(job)
+        pool_free = self.pool_free
+        for k, t in enumerate(self.pool_take[job]):
+            pool_free[k] += t
 
 
 def _reorder(state: QueueState, now: float) -> None:
@@ -152,6 +226,7 @@ def decide_selected(state: QueueState, now: float, backfill: str
     need = state.need
     head = state.head
     selector = state.selector
+    pools = state.pool_take is not None
     while True:
         if head is None:
             if not entries:
@@ -173,12 +248,15 @@ def decide_selected(state: QueueState, now: float, backfill: str
                         state.wake = now + selector.retry_after
                         break
                 head = entries.pop(0)[2]
-        if need[head] > state.free:
+        if need[head] > state.free or (pools and not state.pools_fit(head)):
             break
         state.start(head, now, started)
         head = None
     if head is not None and head != state.head and backfill == "easy":
-        state.reservation[head] = shadow_time(state.free, need[head], state.running_est, need)[0]
+        state.reservation[head] = (
+            shadow_time_pools(state, head)[0] if pools
+            else shadow_time(state.free, need[head], state.running_est, need)[0]
+        )
     state.head = head
     if head is None or not entries or state.free == 0:
         return started
@@ -211,6 +289,41 @@ def decide(state: QueueState, now: float, backfill: str) -> list[int]:
     if head is not None and head != state.head and backfill == "easy":
         # A new head: note the reservation it gets now (the property tests check it).
         state.reservation[head] = shadow_time(state.free, need[head], state.running_est, need)[0]
+    state.head = head
+    if head is None or not entries or state.free == 0:
+        return started
+    if backfill == "easy":
+        easy_backfill(state, now, started)
+    elif backfill == "conservative":
+        conservative_backfill(state, now, started)
+    return started
+
+
+def decide_pools(state: QueueState, now: float, backfill: str) -> list[int]:
+    """``decide`` with pools beside nodes: a job starts when nodes and every pool fit.
+
+    ``decide``'s loop again on purpose: the CPU-only path stays free of the pool tests,
+    which cost ~4 % on a 1,024-job window (measured side by side).
+    """
+    started: list[int] = []
+    if state.free == 0 and state.head is not None:
+        return started
+    if state.uses_now and state.entries:
+        _reorder(state, now)
+    entries = state.entries
+    need = state.need
+    head = state.head
+    while True:
+        if head is None:
+            if not entries:
+                break
+            head = entries.pop(0)[2]
+        if need[head] > state.free or not state.pools_fit(head):
+            break
+        state.start(head, now, started)
+        head = None
+    if head is not None and head != state.head and backfill == "easy":
+        state.reservation[head] = shadow_time_pools(state, head)[0]
     state.head = head
     if head is None or not entries or state.free == 0:
         return started

@@ -28,7 +28,8 @@ from ..model import InvalidInput
 from ..policies.queue import QueuePolicy
 from .cluster import Cluster
 from ..policies.selection import ChoiceView, Selector
-from .decision import QueueState, decide, decide_selected
+from .decision import PoolQueueState, QueueState, decide, decide_pools, decide_selected
+from .resources import PoolModel
 
 BACKFILL_MODES = ("none", "easy", "conservative")
 
@@ -77,6 +78,7 @@ def simulate(
     *,
     progress: Callable[[int], None] | None = None,
     progress_every: int = 4096,
+    pools: PoolModel | None = None,
 ) -> Schedule:
     """Replay ``jobs`` on an empty ``cluster``; time starts at the earliest submit time.
 
@@ -84,9 +86,13 @@ def simulate(
     scorer or an inspector, see ``coscheduler.policies.selection``), which the engine asks
     whenever a new head must be chosen. ``progress(finished)`` (optional) is called every
     ``progress_every`` finished jobs and once at the end: the engine itself does no I/O.
+
+    ``pools`` (from ``resources.pool_model``) adds global pools beside the nodes (burst
+    buffer, power): a job then starts only when all of its requests fit, and EASY and
+    conservative backfilling count every pool.
     """
     steps = replay_steps(jobs, cluster, policy, backfill, progress=progress,
-                         progress_every=progress_every)
+                         progress_every=progress_every, pools=pools)
     if not isinstance(policy, QueuePolicy):
         ask = policy.choose
         try:
@@ -110,6 +116,7 @@ def replay_steps(
     *,
     progress: Callable[[int], None] | None = None,
     progress_every: int = 4096,
+    pools: PoolModel | None = None,
 ) -> Generator[ChoiceView, object, Schedule]:
     """The engine as a generator: it yields a ``ChoiceView`` each time a selector must
     choose (never for a key-function policy) and takes the answer through ``send``;
@@ -129,7 +136,10 @@ def replay_steps(
     ppn = cluster.procs_per_node
     selector = None if isinstance(policy, QueuePolicy) else policy
     order = policy if selector is None else selector.queue_policy
-    state = QueueState(
+    with_pools = pools is not None and not pools.empty
+    if pools is not None and len(pools.take) != n:
+        raise InvalidInput(f"{len(pools.take)} pool requests for {n} jobs")
+    state = (PoolQueueState if with_pools else QueueState)(
         key=order.key,
         uses_now=order.uses_now,
         total_nodes=cluster.nodes,
@@ -137,7 +147,11 @@ def replay_steps(
         procs=procs,
         estimate=[j.estimate for j in jobs],
         need=[-(-p // ppn) for p in procs],
+        pool_names=pools.names if with_pools else (),
+        pool_cap=pools.capacity if with_pools else (),
+        pool_take=pools.take if with_pools else None,
     )
+    plain = decide_pools if with_pools else decide
     if selector is not None:
         state.attach(selector, cluster)
     start = [math.nan] * n
@@ -166,7 +180,7 @@ def replay_steps(
         if state.head is not None or state.entries:
             decisions += 1
             if selector is None:
-                chosen = decide(state, t, backfill)
+                chosen = plain(state, t, backfill)
             else:
                 chosen = yield from decide_selected(state, t, backfill)
             for job in chosen:

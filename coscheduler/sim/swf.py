@@ -21,6 +21,10 @@ Rules:
   edited, and results would silently count a job twice).
 - A malformed line raises ``SwfFormatError`` naming the file and line number, or, with
   ``skip_bad_lines``, is counted in ``SwfTrace.skipped_lines``.
+- ``extra_fields=(name, ...)`` reads files that carry that many more numeric columns after
+  the 18 standard ones (the multi-resource workloads, ``coscheduler/multi/workload.py``);
+  errors call them by those names; they land in ``SwfTrace.extras``, one tuple per kept
+  job, in job order.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ class SwfTrace:
     bad_line_examples: list[str] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
+    extras: list[tuple[float, ...]] = field(default_factory=list)  # with ``extra_fields``
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -110,14 +115,15 @@ def _leading_int(path: str, line_no: int, key: str, value: str) -> int:
     return int(m.group(1))
 
 
-def _check_fields(fields: list[str]) -> list[float] | str:
-    """The 18 numbers of a job line, or the reason the line is malformed."""
-    if len(fields) != SWF_FIELDS:
-        return f"expected {SWF_FIELDS} fields, found {len(fields)}"
+def _check_fields(fields: list[str], extra: tuple[str, ...] = ()) -> list[float] | str:
+    """The 18 (+ extra) numbers of a job line, or the reason the line is malformed."""
+    if len(fields) != SWF_FIELDS + len(extra):
+        return f"expected {SWF_FIELDS + len(extra)} fields, found {len(fields)}"
     try:
         values = list(map(float, fields))
     except ValueError:
-        for name, text in zip(_FIELD_NAMES, fields):
+        names = _FIELD_NAMES + extra
+        for name, text in zip(names, fields):
             try:
                 float(text)
             except ValueError:
@@ -125,7 +131,8 @@ def _check_fields(fields: list[str]) -> list[float] | str:
         raise  # unreachable: some field failed above
     # One sum catches NaN and infinities in any field (float() accepts 'nan' and 'inf').
     if not math.isfinite(sum(values)):
-        bad = next((n for n, v in zip(_FIELD_NAMES, values) if not math.isfinite(v)), None)
+        names = _FIELD_NAMES + extra
+        bad = next((n for n, v in zip(names, values) if not math.isfinite(v)), None)
         return f"field {bad!r} is not finite" if bad else "values too large"
     if values[0] != int(values[0]) or values[0] < 0:
         return f"job number must be a non-negative integer, got {fields[0]!r}"
@@ -137,7 +144,8 @@ def _check_fields(fields: list[str]) -> list[float] | str:
     return values
 
 
-def read_swf(path: str | Path, *, skip_bad_lines: bool = False) -> SwfTrace:
+def read_swf(path: str | Path, *, skip_bad_lines: bool = False,
+             extra_fields: tuple[str, ...] = ()) -> SwfTrace:
     """Load an SWF trace (plain or gzip) into a ``SwfTrace``; see the module doc for rules."""
     path = Path(path)
     name = str(path)
@@ -169,7 +177,7 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False) -> SwfTrace:
                 elif key == "MaxProcs":
                     max_procs = _leading_int(name, line_no, key, value)
             continue
-        values = _check_fields(text.split())
+        values = _check_fields(text.split(), extra_fields)
         if not isinstance(values, str):
             first = seen.setdefault(int(values[0]), line_no)
             if first != line_no:
@@ -193,7 +201,8 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False) -> SwfTrace:
             continue
         requested = values[8]
         estimate = requested if requested > 0 else run
-        rows.append((int(values[0]), values[1], run, procs, estimate, int(values[11])))
+        row = (int(values[0]), values[1], run, procs, estimate, int(values[11]))
+        rows.append(row + (tuple(values[SWF_FIELDS:]),) if extra_fields else row)
 
     if max_nodes is None and max_procs is None:
         raise SwfFormatError(
@@ -211,7 +220,12 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False) -> SwfTrace:
     usable = [r for r in rows if r[3] <= max_procs]
     dropped[DROP_TOO_WIDE] = len(rows) - len(usable)
     usable.sort(key=lambda r: r[0])  # stable: equal job numbers keep file order
-    jobs = [TraceJob(i, *r) for i, r in enumerate(usable)]
+    if extra_fields:
+        jobs = [TraceJob(i, *r[:6]) for i, r in enumerate(usable)]
+        extras = [r[6] for r in usable]
+    else:
+        jobs = [TraceJob(i, *r) for i, r in enumerate(usable)]
+        extras = []
     return SwfTrace(
         path=name,
         max_nodes=max_nodes,
@@ -221,4 +235,5 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False) -> SwfTrace:
         bad_line_examples=examples,
         dropped={k: v for k, v in dropped.items() if v},
         header=header,
+        extras=extras,
     )

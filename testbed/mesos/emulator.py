@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .master import AgentSpec, Master, MasterConfig
-from .runtime import CGROUP_PREFIX, new_token, real_cpus
+from .runtime import CGROUP_PREFIX, new_token, real_cpus, start_watchdog
 from .server import SCHEDULER_PATH, MasterServer
 
 log = logging.getLogger("testbed.mesos")
@@ -151,9 +151,13 @@ class MesosEmulator:
             f.write(self.token + "\n")
         # Small, often rewritten files (node-agent state, progress) on tmpfs when there is one.
         self.fast_dir = _fast_dir(cgroup_base or f"{CGROUP_PREFIX}{os.getpid()}-{next(_instances)}")
+        self.cgroup_base = cgroup_base
+        # Cleans up after this process if it dies without close() (kill -9).
+        self._watchdog = start_watchdog(
+            self._cgroup_dirs() + ([str(self.fast_dir)] if self.fast_dir else [])
+            + ([str(self.workdir)] if self._own_workdir and not keep_workdir else []))
         config = config or MasterConfig()
         config.hostname = listen[0] if listen[0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
-        self.cgroup_base = cgroup_base
         try:
             self.master = Master(agents, self.workdir, config=config, cgroup_base=cgroup_base,
                                  cpu_scale=self.cpu_scale, cpu_limits=cpu_limits,
@@ -161,6 +165,7 @@ class MesosEmulator:
                                  token=self.token, fast_dir=self.fast_dir)
         except Exception:
             self._remove_dirs()
+            self._stop_watchdog()
             raise
         try:
             self.server = MasterServer(self.master, listen, self.token)
@@ -169,6 +174,7 @@ class MesosEmulator:
             if cgroup_base:
                 self._remove_base()
             self._remove_dirs()
+            self._stop_watchdog()
             raise EmulatorUnavailable(f"cannot listen on {listen[0]}:{listen[1]}: {e}") from None
         config.port = self.server.address[1]
         self._closed = False
@@ -217,6 +223,7 @@ class MesosEmulator:
         if self.cgroup_base:
             self._remove_base()
         self._remove_dirs()
+        self._stop_watchdog()
         log.info("emulator stopped: %s", json.dumps(done, default=str))
         return done
 
@@ -226,12 +233,27 @@ class MesosEmulator:
         if self.fast_dir is not None:
             shutil.rmtree(self.fast_dir, ignore_errors=True)
 
-    def _remove_base(self) -> None:
+    def _stop_watchdog(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self._watchdog.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._watchdog.wait()
+
+    def _cgroup_dirs(self) -> list[str]:
+        if not self.cgroup_base:
+            return []
         from monitoring.cgroupfs import detect_layout
 
         layout = detect_layout()
-        for mount in {layout.cpu_mount, layout.acct_mount} - {None}:
-            base = Path(mount) / self.cgroup_base  # type: ignore[arg-type]
+        return [str(Path(m) / self.cgroup_base)
+                for m in {layout.cpu_mount, layout.acct_mount} - {None}]  # type: ignore[operator]
+
+    def _remove_base(self) -> None:
+        for d in self._cgroup_dirs():
+            base = Path(d)
             if base.is_dir():
                 for d in sorted((p for p in base.rglob("*") if p.is_dir()),
                                 key=lambda p: len(p.parts), reverse=True) + [base]:

@@ -42,11 +42,12 @@ What it models (each point from those documents):
   FAILURE event names the agent.
 
 Locking: one re-entrant lock guards all state. Process starts and waits run outside it.
+Who gets which offer is decided by ``allocation.plan_offers`` (pure); the fault-injection
+levers are in ``faults.py``; processes and cgroups in ``runtime.py``.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import os
@@ -61,10 +62,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .calls import BadCall, refuse_seconds
-from .resources import Resources, ResourceError, agent_resources, dominant_share, parse_resources
+from .allocation import Candidate, Refusal, plan_offers
+from .calls import refuse_seconds
+from .faults import FaultInjection
+from .resources import Resources, ResourceError, agent_resources, parse_resources
 from .runtime import AgentRuntime, LaunchError, command_argv, command_env, node_job_id
-from .stream import CHUNKING_MODES, Subscription
+from .stream import Subscription, b64 as _b64, mesos_id as _id
 from .timers import Timers
 
 log = logging.getLogger("testbed.mesos")
@@ -243,14 +246,6 @@ class Framework:
                 "messages": self.messages[-50:]}
 
 
-def _id(value: str) -> dict[str, str]:
-    return {"value": value}
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
 class CallError(Exception):
     """A scheduler call the master refuses synchronously (HTTP status and message)."""
 
@@ -259,7 +254,7 @@ class CallError(Exception):
         self.status = status
 
 
-class Master:
+class Master(FaultInjection):
     """The emulated master. Create with agents and a work folder, then ``start()``."""
 
     def __init__(self, agents: list[AgentSpec], workdir: Path, *, config: MasterConfig | None = None,
@@ -1120,25 +1115,19 @@ class Master:
                 return
             for f in fws:
                 f.filters = [x for x in f.filters if x.expires > now]
-            held = {f.id: self._allocated(f) for f in fws}
             total = Resources()
             for a in self.agents.values():
                 total = total + a.total
+            candidates = [Candidate(f.id, tuple(f.roles), frozenset(f.suppressed), self._allocated(f),
+                                    tuple(Refusal(x.agent_id, x.role, x.resources) for x in f.filters))
+                          for f in fws]
+            agents = [(a.id, a.available()) for a in sorted(self.agents.values(), key=lambda a: a.id)]
             batches: dict[str, list[Offer]] = {}
-            for agent in sorted(self.agents.values(), key=lambda a: a.id):
-                avail = agent.available()
-                if not avail.allocatable():
-                    continue
-                for fw in sorted(fws, key=lambda f: (dominant_share(held[f.id], total), f.id)):
-                    role = next((r for r in fw.roles if r not in fw.suppressed and not any(
-                        x.agent_id == agent.id and x.role == r and x.resources.contains(avail)
-                        for x in fw.filters)), None)
-                    if role is None:
-                        continue
-                    offer = self._make_offer(fw, agent, role, avail)
-                    held[fw.id] = held[fw.id] + avail
-                    batches.setdefault(fw.id, []).append(offer)
-                    break
+            for g in plan_offers(agents, candidates, total):
+                agent = self.agents[g.agent_id]
+                offer = self._make_offer(self.frameworks[g.framework_id], agent, g.role,
+                                         agent.available())
+                batches.setdefault(g.framework_id, []).append(offer)
             for fid, offers in batches.items():
                 fw = self.frameworks[fid]
                 self._send(fw, {"type": "OFFERS", "offers": {
@@ -1231,124 +1220,6 @@ class Master:
                 "pid": f"master@{host}:{port}", "version": MESOS_VERSION,
                 "address": {"hostname": host, "ip": host, "port": port}}
 
-    # ------------------------------------------------------------------------ faults (admin)
-    def rescind_offer(self, offer_id: str, refuse_seconds: float = 0.0) -> None:
-        with self.lock:
-            offer = self.offers.get(offer_id)
-            if offer is None:
-                raise KeyError(f"no outstanding offer {offer_id!r}")
-            self._rescind(offer, why="rescinded by fault injection", refuse_s=refuse_seconds)
-
-    def _framework(self, fid: str) -> Framework:
-        fw = self.frameworks.get(fid)
-        if fw is None:
-            raise KeyError(f"no framework {fid!r}; frameworks: {sorted(self.frameworks)}")
-        return fw
-
-    def _subs(self, fid: str | None) -> list[Subscription]:
-        fws = [self._framework(fid)] if fid else list(self.frameworks.values())
-        return [f.sub for f in fws if f.sub is not None]
-
-    def set_heartbeats(self, enabled: bool, framework_id: str | None = None) -> None:
-        with self.lock:
-            if framework_id is None:
-                self.heartbeats_default = enabled
-            for sub in self._subs(framework_id):
-                sub.heartbeats = enabled
-
-    def pause_stream(self, framework_id: str, paused: bool = True) -> None:
-        with self.lock:
-            for sub in self._subs(framework_id):
-                sub.pause() if paused else sub.resume()
-
-    def close_stream(self, framework_id: str, abort: bool = False) -> None:
-        """End a framework's subscription stream from the master's side (cleanly, or by
-        dropping the connection); the framework is then disconnected."""
-        with self.lock:
-            for sub in self._subs(framework_id):
-                sub.close(abort=abort)
-
-    def inject(self, framework_id: str, kind: str, data: str | None = None) -> None:
-        """Put a bad piece into a framework's stream: see README (Fault injection)."""
-        with self.lock:
-            subs = self._subs(framework_id)
-            if not subs:
-                raise KeyError(f"framework {framework_id!r} is not connected")
-            sub = subs[0]
-            if kind == "unknown_event":
-                sub.send({"type": data or "EMULATOR_UNKNOWN_EVENT",
-                          "emulator_unknown_event": {"note": "injected by the emulator"}})
-            elif kind == "bad_json":
-                sub.send_raw(b"%d\n" % 17 + b'{"type": "OFFERS"')
-            elif kind == "bad_length":
-                sub.send_raw(b"12x\n{\"type\":\"HEARTBEAT\"}")
-            elif kind == "zero_length":
-                sub.send_raw(b"0\n")
-            elif kind == "not_an_event":
-                sub.send_raw(b"%d\n%s" % (len(b"[1,2,3]"), b"[1,2,3]"))
-            elif kind == "truncated":
-                body = b'{"type":"HEARTBEAT"}'
-                sub.send_raw(b"%d\n" % (len(body) + 100) + body)
-                sub.close(abort=True)
-            elif kind == "raw":
-                sub.send_raw((data or "").encode())
-            else:
-                raise ValueError(f"unknown injection kind {kind!r}; known: unknown_event, bad_json, "
-                                 "bad_length, zero_length, not_an_event, truncated, raw")
-
-    def send_message(self, framework_id: str, agent_id: str, executor_id: str, data: bytes) -> None:
-        """A MESSAGE event, as if an executor had sent ``data`` to the scheduler."""
-        with self.lock:
-            self._send(self._framework(framework_id), {"type": "MESSAGE", "message": {
-                "agent_id": _id(agent_id), "executor_id": _id(executor_id), "data": _b64(data)}})
-
-    def send_event(self, framework_id: str, event: dict[str, Any]) -> None:
-        """Any event, as given (e.g. INVERSE_OFFERS, which the emulator never makes)."""
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            raise ValueError("an event must be a JSON object with a string 'type'")
-        with self.lock:
-            fw = self._framework(framework_id)
-            if not fw.connected:
-                raise KeyError(f"framework {framework_id!r} is not connected")
-            self._send(fw, event)
-
-    def send_error(self, framework_id: str, message: str) -> None:
-        with self.lock:
-            self._send(self._framework(framework_id), {"type": "ERROR", "error": {"message": message}})
-
-    def fail_calls(self, status: int | None, count: int = 1, body: str = "") -> None:
-        """Answer the next ``count`` scheduler calls (SUBSCRIBE included) with ``status``;
-        count -1: until cleared; status None clears."""
-        with self.lock:
-            self._http_faults.clear()
-            self._http_fault_forever = None
-            if status is None:
-                return
-            if not 100 <= int(status) <= 599:
-                raise ValueError(f"HTTP status {status!r} must be 100-599")
-            text = body or f"fault injected by the emulator: HTTP {status}"
-            if count < 0:
-                self._http_fault_forever = (int(status), text)
-            else:
-                self._http_faults.extend([(int(status), text)] * int(count))
-
-    def take_http_fault(self) -> tuple[int, str] | None:
-        with self.lock:
-            if self._http_fault_forever is not None:
-                return self._http_fault_forever
-            return self._http_faults.popleft() if self._http_faults else None
-
-    def set_redirect(self, location: str | None) -> None:
-        """Act as a non-leading master: answer every scheduler call with 307 and this
-        ``Location`` (None: lead again)."""
-        with self.lock:
-            self.redirect_location = location
-
-    def set_chunking(self, mode: str) -> None:
-        if mode not in CHUNKING_MODES:
-            raise ValueError(f"chunking mode {mode!r}; known: {', '.join(CHUNKING_MODES)}")
-        self.chunking = mode
-
     # ------------------------------------------------------------------------ inspection
     def state(self) -> dict[str, Any]:
         with self.lock:
@@ -1430,4 +1301,4 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-__all__ = ["AgentSpec", "BadCall", "CallError", "Master", "MasterConfig", "TERMINAL_STATES"]
+__all__ = ["AgentSpec", "CallError", "Master", "MasterConfig", "TERMINAL_STATES"]

@@ -9,11 +9,12 @@ times ``cpu_scale`` real CPUs (like a Mesos agent started with ``--cgroups_enabl
 The node agent can also be served over HTTP (``api_url``), so that a framework can set
 leased quotas on tasks the way it would on a real node.
 
-A task's process starts under a small ``/bin/sh`` supervisor that first writes its own pid
-into the task's ``cgroup.procs`` files and then runs the command, so no instruction of the
-task runs outside its cgroup. ``setpriv --pdeathsig HUP`` makes the supervisor kill the
-task's whole process group when the emulator dies, even on ``kill -9``; each task leads its
-own process group (``killpg``).
+A task's process starts under ``/bin/sh`` that first writes its own pid into the task's
+``cgroup.procs`` files and then ``exec``s the command, so no instruction of the task runs
+outside its cgroup and the task's pid is the command's. Each task leads its own process
+group (``killpg``). ``setpriv --pdeathsig KILL`` kills the task when the emulator dies; what
+the task forked is caught by the emulator's watchdog (``start_watchdog``), which kills
+everything left in the emulator's cgroups once the emulator is gone, even after ``kill -9``.
 
 ``none`` isolation runs plain processes (no root needed, no quotas).
 """
@@ -34,22 +35,24 @@ from typing import Any
 log = logging.getLogger("testbed.mesos.runtime")
 
 _SETPRIV = shutil.which("setpriv")
-# The task's supervisor, a POSIX shell that leads the task's process group:
-# $1 = how many cgroup.procs files follow; it enters each (so the command starts inside
-# its cgroups), then runs the command as its child and waits for it. Its parent-death
-# signal is SIGHUP (setpriv), on which it kills the whole group: a task never outlives the
-# emulator, even one killed with -9 (a forked grandchild has no parent-death signal of its
-# own). SIGTERM from a kill is caught and ignored by the supervisor (a caught signal is
-# reset to its default in the child; an ignored one would be inherited) so the command gets
-# its grace period; when the command ends, its status is passed on: exit code as is, a
-# death by signal re-raised on the supervisor itself.
-_SUPERVISE = (
-    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; '
-    "trap 'kill -KILL 0' HUP; trap ':' TERM INT; "
-    '"$@" & child=$!; '
-    'while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done; '
-    'if [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then sig=$((rc-128)); trap - HUP TERM INT; ulimit -c 0; '
-    'kill -s "$sig" $$ 2>/dev/null || kill -"$sig" $$; fi; exit "$rc"')
+# $1 = how many cgroup.procs files follow; the shell enters each, then becomes the task
+# (exec), so the task's pid is the command's own and its exit status is the command's.
+_ENTER = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; ' \
+         'n=$((n-1)); done; exec "$@"'
+# The emulator's watchdog: while the emulator (pid $1 with start time $2) lives, sleep;
+# once it is gone (even killed with -9), kill every process left in the emulator's cgroup
+# trees and remove them and its other folders ($3...). A task's own parent-death signal
+# reaches only its first process; a process it forked has none, but it is in the cgroup.
+_WATCHDOG = (
+    'pid=$1; start=$2; shift 2; '
+    'alive() { [ "$(sed "s/.*) //" /proc/$pid/stat 2>/dev/null | cut -d" " -f20)" = "$start" ]; }; '
+    'while alive; do sleep 1; done; '
+    'for d in "$@"; do [ -d "$d" ] || continue; '
+    'for f in $(find "$d" -name cgroup.procs 2>/dev/null); do '
+    'for p in $(cat "$f" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; done; done; '
+    'sleep 1; '
+    'for d in "$@"; do case "$d" in /sys/fs/cgroup/*) find "$d" -depth -type d -exec rmdir {} + 2>/dev/null;; '
+    '*) rm -rf "$d";; esac; done')
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
 CGROUP_PREFIX = "cosched-mesos-"
 
@@ -143,8 +146,8 @@ class AgentRuntime:
                 raise LaunchError(f"cannot create the task's cgroup on {self.name}: {e}") from None
             procs = list(view["cgroup_procs"])
             env["COSCHED_PROGRESS_FILE"] = view["progress_file"]
-        prefix = [_SETPRIV, "--pdeathsig", "HUP"] if _SETPRIV else []
-        full = prefix + ["/bin/sh", "-c", _SUPERVISE, "cosched-mesos-task", str(len(procs))] + procs + argv
+        prefix = [_SETPRIV, "--pdeathsig", "KILL"] if _SETPRIV else []
+        full = prefix + ["/bin/sh", "-c", _ENTER, "cosched-mesos-task", str(len(procs))] + procs + argv
         try:
             with open(sandbox / "stdout", "ab") as out, open(sandbox / "stderr", "ab") as err:
                 return subprocess.Popen(full, env=env, cwd=sandbox, stdout=out, stderr=err,
@@ -200,6 +203,18 @@ class AgentRuntime:
             done = self.node_agent.close(restore=True)
             self.node_agent = None
         return done
+
+
+def start_watchdog(paths: list[str]) -> subprocess.Popen:
+    """A detached shell that outlives this process only to clean up after it: once this
+    process is gone it kills whatever runs in the cgroup folders among ``paths`` and
+    removes ``paths``. Stop it with ``terminate()`` when closing normally."""
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    return subprocess.Popen(["/bin/sh", "-c", _WATCHDOG, "cosched-mesos-watchdog", str(os.getpid()),
+                             start] + list(paths), start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
 
 
 def new_token() -> str:

@@ -12,12 +12,23 @@ a paused stream, no heartbeats) are put in the same queue so that they arrive in
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import threading
 from typing import Any
 
 CHUNKING_MODES = ("record", "split", "bytes", "coalesce")
+
+
+def mesos_id(value: str) -> dict[str, str]:
+    """An ID message (FrameworkID, AgentID, TaskID, ...) in JSON: ``{"value": ...}``."""
+    return {"value": value}
+
+
+def b64(data: bytes) -> str:
+    """``bytes`` fields travel as Base64 in JSON."""
+    return base64.b64encode(data).decode()
 
 
 def encode_event(event: dict[str, Any]) -> bytes:

@@ -1,0 +1,144 @@
+"""Multi-resource commands: ``cosched workload multi`` and ``cosched simulate multi``.
+
+``cosched workload multi --from TRACE --set S4 [--seed 1] --out FILE [--json]`` writes one
+of MRSch's sets S1-S10 built from TRACE (format: coscheduler/multi/workload.py and
+docs/multi-resource.md). The simulate command is defined in ``simulate_multi`` below.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..model import InvalidInput
+from ..multi import workload as mw
+from ..sim.swf import read_swf
+
+
+@click.command("multi")
+@click.option("--from", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="SWF trace (plain or gzip) whose jobs get the extra requests")
+@click.option("--set", "set_name", required=True,
+              help=f"workload set: {', '.join(mw.SETS)}")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="file to write (SWF plus three columns)")
+@click.option("--skip-bad-lines", is_flag=True, help="skip malformed trace lines")
+@click.option("--json", "as_json", is_flag=True, help="print a summary as JSON")
+def workload_multi(trace_path: str, set_name: str, seed: int, out: str, skip_bad_lines: bool,
+                   as_json: bool) -> None:
+    """Write MRSch's workload set (burst buffer, power) built from TRACE and a seed."""
+    try:
+        trace = read_swf(trace_path, skip_bad_lines=skip_bad_lines)
+        wl = mw.generate(trace, set_name, seed)
+        mw.write(wl, out)
+    except InvalidInput as e:
+        raise click.ClickException(str(e)) from None
+    s = mw.shares(wl)
+    m = wl.machine
+    summary = {
+        "set": wl.set_name, "seed": seed, "trace": trace_path, "out": out,
+        "jobs": len(wl.jobs), "nodes": wl.max_nodes,
+        "burst_buffer_gb": m.burst_buffer_gb, "power_budget_w": m.power_budget_w,
+        "idle_power_w": m.idle_power_w, "bb_share": s["bb_share"],
+        "bb_mean_tb": s["bb_mean_tb"], "power_capped": wl.power_capped,
+    }
+    if as_json:
+        click.echo(json.dumps(summary))
+        return
+    power = (f", power budget {m.power_budget_w} W (idle {m.idle_power_w} W/node, "
+             f"{wl.power_capped} jobs capped)" if m.power_budget_w else "")
+    click.echo(f"{wl.set_name} (seed {seed}) from {trace_path}: {len(wl.jobs)} jobs on "
+               f"{wl.max_nodes} nodes, burst buffer {m.burst_buffer_gb / 1000:.1f} TB, "
+               f"{100 * s['bb_share']:.1f} % of jobs ask for it (mean {s['bb_mean_tb']:.2f} TB)"
+               f"{power} -> {out}")
+
+
+def _csv(text: str, what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise click.BadParameter(f"no {what} given", param_hint=f"--{what}")
+    return items
+
+
+@click.command("multi")
+@click.option("--from", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="SWF trace the sets are built from")
+@click.option("--sets", default="S1,S2,S3,S4,S5", show_default=True,
+              help="comma-separated sets (S1-S10)")
+@click.option("--methods", default=",".join(("fcfs", "bbsched", "optimiser", "scalar-rl",
+                                             "mrsch")), show_default=True,
+              help="comma-separated: fcfs, bbsched, optimiser, scalar-rl, mrsch")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True,
+              help="workload seed (requests)")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="evaluate only the first K held-out jobs (default: all of the last 20 %)")
+@click.option("--window", type=click.IntRange(min=1), default=10, show_default=True,
+              help="window of the optimisers (MRSch's window is its model's)")
+@click.option("--models", "models_dir", type=click.Path(file_okay=False), default=None,
+              help="folder of MRSch/scalar models (default: the shipped ones)")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write a Kiviat chart per set and MRSch's goal trace (PNG) here")
+@click.option("--json", "as_json", is_flag=True, help="print the documented JSON object")
+def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: int | None,
+                   window: int, models_dir: str | None, out_dir: str | None,
+                   as_json: bool) -> None:
+    """Node, burst-buffer and power utilisation, mean wait and slowdown per method and set."""
+    from pathlib import Path
+
+    from ..multi import report
+
+    set_names = [s.upper() for s in _csv(sets, "sets")]
+    method_names = _csv(methods, "methods")
+    try:
+        for s in set_names:
+            mw.get_set(s)
+        for m in method_names:
+            if m not in report.METHODS:
+                raise InvalidInput(f"unknown method {m!r}; valid methods: "
+                                   f"{', '.join(report.METHODS)}")
+        trace = read_swf(trace_path)
+        mdir = Path(models_dir) if models_dir else report.MODELS_DIR
+        for s in set_names:  # a missing model stops the run before anything is replayed
+            for m in method_names:
+                report.check_model(mdir, m, trace_path, s)
+    except InvalidInput as e:
+        raise click.ClickException(str(e)) from None
+    runs = []
+    charts = []
+    for s in set_names:
+        try:
+            wl = report.evaluation_part(mw.generate(trace, s, seed), jobs)
+            set_runs = []
+            for m in method_names:
+                click.echo(f"{s} {m} ...", err=True)
+                set_runs.append(report.run_method(wl, m, models_dir=mdir, window=window))
+        except InvalidInput as e:
+            raise click.ClickException(str(e)) from None
+        runs += set_runs
+        if out_dir:
+            out = Path(out_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            charts.append(str(report.kiviat(set_runs, out / f"kiviat-{s}.png",
+                                            f"{s} ({Path(trace_path).name})")))
+            for r in set_runs:
+                if r.method == "mrsch" and "burst_buffer" in r.pool_names:
+                    charts.append(str(report.goal_trace_plot(r, out / f"goal-trace-{s}.png")))
+    if as_json:
+        click.echo(json.dumps({"results": [r.as_json() for r in runs]}))
+    else:
+        click.echo(f"{'set':<4} {'method':<10} {'node_util':>9} {'bb_util':>8} {'power_util':>10} "
+                   f"{'mean_wait_s':>12} {'mean_slowdown':>13} {'decision_ms':>11}")
+        for r in runs:
+            m = r.metrics
+            d = r.decision_summary()
+
+            def pct(v):
+                return f"{100 * v:8.1f}%" if v is not None else f"{'-':>9}"
+            dms = f"{d['median_ms']:.2f}" if d else "-"
+            click.echo(f"{r.set_name:<4} {r.method:<10} {pct(m['node_util'])} "
+                       f"{pct(m['bb_util']):>8} {pct(m['power_util']):>10} "
+                       f"{m['mean_wait_s']:12.0f} {m['mean_slowdown']:13.1f} {dms:>11}")
+    for c in charts:
+        click.echo(f"wrote {c}", err=True)

@@ -1,0 +1,71 @@
+"""``cosched train mrsch``: train an MRSch (or scalar-reward) model on one workload set.
+
+``cosched train mrsch --trace T --set S4 [--workload-seed 1] [--goal dynamic|fixed]
+[--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1] [--out MODEL]
+[--resume] [--json]``; see coscheduler/multi/train.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..model import InvalidInput
+from ..multi import workload as mw
+from ..sim.swf import read_swf
+
+
+@click.command("mrsch")
+@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="SWF trace the set is built from")
+@click.option("--set", "set_name", required=True, help="workload set S1-S10")
+@click.option("--workload-seed", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--goal", type=click.Choice(["dynamic", "fixed"]), default="dynamic",
+              show_default=True, help="dynamic: Eq. (1) (MRSch); fixed: scalar-reward baseline")
+@click.option("--episodes", default="12,12,12", show_default=True,
+              help="job sets per phase: sampled,real,synthetic")
+@click.option("--jobs-per-set", type=click.IntRange(min=16), default=512, show_default=True)
+@click.option("--steps", type=click.IntRange(min=1), default=48, show_default=True,
+              help="gradient steps after each job set")
+@click.option("--batch", type=click.IntRange(min=1), default=128, show_default=True,
+              help="minibatch size of the gradient steps")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="model file (default: <mrsch|scalar>-<trace>-<set>.model here)")
+@click.option("--resume", is_flag=True, help="continue from OUT.ckpt if it exists")
+@click.option("--json", "as_json", is_flag=True, help="print the model header as JSON")
+def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episodes: str,
+          jobs_per_set: int, steps: int, batch: int, seed: int, out: str | None, resume: bool,
+          as_json: bool) -> None:
+    """Train MRSch (DFP) in its three phases on TRACE's set, with the simulator engine."""
+    from ..multi.train import TrainConfig, train as run_train
+
+    try:
+        counts = tuple(int(x) for x in episodes.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{episodes!r} is not three integers", param_hint="--episodes")
+    try:
+        config = TrainConfig(goal=goal, episodes=counts, jobs_per_set=jobs_per_set,
+                             steps_per_episode=steps, batch=batch, seed=seed)
+        wl = mw.generate(read_swf(trace_path), set_name, workload_seed)
+        kind = "mrsch" if goal == "dynamic" else "scalar"
+        path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"
+                                          f"{wl.set_name}.model")
+        with click.progressbar(length=sum(counts), label=f"training {path.name}",
+                               file=sys.stderr) as bar:
+            def progress(done: int, total: int, info: dict) -> None:
+                bar.update(1)
+            model = run_train(wl, path, config, resume=resume, progress=progress)
+    except InvalidInput as e:
+        raise click.ClickException(str(e)) from None
+    h = {k: v for k, v in model.header.items() if k not in ("weights", "losses")}
+    if as_json:
+        click.echo(json.dumps(h))
+        return
+    v = h["validation"]
+    click.echo(f"{path}: {h['episodes']} job sets in {h['training_seconds']} s, final loss "
+               f"{h['final_loss']:.5f}; validation: node {100 * v['node_util']:.1f} %, "
+               f"wait {v['mean_wait_s']:.0f} s, slowdown {v['mean_slowdown']:.1f}")

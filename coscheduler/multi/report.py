@@ -1,0 +1,201 @@
+"""``cosched simulate multi``: every method on MRSch's sets, as MRSch's Figs. 5-8 report them.
+
+Methods (all with EASY backfilling and the same reservation rule, window W = 10 in FCFS
+order for the window methods, as MRSch compared them):
+
+- ``fcfs``: FCFS with EASY, every resource checked (the paper's "Heuristic");
+- ``bbsched``: the window optimiser maximising node and burst-buffer utilisation only
+  (BBSched-like; power, when present, is still a constraint);
+- ``optimiser``: the MultiSched/ROME optimiser over every resource;
+- ``scalar-rl``: the DFP agent trained and run with a fixed goal (equal weights, so
+  0.5 x node + 0.5 x burst-buffer utilisation with two resources);
+- ``mrsch``: the DFP agent with Eq. (1)'s goal at every pick.
+
+Evaluation jobs: the held-out last 20 % of the trace (``train.split``), with the set's
+requests drawn from the whole trace for the given seed. Models come from ``--models``
+(default: the shipped ``coscheduler/multi/models``), named ``mrsch-<trace>-<set>.model``
+and ``scalar-<trace>-<set>.model``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..model import InvalidInput
+from ..policies.queue import get_policy
+from ..sim.engine import simulate
+from ..sim.resources import pool_model
+from .metrics import multi_metrics
+from .mrsch import MRSchAgent, load_model
+from .selectors import WindowOptimiser
+from .train import split
+from .workload import MultiWorkload
+
+METHODS = ("fcfs", "bbsched", "optimiser", "scalar-rl", "mrsch")
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+WINDOW = 10
+
+
+def model_path(models_dir: Path, kind: str, trace: str, set_name: str) -> Path:
+    stem = Path(trace).name.split(".")[0]
+    return Path(models_dir) / f"{kind}-{stem}-{set_name}.model"
+
+
+def check_model(models_dir: Path, method: str, trace: str, set_name: str) -> Path | None:
+    """The model file ``method`` needs on ``set_name`` (None for methods without one);
+    a missing file is an error that says how to make it."""
+    if method not in ("mrsch", "scalar-rl"):
+        return None
+    kind = "mrsch" if method == "mrsch" else "scalar"
+    path = model_path(models_dir, kind, trace, set_name)
+    if not path.exists():
+        raise InvalidInput(
+            f"no {method} model for {Path(trace).name} {set_name}: {path} is missing "
+            f"(make it with: cosched train mrsch --trace {trace} --set {set_name}"
+            f"{' --goal fixed' if kind == 'scalar' else ''} --out {path})")
+    return path
+
+
+@dataclass
+class MethodRun:
+    set_name: str
+    method: str
+    metrics: dict
+    wall_seconds: float
+    decision_seconds: list[float] = field(default_factory=list)
+    decision_cpu_seconds: list[float] = field(default_factory=list)
+    goal_trace: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    pool_names: tuple[str, ...] = ()
+
+    def as_json(self) -> dict:
+        m = self.metrics
+        return {"set": self.set_name, "method": self.method, "node_util": m["node_util"],
+                "bb_util": m["bb_util"], "power_util": m["power_util"],
+                "mean_wait_s": m["mean_wait_s"], "mean_slowdown": m["mean_slowdown"]}
+
+    def decision_summary(self) -> dict | None:
+        d = self.decision_seconds
+        if not d:
+            return None
+        return {"decisions": len(d), "median_ms": 1000 * statistics.median(d),
+                "p99_ms": 1000 * float(np.percentile(d, 99)), "max_ms": 1000 * max(d)}
+
+
+def evaluation_part(wl: MultiWorkload, jobs: int | None = None) -> MultiWorkload:
+    _, b, n = split(wl)
+    count = n - b if jobs is None else min(jobs, n - b)
+    if count < 1:
+        raise InvalidInput(f"{wl.source}: no held-out jobs to evaluate")
+    return wl.select(b, count)
+
+
+def run_method(wl: MultiWorkload, method: str, *, models_dir: Path = MODELS_DIR,
+               window: int = WINDOW, seed: int = 0) -> MethodRun:
+    """Replay ``wl`` (already the evaluated jobs) under ``method``."""
+    nodes = wl.node_counts()
+    pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
+    if pools.empty:
+        raise InvalidInput(f"{wl.source}: no job asks for burst buffer or power")
+    decision_seconds: list[float] = []
+    decision_cpu: list[float] = []
+    goal_trace: list = []
+    if method == "fcfs":
+        policy = get_policy("FCFS")
+    elif method in ("bbsched", "optimiser"):
+        objectives = ("nodes", "burst_buffer") if method == "bbsched" else None
+        policy = WindowOptimiser(window, objectives, name=method, seed=seed)
+    elif method in ("mrsch", "scalar-rl"):
+        kind = "mrsch" if method == "mrsch" else "scalar"
+        path = check_model(models_dir, method, wl.source, wl.set_name)
+        policy = MRSchAgent(load_model(path), goal="dynamic" if kind == "mrsch" else "fixed",
+                            goal_trace=(method == "mrsch"), name=method)
+    else:
+        raise InvalidInput(f"unknown method {method!r}; valid methods: {', '.join(METHODS)}")
+    t0 = time.perf_counter()
+    s = simulate(wl.jobs, wl.cluster, policy, "easy", pools=pools)
+    wall = time.perf_counter() - t0
+    if isinstance(policy, (WindowOptimiser, MRSchAgent)):
+        decision_seconds, decision_cpu = policy.timings, policy.cpu_timings
+    if isinstance(policy, MRSchAgent):
+        goal_trace = policy.goal_trace or []
+    metrics = multi_metrics(wl.jobs, nodes, wl.max_nodes, pools, s.start, s.end).as_dict()
+    return MethodRun(wl.set_name, method, metrics, wall, decision_seconds, decision_cpu,
+                     goal_trace, pools.names)
+
+
+# --------------------------------------------------------------------------------------
+# Charts (matplotlib, headless)
+
+AXES = (("node_util", "node util", True), ("bb_util", "BB util", True),
+        ("power_util", "power util", True), ("mean_wait_s", "1 / wait", False),
+        ("mean_slowdown", "1 / slowdown", False))
+
+
+def kiviat(runs: list[MethodRun], path: Path, title: str) -> Path:
+    """MRSch Fig. 7: each axis normalised so the best method is 1 (reciprocals for wait
+    and slowdown); a larger area is better."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes = [(k, label, up) for k, label, up in AXES
+            if all(r.metrics.get(k) is not None for r in runs)]
+    values = []
+    for r in runs:
+        row = []
+        for k, _, up in axes:
+            v = r.metrics[k]
+            row.append(v if up else (1.0 / v if v > 0 else float("inf")))
+        values.append(row)
+    arr = np.array(values, dtype=float)
+    best = arr.max(axis=0)
+    norm = np.where(best > 0, arr / np.where(best > 0, best, 1), 0.0)
+    angles = np.linspace(0, 2 * np.pi, len(axes), endpoint=False).tolist()
+    fig = plt.figure(figsize=(5.2, 5.2))
+    ax = fig.add_subplot(111, polar=True)
+    for r, row in zip(runs, norm):
+        pts = row.tolist() + [row[0]]
+        ax.plot(angles + [angles[0]], pts, label=r.method, linewidth=1.6)
+        ax.fill(angles + [angles[0]], pts, alpha=0.08)
+    ax.set_xticks(angles)
+    ax.set_xticklabels([label for _, label, _ in axes])
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title)
+    ax.legend(loc="lower right", bbox_to_anchor=(1.25, -0.1), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def goal_trace_plot(run: MethodRun, path: Path, hours: float = 12.0) -> Path:
+    """MRSch Fig. 8: the burst buffer's goal weight r_BB over a stretch of ``hours``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if "burst_buffer" not in run.pool_names or not run.goal_trace:
+        raise InvalidInput(f"{run.set_name}: no burst-buffer goal trace to plot")
+    k = 1 + run.pool_names.index("burst_buffer")
+    t = np.array([x[0] for x in run.goal_trace])
+    r = np.array([x[1][k] for x in run.goal_trace])
+    t0 = t[0] + (t[-1] - t[0]) / 2 - hours * 1800  # a stretch from the middle of the run
+    sel = (t >= t0) & (t <= t0 + hours * 3600)
+    if sel.sum() < 2:
+        sel = np.ones(len(t), dtype=bool)
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ax.step((t[sel] - t[sel][0]) / 3600, r[sel], where="post")
+    ax.set_xlabel("hours")
+    ax.set_ylabel("r_BB (Eq. 1)")
+    ax.set_title(f"MRSch goal weight of the burst buffer, {run.set_name}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

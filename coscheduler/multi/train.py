@@ -1,0 +1,328 @@
+"""Training MRSch (DFP) on the simulator engine, in MRSch's three phases (JAX + optax).
+
+Data: the first ``TRAIN_SHARE`` = 70 % of a multi-resource workload's jobs (MRSch trained
+on its first 3.5 of 5 months); 70-80 % validates (figures in the model header); the last
+20 % is held out for ``cosched simulate multi``. Job sets of ``jobs_per_set`` jobs, in
+MRSch's order (section V-B):
+
+1. *sampled*: jobs drawn at random from the training part, arriving as a Poisson process
+   at the training part's mean inter-arrival time (the easiest, "averaged" case);
+2. *real*: consecutive stretches of the training part, as they arrived;
+3. *synthetic*: jobs whose (processors, run time, estimate) are drawn from the training
+   part, arriving as a Poisson process whose rate follows the training part's hour-of-day
+   and day-of-week pattern scaled by a random load factor in [0.8, 1.4] (lighter and
+   heavier than seen), with burst-buffer and power requests drawn by the set's rules
+   (unseen combinations).
+
+Each episode replays one job set through ``sim.engine.simulate`` with EASY backfilling and
+the agent as the selector, acting epsilon-greedily (epsilon from 1.0, times
+``epsilon_decay`` per pick, floor 0.05; the paper gives 0.995 without saying per what:
+per pick it would stop exploring within the first set). Every pick's (state, measurement,
+goal, action) goes to a replay memory with its target, the measurement changes at the
+later picks ``OFFSETS`` (missing near the end of a set: masked out of the loss). After
+each episode, ``steps_per_episode`` Adam steps on minibatches minimise the mean squared
+error of the taken action's prediction (DFP's loss).
+
+A checkpoint (model file plus Adam moments and counters) is written after every episode;
+``resume`` continues from it (the replay memory starts empty again).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..model import InvalidInput
+from ..policies.queue import get_policy
+from ..sim.engine import simulate
+from ..sim.replay import window
+from ..sim.resources import Request, pool_model
+from ..sim.swf import TraceJob
+from . import mrsch
+from .metrics import multi_metrics
+from .workload import MultiWorkload, get_set, random_requests
+
+TRAIN_SHARE = 0.7
+VALID_SHARE = 0.1
+PHASES = ("sampled", "real", "synthetic")
+SYNTHETIC_LOAD = (0.8, 1.4)
+
+
+@dataclass
+class TrainConfig:
+    goal: str = "dynamic"             # "fixed": the scalar-reward baseline
+    episodes: tuple[int, int, int] = (12, 12, 12)  # per phase: sampled, real, synthetic
+    jobs_per_set: int = 512
+    steps_per_episode: int = 48
+    batch: int = 128
+    learning_rate: float = 1e-3
+    epsilon_decay: float = 0.9995
+    epsilon_min: float = 0.05
+    memory: int = 60_000
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.goal not in ("dynamic", "fixed"):
+            raise InvalidInput(f"goal must be dynamic or fixed, got {self.goal!r}")
+        if len(self.episodes) != 3 or any(e < 0 for e in self.episodes) or sum(self.episodes) < 1:
+            raise InvalidInput(f"episodes per phase must be 3 counts >= 0 (sum >= 1), "
+                               f"got {self.episodes!r}")
+        if self.jobs_per_set < 16:
+            raise InvalidInput(f"jobs per set must be >= 16, got {self.jobs_per_set}")
+
+
+def split(workload: MultiWorkload) -> tuple[int, int, int]:
+    """(end of training, end of validation, jobs): index boundaries of the three parts."""
+    n = len(workload.jobs)
+    a = round(n * TRAIN_SHARE)
+    b = round(n * (TRAIN_SHARE + VALID_SHARE))
+    return a, b, n
+
+
+# --------------------------------------------------------------------------------------
+# Job sets
+
+def _renumber(jobs: list[TraceJob]) -> list[TraceJob]:
+    return [j._replace(index=i) for i, j in enumerate(jobs)]
+
+
+def sampled_set(train: MultiWorkload, size: int, rng: np.random.Generator
+                ) -> tuple[list[TraceJob], list[Request]]:
+    jobs = train.jobs
+    gaps = np.diff([j.submit for j in jobs])
+    mean_gap = float(np.mean(gaps)) if len(gaps) else 60.0
+    pick = rng.choice(len(jobs), size=min(size, len(jobs)), replace=False)
+    arrivals = np.cumsum(rng.exponential(mean_gap, size=len(pick)))
+    out = [jobs[i]._replace(submit=float(t)) for i, t in zip(pick, arrivals)]
+    return _renumber(out), [train.requests[i] for i in pick]
+
+
+def real_set(train: MultiWorkload, size: int, rng: np.random.Generator
+             ) -> tuple[list[TraceJob], list[Request]]:
+    size = min(size, len(train.jobs))
+    first = int(rng.integers(0, len(train.jobs) - size + 1))
+    return _renumber(window(train.jobs, first, size)), train.requests[first:first + size]
+
+
+def synthetic_set(train: MultiWorkload, size: int, rng: np.random.Generator
+                  ) -> tuple[list[TraceJob], list[Request]]:
+    jobs = train.jobs
+    submit = np.array([j.submit for j in jobs])
+    span = max(submit.max() - submit.min(), 1.0)
+    hour = ((submit // 3600) % 24).astype(int)
+    day = ((submit // 86400) % 7).astype(int)
+    counts = np.bincount(day * 24 + hour, minlength=168).astype(float) + 0.5
+    load = rng.uniform(*SYNTHETIC_LOAD)
+    rate = counts / counts.sum() * (len(jobs) / span) * 168 * load  # jobs/s per week-hour
+    peak = rate.max()
+    times: list[float] = []
+    t = 0.0
+    while len(times) < size:  # thinning of a non-homogeneous Poisson process
+        t += rng.exponential(1.0 / peak)
+        if rng.random() < rate[int((t // 3600) % 168)] / peak:
+            times.append(t)
+    src = rng.integers(0, len(jobs), size=size)
+    out = [jobs[i]._replace(submit=float(tt)) for i, tt in zip(src, times)]
+    requests = random_requests(get_set(train.set_name), [j.procs for j in out],
+                               train.max_nodes, train.max_procs, rng)
+    return _renumber(out), requests
+
+
+MAKERS = {"sampled": sampled_set, "real": real_set, "synthetic": synthetic_set}
+
+
+# --------------------------------------------------------------------------------------
+# Targets and the JAX update
+
+def targets(meas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Measurement changes at each offset ([steps, T, R]) and which exist ([steps, T])."""
+    n, r = meas.shape
+    out = np.zeros((n, len(mrsch.OFFSETS), r))
+    valid = np.zeros((n, len(mrsch.OFFSETS)))
+    for k, off in enumerate(mrsch.OFFSETS):
+        if off < n:
+            out[:n - off, k] = meas[off:] - meas[:n - off]
+            valid[:n - off, k] = 1.0
+    return out, valid
+
+
+class _Memory:
+    def __init__(self, size: int, state_len: int, measures: int):
+        t = len(mrsch.OFFSETS)
+        self.s = np.zeros((size, state_len), np.float32)
+        self.m = np.zeros((size, measures), np.float32)
+        self.g = np.zeros((size, measures), np.float32)
+        self.a = np.zeros(size, np.int32)
+        self.y = np.zeros((size, t, measures), np.float32)
+        self.v = np.zeros((size, t), np.float32)
+        self.size, self.count, self.pos = size, 0, 0
+
+    def add(self, record: list, y: np.ndarray, v: np.ndarray) -> None:
+        for (s, m, g, a), yy, vv in zip(record, y, v):
+            k = self.pos
+            self.s[k], self.m[k], self.g[k], self.a[k], self.y[k], self.v[k] = s, m, g, a, yy, vv
+            self.pos = (k + 1) % self.size
+            self.count = min(self.count + 1, self.size)
+
+    def sample(self, rng: np.random.Generator, batch: int):
+        idx = rng.integers(0, self.count, size=min(batch, self.count))
+        return self.s[idx], self.m[idx], self.g[idx], self.a[idx], self.y[idx], self.v[idx]
+
+
+def _make_update(window_: int, measures: int, learning_rate: float):
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    opt = optax.adam(learning_rate)
+
+    def loss_fn(params, s, m, g, a, y, v):
+        pred = mrsch.forward(params, s, m, g, window=window_, measures=measures, xp=jnp)
+        taken = jnp.take_along_axis(pred, a[:, None, None, None], axis=1)[:, 0]
+        err = ((taken - y) ** 2) * v[..., None]
+        return err.sum() / jnp.maximum(v.sum() * measures, 1.0)
+
+    @jax.jit
+    def update(params, opt_state, s, m, g, a, y, v):
+        loss, grads = jax.value_and_grad(loss_fn)(params, s, m, g, a, y, v)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return opt, update
+
+
+# --------------------------------------------------------------------------------------
+
+def _checkpoint_path(out: Path) -> Path:
+    return out.with_name(out.name + ".ckpt")
+
+
+def evaluate_agent(agent: mrsch.MRSchAgent, wl: MultiWorkload) -> dict:
+    """Greedy replay of ``wl`` (FCFS window, EASY) with the agent: the report's metrics."""
+    nodes = wl.node_counts()
+    pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
+    s = simulate(wl.jobs, wl.cluster, agent, "easy", pools=pools)
+    return multi_metrics(wl.jobs, nodes, wl.max_nodes, pools, s.start, s.end).as_dict()
+
+
+def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None = None, *,
+          resume: bool = False, progress: Callable[[int, int, dict], None] | None = None
+          ) -> mrsch.MRSchModel:
+    """Train an MRSch model on ``workload``'s training part; write it to ``out``."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        raise InvalidInput("training needs JAX and optax: pip install '.[rl]'") from None
+    cfg = config or TrainConfig()
+    out = Path(out)
+    a, b, n = split(workload)
+    if a < cfg.jobs_per_set:
+        raise InvalidInput(f"{workload.source}: the training part has {a} jobs, fewer than "
+                           f"one job set of {cfg.jobs_per_set}")
+    train_wl = workload.select(0, a)
+    valid_wl = workload.select(a, b - a)
+    nodes = workload.node_counts()
+    pools_all = pool_model(workload.machine, workload.requests, nodes, workload.max_nodes)
+    state_len = mrsch.state_size(workload.max_nodes, len(pools_all.names))
+    measures = 1 + len(pools_all.names)
+    rng = np.random.default_rng(cfg.seed)
+    header = {
+        "name": out.name.removesuffix(".model"), "trace": Path(workload.source).name,
+        "set": workload.set_name, "workload_seed": workload.seed, "seed": cfg.seed,
+        "goal": cfg.goal, "window": mrsch.WINDOW, "pools": list(pools_all.names),
+        "nodes": workload.max_nodes, "state_size": state_len, "offsets": list(mrsch.OFFSETS),
+        "temporal": list(mrsch.TEMPORAL), "pool_units": mrsch.POOL_UNITS,
+        "phases": dict(zip(PHASES, cfg.episodes)), "jobs_per_set": cfg.jobs_per_set,
+        "steps_per_episode": cfg.steps_per_episode, "batch": cfg.batch,
+        "learning_rate": cfg.learning_rate, "framework": f"jax {jax.__version__}",
+    }
+    params = mrsch.init_params(rng, state_len, measures)
+    opt, update = _make_update(mrsch.WINDOW, measures, cfg.learning_rate)
+    jparams = {k: jnp.asarray(v) for k, v in params.items()}
+    opt_state = opt.init(jparams)
+    done, epsilon, elapsed, losses = 0, 1.0, 0.0, []
+    ckpt = _checkpoint_path(out)
+    if resume and ckpt.exists():
+        saved = mrsch.load_model(ckpt)
+        state = saved.header.get("checkpoint", {})
+        jparams = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in saved.params.items()
+                   if not k.startswith("opt/")}
+        leaves, tree = jax.tree_util.tree_flatten(opt.init(jparams))
+        restored = [jnp.asarray(saved.params[f"opt/{i}"], dtype=leaf.dtype).reshape(leaf.shape)
+                    if f"opt/{i}" in saved.params else leaf for i, leaf in enumerate(leaves)]
+        opt_state = jax.tree_util.tree_unflatten(tree, restored)
+        done, epsilon = int(state.get("episodes", 0)), float(state.get("epsilon", 1.0))
+        elapsed, losses = float(state.get("seconds", 0.0)), list(state.get("losses", []))
+        rng = np.random.default_rng([cfg.seed, done])
+    memory = _Memory(cfg.memory, state_len, measures)
+    total = sum(cfg.episodes)
+    schedule = [p for p, e in zip(PHASES, cfg.episodes) for _ in range(e)]
+    cluster = workload.cluster
+    t_start = time.perf_counter() - elapsed
+    for episode in range(done, total):
+        phase = schedule[episode]
+        jobs, requests = MAKERS[phase](train_wl, cfg.jobs_per_set, rng)
+        np_params = {k: np.asarray(v, dtype=np.float64) for k, v in jparams.items()}
+        model = mrsch.MRSchModel(np_params, header)
+        agent = mrsch.MRSchAgent(model, goal=cfg.goal, epsilon=epsilon,
+                                 seed=int(rng.integers(1 << 31)), record=True)
+        pools = pool_model(workload.machine, requests,
+                           [cluster.nodes_for(j.procs) for j in jobs], workload.max_nodes,
+                           force=pools_all.names)
+        simulate(jobs, cluster, agent, "easy", pools=pools)
+        record = agent.record
+        epsilon = max(cfg.epsilon_min, epsilon * cfg.epsilon_decay ** len(record))
+        if len(record) > 1:
+            meas = np.array([r[1] for r in record])
+            y, v = targets(meas)
+            memory.add(record, y, v)
+        ep_loss = []
+        for _ in range(cfg.steps_per_episode if memory.count >= cfg.batch else 0):
+            batch = [jnp.asarray(x) for x in memory.sample(rng, cfg.batch)]
+            jparams, opt_state, loss = update(jparams, opt_state, *batch)
+            ep_loss.append(float(loss))
+        losses.append(float(np.mean(ep_loss)) if ep_loss else None)
+        info = {"phase": phase, "picks": len(record), "epsilon": epsilon,
+                "loss": losses[-1], "seconds": time.perf_counter() - t_start}
+        _save(ckpt, jparams, opt_state, header, {
+            "episodes": episode + 1, "epsilon": epsilon, "seconds": info["seconds"],
+            "losses": losses})
+        if progress is not None:
+            progress(episode + 1, total, info)
+    final = {k: np.asarray(v, dtype=np.float64) for k, v in jparams.items()}
+    seconds = time.perf_counter() - t_start
+    model = mrsch.MRSchModel(final, dict(header))
+    valid = evaluate_agent(mrsch.MRSchAgent(model, goal=cfg.goal), valid_wl)
+    model.header.update({
+        "episodes": total, "training_seconds": round(seconds, 1),
+        "final_loss": next((x for x in reversed(losses) if x is not None), None),
+        "losses": [None if x is None else round(x, 6) for x in losses],
+        "validation": {k: (round(v, 4) if isinstance(v, float) else v)
+                       for k, v in valid.items()},
+    })
+    mrsch.save_model(model, out)
+    return model
+
+
+def _save(path: Path, jparams, opt_state, header: dict, state: dict) -> None:
+    import jax
+
+    params = {k: np.asarray(v) for k, v in jparams.items()}
+    for i, leaf in enumerate(jax.tree_util.tree_leaves(opt_state)):
+        params[f"opt/{i}"] = np.asarray(leaf, dtype=np.float32)
+    h = dict(header)
+    h["checkpoint"] = state
+    mrsch.save_model(mrsch.MRSchModel(params, h), path)
+
+
+def fcfs_metrics(wl: MultiWorkload) -> dict:
+    """FCFS with EASY on ``wl``: the reference every method is compared with."""
+    nodes = wl.node_counts()
+    pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
+    s = simulate(wl.jobs, wl.cluster, get_policy("FCFS"), "easy", pools=pools)
+    return multi_metrics(wl.jobs, nodes, wl.max_nodes, pools, s.start, s.end).as_dict()

@@ -1,0 +1,247 @@
+"""MRSch: features, Eq. (1), the network (numpy = JAX), model files, the agent in the
+engine, and a short training run with the project's own trainer."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.cli import main
+from coscheduler.model import InvalidInput
+from coscheduler.multi import mrsch
+from coscheduler.multi import workload as mw
+from coscheduler.multi.report import evaluation_part, run_method
+from coscheduler.multi.train import targets
+from coscheduler.policies.selection import ChoiceView
+from coscheduler.sim import Cluster, TraceJob, read_swf, simulate
+from coscheduler.sim.resources import PoolModel
+
+LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
+
+
+def view(**kw) -> ChoiceView:
+    base = dict(kind="pick", now=1000.0, free_nodes=2, total_nodes=8, procs_per_node=1,
+                jobs=np.array([0, 1]), submit=np.array([400.0, 1000.0]),
+                procs=np.array([2, 4]), estimate=np.array([100.0, 300.0]),
+                need=np.array([2, 4]), running_end=np.array([1100.0, 1600.0]),
+                running_need=np.array([2, 4]), queue_length=2)
+    base.update(kw)
+    v = ChoiceView(**base)
+    v.extra = {"pool_names": ("burst_buffer",), "pool_cap": np.array([100]),
+               "pool_free": np.array([40]), "pool_take": np.array([[30], [50]]),
+               "running_take": np.array([[20], [40]]), "queue_need": np.array([2, 4]),
+               "queue_take": np.array([[30], [50]]), "queue_estimate": np.array([100.0, 300.0])}
+    return v
+
+
+def test_goal_vector_is_equation_1():
+    v = view()
+    # node demand: running 2/8*100 + 4/8*600, queued 2/8*100 + 4/8*300
+    nodes = 2 / 8 * 100 + 4 / 8 * 600 + 2 / 8 * 100 + 4 / 8 * 300
+    bb = 0.2 * 100 + 0.4 * 600 + 0.3 * 100 + 0.5 * 300
+    g = mrsch.goal_vector(v)
+    assert np.allclose(g, [nodes / (nodes + bb), bb / (nodes + bb)])
+    assert np.isclose(g.sum(), 1.0)
+    assert np.allclose(mrsch.measurement(v), [1 - 2 / 8, 1 - 40 / 100])
+
+
+def test_state_features_shape_and_units():
+    v = view()
+    s = mrsch.state_features(v)
+    assert s.shape == (mrsch.state_size(8, 1),)
+    assert ((s >= 0) & (s <= 1)).all()
+    w = mrsch.WINDOW * 4
+    avail, times = s[w:w + 8], s[w + 8:w + 16]
+    assert avail.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]  # 2 free nodes first
+    # the next two free at the first end (100 s), the last four at the second (600 s)
+    assert times[2] == times[3] < times[4] == times[7]
+    bb_avail = s[w + 16:w + 16 + mrsch.POOL_UNITS]
+    assert bb_avail.sum() == int(40 / (100 / mrsch.POOL_UNITS))  # 40 of 100 free
+
+
+def test_numpy_forward_equals_jax():
+    # JAX is multi-threaded: it runs in a child process, as in the learned-scheduler tests
+    rng = np.random.default_rng(0)
+    params = mrsch.init_params(rng, 50, 3)
+    s, m, g = rng.random((4, 50)), rng.random((4, 3)), rng.random((4, 3))
+    ref = mrsch.forward({k: v.astype(np.float64) for k, v in params.items()}, s, m, g,
+                        window=mrsch.WINDOW, measures=3)
+    buf = io.BytesIO()
+    np.savez(buf, __s=s, __m=m, __g=g, **{k.replace("/", "|"): v for k, v in params.items()})
+    code = ("import io, sys, numpy as np, jax.numpy as jnp\n"
+            "from coscheduler.multi import mrsch\n"
+            "z = np.load(io.BytesIO(sys.stdin.buffer.read()))\n"
+            "p = {k.replace('|', '/'): jnp.asarray(z[k]) for k in z.files if '__' not in k}\n"
+            "a = [jnp.asarray(z[k], dtype=jnp.float32) for k in ('__s', '__m', '__g')]\n"
+            "y = mrsch.forward(p, *a, window=mrsch.WINDOW, measures=3, xp=jnp)\n"
+            "out = io.BytesIO(); np.save(out, np.asarray(y)); sys.stdout.buffer.write(out.getvalue())\n")
+    proc = subprocess.run([sys.executable, "-c", code], input=buf.getvalue(),
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    got = np.load(io.BytesIO(proc.stdout))
+    assert ref.shape == (4, mrsch.WINDOW, len(mrsch.OFFSETS), 3)
+    assert np.allclose(got, ref, atol=1e-6)
+
+
+def test_targets_are_future_changes_with_a_mask():
+    meas = np.array([[0.1, 0.0], [0.3, 0.1], [0.6, 0.2]])
+    y, v = targets(meas)
+    assert np.allclose(y[0, 0], [0.2, 0.1]) and np.allclose(y[0, 1], [0.5, 0.2])
+    assert v[0].tolist() == [1, 1, 0, 0, 0, 0] and v[2].sum() == 0
+
+
+def train_cli(out: Path, episodes: str, resume: bool = False) -> dict:
+    """``cosched train mrsch`` in a child process (JAX must not load in the test process:
+    it is multi-threaded and other tests fork)."""
+    args = [sys.executable, "-m", "coscheduler.cli", "train", "mrsch", "--trace", str(LUBLIN),
+            "--set", "S4", "--episodes", episodes, "--jobs-per-set", "128", "--steps", "4",
+            "--batch", "16", "--out", str(out), "--json"] + (["--resume"] if resume else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def smoke_model(tmp_path_factory):
+    """A short training run of the real command (all three phases) on lublin_256's S4."""
+    out = tmp_path_factory.mktemp("models") / "mrsch-lublin_256-S4.model"
+    header = train_cli(out, "1,1,1")
+    assert header["phases"] == {"sampled": 1, "real": 1, "synthetic": 1}
+    return out, mrsch.load_model(out)
+
+
+def test_training_writes_a_small_loadable_model(smoke_model):
+    path, model = smoke_model
+    assert path.stat().st_size < 1_000_000
+    h = model.header
+    assert h["kind"] == "mrsch" and h["set"] == "S4" and h["pools"] == ["burst_buffer"]
+    assert h["episodes"] == 3 and h["framework"].startswith("jax")
+    assert h["validation"]["jobs"] == 1000 and h["training_seconds"] > 0
+    assert any(x is not None for x in h["losses"])  # gradient steps ran
+    assert Path(str(path) + ".ckpt").exists()
+    v = view(total_nodes=256, free_nodes=200)
+    v.extra["pool_cap"] = np.array([73443])
+    a = mrsch.MRSchAgent(model).scores(v)
+    b = mrsch.MRSchAgent(mrsch.load_model(path)).scores(v)
+    assert np.array_equal(a, b) and np.isfinite(a).all()
+
+
+def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path):
+    path, model = smoke_model
+    out = tmp_path / "m.model"
+    Path(str(out) + ".ckpt").write_bytes(Path(str(path) + ".ckpt").read_bytes())
+    header = train_cli(out, "1,1,2", resume=True)
+    assert header["episodes"] == 4
+    # the three sets of the checkpoint are not trained again: their losses carry over
+    losses = mrsch.load_model(out).header["losses"]
+    assert len(losses) == 4 and losses[:3] == model.header["losses"]
+
+
+def test_agent_picks_runnable_jobs_and_respects_capacities(smoke_model):
+    path, model = smoke_model
+    wl = evaluation_part(mw.generate(read_swf(LUBLIN), "S4", 1), 300)
+    picks = []
+
+    class Spy(mrsch.MRSchAgent):
+        def choose(self, v):
+            k = super().choose(v)
+            picks.append((bool(v.runnable.any()), bool(v.runnable[k])))
+            return k
+
+    agent = Spy(model)
+    nodes = wl.node_counts()
+    from coscheduler.sim.resources import pool_model
+    pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
+    s = simulate(wl.jobs, wl.cluster, agent, "easy", pools=pools)
+    assert picks and all(ok for any_ok, ok in picks if any_ok)
+    assert max(agent.timings) < 0.5
+    ev = sorted([(e, 0, i) for i, e in enumerate(s.end)] + [(b, 1, i) for i, b in enumerate(s.start)])
+    busy = bb = 0
+    for _, is_start, i in ev:
+        sign = 1 if is_start else -1
+        busy += sign * nodes[i]
+        bb += sign * pools.take[i][0]
+        assert 0 <= busy <= 256 and 0 <= bb <= pools.capacity[0]
+
+
+def test_bad_model_files_get_clear_errors(tmp_path, smoke_model):
+    path, _ = smoke_model
+    junk = tmp_path / "junk.model"
+    junk.write_text("hello")
+    with pytest.raises(mrsch.ModelError, match="junk.model: not a coscheduler model file"):
+        mrsch.load_model(junk)
+    other = tmp_path / "other.model"
+    raw = path.read_bytes()
+    other.write_bytes(raw.replace(b'"kind": "mrsch"', b'"kind": "inspector"', 1))
+    with pytest.raises(mrsch.ModelError, match="other.model: is a 'inspector' model"):
+        mrsch.load_model(other)
+    cut = tmp_path / "cut.model"
+    cut.write_bytes(raw[:len(raw) // 2])
+    with pytest.raises(mrsch.ModelError, match="cut.model: the model's weights cannot be read"):
+        mrsch.load_model(cut)
+    # a model trained for another machine refuses the replay, naming the file
+    jobs = [TraceJob(i, i, 0.0, 10.0, 1, 10.0, 0) for i in range(2)]
+    pools = PoolModel(("burst_buffer",), (10,), [(1,), (2,)])
+    with pytest.raises(InvalidInput, match="trained for 256 nodes"):
+        simulate(jobs, Cluster(4, 1), mrsch.MRSchAgent(mrsch.load_model(path)), "easy",
+                 pools=pools)
+
+
+def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path):
+    path, _ = smoke_model
+    models = path.parent
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+                                  "--methods", "fcfs,optimiser,mrsch", "--jobs", "200",
+                                  "--models", str(models), "--json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert [x["method"] for x in out["results"]] == ["fcfs", "optimiser", "mrsch"]
+    for x in out["results"]:
+        assert set(x) == {"set", "method", "node_util", "bb_util", "power_util",
+                          "mean_wait_s", "mean_slowdown"}
+        assert 0 < x["node_util"] <= 1 and 0 < x["bb_util"] <= 1 and x["power_util"] is None
+    assert (tmp_path / "kiviat-S4.png").stat().st_size > 1000
+    assert (tmp_path / "goal-trace-S4.png").stat().st_size > 1000
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+                                  "--methods", "scalar-rl", "--models", str(tmp_path)])
+    assert r.exit_code != 0 and "no scalar-rl model for lublin_256.swf S4" in r.output
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--methods", "sjf"])
+    assert r.exit_code != 0 and "unknown method 'sjf'" in r.output
+
+
+def test_power_sets_check_the_budget():
+    wl = evaluation_part(mw.generate(read_swf(LUBLIN), "S9", 1), 300)
+    run = run_method(wl, "fcfs")
+    assert run.pool_names == ("burst_buffer", "power")
+    assert 0 < run.metrics["power_util"] <= 1
+    opt = run_method(wl, "optimiser")
+    assert opt.decision_seconds and 0 < opt.metrics["power_util"] <= 1
+
+
+def test_train_cli_refuses_bad_input(tmp_path):
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(LUBLIN), "--set", "S4",
+                                  "--episodes", "1,x,1", "--out", str(tmp_path / "m.model")])
+    assert r.exit_code != 0 and "'1,x,1' is not three integers" in r.output
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(LUBLIN), "--set", "S4",
+                                  "--episodes", "0,0,0", "--out", str(tmp_path / "m.model")])
+    assert r.exit_code != 0 and "episodes per phase" in r.output
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(tmp_path / "none.swf"),
+                                  "--set", "S4", "--out", str(tmp_path / "m.model")])
+    assert r.exit_code != 0 and "none.swf" in r.output
+    assert not (tmp_path / "m.model").exists()
+
+
+def test_bench_multi_prints_the_decision_times():
+    r = CliRunner().invoke(main, ["bench", "multi", "--jobs", "60", "--windows", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    ga = out["optimiser_w20_ga_worst_case"]
+    assert ga["decisions"] == 1 and ga["median_ms"] > 0
+    assert "median_ms" in out["mrsch"] or "skipped" in out["mrsch"]
