@@ -83,27 +83,39 @@ def stage_key(job_id: str) -> str:
     return ".".join(parts[-2:]) if len(parts) >= 2 else job_id
 
 
-def colocated_slowdown(runs: Sequence[PaperRun], baseline: str = BASELINE) -> dict[str, float | None]:
-    """Per policy: mean over co-located stage jobs (guests, and hosts that took a guest) of
-    runtime / the same stage's median runtime under ``baseline`` - 1. None when a policy
-    co-located nothing (or there is no baseline run)."""
+def alone_runtimes(runs: Sequence[PaperRun], baseline: str = BASELINE) -> dict[str, float]:
+    """Each stage's median runtime under ``baseline`` (by stage key, across repetitions)."""
     base: dict[str, list[float]] = {}
     for r in runs:
         if r.policy == baseline:
             for s in r.stages:
                 if s.state == "completed":
                     base.setdefault(stage_key(s.job_id), []).append(s.end - s.start)
-    alone = {k: statistics.median(v) for k, v in base.items()}
+    return {k: statistics.median(v) for k, v in base.items()}
+
+
+def run_slowdowns(run: PaperRun, alone: dict[str, float]) -> list[float]:
+    """runtime / runtime alone - 1 of the run's co-located stages (guests, and hosts that
+    took a guest) that completed and have a runtime alone."""
+    hosts = {s.host for s in run.stages if s.host}
+    out = []
+    for s in run.stages:
+        if s.state != "completed" or not (s.host or s.job_id in hosts):
+            continue
+        a = alone.get(stage_key(s.job_id))
+        if a and a > 0:
+            out.append((s.end - s.start) / a - 1)
+    return out
+
+
+def colocated_slowdown(runs: Sequence[PaperRun], baseline: str = BASELINE) -> dict[str, float | None]:
+    """Per policy: mean over co-located stage jobs (guests, and hosts that took a guest) of
+    runtime / the same stage's median runtime under ``baseline`` - 1. None when a policy
+    co-located nothing (or there is no baseline run)."""
+    alone = alone_runtimes(runs, baseline)
     out: dict[str, list[float]] = {}
     for r in runs:
-        hosts = {s.host for s in r.stages if s.host}
-        vals = out.setdefault(r.policy, [])
-        for s in r.stages:
-            if s.state != "completed" or not (s.host or s.job_id in hosts):
-                continue
-            a = alone.get(stage_key(s.job_id))
-            if a and a > 0:
-                vals.append((s.end - s.start) / a - 1)
+        out.setdefault(r.policy, []).extend(run_slowdowns(r, alone))
     return {p: (round(statistics.fmean(v), 4) if v else None) for p, v in out.items()}
 
 
@@ -276,6 +288,14 @@ def build(data: dict) -> dict:
 
     setup = data["setup"]
     runs = [run_from_json(r) for r in data["runs"]]
+    # A stage's runtime "alone" is what the simulator's profile says there; on the testbed
+    # it is what the same stage took under space sharing (start-up, Slurm's placement and
+    # the machine's load included), so the slowdown compares like with like.
+    alone = alone_runtimes(runs)
+    for r in runs:
+        if alone and r.policy != BASELINE:
+            sl = run_slowdowns(r, alone)
+            r.mean_slowdown, r.colocated = (statistics.fmean(sl) if sl else 0.0), len(sl)
     if not runs:
         raise ValueError("the run holds no finished policy run (interrupted before the first "
                          "ended?)")
