@@ -80,3 +80,44 @@ def test_decision_maker_prefers_nodes_then_trades_as_rome():
 
 def test_choose_on_the_empty_window():
     assert op.choose(np.zeros((0, 2)), np.array([5, 5]), np.zeros(2), np.array([5, 5])).size == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 8).flatmap(lambda k: st.tuples(
+    st.lists(st.tuples(st.integers(1, 30), st.integers(0, 50), st.booleans()),
+             min_size=k, max_size=k),
+    st.tuples(st.integers(1, 60), st.integers(0, 120)),
+    st.tuples(st.integers(0, 40), st.integers(0, 80)))))
+def test_backfill_choice_keeps_easy_reservation(case):
+    # While a head waits, jobs still running at its shadow time must fit, together, in
+    # what it leaves free then; the chosen subset is Pareto-optimal among those that do.
+    rows, free, extra = case
+    need = np.array([r[:2] for r in rows])
+    past = np.array([r[2] for r in rows])
+    free, extra = np.array(free), np.array(extra)
+    used = np.array([5, 7])
+    cap = used + free
+    mask = op.choose(need, free, used, cap, reserve=(past, extra))
+    tot = need[mask].sum(axis=0)
+    assert (tot <= free).all() and (need[mask & past].sum(axis=0) <= extra).all()
+    # no feasible subset dominates it (brute force over every subset)
+    k = len(need)
+    for m in range(1 << k):
+        sel = np.array([(m >> i) & 1 for i in range(k)], dtype=bool)
+        t = need[sel].sum(axis=0)
+        if (t <= free).all() and (need[sel & past].sum(axis=0) <= extra).all():
+            assert not ((t >= tot).all() and (t > tot).any())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ga_agrees_with_exhaustive_under_a_reservation(seed):
+    rng = np.random.default_rng(100 + seed)
+    k = 11
+    need = np.stack([rng.integers(1, 40, k), rng.integers(0, 20_000, k)], axis=1)
+    past = rng.random(k) < 0.5
+    cons = np.hstack([need, need * past[:, None]])
+    bound = np.array([100, 60_000, 40, 20_000])
+    obj = np.arange(2)
+    exact = {tuple(t) for t in op.exhaustive(cons, bound, obj).totals[:, :2]}
+    ga = op.genetic(cons, bound, obj, seed=seed)
+    assert {tuple(t) for t in ga.totals[:, :2]} == exact

@@ -64,6 +64,8 @@ class TrainConfig:
     epsilon_min: float = 0.05
     memory: int = 60_000
     seed: int = 1
+    mask: str = "padding"             # MRSch's reservation reading (see mrsch.MRSchAgent)
+    backfill_choice: bool = True      # the agent chooses among EASY's candidates
 
     def __post_init__(self) -> None:
         if self.goal not in ("dynamic", "fixed"):
@@ -240,6 +242,7 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
         "phases": dict(zip(PHASES, cfg.episodes)), "jobs_per_set": cfg.jobs_per_set,
         "steps_per_episode": cfg.steps_per_episode, "batch": cfg.batch,
         "learning_rate": cfg.learning_rate, "framework": f"jax {jax.__version__}",
+        "mask": cfg.mask, "backfill_choice": cfg.backfill_choice,
     }
     params = mrsch.init_params(rng, state_len, measures)
     opt, update = _make_update(mrsch.WINDOW, measures, cfg.learning_rate)
