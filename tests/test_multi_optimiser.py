@@ -121,3 +121,67 @@ def test_ga_agrees_with_exhaustive_under_a_reservation(seed):
     exact = {tuple(t) for t in op.exhaustive(cons, bound, obj).totals[:, :2]}
     ga = op.genetic(cons, bound, obj, seed=seed)
     assert {tuple(t) for t in ga.totals[:, :2]} == exact
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000))
+def test_window_optimiser_backfills_without_delaying_the_head(seed):
+    # The optimiser as a selector: it chooses among EASY's candidates too (backfill views),
+    # and with exact estimates no head starts after the reservation EASY gave it.
+    from coscheduler.multi.selectors import WindowOptimiser
+    from coscheduler.sim import Cluster, TraceJob, simulate
+    from coscheduler.sim.resources import PoolModel
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 14))
+    jobs, take = [], []
+    for i in range(n):
+        run = 10.0 * int(rng.integers(1, 6))
+        jobs.append(TraceJob(i, i + 1, 10.0 * int(rng.integers(0, 6)), run,
+                             int(rng.integers(1, 7)), run, 0))
+        take.append((int(rng.integers(0, 9)),))
+    pools = PoolModel(("burst_buffer",), (10,), take)
+    kinds = []
+
+    class Spy(WindowOptimiser):
+        def choose(self, view):
+            kinds.append(view.kind)
+            return super().choose(view)
+
+    s = simulate(jobs, Cluster(6, 1), Spy(window=4), "easy", pools=pools)
+    assert s.finished == n
+    for job, reserved_at in s.reservation.items():
+        assert s.start[job] <= reserved_at
+    events = sorted([(s.end[i], 0, i) for i in range(n)] + [(s.start[i], 1, i) for i in range(n)])
+    busy = bb = 0
+    for _, is_start, i in events:
+        sign = 1 if is_start else -1
+        busy += sign * jobs[i].procs
+        bb += sign * take[i][0]
+        assert 0 <= busy <= 6 and 0 <= bb <= 10
+
+
+def test_window_optimiser_gets_backfill_views_on_lublin():
+    from pathlib import Path
+
+    from coscheduler.multi import report
+    from coscheduler.multi import workload as mw
+    from coscheduler.multi.selectors import WindowOptimiser
+    from coscheduler.sim.swf import read_swf
+
+    lublin = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
+    wl = report.evaluation_part(mw.generate(read_swf(lublin), "S4", 1), 200)
+    kinds = []
+
+    class Spy(WindowOptimiser):
+        def choose(self, view):
+            kinds.append(view.kind)
+            return super().choose(view)
+
+    from coscheduler.sim.engine import simulate
+    from coscheduler.sim.resources import pool_model
+
+    nodes = wl.node_counts()
+    pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
+    simulate(wl.jobs, wl.cluster, Spy(10), "easy", pools=pools)
+    assert kinds.count("backfill") > 0 and kinds.count("pick") > 0
