@@ -144,23 +144,33 @@ def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path):
     assert len(losses) == 4 and losses[:3] == model.header["losses"]
 
 
-def test_agent_picks_runnable_jobs_and_respects_capacities(smoke_model):
+@pytest.mark.parametrize("mask", ["runnable", "padding"])
+def test_agent_reserves_as_the_paper_and_respects_capacities(smoke_model, mask):
     path, model = smoke_model
+    assert model.header["mask"] == "padding" and model.header["backfill_choice"] is True
     wl = evaluation_part(mw.generate(read_swf(LUBLIN), "S4", 1), 300)
     picks = []
 
     class Spy(mrsch.MRSchAgent):
         def choose(self, v):
             k = super().choose(v)
-            picks.append((bool(v.runnable.any()), bool(v.runnable[k])))
+            picks.append((v.kind, v.now, bool(v.runnable.any()), bool(v.runnable[k])))
             return k
 
-    agent = Spy(model)
+    agent = Spy(model, mask=mask)
     nodes = wl.node_counts()
     from coscheduler.sim.resources import pool_model
     pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
     s = simulate(wl.jobs, wl.cluster, agent, "easy", pools=pools)
-    assert picks and all(ok for any_ok, ok in picks if any_ok)
+    kinds = {p[0] for p in picks}
+    assert kinds == {"pick", "backfill"}  # the agent chooses the backfilled jobs too
+    assert all(ok for kind, _, _, ok in picks if kind == "backfill")
+    if mask == "runnable":
+        assert all(ok for kind, _, any_ok, ok in picks if kind == "pick" and any_ok)
+    # a pick that does not fit is reserved: no further pick at that decision
+    for (k1, t1, _, ok), (k2, t2, _, _) in zip(picks, picks[1:]):
+        if k1 == "pick" and not ok:
+            assert k2 == "backfill" or t2 > t1
     assert max(agent.timings) < 0.5
     ev = sorted([(e, 0, i) for i, e in enumerate(s.end)] + [(b, 1, i) for i, b in enumerate(s.start)])
     busy = bb = 0
@@ -199,9 +209,14 @@ def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path):
     models = path.parent
     r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
                                   "--methods", "fcfs,optimiser,mrsch", "--jobs", "200",
+                                  "--windows", "2",
                                   "--models", str(models), "--json", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
+    # two seed-1 windows of 200 held-out jobs (lublin_256: jobs 8,000-9,999)
+    p = out["protocol"]
+    assert p["kind"] == "windows" and p["jobs"] == 200 and len(p["starts"]) == 2
+    assert all(8000 <= st <= 10000 - 200 for st in p["starts"])
     assert [x["method"] for x in out["results"]] == ["fcfs", "optimiser", "mrsch"]
     for x in out["results"]:
         assert set(x) == {"set", "method", "node_util", "bb_util", "power_util",
@@ -209,6 +224,15 @@ def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path):
         assert 0 < x["node_util"] <= 1 and 0 < x["bb_util"] <= 1 and x["power_util"] is None
     assert (tmp_path / "kiviat-S4.png").stat().st_size > 1000
     assert (tmp_path / "goal-trace-S4.png").stat().st_size > 1000
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+                                  "--methods", "fcfs", "--protocol", "stretch", "--jobs",
+                                  "150", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["protocol"] == {"kind": "stretch", "jobs": 150}
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+                                  "--methods", "fcfs", "--jobs", "2000"])
+    assert r.exit_code != 0 and "too few for 2000-job evaluation windows" in r.output
     r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
                                   "--methods", "scalar-rl", "--models", str(tmp_path)])
     assert r.exit_code != 0 and "no scalar-rl model for lublin_256.swf S4" in r.output

@@ -72,8 +72,15 @@ def _csv(text: str, what: str) -> list[str]:
               help="comma-separated: fcfs, bbsched, optimiser, scalar-rl, mrsch")
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True,
               help="workload seed (requests)")
+@click.option("--protocol", type=click.Choice(["windows", "stretch"]), default="windows",
+              show_default=True,
+              help="windows: ten seed-1 windows of held-out jobs, each from an empty machine, "
+                   "figures averaged; stretch: the whole held-out part once")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="evaluate only the first K held-out jobs (default: all of the last 20 %)")
+              help="jobs per window (default 1,024); with --protocol stretch, only the first "
+                   "K held-out jobs (default: all of the last 20 %)")
+@click.option("--windows", "windows_count", type=click.IntRange(min=1), default=10,
+              show_default=True, help="evaluation windows (--protocol windows)")
 @click.option("--window", type=click.IntRange(min=1), default=10, show_default=True,
               help="window of the optimisers (MRSch's window is its model's)")
 @click.option("--models", "models_dir", type=click.Path(file_okay=False), default=None,
@@ -81,9 +88,9 @@ def _csv(text: str, what: str) -> list[str]:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write a Kiviat chart per set and MRSch's goal trace (PNG) here")
 @click.option("--json", "as_json", is_flag=True, help="print the documented JSON object")
-def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: int | None,
-                   window: int, models_dir: str | None, out_dir: str | None,
-                   as_json: bool) -> None:
+def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, protocol: str,
+                   jobs: int | None, windows_count: int, window: int,
+                   models_dir: str | None, out_dir: str | None, as_json: bool) -> None:
     """Node, burst-buffer and power utilisation, mean wait and slowdown per method and set."""
     from pathlib import Path
 
@@ -107,13 +114,24 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: in
         raise click.ClickException(str(e)) from None
     runs = []
     charts = []
+    starts: list[int] = []
     for s in set_names:
         try:
-            wl = report.evaluation_part(mw.generate(trace, s, seed), jobs)
+            full = mw.generate(trace, s, seed)
             set_runs = []
+            if protocol == "windows":
+                wjobs = jobs or report.EVAL_JOBS
+                windows = report.evaluation_windows(full, wjobs, windows_count)
+                starts = report.window_starts(full, wjobs, windows_count)
+            else:
+                wl = report.evaluation_part(full, jobs)
             for m in method_names:
                 click.echo(f"{s} {m} ...", err=True)
-                set_runs.append(report.run_method(wl, m, models_dir=mdir, window=window))
+                if protocol == "windows":
+                    set_runs.append(report.run_windows(windows, m, models_dir=mdir,
+                                                       window=window))
+                else:
+                    set_runs.append(report.run_method(wl, m, models_dir=mdir, window=window))
         except InvalidInput as e:
             raise click.ClickException(str(e)) from None
         runs += set_runs
@@ -125,9 +143,16 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, jobs: in
             for r in set_runs:
                 if r.method == "mrsch" and "burst_buffer" in r.pool_names:
                     charts.append(str(report.goal_trace_plot(r, out / f"goal-trace-{s}.png")))
-    if as_json:
-        click.echo(json.dumps({"results": [r.as_json() for r in runs]}))
+    if protocol == "windows":
+        proto = {"kind": "windows", "jobs": jobs or report.EVAL_JOBS, "starts": starts}
     else:
+        proto = {"kind": "stretch", "jobs": jobs}
+    if as_json:
+        click.echo(json.dumps({"protocol": proto, "results": [r.as_json() for r in runs]}))
+    else:
+        if protocol == "windows":
+            click.echo(f"means over {len(starts)} windows of {proto['jobs']} held-out jobs "
+                       f"(starts {', '.join(map(str, starts))})")
         click.echo(f"{'set':<4} {'method':<10} {'node_util':>9} {'bb_util':>8} {'power_util':>10} "
                    f"{'mean_wait_s':>12} {'mean_slowdown':>13} {'decision_ms':>11}")
         for r in runs:

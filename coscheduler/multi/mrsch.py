@@ -19,9 +19,13 @@ Inputs at each pick (``ChoiceView`` of the simulator's selection seam, pools in 
 The network predicts, for every window position (action), the change of every measurement
 after each of ``OFFSETS`` = (1, 2, 4, 8, 16, 32) later picks; the agent takes the runnable
 job with the largest ``sum_tau c_tau sum_j g_j pred[a, tau, j]``, ``c`` = DFP's temporal
-weights (0, 0, 0, 0.5, 0.5, 1). When no window job fits, its pick among all window jobs
-becomes the reserved head, as in the paper (then EASY backfilling runs); while some job
-fits it picks among those (the learned schedulers' "runnable" mask).
+weights (0, 0, 0, 0.5, 0.5, 1). Reservation as in the paper (section III-C): the agent
+selects from the window; a selected job that fits starts and the agent selects again;
+the first selected job that does not fit is reserved, and its resources are held for it
+at the earliest time it fits (it keeps the reservation until it starts). Meanwhile EASY
+backfilling runs with the agent choosing among EASY's candidates (``"backfill"`` views:
+the first W jobs that may start now without delaying the reserved one), as DRAS, the
+CQSim agent MRSch builds on, chooses its backfilled jobs.
 
 Architecture (scaled down from the paper's 4,000/1,000/512 units so that a model stays
 under 1 MB): state MLP S -> 128 -> 64 -> 64, measurement and goal MLPs R -> 32 -> 32 -> 32
@@ -285,10 +289,11 @@ class MRSchAgent(Scorer):
 
     Its first pick that does not fit becomes the reserved head, whose resources are "held
     for its execution at the earliest available time" (MRSch, section III-C): it keeps its
-    reservation until it starts, and only then is the agent asked again (EASY backfilling
-    runs meanwhile). We first tried re-picking at every event (reservations recomputed, as
-    CQSim does for its base policies): on S4's held-out jobs it lost 6 points of node
-    utilisation to FCFS (84.0 % vs 90.4 %) against 1.4 points for this reading (87.6 %).
+    reservation until it starts (as DRAS's ``reserve_job_id`` on CQSim), and only then is
+    the agent asked for a new head; meanwhile it chooses among EASY's backfill candidates
+    (``backfill_choice``). ``mask`` "padding" (the paper; what ``train`` uses) lets it
+    select any window job; "runnable" (the first shipped models) only jobs that fit while
+    one does. Both default to what the model's header says it was trained with.
 
     ``goal="dynamic"`` uses Eq. (1) at every pick (MRSch); ``goal="fixed"`` uses equal
     weights (the scalar-reward baseline, 0.5/0.5 with two resources). ``epsilon`` > 0
@@ -299,8 +304,14 @@ class MRSchAgent(Scorer):
 
     def __init__(self, model: MRSchModel, *, goal: str | None = None, epsilon: float = 0.0,
                  seed: int = 0, record: bool = False, goal_trace: bool = False,
-                 name: str | None = None):
-        super().__init__(name or f"mrsch:{model.name}", model.window, "runnable")
+                 name: str | None = None, mask: str | None = None,
+                 backfill_choice: bool | None = None):
+        # As the model was trained (its header; models without these keys predate them:
+        # "runnable" mask, backfilling in queue order), unless given.
+        mask = mask or model.header.get("mask", "runnable")
+        super().__init__(name or f"mrsch:{model.name}", model.window, mask)
+        self.backfill_choice = bool(model.header.get("backfill_choice", False)
+                                    if backfill_choice is None else backfill_choice)
         self.model = model
         self.params = model.params
         self.goal_mode = goal or model.header.get("goal", "dynamic")
@@ -336,10 +347,14 @@ class MRSchAgent(Scorer):
         t0, c0 = time.perf_counter(), time.thread_time()
         if not self.checked:
             self._check(view)
-        runnable = view.runnable
-        # Among the jobs that fit now; when none does, the pick is the job to reserve
-        # (MRSch: "this next job is then marked as reserved").
-        allowed = runnable if runnable.any() else np.ones(view.size, dtype=bool)
+        # "padding" (the paper): any window job; the first pick that does not fit is
+        # reserved ("this next job is then marked as reserved"). "runnable": only jobs
+        # that fit while some does. Backfill views hold only jobs EASY lets start now.
+        if self.mask == "padding" or view.kind == "backfill":
+            allowed = np.ones(view.size, dtype=bool)
+        else:
+            runnable = view.runnable
+            allowed = runnable if runnable.any() else np.ones(view.size, dtype=bool)
         scores = self.scores(view)
         if self.epsilon > 0 and self.rng.random() < self.epsilon:
             pick = int(self.rng.choice(np.flatnonzero(allowed)))

@@ -212,10 +212,28 @@ def decide(ps: ParetoSet, used: np.ndarray, capacity: np.ndarray,
 
 
 def choose(need: np.ndarray, free: np.ndarray, used: np.ndarray, capacity: np.ndarray,
-           objectives: np.ndarray | None = None, *, seed: int = 0) -> np.ndarray:
-    """Which candidates to start now: Pareto set, then ROME's decision maker (bool mask)."""
+           objectives: np.ndarray | None = None, *, seed: int = 0,
+           reserve: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Which candidates to start now: Pareto set, then ROME's decision maker (bool mask).
+
+    ``reserve`` = (``past``, ``extra``) adds EASY's reservation as constraints while a
+    head waits: ``past`` [k] is True for candidates still running at the head's shadow
+    time, and their summed needs must fit in ``extra`` [R] (what the head leaves free
+    then); candidates that end before it only count against ``free``. Objectives and the
+    decision maker still see the utilisations now.
+    """
     need = np.asarray(need, dtype=np.int64)
     if len(need) == 0:
         return np.zeros(0, dtype=bool)
-    ps = pareto(need, free, objectives, seed=seed)
-    return ps.chosen[decide(ps, used, capacity, objectives)]
+    r = need.shape[1]
+    obj = np.arange(r) if objectives is None else np.asarray(objectives)
+    if reserve is None:
+        ps = pareto(need, free, obj, seed=seed)
+    else:
+        past, extra = reserve
+        cons = np.hstack([need, need * np.asarray(past, dtype=np.int64)[:, None]])
+        bound = np.concatenate([np.asarray(free, dtype=np.int64),
+                                np.asarray(extra, dtype=np.int64)])
+        full = pareto(cons, bound, obj, seed=seed)
+        ps = ParetoSet(full.chosen, full.totals[:, :r], full.exhaustive)
+    return ps.chosen[decide(ps, used, capacity, obj)]

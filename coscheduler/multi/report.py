@@ -11,8 +11,11 @@ order for the window methods, as MRSch compared them):
   0.5 x node + 0.5 x burst-buffer utilisation with two resources);
 - ``mrsch``: the DFP agent with Eq. (1)'s goal at every pick.
 
-Evaluation jobs: the held-out last 20 % of the trace (``train.split``), with the set's
-requests drawn from the whole trace for the given seed. Models come from ``--models``
+Evaluation jobs (docs/multi-resource.md, "Evaluation protocol"): the held-out last 20 % of
+the trace (``train.split``), with the set's requests drawn from the whole trace for the
+given seed; by default ten 1,024-job windows of it drawn with seed 1 as the learned
+schedulers' held-out windows (``evaluation_windows``), each replayed from an empty machine,
+figures averaged over the windows; or the whole held-out stretch once (``evaluation_part``). Models come from ``--models``
 (default: the shipped ``coscheduler/multi/models``), named ``mrsch-<trace>-<set>.model``
 and ``scalar-<trace>-<set>.model``.
 """
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..learned.windows import eval_starts
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..sim.engine import simulate
@@ -37,6 +41,10 @@ from .train import split
 from .workload import MultiWorkload
 
 METHODS = ("fcfs", "bbsched", "optimiser", "scalar-rl", "mrsch")
+PROTOCOLS = ("windows", "stretch")
+EVAL_JOBS = 1024
+EVAL_WINDOWS = 10
+EVAL_SEED = 1
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 WINDOW = 10
 
@@ -71,6 +79,7 @@ class MethodRun:
     decision_cpu_seconds: list[float] = field(default_factory=list)
     goal_trace: list[tuple[float, np.ndarray]] = field(default_factory=list)
     pool_names: tuple[str, ...] = ()
+    per_window: list[dict] = field(default_factory=list)  # "windows" protocol: each window
 
     def as_json(self) -> dict:
         m = self.metrics
@@ -92,6 +101,47 @@ def evaluation_part(wl: MultiWorkload, jobs: int | None = None) -> MultiWorkload
     if count < 1:
         raise InvalidInput(f"{wl.source}: no held-out jobs to evaluate")
     return wl.select(b, count)
+
+
+def evaluation_windows(wl: MultiWorkload, jobs: int = EVAL_JOBS, count: int = EVAL_WINDOWS,
+                       seed: int = EVAL_SEED) -> list[MultiWorkload]:
+    """``count`` windows of ``jobs`` consecutive held-out jobs, their starts drawn as the
+    learned schedulers draw held-out windows (``learned.windows.eval_starts``, gym's legacy
+    seeding of ``seed``, from the first held-out job on)."""
+    _, b, n = split(wl)
+    if n - jobs <= b:
+        raise InvalidInput(f"{wl.source}: the held-out part has {n - b} jobs, too few for "
+                           f"{jobs}-job evaluation windows (use --protocol stretch or a "
+                           f"smaller --jobs)")
+    return [wl.select(start, jobs) for start in eval_starts(n, jobs, count, seed, first=b)]
+
+
+def window_starts(wl: MultiWorkload, jobs: int = EVAL_JOBS, count: int = EVAL_WINDOWS,
+                  seed: int = EVAL_SEED) -> list[int]:
+    _, b, n = split(wl)
+    return eval_starts(n, jobs, count, seed, first=b)
+
+
+def run_windows(windows: list[MultiWorkload], method: str, **kwargs) -> MethodRun:
+    """``run_method`` on every window; the figures are the means over the windows (the
+    goal trace is the first window's; decision times are pooled)."""
+    runs = [run_method(w, method, **kwargs) for w in windows]
+    first = runs[0]
+    metrics: dict = {}
+    for key, value in first.metrics.items():
+        values = [r.metrics[key] for r in runs]
+        if value is None:
+            metrics[key] = None
+        elif key == "jobs":
+            metrics[key] = int(sum(values))
+        else:
+            metrics[key] = float(np.mean(values))
+    out = MethodRun(first.set_name, method, metrics, sum(r.wall_seconds for r in runs),
+                    [d for r in runs for d in r.decision_seconds],
+                    [d for r in runs for d in r.decision_cpu_seconds],
+                    first.goal_trace, first.pool_names)
+    out.per_window = [r.metrics for r in runs]
+    return out
 
 
 def run_method(wl: MultiWorkload, method: str, *, models_dir: Path = MODELS_DIR,

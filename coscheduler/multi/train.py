@@ -64,6 +64,8 @@ class TrainConfig:
     epsilon_min: float = 0.05
     memory: int = 60_000
     seed: int = 1
+    mask: str = "padding"             # MRSch's reservation reading (see mrsch.MRSchAgent)
+    backfill_choice: bool = True      # the agent chooses among EASY's candidates
 
     def __post_init__(self) -> None:
         if self.goal not in ("dynamic", "fixed"):
@@ -240,6 +242,7 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
         "phases": dict(zip(PHASES, cfg.episodes)), "jobs_per_set": cfg.jobs_per_set,
         "steps_per_episode": cfg.steps_per_episode, "batch": cfg.batch,
         "learning_rate": cfg.learning_rate, "framework": f"jax {jax.__version__}",
+        "mask": cfg.mask, "backfill_choice": cfg.backfill_choice,
     }
     params = mrsch.init_params(rng, state_len, measures)
     opt, update = _make_update(mrsch.WINDOW, measures, cfg.learning_rate)
@@ -298,7 +301,11 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
     seconds = time.perf_counter() - t_start
     model = mrsch.MRSchModel(final, dict(header))
     valid = evaluate_agent(mrsch.MRSchAgent(model, goal=cfg.goal), valid_wl)
+    fcfs = fcfs_metrics(valid_wl)
     model.header.update({
+        "validation_fcfs": {k: (round(v, 4) if isinstance(v, float) else v)
+                            for k, v in fcfs.items()},
+        "validation_score": round(validation_score(valid, fcfs), 4),
         "episodes": total, "training_seconds": round(seconds, 1),
         "final_loss": next((x for x in reversed(losses) if x is not None), None),
         "losses": [None if x is None else round(x, 6) for x in losses],
@@ -326,3 +333,22 @@ def fcfs_metrics(wl: MultiWorkload) -> dict:
     pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
     s = simulate(wl.jobs, wl.cluster, get_policy("FCFS"), "easy", pools=pools)
     return multi_metrics(wl.jobs, nodes, wl.max_nodes, pools, s.start, s.end).as_dict()
+
+
+def validation_score(metrics: dict, fcfs: dict) -> float:
+    """The figure that chooses between models (docs/multi-resource.md, protocol point 3):
+    the mean of the relative changes of mean wait and mean slowdown against FCFS with EASY
+    on the validation stretch; lower is better."""
+    wait = (metrics["mean_wait_s"] - fcfs["mean_wait_s"]) / max(fcfs["mean_wait_s"], 1e-9)
+    sld = (metrics["mean_slowdown"] - fcfs["mean_slowdown"]) / max(fcfs["mean_slowdown"], 1e-9)
+    return float((wait + sld) / 2)
+
+
+def score_model(workload: MultiWorkload, model: mrsch.MRSchModel) -> dict:
+    """A model's validation figures under today's engine rules (to compare a shipped model
+    with a new one): its metrics, FCFS's and the score."""
+    a, b, _ = split(workload)
+    valid_wl = workload.select(a, b - a)
+    m = evaluate_agent(mrsch.MRSchAgent(model), valid_wl)
+    f = fcfs_metrics(valid_wl)
+    return {"metrics": m, "fcfs": f, "score": validation_score(m, f)}

@@ -16,6 +16,12 @@ and answers one question (``ChoiceView.kind``):
   0). A rejected job waits at least ``retry_after`` seconds, at most ``max_rejections``
   times; after that it is accepted without asking.
 
+- ``"backfill"`` (a scorer whose ``backfill_choice`` is True): which of EASY's backfill
+  candidates starts next while a head holds its reservation; the view shows the first
+  ``window`` candidates in queue order (each fits now without delaying the head) and
+  ``extra["reserve"]`` the reservation (see ``sim.decision.easy_selected``). Other
+  scorers backfill in queue order, as before.
+
 Selectors are pure: plain numbers and numpy arrays in, a number or a bool out. The
 simulator asks them inside its decision step (``sim/decision.py``); ``order_by_scores``
 turns a scorer's scores into one ranking for callers that order a whole queue at once
@@ -51,7 +57,7 @@ MASK_RULES = ("runnable", "padding")
 class ChoiceView:
     """What a selector sees at one decision (arrays have one entry per window job)."""
 
-    kind: str                    # "pick" or "inspect"
+    kind: str                    # "pick", "inspect" or "backfill"
     now: float
     free_nodes: int
     total_nodes: int

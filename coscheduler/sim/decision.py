@@ -109,11 +109,17 @@ class QueueState:
             self._take = np.asarray(self.pool_take, dtype=np.int64).reshape(
                 len(self.need), len(self.pool_cap))
 
-    def view(self, now: float, kind: str) -> ChoiceView:
-        """The selector's view: the first ``window`` waiting jobs in queue order."""
+    def view(self, now: float, kind: str, jobs: list[int] | None = None) -> ChoiceView:
+        """The selector's view: the first ``window`` waiting jobs in queue order (or
+        ``jobs``, already in queue order: the backfill candidates)."""
         entries = self.entries
-        count = min(len(entries), self.window)
-        idx = np.fromiter((entries[k][2] for k in range(count)), dtype=np.int64, count=count)
+        if jobs is None:
+            count = min(len(entries), self.window)
+            idx = np.fromiter((entries[k][2] for k in range(count)), dtype=np.int64,
+                              count=count)
+        else:
+            count = len(jobs)
+            idx = np.asarray(jobs, dtype=np.int64)
         running = self.running_est
         r_end = np.fromiter((e for e, _ in running), dtype=float, count=len(running))
         r_job = np.fromiter((j for _, j in running), dtype=np.int64, count=len(running))
@@ -261,10 +267,74 @@ def decide_selected(state: QueueState, now: float, backfill: str
     if head is None or not entries or state.free == 0:
         return started
     if backfill == "easy":
-        easy_backfill(state, now, started)
+        if getattr(selector, "backfill_choice", False) and state.scoring:
+            yield from easy_selected(state, now, started)
+        else:
+            easy_backfill(state, now, started)
     elif backfill == "conservative":
         conservative_backfill(state, now, started)
     return started
+
+
+def easy_selected(state: QueueState, now: float, started: list[int]
+                  ) -> Generator[ChoiceView, Any, None]:
+    """EASY backfilling whose order a selector chooses (``selector.backfill_choice``).
+
+    EASY's rule is unchanged: the head keeps its reservation (shadow time and the extra of
+    every resource, computed once per decision as in ``easy_backfill``); a job may start
+    now if it fits now and either ends by its estimate before the shadow time or fits in
+    the extra of every resource. Instead of trying the candidates in queue order, the
+    selector is shown the first ``window`` candidates in queue order (a ``"backfill"``
+    view, ``extra["reserve"]`` holding the reservation) and picks one; it starts, the
+    candidates are recomputed, and so on until none is left (DRAS's backfilling on CQSim,
+    the code MRSch extends, works this way).
+    """
+    pools = state.pool_take is not None
+    need, estimate, take = state.need, state.estimate, state.pool_take
+    if pools:
+        shadow, extra, pool_extra = shadow_time_pools(state, state.head)
+    else:
+        shadow, extra = shadow_time(state.free, need[state.head], state.running_est, need)
+        pool_extra = []
+    selector = state.selector
+    window = state.window
+    entries = state.entries
+    while entries and state.free > 0:
+        cands: list[int] = []
+        positions: list[int] = []
+        for pos, entry in enumerate(entries):
+            job = entry[2]
+            if need[job] > state.free or (pools and not state.pools_fit(job)):
+                continue
+            if now + estimate[job] > shadow and (
+                    need[job] > extra
+                    or (pools and any(t > e for t, e in zip(take[job], pool_extra)))):
+                continue
+            cands.append(job)
+            positions.append(pos)
+            if len(cands) == window:
+                break
+        if not cands:
+            return
+        view = state.view(now, "backfill", cands)
+        ends = now + state._estimate[view.jobs]
+        view.extra["reserve"] = {
+            "shadow": shadow, "nodes": extra,
+            "pools": np.asarray(pool_extra, dtype=np.int64),
+            "past_shadow": ends > shadow,
+        }
+        pick = yield view
+        if isinstance(pick, bool) or not isinstance(pick, (int, np.integer)) \
+                or not 0 <= pick < len(cands):
+            raise ValueError(f"selector {selector.name!r} picked {pick!r} among "
+                             f"{len(cands)} backfill candidates")
+        job = cands[int(pick)]
+        if now + estimate[job] > shadow:  # runs past the shadow time: uses the extra
+            extra -= need[job]
+            if pools:
+                pool_extra = [e - t for e, t in zip(pool_extra, take[job])]
+        del entries[positions[int(pick)]]
+        state.start(job, now, started)
 
 
 def decide(state: QueueState, now: float, backfill: str) -> list[int]:
