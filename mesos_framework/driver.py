@@ -192,6 +192,7 @@ class MesosSchedulerDriver:
         if failover is None:
             failover = self._failover
         if not failover and self.connected and self.framework_id:
+            self._stop.set()     # the master ends the stream after TEARDOWN: not an error
             try:
                 self._post(msg.teardown(self.framework_id))
             except Exception as exc:  # noqa: BLE001 - stopping anyway
