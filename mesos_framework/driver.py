@@ -575,6 +575,8 @@ class MesosSchedulerDriver:
         return True
 
     def _ack(self, status: dict[str, Any]) -> None:
+        if self._stop.is_set():
+            return      # stopping (after TEARDOWN the master knows the framework no more)
         try:
             self.acknowledgeStatusUpdate(status)
         except MesosCallError as exc:

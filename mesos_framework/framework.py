@@ -44,7 +44,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -64,6 +64,13 @@ _SEP = "~"   # task id = job id ~ attempt ~ part; job ids never hold "~"
 
 class _NoOffers(BackendError):
     """The held offers of an agent do not cover a task (the message says what is short)."""
+
+
+def _not_processed(exc: Exception) -> bool:
+    """Did a call fail before the master acted on it (5xx, no answer), as opposed to being
+    refused (4xx: the master looked at it and said no)?"""
+    status = getattr(exc, "status", None)
+    return status is None or status >= 500
 
 
 def task_id_for(job_id: str, attempt: int, part: int) -> str:
@@ -426,6 +433,7 @@ class MesosBackend:
                     self._pool.pop(oid, None)   # Mesos declines whatever we left unused
         failed: list[tuple[list[str], str]] = []
         sent_jobs: set[str] = set()
+        unanswered: list[HeldOffer] = []
         for aid, batch in batches.items():
             try:
                 self._call(msg.accept(self._fid(), list(batch["offers"]), [msg.launch(batch["tasks"])],
@@ -433,12 +441,15 @@ class MesosBackend:
                 sent_jobs.update(batch["jobs"])
             except Exception as exc:  # noqa: BLE001
                 failed.append((batch["jobs"], f"ACCEPT on agent {self._agents.get(aid) or aid} failed: {exc}"))
+                if _not_processed(exc):
+                    unanswered += batch["offers"].values()
         now = self.now()
         with self._lock:
             bad = {j for jobs, _ in failed for j in jobs}
             for jobs, why in failed:
                 for jid in jobs:
                     self._abort_launch(jid, why)
+            self._repool(unanswered)
             self.counters["accepted"] += len(batches) - len(failed)
             for jid in sent_jobs - bad:
                 self.counters["launched_tasks"] += len(self._runs[jid].tasks) if jid in self._runs else 0
@@ -495,15 +506,20 @@ class MesosBackend:
                 give_back, refuse = list(self._pool), self.config.idle_refuse_s
             else:
                 give_back, refuse = expired(self._pool.values(), now), self.config.refuse_s
-            for oid in give_back:
-                self._pool.pop(oid, None)
+            declined = [self._pool.pop(oid) for oid in give_back if oid in self._pool]
             should_suppress = idle and not self._suppressed
             if should_suppress:
                 self._suppressed = True
-        if give_back:
-            self._decline(give_back, refuse)
+            # A REVIVE that failed (the master was unreachable) is sent again.
+            revive = not idle and self._suppressed
+        if declined:
+            self._decline(declined, refuse)
         if should_suppress:
-            self._safe_call(lambda fid: msg.suppress(fid, [self.config.role] if self.config.role else ()))
+            if not self._safe_call(lambda fid: msg.suppress(fid, [self.config.role] if self.config.role else ())):
+                with self._lock:
+                    self._suppressed = False
+        if revive:
+            self._revive()
 
     def idle(self) -> bool:
         """Nothing queued or running (the feeds may still bring jobs)."""
@@ -661,7 +677,7 @@ class MesosBackend:
 
     def resourceOffers(self, driver, offers) -> None:
         now = self.now()
-        useless: list[str] = []
+        useless: list[HeldOffer] = []
         with self._lock:
             for raw in offers:
                 try:
@@ -676,11 +692,12 @@ class MesosBackend:
                     self._add_agent(v.agent_id, v.hostname)
                 elif v.hostname:
                     self._agents[v.agent_id] = v.hostname
+                held = HeldOffer(v, now, hold_deadline(now, self.config.hold_s,
+                                                       self.config.hold_jitter, self._rng))
                 if v.cpus < 1.0 - 1e-6 and v.mem <= 0:
-                    useless.append(v.offer_id)
+                    useless.append(held)
                     continue
-                self._pool[v.offer_id] = HeldOffer(v, now, hold_deadline(
-                    now, self.config.hold_s, self.config.hold_jitter, self._rng))
+                self._pool[v.offer_id] = held
         if useless:
             self._decline(useless, self.config.refuse_s)
         self.changed.set()
@@ -974,21 +991,46 @@ class MesosBackend:
             log.warning("call failed: %s", exc)
             return False
 
-    def _decline(self, offer_ids: list[str], refuse_s: float) -> None:
-        if self._safe_call(lambda fid: msg.decline(fid, offer_ids, refuse_s)):
-            with self._lock:
-                self.counters["declined"] += len(offer_ids)
+    def _decline(self, offers: list[HeldOffer], refuse_s: float) -> None:
+        """DECLINE with a refuse filter. If the master did not take the call (5xx, no
+        answer), the offers are still outstanding there: they are held again and declined
+        on a later pass (else they would stay offered to nobody)."""
+        ids = [h.offer_id for h in offers]
+        try:
+            self._call(msg.decline(self._fid(), ids, refuse_s))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("DECLINE of %d offer(s) failed: %s", len(ids), exc)
+            if _not_processed(exc):
+                with self._lock:
+                    self._repool(offers)
+            return
+        with self._lock:
+            self.counters["declined"] += len(ids)
+
+    def _repool(self, offers: Iterable[HeldOffer]) -> None:
+        """Offers whose ACCEPT or DECLINE the master never processed: held again (lock held),
+        unless the subscription they came with has ended."""
+        if self._subscribed_at is None:
+            return
+        now = self.now()
+        for h in offers:
+            self._pool.setdefault(h.offer_id, replace(h, hold_until=min(h.hold_until, now + 1.0)))
 
     def _revive(self, force: bool = False) -> None:
         """REVIVE after a SUPPRESS; ``force``: also to clear the refuse filters (at most
-        once a second), so that declined resources are offered again at once."""
+        once a second), so that declined resources are offered again at once. A REVIVE the
+        master did not get leaves the framework marked suppressed: ``after_pass`` retries."""
         with self._lock:
             now = self._clock()
-            if not self._suppressed and not (force and now - self._last_revive >= 1.0):
+            was = self._suppressed
+            if not was and not (force and now - self._last_revive >= 1.0):
                 return
             self._suppressed = False
             self._last_revive = now
-        self._safe_call(lambda fid: msg.revive(fid, [self.config.role] if self.config.role else ()))
+        if not self._safe_call(lambda fid: msg.revive(fid, [self.config.role] if self.config.role else ())):
+            with self._lock:
+                self._suppressed = was or self._suppressed
+                self._last_revive = -math.inf
 
     def _reconcile(self) -> None:
         with self._lock:

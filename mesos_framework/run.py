@@ -51,15 +51,18 @@ class MesosRun:
     def __init__(self, master: str, policy: str = "asax", *, recorder: Recorder | None = None,
                  config: FrameworkConfig | None = None, quotas: NodeQuotas | None = None,
                  controller_config: ControllerConfig | None = None,
-                 pass_interval_s: float = 0.25, driver_options: dict[str, Any] | None = None):
+                 pass_interval_s: float = 0.25, driver_options: dict[str, Any] | None = None,
+                 learner_config: Any = None, expert_factory: Callable[[], list] | None = None):
         self.backend = MesosBackend(config, quotas)
         self.driver = MesosSchedulerDriver(self.backend, self.backend.framework_info(), master,
                                            **(driver_options or {}))
         self.backend.attach(self.driver)
         self.recorder = recorder if recorder is not None else MemoryRecorder()
         self.policy = policy
-        cc = controller_config or ControllerConfig(give_up_unplaceable=False)
-        self.controller = Controller.from_recorder(self.backend, self.recorder, policy, config=cc)
+        cc = controller_config or ControllerConfig(**MesosBackend.controller_options)
+        self.controller = Controller.from_recorder(self.backend, self.recorder, policy, config=cc,
+                                                   learner_config=learner_config,
+                                                   expert_factory=expert_factory)
         self.pass_interval_s = pass_interval_s
         self.reports: list[PassReport] = []
         self._stop = threading.Event()

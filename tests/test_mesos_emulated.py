@@ -3,13 +3,12 @@ as its own process on a free port, over real HTTP, with real task processes.
 
 Written against the emulator's documented command line only (the issue's
 `cosched mesos emulate --agents N --cpus C --mem MB --listen ADDR`); the emulator and the
-driver share no code. Until testbed/mesos is on this branch these tests cannot run and say
-so (they become required once it is merged).
+driver share no code. The faults put in through the emulator's admin API are in
+test_mesos_faults.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -24,9 +23,7 @@ from coscheduler.model import Job
 from mesos_framework.framework import FrameworkConfig
 from mesos_framework.run import MesosRun
 
-pytestmark = [pytest.mark.mesos, pytest.mark.skipif(
-    importlib.util.find_spec("testbed.mesos") is None,
-    reason="the emulated master (testbed/mesos) is not on this branch yet")]
+pytestmark = [pytest.mark.mesos]
 
 
 def _free_port() -> int:
