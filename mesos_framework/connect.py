@@ -110,7 +110,8 @@ def backend_from_options(options: Mapping[str, Any]) -> MesosBackend:
     if options.get("workload"):
         if options["workload"] != "small":
             raise InvalidInput(f"--workload {options['workload']!r}: only 'small' is known")
-        backend.add_feed(WorkloadFeed(queue, local_cores=(options.get("quotas") or "local") == "local"))
+        backend.add_feed(WorkloadFeed(queue, local_cores=(options.get("quotas") or "local") == "local",
+                                      scale=options.get("workload_scale")))
     if options.get("from_slurm"):
         from .slurm_feed import slurm_feed_from_options
         backend.add_feed(slurm_feed_from_options(options))

@@ -328,7 +328,9 @@ class MesosBackend:
             launch: list[tuple[dict[str, str], list[str]]] = []
             for k, (aid, cores, _, _) in enumerate(parts):
                 hostname = self._agents.get(aid, "")
-                env = {"COSCHED_JOB_ID": job.job_id, "COSCHED_CORES": str(cores)}
+                # Each task is one part of the job, told which (as MPI ranks are).
+                env = {"COSCHED_JOB_ID": job.job_id, "COSCHED_CORES": str(cores),
+                       "COSCHED_PART": str(k), "COSCHED_PARTS": str(len(parts))}
                 argv = list(job.command)
                 if self.quotas is not None:
                     try:

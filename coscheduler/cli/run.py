@@ -95,6 +95,8 @@ from ._common import db_option, resolve_db
               help="Mesos: put these jobs (JSON list or JSON lines) in the queue at start.")
 @click.option("--workload", type=click.Choice(["small"]), default=None,
               help="Mesos: put one workflow of each kind (as cosched demo) in the queue at start.")
+@click.option("--workload-scale", type=float, default=None,
+              help="Mesos: work per task of --workload [0.02, as cosched demo].")
 @click.option("--from-slurm", is_flag=True,
               help="Mesos: also run the jobs the Slurm submit hook marked for Mesos "
                    "(--slurm-dir or --slurm-conf; docs/mesos.md).")
@@ -106,7 +108,7 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
         static_fraction, queue_policy, inspector, db, interval, lease_s, keep_held, max_passes,
         until_idle, master, role, principal, mesos_user, failover_timeout, mesos_state_file, hold,
         refuse, overtime, quotas, node_agent, token_file, cpu_per_core, mesos_queue, queue_file, workload,
-        from_slurm, mesos_partition, log_level):
+        workload_scale, from_slurm, mesos_partition, log_level):
     """Run the controller against a real batch system until SIGTERM."""
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -149,7 +151,8 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
                "failover_timeout": failover_timeout, "mesos_state_file": mesos_state_file,
                "hold": hold, "refuse": refuse, "overtime": overtime, "quotas": quotas, "node_agent": node_agent,
                "token_file": token_file, "cpu_per_core": cpu_per_core, "mesos_queue": mesos_queue,
-               "queue_file": queue_file, "workload": workload, "from_slurm": from_slurm,
+               "queue_file": queue_file, "workload": workload, "workload_scale": workload_scale,
+               "from_slurm": from_slurm,
                "mesos_partition": mesos_partition}
     # The database first: a second controller stops before it touches the batch system.
     try:
