@@ -136,7 +136,7 @@ class MesosSchedulerDriver:
         if principal is not None and secret is not None:
             headers.update(urllib3.make_headers(basic_auth=f"{principal}:{secret}"))
         self._headers = headers
-        self._http = urllib3.PoolManager(num_pools=4, maxsize=4, retries=False)
+        self._http = urllib3.PoolManager(num_pools=4, maxsize=10, retries=False)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -580,7 +580,9 @@ class MesosSchedulerDriver:
         try:
             self.acknowledgeStatusUpdate(status)
         except MesosCallError as exc:
-            log.warning("acknowledging task %s failed: %s", status.get("task_id"), exc)
+            # (Stopping: a TEARDOWN sent meanwhile makes the master forget the framework.)
+            (log.debug if self._stop.is_set() else log.warning)(
+                "acknowledging task %s failed: %s", status.get("task_id"), exc)
 
     def _callback(self, name: str, *args: Any) -> None:
         fn = getattr(self.sched, name, None)

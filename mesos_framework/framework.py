@@ -197,7 +197,9 @@ class MesosBackend:
         self.problems: list[str] = []              # bad input seen (offers, statuses), last 200
         self.counters = {"offers": 0, "rescinded": 0, "declined": 0, "accepted": 0,
                          "launched_tasks": 0, "requeued": 0, "status_updates": 0}
-        self.gang_latency_s: list[float] = []      # last needed offer -> ACCEPTs sent
+        self.gang_latency_s: list[float] = []      # last needed offer -> ACCEPTs answered
+        self.gang_decision_s: list[float] = []     # last needed offer -> ACCEPTs issued
+        self._pool_x = None
         self.starts: list[tuple[float, str, str | None]] = []
         self._last_revive = -math.inf
         self.feeds: list[Any] = []                 # where jobs come from (feeds.py)
@@ -436,15 +438,32 @@ class MesosBackend:
         failed: list[tuple[list[str], str]] = []
         sent_jobs: set[str] = set()
         unanswered: list[HeldOffer] = []
-        for aid, batch in batches.items():
+        if not batches:
+            return
+        issued = self.now()
+
+        def send(aid: str, batch: dict) -> Exception | None:
             try:
                 self._call(msg.accept(self._fid(), list(batch["offers"]), [msg.launch(batch["tasks"])],
                                       self.config.accept_refuse_s))
-                sent_jobs.update(batch["jobs"])
+                return None
             except Exception as exc:  # noqa: BLE001
-                failed.append((batch["jobs"], f"ACCEPT on agent {self._agents.get(aid) or aid} failed: {exc}"))
-                if _not_processed(exc):
-                    unanswered += batch["offers"].values()
+                return exc
+
+        # A gang's ACCEPTs (one per agent) go out together, not one after the other: its
+        # latency is the slowest answer, not the sum of them.
+        items = list(batches.items())
+        if len(items) == 1:
+            results = [send(*items[0])]
+        else:
+            results = list(self._senders().map(lambda kv: send(*kv), items))
+        for (aid, batch), exc in zip(items, results):
+            if exc is None:
+                sent_jobs.update(batch["jobs"])
+                continue
+            failed.append((batch["jobs"], f"ACCEPT on agent {self._agents.get(aid) or aid} failed: {exc}"))
+            if _not_processed(exc):
+                unanswered += batch["offers"].values()
         now = self.now()
         with self._lock:
             bad = {j for jobs, _ in failed for j in jobs}
@@ -456,9 +475,17 @@ class MesosBackend:
             for jid in sent_jobs - bad:
                 self.counters["launched_tasks"] += len(self._runs[jid].tasks) if jid in self._runs else 0
                 if jid in self._last_offer:
-                    self.gang_latency_s.append(max(0.0, now - self._last_offer.pop(jid)))
+                    last = self._last_offer.pop(jid)
+                    self.gang_latency_s.append(max(0.0, now - last))
+                    self.gang_decision_s.append(max(0.0, issued - last))
             for jid in bad:
                 self._last_offer.pop(jid, None)
+
+    def _senders(self):
+        if self._pool_x is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool_x = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mesos-accept")
+        return self._pool_x
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
         q = self._check_quota(job_id, quota_fraction)
@@ -620,6 +647,8 @@ class MesosBackend:
                 log.warning("closing job feed %s: %s", feed, exc)
         if self.quotas is not None:
             self.quotas.close()
+        if self._pool_x is not None:
+            self._pool_x.shutdown(wait=False)
 
     # -- job feeds (feeds.py) --------------------------------------------------------------------
     def add_feed(self, feed: Any) -> None:
