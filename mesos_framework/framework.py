@@ -581,6 +581,11 @@ class MesosBackend:
             self._kill_rest(run, ("cancelled", reason))
             return True
 
+    def known(self, job_id: str) -> bool:
+        """Queued, running, or ended in this framework instance."""
+        with self._lock:
+            return job_id in self._waiting or job_id in self._runs or job_id in self._ended
+
     def note_ended(self, job_id: str, state: str) -> None:
         """A job that ended before this framework instance (its queue folder says so), so
         that jobs depending on it may be submitted."""
