@@ -115,7 +115,16 @@ def backend_from_options(options: Mapping[str, Any]) -> MesosBackend:
     if options.get("from_slurm"):
         from .slurm_feed import slurm_feed_from_options
         backend.add_feed(slurm_feed_from_options(options))
-    driver = MesosSchedulerDriver(backend, backend.framework_info(), master)
+    secret = None
+    if options.get("secret_file"):
+        if not options.get("principal"):
+            raise InvalidInput("--secret-file needs --principal (HTTP Basic authentication)")
+        try:
+            secret = Path(options["secret_file"]).read_text().splitlines()[0].strip()
+        except (OSError, IndexError) as exc:
+            raise InvalidInput(f"--secret-file {options['secret_file']}: cannot read a secret ({exc})") from None
+    driver = MesosSchedulerDriver(backend, backend.framework_info(), master,
+                                  principal=options.get("principal"), secret=secret)
     backend.attach(driver)
     driver.start()
     timeout = float(options.get("connect_timeout") or 15.0)

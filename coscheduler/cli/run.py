@@ -65,6 +65,9 @@ from ._common import db_option, resolve_db
               help="Mesos: any master, http://HOST:PORT (307 redirects to the leader are followed).")
 @click.option("--role", default=None, help="Mesos: the role to subscribe with.")
 @click.option("--principal", default=None, help="Mesos: FrameworkInfo.principal.")
+@click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Mesos: the principal's secret (first line), sent as HTTP Basic "
+                   "authentication (masters that require framework authentication).")
 @click.option("--framework-user", "mesos_user", default="root", show_default=True,
               help="Mesos: FrameworkInfo.user, the Unix user tasks run as (a job's own user, "
                    "when it has one, goes in its CommandInfo).")
@@ -106,7 +109,7 @@ from ._common import db_option, resolve_db
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, policy,
         static_fraction, queue_policy, inspector, db, interval, lease_s, keep_held, max_passes,
-        until_idle, master, role, principal, mesos_user, failover_timeout, mesos_state_file, hold,
+        until_idle, master, role, principal, secret_file, mesos_user, failover_timeout, mesos_state_file, hold,
         refuse, overtime, quotas, node_agent, token_file, cpu_per_core, mesos_queue, queue_file, workload,
         workload_scale, from_slurm, mesos_partition, log_level):
     """Run the controller against a real batch system until SIGTERM."""
@@ -147,7 +150,8 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
     options = {"slurm_dir": str(slurm_dir) if slurm_dir else None, "slurm_conf": slurm_conf,
                "agents": agents, "slurm_source": slurm_source, "partition": partition,
                "lease_s": lease_s, "db": str(db_path), "policy": policy, "master": master,
-               "role": role, "principal": principal, "mesos_user": mesos_user,
+               "role": role, "principal": principal, "secret_file": secret_file,
+               "mesos_user": mesos_user,
                "failover_timeout": failover_timeout, "mesos_state_file": mesos_state_file,
                "hold": hold, "refuse": refuse, "overtime": overtime, "quotas": quotas, "node_agent": node_agent,
                "token_file": token_file, "cpu_per_core": cpu_per_core, "mesos_queue": mesos_queue,
