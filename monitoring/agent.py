@@ -594,7 +594,9 @@ class NodeAgent:
             else:
                 cpu_s = collect.per_process_cpu_delta(prev["cpu_by_pid"], t.cpu_s_by_pid,
                                                  t.create_by_pid, prev["wall"])
-            cpu_pct = collect.cpu_percent(cpu_s, wall, js.spec.cores)
+            # Of the job's allocated cores: on an emulated node a core is cpu_per_core CPUs
+            # (a busy 4-core job on a 0.25-CPU-per-core node reads 100 %, not 25 %).
+            cpu_pct = collect.cpu_percent(cpu_s, wall, js.spec.cores * self.cpu_per_core)
         self._prev[jid] = {"time": obs["time"], "wall": obs["wall"], "usage_ns": obs["usage_ns"],
                            "usage_src": obs["usage_src"], "cpu_by_pid": t.cpu_s_by_pid}
         hist = self._progress.setdefault(jid, [])

@@ -13,8 +13,10 @@ Which jobs it sees. Jobs in the co-scheduling partition are *ours*: the submit h
   other partitions are reported ``lendable=False``: they hold cores, never host a guest.
   A job this backend released that Slurm has not started yet is reported running on the
   nodes it was placed on (the controller must not place anything else there).
-- ``nodes()``: the partition's nodes that are up and usable, minus nodes where a job that
-  may not share cores runs (Slurm will not place a sharing job there at all).
+- ``nodes()``: every node of the partition. The free cores of a node that is down, drained
+  or not responding, or where a job that may not share cores runs (Slurm places no sharing
+  job there at all), are held by a placeholder ``unavailable.NODE`` in ``running()``, so
+  nothing is placed there and no job is given up as too big while a node is away.
 - ``drain_finished()``: each of our jobs that reached a final state, once (also across
   controller restarts: the ids already reported are kept in ``state_file``). A job that
   vanished from Slurm's memory is looked up in the jobcomp/filetxt log, else reported
@@ -57,6 +59,7 @@ log = logging.getLogger("slurm_plugin.backend")
 
 _RUNNING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
 _FOREIGN_WALLTIME_S = 365 * 86400.0   # a job without a time limit holds its cores "forever"
+_CLOSED_NODE_S = 60.0                 # how soon a closed node is expected back (per pass)
 
 
 class SlurmBackend:
@@ -224,10 +227,18 @@ class SlurmBackend:
 
     # -- Backend interface ----------------------------------------------------------------------
     def nodes(self) -> list[Node]:
+        """Every node of the partition, usable now or not: a node that is down, drained or
+        closed to sharing jobs for a while has its free cores held by a placeholder in
+        ``running()`` instead, so the controller waits for it rather than deciding that a
+        job can never fit."""
         self._refresh()
+        return [Node(n.name, n.cpus) for n in self._partition_nodes()]
+
+    def _closed_nodes(self) -> set[str]:
+        """Partition nodes where nothing of ours can start now: not usable (down, drained,
+        not responding...) or running a job that may not share cores."""
         blocked = self._blocked_nodes()
-        return [Node(n.name, n.cpus) for n in self._partition_nodes()
-                if n.usable and n.name not in blocked]
+        return {n.name for n in self._partition_nodes() if not n.usable or n.name in blocked}
 
     def queued(self) -> list[Job]:
         self._refresh()
@@ -260,7 +271,7 @@ class SlurmBackend:
     def running(self) -> list[RunningJob]:
         self._refresh()
         node_names = {n.name for n in self._partition_nodes()}
-        blocked = self._blocked_nodes()
+        blocked = self._closed_nodes()
         rows: dict[int, tuple[Job, Allocation, float, AdminMark, bool]] = {}
         for j in self._jobs.values():
             ours = self._ours(j)
@@ -309,10 +320,24 @@ class SlurmBackend:
             if mark.host is not None and int(mark.host) in rows:
                 guests.setdefault(mark.host, []).append(job.job_id)
         out = []
+        held: dict[str, int] = {}
         for jid, (job, alloc, start, mark, lendable) in rows.items():
             host = mark.host if mark.host is not None and int(mark.host) in rows else None
             out.append(RunningJob(job, alloc, float(start), mark.quota, host,
                                   tuple(sorted(guests.get(job.job_id, ()))), lendable=lendable))
+            if host is None:
+                for node, c in alloc.cores_by_node:
+                    held[node] = held.get(node, 0) + c
+        now = self._clock()
+        for node in sorted(blocked):
+            free = self._nodes[node].cpus - held.get(node, 0)
+            if free > 0:
+                # The node's free cores are out of reach for now: held by a placeholder that
+                # is expected to let go within a minute (re-made every pass while it lasts).
+                jid = f"unavailable.{node}"
+                out.append(RunningJob(
+                    Job(job_id=jid, cores=free, walltime_s=_CLOSED_NODE_S, job_class="unavailable/node"),
+                    Allocation(jid, ((node, free),)), now, lendable=False))
         return out
 
     def metrics(self) -> dict[str, MetricsSample]:
@@ -627,20 +652,32 @@ class SlurmBackend:
                 self._renewed[jid] = now
 
     def restore_quotas(self) -> list[str]:
-        """Give every job this backend throttled its full CPU back (controller shutdown)."""
-        done = set()
+        """Give every job this backend throttled its full CPU back (controller shutdown):
+        the agents lift the quota and the job's mark says 1.0, also for a guest Slurm has not
+        started yet, so that nobody re-applies it later."""
+        done: set[str] = set()
         try:
             self._refresh(force=True)
             for rj in self.running():
-                if rj.job_id in self._ours_running and rj.quota_fraction < 1.0:
-                    try:
-                        self.set_quota(rj.job_id, 1.0)
-                        done.add(rj.job_id)
-                    except BackendError as exc:
-                        self._note(str(exc))
+                j = self._jobs.get(int(rj.job_id)) if rj.job_id.isdigit() else None
+                if j is None or not self._ours(j) or rj.quota_fraction >= 1.0:
+                    continue
+                for node in rj.allocation.nodes:
+                    if node in self.agents:
+                        try:
+                            self._agent_clear(node, rj.job_id)
+                        except BackendError as exc:
+                            self._note(str(exc))
+                try:
+                    self.source.update(j.job_id, AdminComment=format_admin_comment(
+                        AdminMark(1.0, self._mark(j).host)))
+                except BackendError as exc:
+                    self._note(f"job {j.job_id}: marking its full quota: {exc}")
+                self._quotas.pop(j.job_id, None)
+                done.add(rj.job_id)
         except BackendError as exc:
             self._note(f"restoring quotas without a view of Slurm: {exc}")
-        for jid, (q, nodes) in list(self._quotas.items()):
+        for jid, (q, nodes) in list(self._quotas.items()):   # what Slurm could not tell us
             if q < 1.0:
                 for node in nodes:
                     if node in self.agents:
@@ -648,8 +685,9 @@ class SlurmBackend:
                             self._agent_clear(node, str(jid))
                         except BackendError as exc:
                             self._note(str(exc))
-                self._quotas[jid] = (1.0, nodes)
                 done.add(str(jid))
+            self._quotas.pop(jid, None)
+        self._snap_time = -math.inf
         return sorted(done)
 
     def release_held(self) -> list[str]:

@@ -612,6 +612,23 @@ def restart_daemon(state: ClusterState, role: str, name: str | None = None, *,
     return new
 
 
+def set_cpu_weight(state: ClusterState, shares: int | None) -> int | None:
+    """Set the CPU weight (cgroup v1 ``cpu.shares``) of the cluster's agents' cgroup; return
+    the previous value (None: no such cgroup). On a machine shared with other work, every
+    runnable task there weighs as much as the whole emulated cluster, which can starve its
+    nodes below their quotas; a dedicated node's weight (262144) lets the nodes get what
+    their quotas allow, and never more. ``None`` restores the default (1024)."""
+    f = CGROUP_V1 / "cpu" / state.agent_cgroup_root / "cpu.shares"
+    if not f.exists():
+        return None
+    before = int(f.read_text().strip() or 1024)
+    value = 1024 if shares is None else int(shares)
+    if not 2 <= value <= 262144:
+        raise InvalidInput(f"cpu.shares must lie in 2..262144, got {shares!r}")
+    f.write_text(str(value))
+    return before
+
+
 # -- status -----------------------------------------------------------------------------------
 
 def status(directory: str | Path | None = None) -> dict:
@@ -651,4 +668,5 @@ def status(directory: str | Path | None = None) -> dict:
 
 
 __all__ = ["ClusterError", "ClusterState", "Daemon", "default_dir", "down", "ensure_installed",
-           "free_ports", "load_state", "missing_binaries", "restart_daemon", "status", "up"]
+           "free_ports", "load_state", "missing_binaries", "restart_daemon", "set_cpu_weight", "status",
+           "up"]

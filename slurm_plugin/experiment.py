@@ -127,15 +127,25 @@ def measure(policy: str, ids: dict[str, Job], backend, guest_of: dict[str, str],
 
 def run_policies(state: ClusterState, policies: list[str], *, scale: float = 0.02, recorder=None,
                  seed: int = 0, interval_s: float = 1.0, timeout_s: float = 900.0,
-                 workflows: dict[str, int] | None = None,
+                 workflows: dict[str, int] | None = None, dedicated: bool = False,
                  on_pass: Callable[[str, ControllerDaemon], None] | None = None) -> list[PolicyRun]:
+    """Each policy in turn on the same cluster. ``dedicated``: for the run, the cluster's
+    cgroup gets the CPU weight of dedicated nodes (``cluster.set_cpu_weight``), so that other
+    work on the machine cannot starve the emulated nodes below their quotas."""
+    from .cluster import set_cpu_weight
+
     runs = []
     stamp = time.strftime("%H%M%S")
-    for p in policies:
-        runs.append(run_policy(state, p, scale=scale, recorder=recorder, seed=seed,
-                               interval_s=interval_s, timeout_s=timeout_s, tag=f"{stamp}-{p}",
-                               workflows=workflows,
-                               on_pass=(lambda d, p=p: on_pass(p, d)) if on_pass else None))
+    before = set_cpu_weight(state, 262144) if dedicated else None
+    try:
+        for p in policies:
+            runs.append(run_policy(state, p, scale=scale, recorder=recorder, seed=seed,
+                                   interval_s=interval_s, timeout_s=timeout_s, tag=f"{stamp}-{p}",
+                                   workflows=workflows,
+                                   on_pass=(lambda d, p=p: on_pass(p, d)) if on_pass else None))
+    finally:
+        if dedicated:
+            set_cpu_weight(state, before)
     add_slowdowns(runs)
     return runs
 

@@ -282,20 +282,39 @@ class BuildContext:
 
 
 def build_context(engine: Engine, suite: str, base: str, say: Say) -> BuildContext:
-    """Assemble the build context (build file, entrypoint, wheels) in the cache."""
+    """The build context (build file, entrypoint, health check, wheels) in the cache, one
+    folder per tag, made in a temporary folder and renamed into place: several checkouts
+    may bring testbeds up on one machine at once."""
     deps = dependency_wheels(suite, say)
     proj, proj_key = project_wheel(say)
-    ctx = cache_dir() / "context" / suite
-    if ctx.exists():
-        shutil.rmtree(ctx)
-    (ctx / "wheels").mkdir(parents=True)
-    for f in DOCKER_FILES:
-        shutil.copy2(DOCKER_DIR / f, ctx / f)
-    shutil.copytree(deps, ctx / "wheels" / "deps")
-    shutil.copytree(proj, ctx / "wheels" / "project")
     tag = suite + "-" + digest([*((DOCKER_DIR / f).read_bytes() for f in DOCKER_FILES),
                                 deps.name, proj_key, image_id(engine, base)])[:12]
+    ctx = cache_dir() / "context" / tag
+    if (ctx / "Dockerfile").exists():
+        return BuildContext(ctx, tag)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{tag}-", dir=_mk(ctx.parent)))
+    try:
+        (tmp / "wheels").mkdir()
+        for f in DOCKER_FILES:
+            shutil.copy2(DOCKER_DIR / f, tmp / f)
+        # Hard links: one context per tag costs no space beyond the cached wheels.
+        shutil.copytree(deps, tmp / "wheels" / "deps", copy_function=_link_or_copy)
+        shutil.copytree(proj, tmp / "wheels" / "project", copy_function=_link_or_copy)
+        try:
+            tmp.rename(ctx)
+        except OSError:
+            if not (ctx / "Dockerfile").exists():   # not another process's identical one
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return BuildContext(ctx, tag)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def build_images(engine: Engine, suite: str, base_mode: str = "auto",
@@ -311,28 +330,17 @@ def build_images(engine: Engine, suite: str, base_mode: str = "auto",
                                  if role == ROLES[0] else ""))
         engine.docker("build", "-q", "--build-arg", f"BASE_IMAGE={base}", "--target", role,
                       "--label", f"{LABEL}.role={role}", "-t", ref, str(ctx.path))
-    prune_old_images(engine, ctx.tag)
+    # Older tags are not removed here: another checkout may be bringing its own testbed up
+    # on the same engine with them (seen: one test run's images deleted under another's
+    # feet). They share every layer but the project's (a few MB); `down --purge` removes them.
     return images
 
 
-def prune_old_images(engine: Engine, keep_tag: str) -> list[str]:
-    """Remove the role images of the same suite with other tags that no container uses (a
-    docker rmi that fails because a container uses the image is fine: it stays)."""
-    removed = []
-    suite = keep_tag.split("-", 1)[0] + "-"
-    out = engine.docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
-    for ref in out.stdout.decode().split():
-        repo, _, tag = ref.partition(":")
-        if repo in {f"{IMAGE_PREFIX}{r}" for r in ROLES} and tag != keep_tag and \
-                tag.startswith(suite):
-            if engine.docker("rmi", ref, check=False).returncode == 0:
-                removed.append(ref)
-    return removed
-
-
 def remove_images(engine: Engine, base_too: bool = False) -> list[str]:
-    """Every testbed image (for ``down --purge``): the role images, and the base images."""
+    """Every testbed image (for ``down --purge``): the role images, and the base images;
+    and the cached build contexts (the next ``up`` makes them again)."""
     removed = []
+    shutil.rmtree(cache_dir() / "context", ignore_errors=True)
     out = engine.docker("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
     repos = {f"{IMAGE_PREFIX}{r}" for r in ROLES} | ({BASE_REPO} if base_too else set())
     for ref in out.stdout.decode().split():
@@ -344,4 +352,4 @@ def remove_images(engine: Engine, base_too: bool = False) -> list[str]:
 
 __all__ = ["BuildContext", "DEFAULT_MIRROR", "DEFAULT_SUITE", "ROLES", "SUITES", "build_context",
            "build_images", "cache_dir", "check_suite", "container_requirements",
-           "ensure_base", "prune_old_images", "remove_images", "role_image", "source_digest"]
+           "ensure_base", "remove_images", "role_image", "source_digest"]

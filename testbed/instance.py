@@ -240,7 +240,7 @@ def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
                 agent_ports=tuple(ports[:nodes]), mesos=mesos,
                 mesos_port=ports[nodes] if mesos else None,
                 suite=suite, tag=tag, config_dir=str(d / "etc"), results_dir=str(d / "results"),
-                context_dir=str(images.cache_dir() / "context" / suite),
+                context_dir=str(images.cache_dir() / "context" / tag),
                 ca_dir=CA_DIR if Path(CA_DIR).is_dir() else None)
             made = True
             write_instance(spec)

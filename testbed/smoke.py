@@ -111,6 +111,7 @@ def smoke(say: Say = lambda _m: None, keep: bool = False, install: bool = True,
         res.steps.append(Step(name, True, time.monotonic() - s0, detail))
 
     jobs: dict[str, str] = {}
+    pair_proc: list[subprocess.Popen] = []
     try:
         step("engine", lambda: f"Docker {ensure_engine(install=install, say=say).server_version}")
 
@@ -126,8 +127,6 @@ def smoke(say: Say = lambda _m: None, keep: bool = False, install: bool = True,
         step("up", do_up)
         assert cluster is not None
         job_cpus = NODE_CPUS * cluster.spec.cpu_per_core
-
-        pair_proc: list[subprocess.Popen] = []
 
         def coallocate() -> str:
             # The controller (Static, guest quota GUEST_FRACTION) over the Slurm backend,
@@ -178,14 +177,11 @@ def smoke(say: Say = lambda _m: None, keep: bool = False, install: bool = True,
     except _Failed:
         pass
     finally:
-        if cluster is not None and jobs:
-            try:
-                cluster.scancel(*jobs.values())
-            except Exception:
-                pass
-        for p in locals().get("pair_proc", []):
+        for p in pair_proc:   # a failed or interrupted smoke: the pair's controller must go
             if p.poll() is None:
                 p.kill()
+        if cluster is not None and jobs:
+            cluster.exec("controller", "scancel", *jobs.values(), check=False)
         if res.instance is not None and not keep:
             s0 = time.monotonic()
             try:
@@ -198,14 +194,6 @@ def smoke(say: Say = lambda _m: None, keep: bool = False, install: bool = True,
                 res.steps.append(Step("down", False, time.monotonic() - s0, str(exc)))
         res.seconds = time.monotonic() - t0
     return res
-
-
-def _wait(cond: Callable[[], bool], timeout_s: float, message: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(message)
-        time.sleep(0.5)
 
 
 __all__ = ["SmokeResult", "check_split", "smoke"]

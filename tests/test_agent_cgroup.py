@@ -263,6 +263,27 @@ def test_emulated_node_caps_real_cpu(make_agent, procs, cg_root):
     assert 0.2 <= s <= 0.36, f"two busy jobs on a 0.3-CPU node measured {s:.2f} CPUs"
 
 
+@pytest.mark.live
+def test_cpu_percent_is_of_the_emulated_cores(make_agent, procs, cg_root):
+    """On an emulated node a core is cpu_per_core CPUs: a job busy on all of its (emulated)
+    core reads about 100 %, not cpu_per_core x 100 % (which made busy hosts look idle to
+    the experts)."""
+    agent = make_agent(node_cpus=0.25, cpu_per_core=0.25)
+    p = procs(BUSY)
+    agent.register_job({"job_id": "busy", "pids": [p.pid], "cores": 1})
+    boost(cg_root, "busy")
+    best = 0.0
+    for _ in range(4):
+        agent.tick()
+        time.sleep(1.0)
+        agent.tick()
+        best = max(best, agent.job("busy")["cpu_percent"] or 0.0)
+        if best > 60:
+            break
+    # Before the fix this read at most 25 (0.25 CPU of a 1-CPU "core").
+    assert 60 < best <= 130, f"a busy 1-core job on 0.25-CPU cores read {best} %"
+
+
 def test_job_started_inside_its_cgroup_by_task_id(make_agent, procs, cg_root):
     """A job registered before it starts (pids []) and launched straight into its cgroup:
     waiting is not finishing; its processes are found by the cgroup of its id."""

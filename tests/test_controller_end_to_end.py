@@ -98,6 +98,9 @@ def test_theorem1_bound_holds_on_real_controller_runs(u):
         run_workload(policy, u=u, recorder=rec, run=run)
     st = learner.class_state("w")
     assert st.observations > 20 and st.rounds >= 1
+    # Theorem 1 as printed (the proof's division by gamma_t can fail for a decreasing gamma on
+    # adversarial losses, see coscheduler/learner/asax.py; not on these), and its eq. 11.
     assert learner.excess_risk("w") <= learner.theorem1_bound("w")
+    assert learner.weighted_excess_risk("w") <= learner.weighted_bound("w") + 1e-9
     # The bookkeeping matches the recorded rounds.
     assert len(rec.rounds) == st.rounds

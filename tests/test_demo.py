@@ -31,7 +31,7 @@ def test_demo_short_live_run(tmp_path, monkeypatch):
     private_tmp = tmp_path / "tmp"   # the demo's temp work folder goes here, and away after
     private_tmp.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(private_tmp))
-    r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.004",
+    r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.002",
                                   "--db", str(tmp_path / "demo.db"),
                                   "--policies", "space-sharing,static,asax"])
     assert r.exit_code == 0, r.output

@@ -278,14 +278,21 @@ def test_backend_reads_a_recorded_cluster(version, tmp_path):
     assert (q.cores, q.nodes, q.walltime_s, q.job_class, q.stage_type.value) == \
            (2, 1, 180.0, "demo/held", "parallel")
     run = {r.job_id: r for r in b.running()}
-    assert set(run) == {"4", "5", "6"}
+    assert set(run) == {"4", "5", "6", "unavailable.rn2", "unavailable.rn3"}
     host, guest, gang = run["5"], run["6"], run["4"]
     assert (host.quota_fraction, host.guest_jobs, host.lendable) == (0.6, ("6",), True)
     assert (guest.host_job, guest.quota_fraction) == ("5", 0.4)
     # the batch job on rn2-rn3 did not opt in and does not share cores: it never hosts,
-    # and Slurm places no sharing job on its nodes, so only rn1 is offered
+    # and Slurm places no sharing job on its nodes: their other cores are held by
+    # placeholders (the nodes stay in nodes(), so no job is given up as too big)
     assert gang.lendable is False and gang.allocation.nodes == ("rn2", "rn3")
-    assert [n.name for n in b.nodes()] == ["rn1"]
+    assert [n.name for n in b.nodes()] == ["rn1", "rn2", "rn3"]
+    for node in ("rn2", "rn3"):
+        p = run[f"unavailable.{node}"]
+        assert p.allocation.cores_by_node == ((node, 2),) and not p.lendable
+    from coscheduler.controller.placement import free_cores
+    assert free_cores({n.name: n.cores for n in b.nodes()}, b.running(), run) == \
+        {"rn1": 1, "rn2": 0, "rn3": 0}      # rn1: the host holds 3, its guest shares them
     # terminal jobs of the partition: none (all finished ones ran in batch)
     assert b.drain_finished() == []
 

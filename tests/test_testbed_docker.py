@@ -168,15 +168,16 @@ def squeue(inst: str) -> list[str]:
 
 
 def test_run_with_a_node_killed_mid_run_then_report_and_down(tmp_path):
-    """Space sharing, then Static with node2 killed (`docker kill`) while its jobs run: the
-    run ends, the lost stages are reported failed with a reason, the controller and
-    slurmctld keep running; the report prints the tables and writes the plots."""
+    """Static with node2 killed (`docker kill`) while its jobs run: the run ends, the lost
+    stages are reported failed with a reason, the controller and slurmctld keep running;
+    the report prints the tables beside the simulator's and writes the plots. (Ratios to
+    space sharing need a space-sharing run: test_testbed_report.py checks them.)"""
     up = json.loads(run(["up", "--nodes", "2", "--cpus", "8", "--json"], tmp_path,
                         check=True).stdout)
     inst = up["instance"]
     env = dict(os.environ, COSCHED_TESTBED_HOME=str(tmp_path))
     try:
-        proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "space-sharing,static",
+        proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "static",
                                            "--scale", "0.02", "--timeout", "400", "--json"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
@@ -192,9 +193,7 @@ def test_run_with_a_node_killed_mid_run_then_report_and_down(tmp_path):
         assert proc.wait(timeout=60) == 0, "".join(seen)
         assert killed, "".join(seen)
         res = json.loads(out)
-        by = {r["policy"]: r for r in res["runs"]}
-        assert by["space-sharing"]["completed"] == 46 and by["space-sharing"]["failed"] == 0
-        st = by["static"]
+        (st,) = res["runs"]
         assert st["failed"] > 0 and st["completed"] + st["failed"] == 46
         assert st["coallocations"] > 0
         full = json.loads((Path(res["results"]) / "static-r0.json").read_text())
@@ -206,10 +205,10 @@ def test_run_with_a_node_killed_mid_run_then_report_and_down(tmp_path):
         assert status["containers"]["slurmctld"]["health"] == "healthy"
         assert status["containers"]["node2"]["state"] == "exited"
         rep = json.loads(run(["report", "--json"], tmp_path, check=True).stdout)
-        assert {r["policy"] for r in rep["testbed"]} == {"space-sharing", "static"}
-        assert {r["policy"] for r in rep["simulator"]} == {"space-sharing", "static"}
-        assert any(r["metric"] == "mean_wait_s" and r["policy"] == "static"
-                   for r in rep["comparison"])
+        assert [r["policy"] for r in rep["testbed"]] == ["static"]
+        assert [r["policy"] for r in rep["simulator"]] == ["static"]
+        (tb,), (sim,) = rep["testbed"], rep["simulator"]
+        assert tb["coallocations"] > 0 and sim["coallocations"] > 0
         for p in rep["plots"]:
             assert Path(p).read_bytes()[:4] == b"\x89PNG"
         text = run(["report"], tmp_path, check=True).stdout

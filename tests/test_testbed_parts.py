@@ -244,3 +244,41 @@ def test_the_emulated_mesos_master_is_optional_and_loopback_only():
     assert mm["healthcheck"]["test"][-1] == "mesos-master"
     with pytest.raises(InvalidInput, match="mesos port"):
         spec(mesos=True, mesos_port=20001)        # an agent's port
+
+
+def test_no_engine_and_no_way_to_install_one_is_a_clear_error(monkeypatch):
+    from testbed import engine
+
+    monkeypatch.setattr(engine, "missing_tools", lambda which=None: ["docker", "dockerd"])
+    with pytest.raises(engine.EngineUnavailable, match="docker, dockerd not found"):
+        engine.ensure_engine(install=False)
+    monkeypatch.setattr(engine.os, "geteuid", lambda: 1000)
+    with pytest.raises(engine.EngineUnavailable, match="needs root"):
+        engine.ensure_engine(install=True)
+    monkeypatch.setattr(engine.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(engine.shutil, "which", lambda name: None)
+    with pytest.raises(engine.EngineUnavailable, match="no apt-get"):
+        engine.ensure_engine(install=True)
+
+
+def test_a_daemon_that_is_down_is_started_only_when_allowed(monkeypatch):
+    from testbed import engine
+
+    monkeypatch.setattr(engine, "missing_tools", lambda which=None: [])
+    monkeypatch.setattr(engine, "server_version",
+                        lambda b: (None, "Cannot connect to the Docker daemon"))
+    with pytest.raises(engine.EngineUnavailable, match="not running"):
+        engine.ensure_engine(start=False)
+    monkeypatch.setattr(engine, "server_version", lambda b: (None, "permission denied"))
+    with pytest.raises(engine.EngineUnavailable, match="run as root"):
+        engine.ensure_engine()
+
+
+def test_docker_errors_name_the_command_and_its_output():
+    from testbed.engine import DockerError
+
+    e = DockerError(["docker", "compose", "up"], 1, "line1\nError: port is already allocated\n")
+    assert "`docker compose up` failed (exit 1)" in str(e) and "already allocated" in str(e)
+    spec_ = spec()
+    msg = instance.explain_up_failure(e, spec_)
+    assert "20001" in msg and "--port-base" in msg

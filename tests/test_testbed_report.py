@@ -132,3 +132,26 @@ def test_load_refuses_what_is_not_a_run(tmp_path):
     (tmp_path / "run.json").write_text("{broken")
     with pytest.raises(ValueError, match="not a testbed run.json"):
         report.load(tmp_path / "run.json")
+
+
+def test_measure_run_reproduces_the_simulators_own_measurement():
+    """What the testbed's runner hands to measure_run (history, starts, start quotas, busy
+    core-seconds) gives back the simulator's figures when fed the simulator's run."""
+    from types import SimpleNamespace
+
+    from coscheduler.model import Outcome
+
+    w = get_workload("paper-small")
+    (sim,) = predict(w, SPEC, 0.05, ["static"])
+    st = stages(w, 0.05, "c16-r0", cpu_per_core=0.125)
+    by_id = {r.job_id: r for r in sim.stages}
+    assert set(by_id) == {s.job.job_id for s in st}
+    recorded = SimpleNamespace(
+        history=[Outcome(r.job_id, r.start, r.end, r.state) for r in sim.stages],
+        starts=[(r.start, r.job_id, r.host) for r in sim.stages],
+        start_quotas={r.job_id: 1.0 for r in sim.stages},
+        busy_core_seconds=sim.busy_core_seconds)
+    got = paper_exp.measure_run(st, recorded, 16, "static", 0, 0, 0.05, None)
+    for key in ("makespan_s", "mean_wait_s", "mean_response_s", "cpu_util", "coallocations",
+                "completed", "failed"):
+        assert getattr(got, key) == pytest.approx(getattr(sim, key)), key

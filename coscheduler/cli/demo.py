@@ -22,7 +22,8 @@ from ..demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs, run_poli
 from ..model import InvalidInput
 from ._common import echo_json
 
-DEFAULT_SCALE = 0.02
+# The workloads' own demo scale (a whole demo in about a minute on two cores).
+from testbed.workloads.jobs import DEMO_SCALE as DEFAULT_SCALE  # noqa: E402
 WORKDIR_PREFIX = "cosched-demo-"
 
 

@@ -14,6 +14,7 @@ writes the configuration, backend.py is what `cosched run --backend slurm` drive
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -219,11 +220,16 @@ def priority_cmd(policy_name, partition, inspector, once, interval, base, direct
 @click.option("--timeout", type=float, default=900.0, show_default=True, help="Seconds per policy.")
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="ASA_X state database [CLUSTER_DIR/paper-small.db].")
+@click.option("--dedicated", is_flag=True,
+              help="Give the cluster's cgroup the CPU weight of dedicated nodes for the run, so "
+                   "other work on this machine cannot starve it (its CPU stays capped by the "
+                   "node quotas).")
 @click.option("--nodes", type=int, default=2, show_default=True, help="Nodes, if a cluster is started.")
 @click.option("--cpus", type=int, default=4, show_default=True, help="CPUs per node, if started.")
 @_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpus, directory, as_json):
+def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, dedicated, nodes, cpus,
+                        directory, as_json):
     """The scaled-down mix of the four workflows through real Slurm under each policy
     (starts a cluster in --dir if none runs there, and stops it after)."""
     from slurm_plugin.cluster import ClusterError, down, load_state, up, default_dir
@@ -269,13 +275,15 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, nodes, cpu
 
     try:
         runs = run_policies(state, chosen, scale=scale, recorder=store, seed=seed,
-                            interval_s=interval, timeout_s=timeout, on_pass=progress)
+                            interval_s=interval, timeout_s=timeout, dedicated=dedicated,
+                            on_pass=progress)
     finally:
         store.close()
         if started_here:
             down(d, say=say)
     if as_json:
         echo_json({"mode": "slurm", "cluster": state.name, "db": str(db), "scale": scale,
+                   "dedicated": dedicated, "load_average": round(os.getloadavg()[0], 2),
                    "results": [r.summary() for r in runs]})
         return
     click.echo("")

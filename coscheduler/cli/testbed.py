@@ -244,7 +244,8 @@ def report_cmd(instance, results, out, as_json) -> None:
             inst = instance or current_instance()
             path = latest_run(instance_dir(inst) / "results") if inst else None
             if path is None:
-                kept = sorted(home().glob("results/*/*/run.json"))
+                # Run folders are named by their start time: the newest across instances.
+                kept = sorted(home().glob("results/*/*/run.json"), key=lambda p: p.parent.name)
                 path = kept[-1].parent if kept else None
             if path is None:
                 raise click.ClickException("no testbed run to report: run `cosched testbed run` "

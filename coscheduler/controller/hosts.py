@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from itertools import islice
@@ -170,27 +171,49 @@ class HostIndex:
         # ``used`` map is updated in place, so its remaining cores are known at once.
         self.taken: dict[str, tuple[int, float]] = {}
         self._used = {e[1].job_id: e[2] for b in self.buckets for e in b}
+        # Hosts that took a guest this pass, by the room they have left (rank order).
+        self.moved: dict[int, list] = {}
+        self._moved_room: dict[str, int] = {}
 
     def took(self, host_id: str, placement, lent: float) -> None:
         """A guest was placed on ``placement`` inside ``host_id`` this pass, lending ``lent``
         core-equivalents: the host stays a candidate for other guests on its other cores
-        (its state is its own, unchanged by the guest), with what it lends now."""
+        (its state is its own, unchanged by the guest), with what it lends now. It leaves
+        its bucket (its room shrank) for a short list of hosts with less room, so guests
+        that no longer fit it do not walk past it."""
         used = self._used.get(host_id)
-        if used is None:
+        if used is None or host_id in self.asked:
             self.mark_asked([host_id])
             return
         for node, c in placement.cores_by_node:
             used[node] = used.get(node, 0) + c
         n, extra = self.taken.get(host_id, (0, 0.0))
         self.taken[host_id] = (n + 1, extra + lent)
+        entry = self._leave(host_id)
+        room = entry[1].allocation.cores - sum(used.values())
+        full = self.max_guests is not None and len(entry[1].guest_jobs) + n + 1 >= self.max_guests
+        if room >= 1 and not full:
+            bisect.insort(self.moved.setdefault(room, []), entry, key=lambda e: e[0])
+            self._moved_room[host_id] = room
+
+    def _leave(self, host_id: str):
+        """Take a host out of wherever the index holds it (its bucket or the moved lists);
+        returns its entry."""
+        room = self._moved_room.pop(host_id, None)
+        if room is not None:
+            lst = self.moved[room]
+            i = next(k for k, e in enumerate(lst) if e[1].job_id == host_id)
+            return lst.pop(i)
+        b, i = self.where[host_id]
+        self.trees[b].remove(i)
+        return self.buckets[b][i]
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
             if h not in self.asked:
+                if h in self.where:
+                    self._leave(h)
                 self.asked.add(h)
-                pos = self.where.get(h)
-                if pos is not None:
-                    self.trees[pos[0]].remove(pos[1])
 
     def _bucket_iter(self, b: int, min_end: float):
         bucket, tree = self.buckets[b], self.trees[b]
@@ -209,6 +232,10 @@ class HostIndex:
         # (-1e308, not -inf: removed hosts hold -inf and must never match.)
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
         iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
+        for room, entries in self.moved.items():
+            if room >= guest.cores and entries:
+                iters.append(e for e in entries
+                             if e[1].start_time + e[1].job.walltime_s >= min_end)
         merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
         found = self._filter(guest, merged)
         return found if self.max_candidates is None else islice(found, self.max_candidates)

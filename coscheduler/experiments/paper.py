@@ -451,7 +451,7 @@ class _Census:
 
 def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, policy: str,
              repeat: int, seed: int, scale: float, learning: str | None,
-             total_cores: int) -> PaperRun:
+             total_cores: int | None = None) -> PaperRun:
     outcomes = {o.job_id: o for o in backend.history}
     hosts = {job: host for _, job, host in backend.starts}
     records: list[StageRecord] = []
@@ -487,7 +487,7 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         mean_wait_s=statistics.fmean(r.start - r.eligible for r in ran) if ran else 0.0,
         mean_response_s=statistics.fmean(r.end - r.submit for r in ran) if ran else 0.0,
         cpu_util=backend.busy_core_seconds / held_cs if held_cs > 0 else 0.0,
-        cluster_util=(backend.busy_core_seconds / (total_cores * makespan)
+        cluster_util=(backend.busy_core_seconds / ((total_cores or cores) * makespan)
                       if makespan > 0 else 0.0),
         busy_core_seconds=backend.busy_core_seconds, held_core_seconds=held_cs,
         peak_held_cores=_peak(held), coallocations=len(guests),
@@ -510,11 +510,12 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
 
 def measure_run(stages: list[PaperStage], backend, cores: int, policy: str, repeat: int,
                 seed: int, scale: float, learning: str | None) -> PaperRun:
-    """The paper's metrics of a run of ``stages`` on any body that recorded what the
-    virtual backend records: ``history`` (outcomes), ``starts`` ((time, job, host)),
-    ``start_quotas`` (job -> quota at start) and ``busy_core_seconds`` (the Docker
-    testbed measures a real Slurm run with the same definitions)."""
-    return _measure(stages, backend, cores, policy, repeat, seed, scale, learning)
+    """The paper's metrics of a run of ``stages`` on a cluster of ``cores`` cores, on any
+    body that recorded what the virtual backend records: ``history`` (outcomes),
+    ``starts`` ((time, job, host)), ``start_quotas`` (job -> quota at start) and
+    ``busy_core_seconds`` (the Docker testbed measures a real Slurm run with the same
+    definitions)."""
+    return _measure(stages, backend, cores, policy, repeat, seed, scale, learning, cores)
 
 
 def _held_intervals(records: Iterable[StageRecord]) -> list[tuple[float, float, int]]:

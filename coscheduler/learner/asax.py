@@ -13,6 +13,15 @@ It also keeps, per class, what Theorem 1 talks about: the mixture's and each exp
 cumulative risk over closed rounds and sum gamma_s^2, so the excess risk and its bound can
 be checked on real runs (``excess_risk`` / ``theorem1_bound``).
 
+A caveat found by our property tests: the paper's proof establishes the gamma-weighted
+inequality (its eq. 11), sum_s gamma_s (m_s - e*_s) <= ln n + 0.5 sum_s gamma_s^2, and then
+divides by gamma_t with Abel's inequality. That last step needs every partial weighted
+excess to be >= 0, which a switching adversary breaks: with gamma_t = gamma0 / sqrt(t), E_t
+can exceed (5) (seen: by 0.50 after 170 rounds, tests/test_learner_properties.py). With a
+constant gamma (5) is (11) divided by gamma and always holds. So we keep the weighted sums
+too (``weighted_excess_risk`` / ``weighted_bound``): eq. 11 holds for every schedule, and
+the tests check it for every schedule and (5) for the constant one.
+
 No I/O: the state store (coscheduler/store) saves ``ClassState`` and pending decisions.
 """
 
@@ -92,12 +101,16 @@ class ClassState:
     cum_expert_risk: list[float] = field(default_factory=list)
     sum_gamma_sq: float = 0.0
     last_gamma: float | None = None
+    # The same, each round weighted by its gamma_s (the paper's eq. 11).
+    cum_weighted_mixture_risk: float = 0.0
+    cum_weighted_expert_risk: list[float] = field(default_factory=list)
 
     @classmethod
     def fresh(cls, job_class: str, expert_names: Sequence[str]) -> "ClassState":
         n = len(expert_names)
         return cls(job_class=job_class, expert_names=tuple(expert_names), weights=[1.0 / n] * n,
-                   risk=[0.0] * n, cum_expert_risk=[0.0] * n)
+                   risk=[0.0] * n, cum_expert_risk=[0.0] * n,
+                   cum_weighted_expert_risk=[0.0] * n)
 
     def to_dict(self) -> dict:
         return {
@@ -107,6 +120,8 @@ class ClassState:
             "round_observations": self.round_observations, "last_update": self.last_update,
             "cum_mixture_risk": self.cum_mixture_risk, "cum_expert_risk": list(self.cum_expert_risk),
             "sum_gamma_sq": self.sum_gamma_sq, "last_gamma": self.last_gamma,
+            "cum_weighted_mixture_risk": self.cum_weighted_mixture_risk,
+            "cum_weighted_expert_risk": list(self.cum_weighted_expert_risk),
         }
 
     @classmethod
@@ -122,10 +137,15 @@ class ClassState:
                 last_update=d.get("last_update"), cum_mixture_risk=float(d["cum_mixture_risk"]),
                 cum_expert_risk=[float(r) for r in d["cum_expert_risk"]],
                 sum_gamma_sq=float(d["sum_gamma_sq"]), last_gamma=d.get("last_gamma"),
+                # Absent in states saved before they were kept: start them at zero.
+                cum_weighted_mixture_risk=float(d.get("cum_weighted_mixture_risk", 0.0)),
+                cum_weighted_expert_risk=[float(r) for r in d.get("cum_weighted_expert_risk",
+                                                                  [0.0] * n)],
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidInput(f"class state record is not valid ({exc}): {d!r}") from None
-        if not (len(st.weights) == len(st.risk) == len(st.cum_expert_risk) == n) or n == 0:
+        if not (len(st.weights) == len(st.risk) == len(st.cum_expert_risk)
+                == len(st.cum_weighted_expert_risk) == n) or n == 0:
             raise InvalidInput(f"class state for {st.job_class!r}: lengths of weights/risk/experts differ")
         if any(not math.isfinite(w) or w < 0 for w in st.weights) or abs(sum(st.weights) - 1) > 1e-6:
             raise InvalidInput(f"class state for {st.job_class!r}: weights {st.weights} are not a distribution")
@@ -350,9 +370,12 @@ class AsaxLearner:
         t = st.rounds + 1
         gamma = self.config.gamma(t)
         before = tuple(st.weights)
-        st.cum_mixture_risk += sum(a * r for a, r in zip(st.weights, st.risk))
+        mixture_risk = sum(a * r for a, r in zip(st.weights, st.risk))
+        st.cum_mixture_risk += mixture_risk
+        st.cum_weighted_mixture_risk += gamma * mixture_risk
         for i, r in enumerate(st.risk):
             st.cum_expert_risk[i] += r
+            st.cum_weighted_expert_risk[i] += gamma * r
         st.sum_gamma_sq += gamma * gamma
         # Work in log space relative to the smallest risk so no weight underflows to 0.
         rmin = min(st.risk)
@@ -381,6 +404,16 @@ class AsaxLearner:
             return math.inf
         n = len(st.weights)
         return (math.log(n) + 0.5 * st.sum_gamma_sq) / st.last_gamma
+
+    def weighted_excess_risk(self, job_class: str) -> float:
+        """sum_s gamma_s (m_s - e*_s), * the expert with the least weighted risk."""
+        st = self._classes[job_class]
+        return st.cum_weighted_mixture_risk - min(st.cum_weighted_expert_risk)
+
+    def weighted_bound(self, job_class: str) -> float:
+        """ln n + 0.5 * sum_s gamma_s^2: what the paper's eq. 11 bounds the weighted excess by."""
+        st = self._classes[job_class]
+        return math.log(len(st.weights)) + 0.5 * st.sum_gamma_sq
 
     def snapshot(self) -> list[ClassState]:
         """Copies of every class state (for saving)."""
