@@ -199,8 +199,8 @@ def test_asax_coallocation_through_the_emulator_applies_the_quotas_it_chose(emul
                   expert_factory=lambda: [ConstantExpert("lend40", forty)])
     # one emulated core = one real CPU here (2 cpus offered on a machine of 2 or more)
     mr.backend.quotas = LocalNodeAgents(tmp_path, cpu_per_core=1.0)
-    mr.submit([Job("host", 2, 60.0, "test/host", command=_burn(14, 2)),
-               Job("guest", 2, 60.0, "test/guest", submit_time=0.5, command=_burn(10, 2))])
+    mr.submit([Job("host", 2, 60.0, "test/host", command=_burn(11, 2)),
+               Job("guest", 2, 60.0, "test/guest", submit_time=0.5, command=_burn(8, 2))])
     mr.start()
     try:
         wait_for(lambda: (mr.step(), {r.job_id: r.host_job for r in mr.backend.running()}
@@ -221,7 +221,7 @@ def test_asax_coallocation_through_the_emulator_applies_the_quotas_it_chose(emul
         assert {job_of_task(t["task_id"])[0] for t in tasks} >= {"host", "guest"}
         t0 = time.monotonic()
         h0, g0 = agent.actuator.usage_ns("host"), agent.actuator.usage_ns("guest")
-        while time.monotonic() - t0 < 5:
+        while time.monotonic() - t0 < 4:
             mr.step()
             time.sleep(0.25)
         wall = time.monotonic() - t0
