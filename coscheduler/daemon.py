@@ -112,6 +112,10 @@ class ControllerDaemon:
     # -- one pass -----------------------------------------------------------------------------
     def step(self) -> PassReport:
         report = self.controller.step()
+        # Optional backend hooks (Mesos: send the pass's ACCEPTs, give back held offers).
+        after = getattr(self.backend, "after_pass", None)
+        if after is not None:
+            after()
         st = self.stats
         st.passes += 1
         st.started += report.started
@@ -173,13 +177,22 @@ class ControllerDaemon:
                     break
                 if until is not None and until(self):
                     break
-                self.stop_event.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+                left = max(0.0, self.interval_s - (time.monotonic() - t0))
+                # An event-driven backend (Mesos offers) wakes the loop before the interval.
+                wait = getattr(self.backend, "wait_for_change", None)
+                if wait is not None and not self.stop_event.is_set():
+                    wait(left)
+                else:
+                    self.stop_event.wait(left)
         finally:
             self.shutdown()
         return self.stats
 
     def stop(self) -> None:
         self.stop_event.set()
+        wake = getattr(self.backend, "wake", None)
+        if wake is not None:
+            wake()
 
     def shutdown(self) -> dict:
         """Give quotas back and (unless told otherwise) hand held jobs to the batch system."""
@@ -198,6 +211,12 @@ class ControllerDaemon:
                 except Exception as exc:  # noqa: BLE001
                     self.log.error("releasing held jobs at exit: %s", exc)
         self.controller._save_dirty()
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001
+                self.log.error("closing the backend at exit: %s", exc)
         self.log.info("controller stopped after %d passes: quotas restored for %s; held jobs "
                       "handed to the batch system: %s", self.stats.passes,
                       done["quotas_restored"] or "none", done["released"] or "none")

@@ -136,7 +136,7 @@ class MesosSchedulerDriver:
         if principal is not None and secret is not None:
             headers.update(urllib3.make_headers(basic_auth=f"{principal}:{secret}"))
         self._headers = headers
-        self._http = urllib3.PoolManager(num_pools=4, maxsize=4, retries=False)
+        self._http = urllib3.PoolManager(num_pools=4, maxsize=10, retries=False)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -192,6 +192,7 @@ class MesosSchedulerDriver:
         if failover is None:
             failover = self._failover
         if not failover and self.connected and self.framework_id:
+            self._stop.set()     # the master ends the stream after TEARDOWN: not an error
             try:
                 self._post(msg.teardown(self.framework_id))
             except Exception as exc:  # noqa: BLE001 - stopping anyway
@@ -574,10 +575,14 @@ class MesosSchedulerDriver:
         return True
 
     def _ack(self, status: dict[str, Any]) -> None:
+        if self._stop.is_set():
+            return      # stopping (after TEARDOWN the master knows the framework no more)
         try:
             self.acknowledgeStatusUpdate(status)
         except MesosCallError as exc:
-            log.warning("acknowledging task %s failed: %s", status.get("task_id"), exc)
+            # (Stopping: a TEARDOWN sent meanwhile makes the master forget the framework.)
+            (log.debug if self._stop.is_set() else log.warning)(
+                "acknowledging task %s failed: %s", status.get("task_id"), exc)
 
     def _callback(self, name: str, *args: Any) -> None:
         fn = getattr(self.sched, name, None)

@@ -44,7 +44,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -60,6 +60,17 @@ from .quotas import NodeQuotas, wrap_command
 log = logging.getLogger("mesos_framework.framework")
 
 _SEP = "~"   # task id = job id ~ attempt ~ part; job ids never hold "~"
+
+
+class _NoOffers(BackendError):
+    """The held offers of an agent do not cover a task (the message says what is short)."""
+
+
+def _not_processed(exc: Exception) -> bool:
+    """Did a call fail before the master acted on it (5xx, no answer), as opposed to being
+    refused (4xx: the master looked at it and said no)?"""
+    status = getattr(exc, "status", None)
+    return status is None or status >= 500
 
 
 def task_id_for(job_id: str, attempt: int, part: int) -> str:
@@ -99,11 +110,16 @@ class FrameworkConfig:
     settle_s: float = 0.5
     lease_s: float = 20.0
     state_file: str | None = None
+    # A guest placed inside a host whose agent has no memory offer held waits this long for
+    # one (REVIVE is sent at once), then goes back to the queue.
+    guest_wait_s: float = 10.0
+    # Job feeds (the queue folder, Slurm) are read at most this often.
+    feed_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("failover_timeout_s", "hold_s", "hold_jitter", "refuse_s", "idle_refuse_s",
                      "accept_refuse_s", "mem_per_core_mb", "min_task_mem_mb", "overtime_factor",
-                     "settle_s", "lease_s"):
+                     "settle_s", "lease_s", "guest_wait_s", "feed_interval_s"):
             check_finite(getattr(self, name), f"mesos framework {name}", minimum=0.0)
         if not self.user or not self.name:
             raise InvalidInput("mesos framework: user and name must not be empty")
@@ -132,6 +148,11 @@ class _Run:
     guests: list[str] = field(default_factory=list)
     kill_reason: tuple[str, str] | None = None   # (outcome state, reason) once we killed it
     lease_renewed: float = 0.0
+    # A guest waiting for a memory offer on its host's agent: since when, and what each of
+    # its tasks needs (agent id, cores, cpus, mem) and runs (env, argv).
+    waiting_since: float | None = None
+    parts: list[tuple[str, int, float, float]] = field(default_factory=list)
+    launch: list[tuple[dict[str, str], list[str]]] = field(default_factory=list)
 
     def running_job(self) -> RunningJob:
         return RunningJob(self.job, self.allocation, self.start, self.quota, self.host,
@@ -176,8 +197,15 @@ class MesosBackend:
         self.problems: list[str] = []              # bad input seen (offers, statuses), last 200
         self.counters = {"offers": 0, "rescinded": 0, "declined": 0, "accepted": 0,
                          "launched_tasks": 0, "requeued": 0, "status_updates": 0}
-        self.gang_latency_s: list[float] = []      # last needed offer -> ACCEPTs sent
+        self.gang_latency_s: list[float] = []      # last needed offer -> ACCEPTs answered
+        self.gang_decision_s: list[float] = []     # last needed offer -> ACCEPTs issued
+        self._pool_x = None
         self.starts: list[tuple[float, str, str | None]] = []
+        self._last_revive = -math.inf
+        self.feeds: list[Any] = []                 # where jobs come from (feeds.py)
+        self._feeds_due = 0.0
+        self._told = 0                             # outcomes of history told to the feeds
+        self._teardown = False
         self._saved = self._load_state()
 
     # -- set-up ---------------------------------------------------------------------------
@@ -232,6 +260,12 @@ class MesosBackend:
         with self._lock:
             return sum(self._agent_cores.values())
 
+    def agent_cores(self) -> dict[str, int]:
+        """Agent id -> the most cores seen usable there."""
+        self.nodes()
+        with self._lock:
+            return dict(self._agent_cores)
+
     def queued(self) -> list[Job]:
         with self._lock:
             if not self._ready():
@@ -267,8 +301,10 @@ class MesosBackend:
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
               host_job: str | None = None) -> None:
         """Commit held offers to the job's tasks; the ACCEPTs go out at the end of the pass
-        (``flush``), one per agent with every task placed there in this pass."""
+        (``flush``), one per agent with every task placed there in this pass. A guest whose
+        host's agent has no memory offer held waits for one (``guest_wait_s``)."""
         q = self._check_quota(job.job_id, quota_fraction)
+        revive = False
         with self._lock:
             if job.job_id not in self._waiting:
                 raise BackendError(f"cannot start job {job.job_id}: it is not queued")
@@ -281,13 +317,22 @@ class MesosBackend:
                 if host is None or host.host is not None:
                     raise BackendError(f"cannot start job {job.job_id} as a guest: {host_job} is "
                                        "not a running host")
-            plan = self._plan(job, allocation, host)
+            parts = self._parts(job, allocation, host)
+            try:
+                plan = self._plan(job, parts)
+            except _NoOffers as exc:
+                if host is None:
+                    raise BackendError(str(exc)) from None
+                plan = None     # the guest waits for memory on its host's agent
+                why = str(exc)
             attempt = self._attempts.get(job.job_id, 0) + 1
             tasks: dict[str, _Task] = {}
-            envs: list[tuple[dict[str, str], list[str]]] = []
-            for k, (aid, cores, _, _) in enumerate(plan):
+            launch: list[tuple[dict[str, str], list[str]]] = []
+            for k, (aid, cores, _, _) in enumerate(parts):
                 hostname = self._agents.get(aid, "")
-                env = {"COSCHED_JOB_ID": job.job_id, "COSCHED_CORES": str(cores)}
+                # Each task is one part of the job, told which (as MPI ranks are).
+                env = {"COSCHED_JOB_ID": job.job_id, "COSCHED_CORES": str(cores),
+                       "COSCHED_PART": str(k), "COSCHED_PARTS": str(len(parts))}
                 argv = list(job.command)
                 if self.quotas is not None:
                     try:
@@ -300,33 +345,87 @@ class MesosBackend:
                     argv = wrap_command(job.command)
                 tid = task_id_for(job.job_id, attempt, k)
                 tasks[tid] = _Task(tid, aid, hostname, cores)
-                envs.append((env, argv))
-            # From here nothing can fail: cut the resources and queue the launches.
-            last_offer = 0.0
-            for k, ((aid, cores, offers, amounts), (env, argv)) in enumerate(zip(plan, envs)):
-                tid = task_id_for(job.job_id, attempt, k)
-                resources = carve(offers, amounts, self._taken)
-                batch = self._pending.setdefault(aid, {"offers": {}, "tasks": [], "jobs": []})
-                for h in offers:
-                    batch["offers"][h.offer_id] = h
-                    self._pool[h.offer_id] = remainder(h, self._taken[h.offer_id])
-                    last_offer = max(last_offer, h.received)
-                batch["tasks"].append(msg.command_task(
-                    tid, f"{job.job_id} part {k}", aid, resources, argv, env=env,
-                    labels={"cosched_job": job.job_id}))
-                if job.job_id not in batch["jobs"]:
-                    batch["jobs"].append(job.job_id)
-            self._last_offer[job.job_id] = last_offer
+                launch.append((env, argv))
+            # From here nothing can fail.
             self._attempts[job.job_id] = attempt
             del self._waiting[job.job_id]
-            run = _Run(job, allocation, self.now(), q, host_job, attempt, tasks)
+            run = _Run(job, allocation, self.now(), q, host_job, attempt, tasks,
+                       parts=parts, launch=launch)
             self._runs[job.job_id] = run
             if host is not None:
                 host.guests.append(job.job_id)
             self.starts.append((run.start, job.job_id, host_job))
-            self._save_state()
+            if plan is None:
+                run.waiting_since = self.now()
+                log.info("guest %s waits for memory on its host's agent (%s): REVIVE", job.job_id, why)
+                revive = True
+            else:
+                self._commit(run, plan)
+                self._save_state()
+        if revive:
+            self._revive(force=True)
         if q < 1.0:
             self.set_quota(job.job_id, q)
+
+    def _commit(self, run: _Run, plan) -> None:
+        """Cut the planned offers for each task of ``run`` and queue the launches (lock held)."""
+        job = run.job
+        last_offer = 0.0
+        for k, ((aid, _, offers, amounts), (env, argv)) in enumerate(zip(plan, run.launch)):
+            tid = task_id_for(job.job_id, run.attempt, k)
+            resources = carve(offers, amounts, self._taken)
+            batch = self._pending.setdefault(aid, {"offers": {}, "tasks": [], "jobs": []})
+            for h in offers:
+                batch["offers"][h.offer_id] = h
+                self._pool[h.offer_id] = remainder(h, self._taken[h.offer_id])
+                last_offer = max(last_offer, h.received)
+            labels = {"cosched_job": job.job_id, "cosched_walltime_s": f"{job.walltime_s:g}",
+                      "cosched_tasks_total": str(job.tasks), "cosched_job_class": job.job_class}
+            batch["tasks"].append(msg.command_task(
+                tid, f"{job.job_id} part {k}", aid, resources, argv, env=env,
+                user=job.user if job.user and job.user != self.config.user else None,
+                labels=labels))
+            if job.job_id not in batch["jobs"]:
+                batch["jobs"].append(job.job_id)
+        self._last_offer[job.job_id] = last_offer
+        if run.waiting_since is not None:
+            log.info("guest %s launched after waiting %.2f s for memory", job.job_id,
+                     self.now() - run.waiting_since)
+            run.waiting_since = None
+            run.start = self.now()
+
+    def _launch_waiting_guests(self) -> None:
+        """Guests waiting for memory on their host's agent: launched once an offer there
+        has it; back to the queue after ``guest_wait_s`` (or when their host ended)."""
+        now = self.now()
+        with self._lock:
+            for jid, run in list(self._runs.items()):
+                if run.waiting_since is None:
+                    continue
+                if run.host is None or run.host not in self._runs:
+                    self._give_back(jid, "its host ended before memory was offered on its agent")
+                    continue
+                try:
+                    plan = self._plan(run.job, run.parts)
+                except _NoOffers as exc:
+                    if now - run.waiting_since > self.config.guest_wait_s:
+                        self._give_back(jid, f"no memory offered on its host's agent within "
+                                             f"{self.config.guest_wait_s:g} s ({exc})")
+                    continue
+                self._commit(run, plan)
+                self._save_state()
+
+    def _give_back(self, job_id: str, reason: str) -> None:
+        """A job that never launched goes back to the queue (lock held); the ``requeued``
+        outcome closes the controller's decision."""
+        run = self._runs.get(job_id)
+        if run is None:
+            return
+        log.warning("job %s back to the queue: %s", job_id, reason)
+        end = self._remove_run(job_id)
+        self._finished.append(Outcome(job_id, run.start, end, "requeued", reason))
+        self.history.append(self._finished[-1])
+        self._waiting[job_id] = run.job
 
     def flush(self) -> None:
         """Send the ACCEPTs of this pass: one per agent, all its offers, all its tasks. A
@@ -338,26 +437,55 @@ class MesosBackend:
                     self._pool.pop(oid, None)   # Mesos declines whatever we left unused
         failed: list[tuple[list[str], str]] = []
         sent_jobs: set[str] = set()
-        for aid, batch in batches.items():
+        unanswered: list[HeldOffer] = []
+        if not batches:
+            return
+        issued = self.now()
+
+        def send(aid: str, batch: dict) -> Exception | None:
             try:
                 self._call(msg.accept(self._fid(), list(batch["offers"]), [msg.launch(batch["tasks"])],
                                       self.config.accept_refuse_s))
-                sent_jobs.update(batch["jobs"])
+                return None
             except Exception as exc:  # noqa: BLE001
-                failed.append((batch["jobs"], f"ACCEPT on agent {self._agents.get(aid) or aid} failed: {exc}"))
+                return exc
+
+        # A gang's ACCEPTs (one per agent) go out together, not one after the other: its
+        # latency is the slowest answer, not the sum of them.
+        items = list(batches.items())
+        if len(items) == 1:
+            results = [send(*items[0])]
+        else:
+            results = list(self._senders().map(lambda kv: send(*kv), items))
+        for (aid, batch), exc in zip(items, results):
+            if exc is None:
+                sent_jobs.update(batch["jobs"])
+                continue
+            failed.append((batch["jobs"], f"ACCEPT on agent {self._agents.get(aid) or aid} failed: {exc}"))
+            if _not_processed(exc):
+                unanswered += batch["offers"].values()
         now = self.now()
         with self._lock:
             bad = {j for jobs, _ in failed for j in jobs}
             for jobs, why in failed:
                 for jid in jobs:
                     self._abort_launch(jid, why)
+            self._repool(unanswered)
             self.counters["accepted"] += len(batches) - len(failed)
             for jid in sent_jobs - bad:
                 self.counters["launched_tasks"] += len(self._runs[jid].tasks) if jid in self._runs else 0
                 if jid in self._last_offer:
-                    self.gang_latency_s.append(max(0.0, now - self._last_offer.pop(jid)))
+                    last = self._last_offer.pop(jid)
+                    self.gang_latency_s.append(max(0.0, now - last))
+                    self.gang_decision_s.append(max(0.0, issued - last))
             for jid in bad:
                 self._last_offer.pop(jid, None)
+
+    def _senders(self):
+        if self._pool_x is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._pool_x = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mesos-accept")
+        return self._pool_x
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
         q = self._check_quota(job_id, quota_fraction)
@@ -393,43 +521,167 @@ class MesosBackend:
 
     # -- after each controller pass: offers held too long go back -----------------------------
     def after_pass(self) -> None:
+        """After each controller pass: feeds read, waiting guests launched, the ACCEPTs
+        sent, offers held too long declined."""
+        self._poll_feeds()
+        self._launch_waiting_guests()
         self.flush()
         now = self.now()
         with self._lock:
             if not self._ready():
                 return
-            idle = not self._waiting
+            idle = not self._waiting and not any(r.waiting_since is not None for r in self._runs.values())
             if idle:
                 give_back, refuse = list(self._pool), self.config.idle_refuse_s
             else:
                 give_back, refuse = expired(self._pool.values(), now), self.config.refuse_s
-            for oid in give_back:
-                self._pool.pop(oid, None)
+            declined = [self._pool.pop(oid) for oid in give_back if oid in self._pool]
             should_suppress = idle and not self._suppressed
             if should_suppress:
                 self._suppressed = True
-        if give_back:
-            self._decline(give_back, refuse)
+            # A REVIVE that failed (the master was unreachable) is sent again.
+            revive = not idle and self._suppressed
+        if declined:
+            self._decline(declined, refuse)
         if should_suppress:
-            self._safe_call(lambda fid: msg.suppress(fid, [self.config.role] if self.config.role else ()))
+            if not self._safe_call(lambda fid: msg.suppress(fid, [self.config.role] if self.config.role else ())):
+                with self._lock:
+                    self._suppressed = False
+        if revive:
+            self._revive()
 
     def idle(self) -> bool:
+        """Nothing queued or running (the feeds may still bring jobs)."""
         with self._lock:
             return not self._waiting and not self._runs
+
+    def drained(self) -> bool:
+        """Idle, and no feed has jobs still to bring (``cosched run --until-idle``)."""
+        if not self.idle():
+            return False
+        return not any(getattr(f, "pending", lambda: False)() for f in self.feeds)
 
     def held_offers(self) -> list[HeldOffer]:
         with self._lock:
             return list(self._pool.values())
 
-    def close(self, kill: bool = True) -> None:
-        """Kill what still runs (unless ``kill`` is False: a failover keeps the tasks)."""
+    def cancel(self, job_id: str, reason: str) -> bool:
+        """Withdraw a job (its submitter cancelled it): a queued one ends ``cancelled`` at
+        once, a running one once its tasks are killed. False if the job is not known here."""
+        with self._lock:
+            if job_id in self._waiting:
+                del self._waiting[job_id]
+                now = self.now()
+                self._record(Outcome(job_id, now, now, "cancelled", reason))
+                return True
+            run = self._runs.get(job_id)
+            if run is None:
+                return False
+            log.info("cancelling job %s: %s", job_id, reason)
+            self._kill_rest(run, ("cancelled", reason))
+            return True
+
+    def known(self, job_id: str) -> bool:
+        """Queued, running, or ended in this framework instance."""
+        with self._lock:
+            return job_id in self._waiting or job_id in self._runs or job_id in self._ended
+
+    def note_ended(self, job_id: str, state: str) -> None:
+        """A job that ended before this framework instance (its queue folder says so), so
+        that jobs depending on it may be submitted."""
+        with self._lock:
+            self._ended.setdefault(job_id, state)
+
+    # -- what the controller daemon (coscheduler/daemon.py) calls --------------------------------
+    # An offer-based backend sees only what it is offered: a job larger than that waits.
+    controller_options = {"give_up_unplaceable": False}
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block until the driver brought something (offers, updates) or ``timeout``."""
+        self.changed.wait(timeout)
+        self.changed.clear()
+
+    def wake(self) -> None:
+        self.changed.set()
+
+    def restore_quotas(self) -> list[str]:
+        """Every job's full CPU quota back (the controller stops)."""
+        with self._lock:
+            runs = [(jid, r) for jid, r in self._runs.items() if r.quota < 1.0]
+        done = []
+        for jid, r in runs:
+            try:
+                self.set_quota(jid, 1.0)
+                done.append(jid)
+            except BackendError as exc:
+                log.warning("giving %s its full quota back: %s", jid, exc)
+        return done
+
+    def release_held(self) -> list[str]:
+        """The controller stops for good: kill every task and tear the framework down at
+        ``close`` (nothing runs on without a controller). Returns the jobs killed."""
+        with self._lock:
+            self._teardown = True
+            tasks = [(jid, t.task_id, t.agent_id) for jid, r in self._runs.items()
+                     if r.waiting_since is None for t in r.tasks.values()
+                     if t.state not in msg.TERMINAL_STATES]
+        for _, tid, aid in tasks:
+            self._safe_call(lambda fid, tid=tid, aid=aid: msg.kill(fid, tid, aid))
+        return sorted({jid for jid, _, _ in tasks})
+
+    def close(self, kill: bool | None = None) -> None:
+        """End this framework instance: with ``kill`` (or after ``release_held``) its tasks
+        are killed and the framework torn down; otherwise both are left to a next instance
+        (failover within ``failover_timeout_s``, with ``state_file``)."""
         if kill:
+            self.release_held()
+        if self._teardown:
             with self._lock:
-                tasks = [(t.task_id, t.agent_id) for r in self._runs.values() for t in r.tasks.values()]
-            for tid, aid in tasks:
-                self._safe_call(lambda fid, tid=tid, aid=aid: msg.kill(fid, tid, aid))
+                self._saved["framework_id"] = None   # a torn-down framework id is never reused
+                self._save_state()
+        driver = self.driver
+        if driver is not None and hasattr(driver, "stop"):
+            try:
+                driver.stop(failover=not self._teardown)
+            except Exception as exc:  # noqa: BLE001 - closing anyway
+                log.warning("stopping the driver: %s", exc)
+        for feed in self.feeds:
+            try:
+                feed.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("closing job feed %s: %s", feed, exc)
         if self.quotas is not None:
             self.quotas.close()
+        if self._pool_x is not None:
+            self._pool_x.shutdown(wait=False)
+
+    # -- job feeds (feeds.py) --------------------------------------------------------------------
+    def add_feed(self, feed: Any) -> None:
+        self.feeds.append(feed)
+        self._feeds_due = 0.0
+
+    def _poll_feeds(self) -> None:
+        """Tell the feeds the outcomes since last time, then (at most every
+        ``feed_interval_s``) let them submit or cancel jobs. A feed's error is logged."""
+        if not self.feeds:
+            return
+        with self._lock:
+            news, self._told = self.history[self._told:], len(self.history)
+        for o in news:
+            for feed in self.feeds:
+                try:
+                    feed.ended(o)
+                except Exception:  # noqa: BLE001 - a feed must not stop the framework
+                    log.exception("job feed %s: recording the end of %s failed", feed, o.job_id)
+        now = self._clock()
+        if now < self._feeds_due:
+            return
+        self._feeds_due = now + self.config.feed_interval_s
+        for feed in self.feeds:
+            try:
+                feed.poll(self)
+            except Exception:  # noqa: BLE001
+                log.exception("job feed %s failed", feed)
 
     # -- pymesos-style Scheduler callbacks (driver thread) -----------------------------------
     def registered(self, driver, framework_id, master_info) -> None:
@@ -461,7 +713,7 @@ class MesosBackend:
 
     def resourceOffers(self, driver, offers) -> None:
         now = self.now()
-        useless: list[str] = []
+        useless: list[HeldOffer] = []
         with self._lock:
             for raw in offers:
                 try:
@@ -476,11 +728,12 @@ class MesosBackend:
                     self._add_agent(v.agent_id, v.hostname)
                 elif v.hostname:
                     self._agents[v.agent_id] = v.hostname
+                held = HeldOffer(v, now, hold_deadline(now, self.config.hold_s,
+                                                       self.config.hold_jitter, self._rng))
                 if v.cpus < 1.0 - 1e-6 and v.mem <= 0:
-                    useless.append(v.offer_id)
+                    useless.append(held)
                     continue
-                self._pool[v.offer_id] = HeldOffer(v, now, hold_deadline(
-                    now, self.config.hold_s, self.config.hold_jitter, self._rng))
+                self._pool[v.offer_id] = held
         if useless:
             self._decline(useless, self.config.refuse_s)
         self.changed.set()
@@ -601,6 +854,9 @@ class MesosBackend:
     def _kill_rest(self, run: _Run, why: tuple[str, str]) -> None:
         if run.kill_reason is None:
             run.kill_reason = why
+        if run.waiting_since is not None:   # nothing launched yet: it ends here
+            self._end(run.job.job_id, *run.kill_reason)
+            return
         for t in run.tasks.values():
             if t.state not in msg.TERMINAL_STATES:
                 tid, aid = t.task_id, t.agent_id
@@ -643,29 +899,39 @@ class MesosBackend:
         self.history.append(o)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _plan(self, job: Job, allocation: Allocation, host: _Run | None):
-        """Per part: (agent id, cores, offers to accept, resources to take)."""
-        plan = []
-        taken: set[str] = set()
+    def _parts(self, job: Job, allocation: Allocation, host: _Run | None
+               ) -> list[tuple[str, int, float, float]]:
+        """Per task: (agent id, cores, cpus to take, mem to take). A guest takes no cpus:
+        it runs on its host's cores."""
+        parts = []
         for node, cores in allocation.cores_by_node:
             aid = self._agent_of.get(node)
             if aid is None:
                 raise BackendError(f"cannot start job {job.job_id}: unknown node {node!r}")
-            mem = max(self.config.min_task_mem_mb,
-                      (job.mem_mb * cores / job.cores) if job.mem_mb else self.config.mem_per_core_mb * cores)
-            cpus = 0.0 if host is not None else float(cores)
             if host is not None and not any(t.agent_id == aid for t in host.tasks.values()):
                 raise BackendError(f"cannot start job {job.job_id} inside {host.job.job_id}: the host "
                                    f"has no task on agent {node}")
+            # Job.mem_mb is per node the job spans.
+            mem = max(self.config.min_task_mem_mb,
+                      float(job.mem_mb) if job.mem_mb else self.config.mem_per_core_mb * cores)
+            parts.append((aid, cores, 0.0 if host is not None else float(cores), mem))
+        return parts
+
+    def _plan(self, job: Job, parts: list[tuple[str, int, float, float]]):
+        """Per part: (agent id, cores, offers to accept, resources to take); _NoOffers when
+        the held offers of an agent lack what its part needs."""
+        plan = []
+        taken: set[str] = set()
+        for aid, cores, cpus, mem in parts:
             held = [h for h in self._pool.values() if h.agent_id == aid and h.offer_id not in taken
                     and (h.view.cpus > 1e-6 or h.view.mem > 1e-6)]
             offers = pick_offers(held, cpus, mem)
             if offers is None:
                 have_c = sum(h.view.cpus for h in held)
                 have_m = sum(h.view.mem for h in held)
-                raise BackendError(f"cannot start job {job.job_id}: the offers held on agent {node} "
-                                   f"have {have_c:g} cpus and {have_m:g} MB, the task needs "
-                                   f"{cpus:g} cpus and {mem:g} MB")
+                raise _NoOffers(f"cannot start job {job.job_id}: the offers held on agent "
+                                f"{self._node_of.get(aid, aid)} have {have_c:g} cpus and {have_m:g} MB, "
+                                f"the task needs {cpus:g} cpus and {mem:g} MB")
             taken.update(h.offer_id for h in offers)
             plan.append((aid, cores, offers, {"cpus": cpus, "mem": mem}))
         return plan
@@ -713,7 +979,7 @@ class MesosBackend:
         now = self.now()
         limit = 1.0 + self.config.overtime_factor
         with self._lock:
-            for run in self._runs.values():
+            for run in list(self._runs.values()):
                 if run.kill_reason is None and now - run.start > run.job.walltime_s * limit:
                     log.warning("job %s passed %g x its walltime: killing it", run.job.job_id, limit)
                     self._kill_rest(run, ("timeout", f"killed at {limit:g} x its walltime"))
@@ -761,21 +1027,51 @@ class MesosBackend:
             log.warning("call failed: %s", exc)
             return False
 
-    def _decline(self, offer_ids: list[str], refuse_s: float) -> None:
-        if self._safe_call(lambda fid: msg.decline(fid, offer_ids, refuse_s)):
-            with self._lock:
-                self.counters["declined"] += len(offer_ids)
-
-    def _revive(self) -> None:
+    def _decline(self, offers: list[HeldOffer], refuse_s: float) -> None:
+        """DECLINE with a refuse filter. If the master did not take the call (5xx, no
+        answer), the offers are still outstanding there: they are held again and declined
+        on a later pass (else they would stay offered to nobody)."""
+        ids = [h.offer_id for h in offers]
+        try:
+            self._call(msg.decline(self._fid(), ids, refuse_s))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("DECLINE of %d offer(s) failed: %s", len(ids), exc)
+            if _not_processed(exc):
+                with self._lock:
+                    self._repool(offers)
+            return
         with self._lock:
-            if not self._suppressed:
+            self.counters["declined"] += len(ids)
+
+    def _repool(self, offers: Iterable[HeldOffer]) -> None:
+        """Offers whose ACCEPT or DECLINE the master never processed: held again (lock held),
+        unless the subscription they came with has ended."""
+        if self._subscribed_at is None:
+            return
+        now = self.now()
+        for h in offers:
+            self._pool.setdefault(h.offer_id, replace(h, hold_until=min(h.hold_until, now + 1.0)))
+
+    def _revive(self, force: bool = False) -> None:
+        """REVIVE after a SUPPRESS; ``force``: also to clear the refuse filters (at most
+        once a second), so that declined resources are offered again at once. A REVIVE the
+        master did not get leaves the framework marked suppressed: ``after_pass`` retries."""
+        with self._lock:
+            now = self._clock()
+            was = self._suppressed
+            if not was and not (force and now - self._last_revive >= 1.0):
                 return
             self._suppressed = False
-        self._safe_call(lambda fid: msg.revive(fid, [self.config.role] if self.config.role else ()))
+            self._last_revive = now
+        if not self._safe_call(lambda fid: msg.revive(fid, [self.config.role] if self.config.role else ())):
+            with self._lock:
+                self._suppressed = was or self._suppressed
+                self._last_revive = -math.inf
 
     def _reconcile(self) -> None:
         with self._lock:
-            known = [(t.task_id, t.agent_id) for r in self._runs.values() for t in r.tasks.values()]
+            known = [(t.task_id, t.agent_id) for r in self._runs.values() if r.waiting_since is None
+                     for t in r.tasks.values()]
             known += [(tid, aid) for tid, aid in self._saved.get("tasks", {}).items()
                       if tid not in {k for k, _ in known}]
         # Explicit for what we launched, then implicit (every task the master knows).
@@ -813,12 +1109,13 @@ class MesosBackend:
         path = self.config.state_file
         if not path:
             return
+        launched = {jid: r for jid, r in self._runs.items() if r.waiting_since is None}
         data = {"framework_id": self._saved.get("framework_id"),
-                "tasks": {t.task_id: t.agent_id for r in self._runs.values() for t in r.tasks.values()},
+                "tasks": {t.task_id: t.agent_id for r in launched.values() for t in r.tasks.values()},
                 "runs": {jid: {"attempt": r.attempt, "start_wall": time.time() - (self.now() - r.start),
                                "host": r.host, "quota": r.quota,
                                "tasks": {t.task_id: [t.agent_id, t.hostname, t.cores] for t in r.tasks.values()}}
-                         for jid, r in self._runs.items()}}
+                         for jid, r in launched.items()}}
         self._saved["tasks"] = data["tasks"]
         self._saved["runs"] = data["runs"]
         tmp = f"{path}.tmp-{os.getpid()}"

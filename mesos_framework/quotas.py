@@ -27,8 +27,11 @@ from typing import Any, Callable, Mapping, Protocol
 from coscheduler.model import InvalidInput, Job
 
 # Runs as /bin/sh -c SCRIPT cosched-task CMD...: enter the job's cgroups, then become the job.
-ENTER_SCRIPT = ('for p in $COSCHED_CGROUP_PROCS; do echo $$ > "$p" || exit 97; done; '
-                'exec "$@"')
+# As root a failure to enter is fatal (exit 97: the job would run unthrottled). A task run as
+# its submitter's own user (CommandInfo.user) may not write root's cgroups: it goes on, and
+# the node agent moves it in once it knows the task's pid (TASK_RUNNING's executor_pid).
+ENTER_SCRIPT = ('for p in $COSCHED_CGROUP_PROCS; do echo $$ 2>/dev/null > "$p" || '
+                '[ "$(id -u)" != 0 ] || exit 97; done; exec "$@"')
 
 
 class NodeQuotas(Protocol):

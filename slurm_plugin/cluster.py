@@ -208,6 +208,7 @@ class ClusterState:
     controller_port: int
     node_ports: dict[str, int]
     daemons: list[Daemon] = field(default_factory=list)
+    mesos_partition: str | None = None   # jobs there run on Mesos (docs/mesos.md)
     created: float = 0.0
     stopped: float | None = None
     version: int = STATE_VERSION
@@ -353,7 +354,7 @@ def _tail(path: str | Path, n: int = 5) -> str:
 def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
        name: str | None = None, partition: str = "cosched", default_partition: str = "batch",
        oversubscribe: int = 4, agent_interval_s: float = 0.5, real_cpus: float | None = None,
-       install: bool = True, timeout_s: float = 60.0,
+       install: bool = True, timeout_s: float = 60.0, mesos_partition: str | None = None,
        say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> ClusterState:
     """Start a cluster in ``directory`` (see the module docstring). If one already runs
     there, its state is returned unchanged."""
@@ -411,15 +412,17 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
         run_dir=str(paths["run"]), jobcomp_file=str(paths["log"] / "jobcomp.txt"),
         munge_socket=str(paths["munge"] / "munge.socket"), partition=partition,
         default_partition=default_partition, oversubscribe=oversubscribe,
-        cgroup_plugin="cgroup/v1" if Path("/sys/fs/cgroup/cpu").is_dir() else "autodetect")
+        cgroup_plugin="cgroup/v1" if Path("/sys/fs/cgroup/cpu").is_dir() else "autodetect",
+        mesos_partition=mesos_partition)
     conf = d / "slurm.conf"
     conf.write_text(render_slurm_conf(config))
     (d / "cgroup.conf").write_text(render_cgroup_conf(config))
-    (d / "job_submit.lua").write_text(render_job_submit(partition, (0,)))
+    (d / "job_submit.lua").write_text(render_job_submit(partition, (0,), mesos_partition=mesos_partition))
 
     state = ClusterState(
         dir=str(d), name=cname, slurm_conf=str(conf), nodes=node_names, cpus=cpus,
-        partition=partition, default_partition=default_partition, agents={}, agent_tokens={},
+        partition=partition, default_partition=default_partition, mesos_partition=mesos_partition,
+        agents={}, agent_tokens={},
         agent_cgroup_root=agent_root, progress_dir=str(paths["progress"]),
         usage_dir=str(paths["usage"]), jobs_dir=str(paths["jobs"]), cpu_per_core=cpu_per_core,
         controller_port=ports[0], node_ports=dict(zip(node_names, ports[1:])), created=time.time())

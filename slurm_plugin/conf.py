@@ -105,6 +105,11 @@ class ClusterConfig:
     slurmd_timeout_s: int = 30
     min_job_age_s: int = 600
     extra: tuple[str, ...] = field(default_factory=tuple)
+    # A partition whose jobs run on Mesos (docs/mesos.md): FUTURE nodes that no slurmd
+    # serves, so Slurm never runs its jobs; None: no such partition.
+    mesos_partition: str | None = None
+    mesos_nodes: int = 4
+    mesos_cpus: int = 4
 
     def __post_init__(self) -> None:
         if not isinstance(self.cluster_name, str) or not _SLURM_NAME.match(self.cluster_name):
@@ -116,6 +121,15 @@ class ClusterConfig:
                 raise InvalidInput(f"{what} {v!r} is not a valid partition name")
         if self.partition == self.default_partition:
             raise InvalidInput("the co-scheduling partition must differ from the default one")
+        if self.mesos_partition is not None and (
+                not isinstance(self.mesos_partition, str) or not _NODE_NAME.match(self.mesos_partition)
+                or self.mesos_partition in (self.partition, self.default_partition)):
+            raise InvalidInput(f"Mesos partition {self.mesos_partition!r} must be a valid partition "
+                               "name, different from the others")
+        for what in ("mesos_nodes", "mesos_cpus"):
+            v = getattr(self, what)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:
+                raise InvalidInput(f"{what} must be an integer in 1..4096, got {v!r}")
         if not self.nodes:
             raise InvalidInput("a cluster needs at least one node")
         names = [n.name for n in self.nodes]
@@ -199,6 +213,13 @@ def render_slurm_conf(c: ClusterConfig) -> str:
                  "MaxTime=INFINITE State=UP")
     lines.append(f"PartitionName={c.partition} Nodes={nodes} OverSubscribe=YES:{c.oversubscribe} "
                  "MaxTime=INFINITE State=UP")
+    if c.mesos_partition is not None:
+        # Stand-ins for the Mesos agents: FUTURE nodes have no slurmd; Slurm holds the
+        # partition's jobs (the submit hook marks them) and the Mesos framework runs them.
+        m = f"{c.cluster_name}m[1-{c.mesos_nodes}]" if c.mesos_nodes > 1 else f"{c.cluster_name}m1"
+        lines.append(f"NodeName={m} NodeHostname=localhost CPUs={c.mesos_cpus} RealMemory=1000 "
+                     "State=FUTURE")
+        lines.append(f"PartitionName={c.mesos_partition} Nodes={m} MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
 
 
@@ -216,10 +237,16 @@ def render_cgroup_conf(c: ClusterConfig) -> str:
 
 
 def render_job_submit(partition: str = "cosched", admin_uids: tuple[int, ...] = (0,),
-                      template: str | None = None) -> str:
-    """job_submit.lua with the site's partition name and admin uids filled in."""
+                      template: str | None = None, mesos_partition: str | None = None) -> str:
+    """job_submit.lua with the site's partition names and admin uids filled in
+    (``mesos_partition``: jobs there run on Mesos, docs/mesos.md; None: no such partition)."""
     if not isinstance(partition, str) or not _NODE_NAME.match(partition):
         raise InvalidInput(f"partition {partition!r} is not a valid partition name")
+    if mesos_partition is not None and (not isinstance(mesos_partition, str)
+                                        or not _NODE_NAME.match(mesos_partition)
+                                        or mesos_partition == partition):
+        raise InvalidInput(f"Mesos partition {mesos_partition!r} is not a valid partition name "
+                           f"different from {partition!r}")
     uids = sorted({int(u) for u in admin_uids})
     if not uids or any(u < 0 for u in uids):
         raise InvalidInput(f"admin uids must be integers >= 0, got {admin_uids!r}")
@@ -230,6 +257,11 @@ def render_job_submit(partition: str = "cosched", admin_uids: tuple[int, ...] = 
     out, n2 = re.subn(r"(?m)^local ADMIN_UIDS = \{.*\}$", f"local ADMIN_UIDS = {{ {table} }}", out)
     if n1 != 1 or n2 != 1:
         raise InvalidInput("job_submit.lua template lacks its COSCHED_PARTITION/ADMIN_UIDS lines")
+    if mesos_partition is not None:
+        out, n3 = re.subn(r'(?m)^local MESOS_PARTITION = ".*"$',
+                          f'local MESOS_PARTITION = "{mesos_partition}"', out)
+        if n3 != 1:
+            raise InvalidInput("job_submit.lua template lacks its MESOS_PARTITION line")
     return out
 
 

@@ -20,10 +20,17 @@ On modification, a non-admin may not release or hold a co-scheduled job (the con
 does), change its metadata, or move a job into or out of the partition: a job opts in at
 submission, by its owner, and nobody can opt another user's job in.
 
-Site settings: `cosched slurm up` fills in these two lines; a site edits them by hand.
+Jobs for Mesos (docs/mesos.md, "From Slurm"): a job submitted to the Mesos partition
+(MESOS_PARTITION; empty: none) is checked the same way, held for good (Slurm never runs
+it), and marked in its AdminComment ("cosched:v=1;run=mesos;state=queued"), which users
+cannot write. The coscheduler Mesos framework (`cosched run --backend mesos --from-slurm`)
+runs it as Mesos tasks and records how it went in the AdminComment.
+
+Site settings: `cosched slurm up` fills in these lines; a site edits them by hand.
 Tested against Slurm 22.05 (Lua 5.1); written for Lua 5.1-5.4.
 --]]
 local COSCHED_PARTITION = "cosched"
+local MESOS_PARTITION = ""
 local ADMIN_UIDS = { [0] = true }
 
 local NO_VAL = 4294967294
@@ -41,13 +48,14 @@ local function reject(msg)
    return slurm.ERROR
 end
 
--- Is the job (by its partition list) in the co-scheduling partition: "only", "mixed" or nil.
-local function cosched_membership(partition, part_list)
+-- Is the job (by its partition list) in partition `ours`: "only", "mixed" or nil.
+local function membership_in(ours, partition, part_list)
+   if ours == nil or ours == "" then return nil end
    if partition == nil then
       -- No -p: the default partition, if it is ours.
       if part_list ~= nil then
          for name, part in pairs(part_list) do
-            if part.flag_default == 1 and (part.name == COSCHED_PARTITION or name == COSCHED_PARTITION) then
+            if part.flag_default == 1 and (part.name == ours or name == ours) then
                return "only"
             end
          end
@@ -56,11 +64,24 @@ local function cosched_membership(partition, part_list)
    end
    local found, others = false, false
    for p in string.gmatch(partition, "[^,]+") do
-      if p == COSCHED_PARTITION then found = true else others = true end
+      if p == ours then found = true else others = true end
    end
    if found and others then return "mixed" end
    if found then return "only" end
    return nil
+end
+
+local function cosched_membership(partition, part_list)
+   return membership_in(COSCHED_PARTITION, partition, part_list)
+end
+
+local function mesos_membership(partition, part_list)
+   return membership_in(MESOS_PARTITION, partition, part_list)
+end
+
+-- In either of our partitions (co-scheduling or Mesos)?
+local function ours(partition, part_list)
+   return cosched_membership(partition, part_list) ~= nil or mesos_membership(partition, part_list) ~= nil
 end
 
 local function valid_name(v, maxlen)
@@ -125,6 +146,13 @@ end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
    local member = cosched_membership(job_desc.partition, part_list)
+   local where = COSCHED_PARTITION
+   local mesos = mesos_membership(job_desc.partition, part_list)
+   if member ~= nil and mesos ~= nil then
+      return reject("partitions " .. COSCHED_PARTITION .. " and " .. MESOS_PARTITION ..
+         " cannot be combined: submit to one of them")
+   end
+   if mesos ~= nil then member, where = mesos, MESOS_PARTITION end
    if member == nil then
       if has_prefix(job_desc.comment) then
          return reject("co-scheduling metadata is only read in partition " .. COSCHED_PARTITION ..
@@ -133,11 +161,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       return slurm.SUCCESS
    end
    if member == "mixed" then
-      return reject("partition " .. COSCHED_PARTITION .. " cannot be combined with other partitions (got " ..
-         job_desc.partition .. "): submit to -p " .. COSCHED_PARTITION .. " alone")
+      return reject("partition " .. where .. " cannot be combined with other partitions (got " ..
+         job_desc.partition .. "): submit to -p " .. where .. " alone")
    end
    if job_desc.time_limit == nil or job_desc.time_limit == NO_VAL or job_desc.time_limit == INFINITE then
-      return reject("jobs in partition " .. COSCHED_PARTITION ..
+      return reject("jobs in partition " .. where ..
          " need a time limit (--time): co-scheduling measures a host's slowdown against it")
    end
    if job_desc.array_inx ~= nil and job_desc.array_inx ~= "" then
@@ -148,8 +176,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       if problem ~= nil then return reject(problem) end
    end
    job_desc.priority = 0   -- held: the coscheduler controller releases it
-   job_desc.shared = 1     -- --oversubscribe: guests may share a host's cores
    job_desc.requeue = 0    -- one run per job id: its outcome is what ASA_X learns from
+   if mesos ~= nil then
+      -- Held for good: the Mesos framework runs it and records its end here.
+      job_desc.admin_comment = "cosched:v=1;run=mesos;state=queued"
+      slurm.log_info("cosched: job from uid %u held for the coscheduler Mesos framework", submit_uid)
+      return slurm.SUCCESS
+   end
+   job_desc.shared = 1     -- --oversubscribe: guests may share a host's cores
    slurm.log_info("cosched: job from uid %u held for the coscheduler controller", submit_uid)
    return slurm.SUCCESS
 end
@@ -158,11 +192,12 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
    if ADMIN_UIDS[modify_uid] then
       return slurm.SUCCESS   -- the controller (and operators) manage co-scheduled jobs
    end
-   local was_in = job_rec ~= nil and cosched_membership(job_rec.partition, nil) ~= nil
-   local goes_in = job_desc.partition ~= nil and cosched_membership(job_desc.partition, nil) ~= nil
+   local was_in = job_rec ~= nil and ours(job_rec.partition, nil)
+   local goes_in = job_desc.partition ~= nil and ours(job_desc.partition, nil)
    if goes_in and not was_in then
       return reject("a job opts in to co-scheduling when it is submitted (sbatch -p " ..
-         COSCHED_PARTITION .. "), not later")
+         COSCHED_PARTITION .. (MESOS_PARTITION ~= "" and (" or -p " .. MESOS_PARTITION) or "") ..
+         "), not later")
    end
    if has_prefix(job_desc.comment) and not was_in then
       return reject("co-scheduling metadata is only read in partition " .. COSCHED_PARTITION)

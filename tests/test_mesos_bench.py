@@ -1,10 +1,12 @@
-"""`cosched bench mesos`: the scripted run goes end to end over real HTTP (offers streamed,
-pooled and declined; gangs launched with their ACCEPTs) and prints the documented shape."""
+"""`cosched bench mesos`: the offer and gang runs go through the real driver and the emulated
+master (its own process), the scripted run through a streaming script; the documented
+shape is printed (docs/cli-json.md)."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from coscheduler.bench.mesos import bench_scripted
@@ -17,10 +19,20 @@ def test_scripted_bench_handles_every_offer_and_launches_every_gang():
     assert r["gangs"] == 5 and r["gang_accept_median_ms"] >= 0
 
 
-def test_cli_json_shape():
-    out = CliRunner().invoke(main, ["bench", "mesos", "--offers", "200", "--gangs", "3",
-                                    "--seconds", "3", "--json"])
+@pytest.mark.mesos
+@pytest.mark.root
+def test_cli_json_shape_through_the_emulated_master():
+    out = CliRunner().invoke(main, ["bench", "mesos", "--agents", "8", "--seconds", "1", "--gangs", "4",
+                                    "--offers", "200", "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
-    assert set(data) >= {"offers_per_s", "gang_accept_median_ms", "master", "emulator", "scripted"}
+    assert set(data) >= {"offers_per_s", "gang_accept_median_ms", "master", "offer_run", "gang_run",
+                         "scripted", "load_average"}
+    assert data["master"] == "emulator"
     assert isinstance(data["offers_per_s"], float) and isinstance(data["gang_accept_median_ms"], float)
+    off, gang = data["offer_run"], data["gang_run"]
+    # every offer received was answered (a DECLINE), and the handled ones are counted once
+    assert off["offers_handled"] > 8 and off["offers_handled"] <= off["offers_received"] + 8
+    assert off["framework_cpu_s"] > 0 and off["offers_per_framework_cpu_s"] > 0
+    assert gang["gangs"] == 4 and gang["completed"] == 4
+    assert 0 <= gang["gang_decide_median_ms"] <= gang["gang_accept_median_ms"]

@@ -3,13 +3,12 @@ as its own process on a free port, over real HTTP, with real task processes.
 
 Written against the emulator's documented command line only (the issue's
 `cosched mesos emulate --agents N --cpus C --mem MB --listen ADDR`); the emulator and the
-driver share no code. Until testbed/mesos is on this branch these tests cannot run and say
-so (they become required once it is merged).
+driver share no code. The faults put in through the emulator's admin API are in
+test_mesos_faults.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -24,9 +23,7 @@ from coscheduler.model import Job
 from mesos_framework.framework import FrameworkConfig
 from mesos_framework.run import MesosRun
 
-pytestmark = [pytest.mark.mesos, pytest.mark.skipif(
-    importlib.util.find_spec("testbed.mesos") is None,
-    reason="the emulated master (testbed/mesos) is not on this branch yet")]
+pytestmark = [pytest.mark.mesos]
 
 
 def _free_port() -> int:
@@ -190,3 +187,40 @@ def test_static_co_allocation_applies_real_cpu_quotas(emulator, tmp_path):
     h_cpu = sorted(s[2] for s in samples)[len(samples) // 2]
     g_cpu = sorted(s[3] for s in samples)[len(samples) // 2]
     assert 0.5 < h_cpu / max(g_cpu, 1e-6) < 2.0
+
+
+@pytest.mark.root
+@pytest.mark.live
+def test_done_when_scaled_down_cosched_run_runs_the_four_workflows_with_gangs_and_coallocations(tmp_path):
+    """The issue's done-when on a smaller cluster: `cosched mesos emulate` in one process,
+    `cosched run --backend mesos --policy asax --workload small` in another, until idle;
+    every stage completes, the 4-core stages run as 2-agent gangs, and `cosched decisions
+    list` shows ASA_X's co-allocation decisions."""
+    import json
+    from mesos_emu_proc import EmulatorProcess
+
+    emu = EmulatorProcess(agents=2, cpus=2, mem=2048)
+    db = tmp_path / "state.db"
+    try:
+        # --overtime: on a loaded machine a stage may take many times its walltime; this
+        # test is about the run, not about walltimes (losses still count them).
+        p = subprocess.run([sys.executable, "-m", "coscheduler.cli", "run", "--backend", "mesos",
+                            "--master", emu.url, "--policy", "asax", "--db", str(db),
+                            "--workload", "small", "--workload-scale", "0.002", "--overtime", "30",
+                            "--interval", "0.5", "--until-idle"],
+                           capture_output=True, text=True, timeout=400)
+    finally:
+        emu.stop()
+    assert p.returncode == 0, p.stderr[-3000:]
+    done = [json.loads(f.read_text()) for f in (tmp_path / "state.mesos-queue" / "done").glob("*.json")]
+    states = {d["job"]["job_id"]: d["outcome"]["state"] for d in done}
+    assert len(states) == 12 and set(states.values()) == {"completed"}, states
+    gangs = [line for line in p.stderr.splitlines() if " started " in line and " on " in line
+             and line.split(" on ", 1)[1].count(":") >= 2 and "(" in line]
+    assert gangs, "no stage ran as a gang over two agents"
+    out = subprocess.run([sys.executable, "-m", "coscheduler.cli", "decisions", "list", "--db", str(db),
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    decisions = json.loads(out.stdout)["decisions"]
+    assert decisions and all(d["host_job"] and d["guest_job"] for d in decisions)
+    assert any(d["action_fraction"] > 0 for d in decisions), decisions

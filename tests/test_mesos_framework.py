@@ -346,3 +346,67 @@ def test_jobs_placed_on_one_agent_in_one_pass_share_one_accept():
     assert [t["resources"][0]["scalar"]["value"] for t in infos] == [2.0, 2.0]
     assert [t["resources"][1]["scalar"]["value"] for t in infos] == [64.0, 64.0]
     assert b.held_offers() == []
+
+
+def _host_with_all_offers_used(config=None):
+    """A 4-core host runs on A1 and the framework holds no offer there any more."""
+    b, d, ctl, clock = make(config or FrameworkConfig(settle_s=0.0, hold_s=10.0, hold_jitter=0.0,
+                                                      guest_wait_s=5.0), policy="static")
+    b.submit(job("host", cores=4, walltime=100.0))
+    b.resourceOffers(d, [offer("O1", "A1", 4, mem=128)])
+    step(b, ctl)
+    host_task = d.of("ACCEPT")[0]["accept"]["operations"][0]["launch"]["task_infos"][0]
+    b.statusUpdate(d, status(host_task["task_id"]["value"], "TASK_RUNNING", "A1"))
+    assert b.held_offers() == []
+    d.calls.clear()
+    return b, d, ctl, clock
+
+
+def test_guest_without_memory_offered_waits_revives_and_launches_when_it_comes():
+    b, d, ctl, clock = _host_with_all_offers_used()
+    clock.t += 1
+    b.submit(job("guest", cores=2, walltime=50.0))
+    step(b, ctl)
+    run = {rj.job_id: rj for rj in b.running()}
+    assert run["guest"].host_job == "host"            # placed: the controller's decision stands
+    assert d.of("ACCEPT") == [] and len(_wait_calls(d, "REVIVE", 1)) == 1
+    clock.t += 0.5
+    b.resourceOffers(d, [offer("O2", "A1", 0, mem=1024)])   # the master offers A1's memory again
+    step(b, ctl)
+    accepts = d.of("ACCEPT")
+    assert len(accepts) == 1 and accepts[0]["accept"]["offer_ids"] == [{"value": "O2"}]
+    gt = accepts[0]["accept"]["operations"][0]["launch"]["task_infos"][0]
+    assert gt["agent_id"]["value"] == "A1" and [r["name"] for r in gt["resources"]] == ["mem"]
+    assert b.drain_finished() == []
+
+
+def test_guest_that_never_gets_memory_goes_back_to_the_queue_not_lost():
+    b, d, ctl, clock = _host_with_all_offers_used()
+    b.submit(job("guest", cores=2, walltime=50.0))
+    step(b, ctl)
+    assert "guest" in {rj.job_id for rj in b.running()}
+    clock.t += 6                                      # guest_wait_s is 5
+    b.after_pass()
+    out = b.drain_finished()
+    assert [(o.job_id, o.state) for o in out] == [("guest", "requeued")]
+    assert "no memory offered" in out[0].reason
+    assert [j.job_id for j in b.queued()] == ["guest"] and d.of("ACCEPT") == []
+    assert {rj.job_id for rj in b.running()} == {"host"}
+    assert b.running()[0].guest_jobs == ()
+
+
+def test_waiting_guest_follows_its_host_and_can_be_cancelled():
+    b, d, ctl, clock = _host_with_all_offers_used()
+    b.submit(job("g1", cores=1, walltime=50.0))
+    step(b, ctl)
+    assert b.cancel("g1", "scancel by its owner")
+    assert [(o.job_id, o.state) for o in b.drain_finished()] == [("g1", "cancelled")]
+    assert d.of("KILL") == []                         # nothing was launched: nothing to kill
+    b.submit(job("g2", cores=1, walltime=50.0))
+    step(b, ctl)
+    host_tid = next(t for r in [b._runs["host"]] for t in r.tasks)
+    b.statusUpdate(d, status(host_tid, "TASK_FINISHED", "A1"))
+    b.after_pass()
+    out = {o.job_id: o.state for o in b.drain_finished()}
+    assert out == {"host": "completed", "g2": "requeued"}
+    assert [j.job_id for j in b.queued()] == ["g2"]

@@ -338,3 +338,22 @@ def test_a_cgroup_quota_slows_cpu_bound_work(tmp_path):
     # ...so it takes at least its CPU time over the quota, and longer than without it.
     assert limited["elapsed_s"] > 0.8 * limited["cpu_s"] / quota, (free, limited)
     assert limited["elapsed_s"] > 1.5 * min(r["elapsed_s"] for r in free), (free, limited)
+
+
+def test_parts_of_a_stage_split_its_tasks_and_together_run_each_once(tmp_path):
+    """A job that spans several agents (Mesos: one task per part, $COSCHED_PART/PARTS) runs
+    each task of the stage in exactly one part."""
+    from testbed.workloads.stage import parse_part, part_tasks
+
+    assert parse_part(None, {}) is None and parse_part(None, {"COSCHED_PARTS": "1", "COSCHED_PART": "0"}) is None
+    assert parse_part(None, {"COSCHED_PART": "1", "COSCHED_PARTS": "3"}) == (1, 3)
+    assert parse_part("0/2", {}) == (0, 2)
+    for bad in ("2/2", "x/2", "1", "-1/2"):
+        with pytest.raises(InvalidInput):
+            parse_part(bad, {})
+    assert sorted(part_tasks(7, (0, 2)) + part_tasks(7, (1, 2))) == list(range(7))
+    reps = [stage_mod.run_stage("blast", "blastall", workers=1, scale=0.002, tasks=5, part=(k, 2),
+                      workdir=tmp_path, progress_file=tmp_path / f"p{k}.json") for k in range(2)]
+    assert [r.tasks for r in reps] == [3, 2]
+    import json
+    assert json.loads((tmp_path / "p1.json").read_text())["done"] == 2

@@ -3,10 +3,13 @@
     cosched run --backend slurm [--slurm-dir D | --slurm-conf F --agents FILE]
                 [--partition P] [--policy space-sharing|static|asax] [--queue-policy Q]
                 [--db PATH] [--interval S] [--lease S] [--keep-held]
+    cosched run --backend mesos --master URL [--policy P] [--queue DIR] [--workload small]
+                [--queue-file F] [--from-slurm] [--quotas local|remote|none] [--until-idle] ...
 
 Logs each start, co-allocation and ASA_X decision on stderr. SIGTERM/SIGINT: every quota
 it applied is given back and the jobs it still holds are handed to the batch system
-(``--keep-held`` leaves them held, for a quick restart). A restart resumes from ``--db``.
+(``--keep-held`` leaves them held, for a quick restart; on Mesos: the framework fails over
+instead of being torn down, its tasks run on). A restart resumes from ``--db``.
 Backends come from ``coscheduler/backends/registry.py``.
 """
 
@@ -55,10 +58,60 @@ from ._common import db_option, resolve_db
 @click.option("--keep-held", is_flag=True,
               help="On exit, leave queued jobs held for the next controller.")
 @click.option("--max-passes", type=int, default=None, help="Stop after N passes (tests).")
+@click.option("--until-idle", is_flag=True,
+              help="Stop once nothing is queued or running and no more jobs are coming "
+                   "(Mesos: the queue folder is empty).")
+@click.option("--master", default=None,
+              help="Mesos: any master, http://HOST:PORT (307 redirects to the leader are followed).")
+@click.option("--role", default=None, help="Mesos: the role to subscribe with.")
+@click.option("--principal", default=None, help="Mesos: FrameworkInfo.principal.")
+@click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Mesos: the principal's secret (first line), sent as HTTP Basic "
+                   "authentication (masters that require framework authentication).")
+@click.option("--framework-user", "mesos_user", default="root", show_default=True,
+              help="Mesos: FrameworkInfo.user, the Unix user tasks run as (a job's own user, "
+                   "when it has one, goes in its CommandInfo).")
+@click.option("--failover-timeout", type=float, default=7 * 86400.0, show_default=True,
+              help="Mesos: seconds the master keeps the tasks after this framework disconnects.")
+@click.option("--mesos-state-file", type=click.Path(dir_okay=False), default=None,
+              help="Mesos: framework id and launched tasks, for failover [beside --db].")
+@click.option("--hold", type=float, default=5.0, show_default=True,
+              help="Mesos: seconds an offer is held for a gang before it is declined.")
+@click.option("--refuse", type=float, default=2.0, show_default=True,
+              help="Mesos: refuse_seconds of the filter on offers declined after holding.")
+@click.option("--overtime", type=float, default=1.0, show_default=True,
+              help="Mesos: a job still running at (1 + this) x its walltime is killed (outcome "
+                   "timeout); its walltime stays what ASA_X measures losses against.")
+@click.option("--quotas", type=click.Choice(["local", "remote", "none"]), default="local",
+              show_default=True,
+              help="Mesos: who applies CPU quotas: local (an in-process node agent per Mesos agent, "
+                   "for agents on this machine, e.g. the emulator; root), remote (cosched agent on "
+                   "each agent host, --node-agent), none (space sharing only).")
+@click.option("--node-agent", multiple=True, metavar="HOST=URL",
+              help="Mesos: the node agent of a Mesos agent host (repeat per host).")
+@click.option("--token-file", default=None, help="Mesos: token of the remote node agents.")
+@click.option("--cpu-per-core", type=float, default=None,
+              help="Mesos, local quotas: real CPUs per offered core [machine CPUs / offered cores].")
+@click.option("--queue", "mesos_queue", type=click.Path(file_okay=False), default=None,
+              help="Mesos: the job queue folder [$COSCHED_MESOS_QUEUE, else beside --db].")
+@click.option("--queue-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Mesos: put these jobs (JSON list or JSON lines) in the queue at start.")
+@click.option("--workload", type=click.Choice(["small"]), default=None,
+              help="Mesos: put one workflow of each kind (as cosched demo) in the queue at start.")
+@click.option("--workload-scale", type=float, default=None,
+              help="Mesos: work per task of --workload [0.02, as cosched demo].")
+@click.option("--from-slurm", is_flag=True,
+              help="Mesos: also run the jobs the Slurm submit hook marked for Mesos "
+                   "(--slurm-dir or --slurm-conf; docs/mesos.md).")
+@click.option("--mesos-partition", default=None,
+              help="Mesos, --from-slurm: the Slurm partition whose jobs run on Mesos [mesos].")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, policy,
-        static_fraction, queue_policy, inspector, db, interval, lease_s, keep_held, max_passes, log_level):
+        static_fraction, queue_policy, inspector, db, interval, lease_s, keep_held, max_passes,
+        until_idle, master, role, principal, secret_file, mesos_user, failover_timeout, mesos_state_file, hold,
+        refuse, overtime, quotas, node_agent, token_file, cpu_per_core, mesos_queue, queue_file, workload,
+        workload_scale, from_slurm, mesos_partition, log_level):
     """Run the controller against a real batch system until SIGTERM."""
     logging.basicConfig(level=log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -84,20 +137,28 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
             order = order_by(inspector_for(inspector))
         except InvalidInput as exc:
             raise click.BadParameter(str(exc), param_hint="--inspector") from None
-    if backend_name == "slurm" and slurm_dir is None and slurm_conf is None:
+    if backend_name == "mesos" and not master:
+        raise click.BadParameter("the Mesos backend needs the master's URL", param_hint="--master")
+    if backend_name != "mesos" and (master or workload or queue_file or from_slurm):
+        raise click.BadParameter("--master, --workload, --queue-file and --from-slurm are "
+                                 "options of --backend mesos")
+    if (backend_name == "slurm" or from_slurm) and slurm_dir is None and slurm_conf is None:
         from slurm_plugin.cluster import default_dir
 
         slurm_dir = default_dir()
     db_path = resolve_db(db)
     options = {"slurm_dir": str(slurm_dir) if slurm_dir else None, "slurm_conf": slurm_conf,
                "agents": agents, "slurm_source": slurm_source, "partition": partition,
-               "lease_s": lease_s, "db": str(db_path)}
-    try:
-        backend = make_backend(backend_name, options)
-    except (InvalidInput, OSError) as exc:
-        raise click.ClickException(f"cannot connect to {backend_name}: {exc}") from None
-    except Exception as exc:  # BackendError and friends: Slurm not reachable
-        raise click.ClickException(f"cannot connect to {backend_name}: {exc}") from None
+               "lease_s": lease_s, "db": str(db_path), "policy": policy, "master": master,
+               "role": role, "principal": principal, "secret_file": secret_file,
+               "mesos_user": mesos_user,
+               "failover_timeout": failover_timeout, "mesos_state_file": mesos_state_file,
+               "hold": hold, "refuse": refuse, "overtime": overtime, "quotas": quotas, "node_agent": node_agent,
+               "token_file": token_file, "cpu_per_core": cpu_per_core, "mesos_queue": mesos_queue,
+               "queue_file": queue_file, "workload": workload, "workload_scale": workload_scale,
+               "from_slurm": from_slurm,
+               "mesos_partition": mesos_partition}
+    # The database first: a second controller stops before it touches the batch system.
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
         store = SqliteStore(db_path, create=True)
@@ -109,12 +170,29 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
         store.close()
         raise click.ClickException(str(exc)) from None
     try:
+        backend = make_backend(backend_name, options)
+    except Exception as exc:  # InvalidInput, OSError, BackendError: not reachable, bad options
+        store.close()
+        raise click.ClickException(f"cannot connect to {backend_name}: {exc}") from None
+    until = None
+    if until_idle:
+        drained = getattr(backend, "drained", None)
+        if drained is None:
+            store.close()
+            raise click.BadParameter(f"the {backend_name} backend cannot tell when it is idle",
+                                     param_hint="--until-idle")
+        until = lambda d: drained()  # noqa: E731
+    try:
+        from ..controller import ControllerConfig
+
+        config = ControllerConfig(**getattr(backend, "controller_options", {}))
         daemon = ControllerDaemon(backend, store, policy, interval_s=interval, queue_order=order,
-                                  static_fraction=static_fraction, release_on_exit=not keep_held)
+                                  static_fraction=static_fraction, release_on_exit=not keep_held,
+                                  config=config)
         signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
         signal.signal(signal.SIGINT, lambda *_: daemon.stop())
         click.echo(f"cosched run: {policy} on {backend_name}, state in {db_path}", err=True)
-        stats = daemon.run(max_passes=max_passes)
+        stats = daemon.run(max_passes=max_passes, until=until)
         click.echo(f"cosched run: stopped after {stats.passes} passes ({stats.started} started, "
                    f"{stats.coallocated} co-allocated, {stats.finished} finished, "
                    f"{stats.errors} errors)", err=True)

@@ -61,15 +61,19 @@ def slurm() -> None:
 @click.option("--partition", default="cosched", show_default=True, help="Co-scheduling partition.")
 @click.option("--oversubscribe", type=int, default=4, show_default=True,
               help="Jobs that may share one core (OverSubscribe=YES:N).")
+@click.option("--mesos-partition", default=None,
+              help="Also a partition whose jobs run on Mesos (held by the submit hook for "
+                   "`cosched run --backend mesos --from-slurm`; docs/mesos.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the cluster as JSON.")
-def up_cmd(nodes, cpus, directory, name, partition, oversubscribe, as_json):
+def up_cmd(nodes, cpus, directory, name, partition, oversubscribe, mesos_partition, as_json):
     """Install Slurm and munge if missing, start munged, slurmctld, N slurmd and a node
     agent per node; wait until the nodes are idle."""
     from slurm_plugin.cluster import ClusterError, up
 
     try:
         state = up(directory, nodes=nodes, cpus=cpus, name=name, partition=partition,
-                   oversubscribe=oversubscribe, say=lambda m: click.echo(m, err=True))
+                   oversubscribe=oversubscribe, mesos_partition=mesos_partition,
+                   say=lambda m: click.echo(m, err=True))
     except (ClusterError, InvalidInput) as exc:
         raise click.ClickException(str(exc)) from None
     s = state.summary()
@@ -77,7 +81,8 @@ def up_cmd(nodes, cpus, directory, name, partition, oversubscribe, as_json):
         echo_json(s)
         return
     click.echo(f"Slurm cluster {s['cluster']} runs: nodes {', '.join(s['nodes'])}, "
-               f"partition {s['partition']} (co-scheduling)")
+               f"partition {s['partition']} (co-scheduling)"
+               + (f", partition {mesos_partition} (run on Mesos)" if mesos_partition else ""))
     click.echo(f"  export SLURM_CONF={s['slurm_conf']}")
     for node, url in s["agents"].items():
         click.echo(f"  node agent {node}: {url}")

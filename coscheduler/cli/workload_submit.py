@@ -2,11 +2,15 @@
 
     cosched workload submit montage|blast|stats|statistics|synthetic --cores C [--scale S]
         [--cosched] [--dir D | --slurm-conf F --progress-dir P --usage-dir U] [--json]
+    cosched workload submit WORKFLOW --cores C --mesos [--queue DIR] [--node-cores N]
+        [--core-speed X] [--json]
 
 With ``--cosched`` the stages go to the co-scheduling partition with their metadata
 (class, stage type, tasks, workflow, stage, walltime) in ``--comment``; without it, to the
 default partition as plain Slurm jobs. ``--json`` prints
-``{"workflow", "cosched", "partition", "jobs": [{"stage", "name", "slurm_job_id"}]}``.
+``{"workflow", "cosched", "partition", "jobs": [{"stage", "name", "slurm_job_id"}]}``;
+with ``--mesos``: ``{"workflow", "mesos": true, "queue", "jobs": [{"stage", "name", "cores",
+"nodes"}]}``.
 """
 
 from __future__ import annotations
@@ -43,10 +47,24 @@ ALIASES = {"stats": "statistics"}
 @click.option("--time-factor", type=float, default=1.0, show_default=True,
               help="Slurm's --time = this x the stage's walltime (whole minutes); the walltime "
                    "itself goes in the metadata.")
+@click.option("--mesos", is_flag=True,
+              help="Put the stages in the Mesos framework's queue folder instead of Slurm "
+                   "(cosched run --backend mesos runs them).")
+@click.option("--queue", "queue_dir", type=click.Path(file_okay=False), default=None,
+              help="Mesos: the queue folder [$COSCHED_MESOS_QUEUE, else beside the state database].")
+@click.option("--node-cores", type=int, default=None,
+              help="Mesos: cores per agent a stage may take (wider stages are gangs) [one agent].")
+@click.option("--core-speed", type=float, default=1.0, show_default=True,
+              help="Mesos: what one offered core is worth in real cores (stages shrink their CPU work).")
 @click.option("--json", "as_json", is_flag=True, help="Print the submitted jobs as JSON.")
 def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, partition,
-               progress_dir, usage_dir, workdir, time_factor, as_json):
-    """Submit WORKFLOW to Slurm, one job per stage, each after the previous one."""
+               progress_dir, usage_dir, workdir, time_factor, mesos, queue_dir, node_cores,
+               core_speed, as_json):
+    """Submit WORKFLOW to Slurm, one job per stage, each after the previous one (or, with
+    --mesos, to the Mesos framework's queue)."""
+    if mesos:
+        _submit_mesos(workflow, cores, scale, tag, queue_dir, workdir, node_cores, core_speed, as_json)
+        return
     from slurm_plugin.cluster import ClusterError, default_dir, load_state
     from slurm_plugin.commands import SlurmCommandError, SlurmCommands
     from slurm_plugin.submit import SubmitOptions, submit_jobs
@@ -95,3 +113,32 @@ def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, part
     for s in subs:
         click.echo(f"{s.slurm_job_id:>8}  {s.name}")
     click.echo(f"submitted {len(subs)} stage jobs of {tag}" + (" (co-scheduled)" if cosched else ""))
+
+
+def _submit_mesos(workflow, cores, scale, tag, queue_dir, workdir, node_cores, core_speed, as_json):
+    from mesos_framework.queue import JobQueue, default_queue_dir
+    from testbed.workloads import workflow_jobs
+
+    from ..store import default_db_path
+
+    name = ALIASES.get(workflow, workflow)
+    tag = tag or f"{name}-{time.strftime('%H%M%S')}"
+    root = Path(queue_dir) if queue_dir else default_queue_dir(default_db_path())
+    try:
+        jobs = workflow_jobs(name, cores, scale, id_prefix=tag,
+                             workdir=workdir or str(root / "work" / tag),
+                             node_cores=node_cores, core_speed=core_speed)
+        JobQueue(root).submit(jobs)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write to the queue {root}: {exc}") from None
+    out = {"workflow": tag, "mesos": True, "queue": str(root),
+           "jobs": [{"stage": j.job_id.rsplit(".", 1)[-1], "name": j.job_id, "cores": j.cores,
+                     "nodes": j.nodes} for j in jobs]}
+    if as_json:
+        echo_json(out)
+        return
+    for j in jobs:
+        click.echo(f"{j.job_id}  ({j.cores} cores on {j.nodes} agent(s))")
+    click.echo(f"queued {len(jobs)} stage jobs of {tag} for Mesos in {root}")

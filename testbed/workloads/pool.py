@@ -15,7 +15,7 @@ import os
 import queue
 import signal
 import traceback
-from typing import Callable
+from typing import Callable, Sequence
 
 from .tasks import Runner
 
@@ -67,14 +67,17 @@ def _worker_main(runner: Runner, worker: int, parent: int, tasks: mp.Queue, resu
         runner.close()
 
 
-def run_group(runner: Runner, tasks: int, workers: int, on_done: Callable[[int], None]) -> None:
-    """Run tasks 0..tasks-1 with ``workers`` processes; ``on_done(task)`` after each one."""
+def run_group(runner: Runner, tasks: int | Sequence[int], workers: int,
+              on_done: Callable[[int], None]) -> None:
+    """Run tasks 0..tasks-1 (or the given task indices: one part of a job of several
+    parts) with ``workers`` processes; ``on_done(task)`` after each one."""
+    tasks = list(range(tasks)) if isinstance(tasks, int) else list(tasks)
     runner.prepare()
     try:
         if workers <= 1:
             runner.setup(0)
             try:
-                for t in range(tasks):
+                for t in tasks:
                     runner.run(t)
                     on_done(t)
             finally:
@@ -85,11 +88,11 @@ def run_group(runner: Runner, tasks: int, workers: int, on_done: Callable[[int],
         runner.finish()
 
 
-def _run_forked(runner: Runner, tasks: int, workers: int, on_done: Callable[[int], None]) -> None:
+def _run_forked(runner: Runner, tasks: list[int], workers: int, on_done: Callable[[int], None]) -> None:
     ctx = mp.get_context("fork")
     task_q: mp.Queue = ctx.Queue()
     result_q: mp.Queue = ctx.Queue()
-    for t in range(tasks):
+    for t in tasks:
         task_q.put(t)
     procs = [ctx.Process(target=_worker_main, args=(runner, w, os.getpid(), task_q, result_q),
                          name=f"worker-{w}", daemon=True) for w in range(workers)]
@@ -97,7 +100,7 @@ def _run_forked(runner: Runner, tasks: int, workers: int, on_done: Callable[[int
         p.start()
     try:
         done = 0
-        while done < tasks:
+        while done < len(tasks):
             try:
                 kind, task, detail = result_q.get(timeout=1.0)
             except queue.Empty:

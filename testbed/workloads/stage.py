@@ -1,7 +1,7 @@
 """The stage program: runs one workflow stage's tasks for real and reports progress.
 
     python -m testbed.workloads.stage --workflow montage --stage mProject \\
-        --tasks 198 --workers 8 --scale 0.05 [--workdir D] [--report]
+        --tasks 198 --workers 8 --scale 0.05 [--workdir D] [--part K/N] [--report]
 
 Runs the stage's task groups in order, each over ``--workers`` processes, and after every
 finished task writes ``{"done", "total"}`` with coscheduler.progress.write_progress (to
@@ -72,17 +72,42 @@ def _max_rss_mb() -> float:
     return max(own, kids) / 1024.0
 
 
+def part_tasks(count: int, part: tuple[int, int] | None) -> list[int]:
+    """The task indices of one part of a job of several parts (round robin), or all."""
+    if part is None:
+        return list(range(count))
+    k, n = part
+    return list(range(k, count, n))
+
+
+def parse_part(value: str | None, env: dict | None = None) -> tuple[int, int] | None:
+    """``K/N`` (``--part``), else $COSCHED_PART and $COSCHED_PARTS (what the Mesos framework
+    gives each task of a job that spans several agents); None for a job of one part."""
+    env = os.environ if env is None else env
+    if value is None and env.get("COSCHED_PARTS"):
+        value = f"{env.get('COSCHED_PART', '')}/{env['COSCHED_PARTS']}"
+    if value is None:
+        return None
+    k, sep, n = value.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 0 <= int(k) < int(n):
+        raise InvalidInput(f"part {value!r}: give K/N with 0 <= K < N")
+    return None if int(n) == 1 else (int(k), int(n))
+
+
 def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: int | None = None,
               workdir: str | os.PathLike | None = None,
               progress_file: str | os.PathLike | None = None,
-              core_speed: float = 1.0) -> StageReport:
-    """Run one stage for real (see the module docstring). Raises InvalidInput, TaskFailed."""
+              core_speed: float = 1.0, part: tuple[int, int] | None = None) -> StageReport:
+    """Run one stage for real (see the module docstring). Raises InvalidInput, TaskFailed.
+    With ``part`` (K, N) only every N-th task from the K-th runs: one part of a job that
+    spans several nodes, each part on its own node with its own workers."""
     wf = get_workflow(workflow)
     spec = wf.stage(stage)
     workers = check_cores(workers)
     scale = check_scale(scale)
     counts = split_tasks(spec.groups, tasks)
-    total = sum(counts)
+    mine = [part_tasks(n, part) for n in counts]
+    total = sum(len(m) for m in mine)
 
     private = workdir is None
     if private:
@@ -106,9 +131,11 @@ def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: i
     cpu0 = _cpu_seconds()
     try:
         write_progress(0, total, progress_file)
-        for group, n in zip(spec.groups, counts):
-            runner = make_runner(group, ctx, n, min(workers, n))
-            run_group(runner, n, min(workers, n), report)
+        for group, n, indices in zip(spec.groups, counts, mine):
+            if not indices:
+                continue
+            runner = make_runner(group, ctx, n, min(workers, len(indices)))
+            run_group(runner, indices, min(workers, len(indices)), report)
     finally:
         remove_tree(scratch)
     return StageReport(wf.name, spec.name, total, workers, scale,
@@ -137,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--core-speed", type=float, default=1.0,
                    help="what one core is worth in reference cores, in (0, 1] (emulated nodes): "
                         "CPU work shrinks by it so the stage keeps its profile (default 1)")
+    p.add_argument("--part", default=None, metavar="K/N",
+                   help="run part K of N of the stage's tasks (default: $COSCHED_PART/"
+                        "$COSCHED_PARTS when set, as the Mesos framework sets them for a job "
+                        "that spans several agents; else all)")
     p.add_argument("--report", action="store_true", help="print a JSON line with measurements")
     return p
 
@@ -148,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     if workers is None:
         workers = 1
     try:
+        part = parse_part(args.part)
+        cores = os.environ.get("COSCHED_CORES", "")
+        if part is not None and cores.isdigit() and int(cores) >= 1:
+            workers = min(workers, int(cores))   # this part's own cores
         spec = get_workflow(args.workflow).stage(args.stage)
         if workers_for(spec, check_cores(workers)) != workers:
             print(f"stage: {args.workflow}/{args.stage} is sequential: running 1 worker, "
@@ -155,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             workers = 1
         rep = run_stage(args.workflow, args.stage, workers=workers, scale=args.scale,
                         tasks=args.tasks, workdir=args.workdir, progress_file=args.progress_file,
-                        core_speed=args.core_speed)
+                        core_speed=args.core_speed, part=part)
     except InvalidInput as e:
         print(f"stage: {e}", file=sys.stderr)
         return 2

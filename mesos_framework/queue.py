@@ -1,0 +1,240 @@
+"""The Mesos framework's job queue on disk: a spool folder that any program can submit to.
+
+Mesos has no queue of its own (it offers resources; the framework decides what to run), so
+jobs for ``cosched run --backend mesos`` wait in a folder:
+
+    QUEUE/new/<seq>-<job id>.json      submitted, not yet read by the framework
+    QUEUE/active/<seq>-<job id>.json   read: queued or running in the framework
+    QUEUE/done/<job id>.json           ended: the job and its final outcome
+    QUEUE/rejected/<name>              unusable, with <name>.error saying why
+
+Each file holds one job object (the fields of ``docs/mesos.md``: ``job_id``, ``cores``,
+``walltime_s``, ``job_class``, ``command`` as a list of strings, optionally ``nodes``,
+``mem_mb``, ``depends_on``, ...). Writers create a file under a dot name and rename it
+into ``new/`` (``submit``), so a reader never sees half a file. ``<seq>`` (nanoseconds)
+keeps the submission order: a stage is read after the stages it depends on.
+
+A restarted framework takes back what is in ``active/`` (``JobQueue.recover``): jobs that
+still ran are adopted through the framework's failover state, the others run again. A job
+whose outcome is ``requeued`` stays active (it will run again); every other outcome moves it
+to ``done/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from coscheduler.model import InvalidInput, Job, Outcome, validate_job_id
+
+log = logging.getLogger("mesos_framework.queue")
+
+JOB_FIELDS = frozenset({"job_id", "cores", "walltime_s", "job_class", "submit_time", "stage_type",
+                        "tasks", "nodes", "workflow", "depends_on", "mem_mb", "user", "command"})
+QUEUE_ENV = "COSCHED_MESOS_QUEUE"
+MAX_FILE_BYTES = 1 << 20
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    return {"job_id": job.job_id, "cores": job.cores, "nodes": job.nodes,
+            "walltime_s": job.walltime_s, "job_class": job.job_class,
+            "submit_time": job.submit_time, "stage_type": job.stage_type.value,
+            "tasks": job.tasks, "workflow": job.workflow, "depends_on": list(job.depends_on),
+            "mem_mb": job.mem_mb, "user": job.user, "command": list(job.command)}
+
+
+def job_from_dict(item: Any, where: str) -> Job:
+    """A Job from its JSON object; InvalidInput naming ``where`` and the field otherwise."""
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"{where} is not a JSON object")
+    unknown = sorted(set(item) - JOB_FIELDS)
+    if unknown:
+        raise InvalidInput(f"{where}: unknown field(s) {unknown}; known: {sorted(JOB_FIELDS)}")
+    cmd = item.get("command")
+    if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
+        raise InvalidInput(f"{where}: command must be a non-empty list of strings")
+    deps = item.get("depends_on") or []
+    if not isinstance(deps, list):
+        raise InvalidInput(f"{where}: depends_on must be a list of job ids")
+    fields = {k: v for k, v in item.items() if v is not None or k in ("job_id", "cores")}
+    try:
+        return Job(**{**fields, "command": tuple(cmd), "depends_on": tuple(deps)})
+    except TypeError as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+
+
+def read_queue_file(path: str | os.PathLike) -> list[Job]:
+    """Jobs from a JSON file: a list of job objects, or one object per line (JSON lines)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InvalidInput(f"queue file {path}: {exc.strerror or exc}") from None
+    try:
+        items = json.loads(text) if text.lstrip().startswith("[") else \
+            [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as exc:
+        raise InvalidInput(f"queue file {path}: not JSON ({exc})") from None
+    return [job_from_dict(item, f"queue file {path}: job {i + 1}") for i, item in enumerate(items)]
+
+
+def default_queue_dir(db: Path | None = None) -> Path:
+    """$COSCHED_MESOS_QUEUE, else beside the state database (``state.db`` ->
+    ``state.mesos-queue``)."""
+    env = os.environ.get(QUEUE_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    if db is None:
+        from coscheduler.store import default_db_path
+        db = default_db_path()
+    return Path(db).expanduser().with_suffix(".mesos-queue")
+
+
+@dataclass(frozen=True)
+class Taken:
+    job: Job
+    name: str      # file name under active/
+
+
+class JobQueue:
+    """See the module docstring. One reader (the framework); any number of writers."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.new, self.active = self.root / "new", self.root / "active"
+        self.done, self.rejected = self.root / "done", self.root / "rejected"
+        self._names: dict[str, str] = {}     # job id -> its file name under active/
+
+    def ensure(self) -> "JobQueue":
+        for d in (self.new, self.active, self.done, self.rejected):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+    # -- writers ------------------------------------------------------------------------------
+    def submit(self, jobs: Iterable[Job]) -> list[Path]:
+        """Put jobs in ``new/`` in order (each file appears whole, by rename)."""
+        self.ensure()
+        out = []
+        for job in jobs:
+            name = f"{time.time_ns():020d}-{job.job_id}.json"
+            tmp = self.new / f".{name}.tmp-{os.getpid()}"
+            tmp.write_text(json.dumps(job_to_dict(job)))
+            os.replace(tmp, self.new / name)
+            out.append(self.new / name)
+        return out
+
+    # -- the reader -----------------------------------------------------------------------------
+    def take(self) -> list[Job]:
+        """Jobs that arrived in ``new/`` since the last call, oldest first, moved to
+        ``active/``. Unusable files go to ``rejected/`` with the reason (logged)."""
+        try:
+            names = sorted(n for n in os.listdir(self.new) if n.endswith(".json") and not n.startswith("."))
+        except FileNotFoundError:
+            return []
+        return [t.job for t in (self._take_one(n) for n in names) if t is not None]
+
+    def recover(self) -> list[Job]:
+        """After a restart: the jobs left in ``active/`` (oldest first)."""
+        try:
+            names = sorted(n for n in os.listdir(self.active) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        out = []
+        for n in names:
+            try:
+                job = self._read(self.active / n)
+            except InvalidInput as exc:
+                self._reject(self.active / n, str(exc))
+                continue
+            self._names[job.job_id] = n
+            out.append(job)
+        return out
+
+    def finish(self, outcome: Outcome) -> None:
+        """A job ended for good: ``active/`` -> ``done/<job id>.json`` with its outcome."""
+        if outcome.state == "requeued":
+            return
+        name = self._names.pop(outcome.job_id, None)
+        if name is None:
+            return
+        src = self.active / name
+        try:
+            data = json.loads(src.read_text())
+        except (OSError, ValueError):
+            data = {"job_id": outcome.job_id}
+        record = {"job": data, "outcome": {"state": outcome.state, "reason": outcome.reason,
+                                           "start": outcome.start_time, "end": outcome.end_time,
+                                           "finished_at": time.time()}}
+        try:
+            self.done.mkdir(parents=True, exist_ok=True)
+            tmp = self.done / f".{outcome.job_id}.tmp-{os.getpid()}"
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, self.done / f"{outcome.job_id}.json")
+            src.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("job queue %s: recording the end of %s failed: %s", self.root, outcome.job_id, exc)
+
+    def forget(self, job_id: str, reason: str) -> None:
+        """A job the framework refused (say, a duplicate id): out of ``active/``, rejected."""
+        name = self._names.pop(job_id, None)
+        if name is not None:
+            self._reject(self.active / name, reason)
+
+    def _take_one(self, name: str) -> Taken | None:
+        src = self.new / name
+        try:
+            job = self._read(src)
+        except FileNotFoundError:
+            return None
+        except InvalidInput as exc:
+            self._reject(src, str(exc))
+            return None
+        if job.job_id in self._names:
+            self._reject(src, f"job id {job.job_id} is already queued or running")
+            return None
+        try:
+            self.active.mkdir(parents=True, exist_ok=True)
+            os.replace(src, self.active / name)
+        except OSError as exc:
+            log.error("job queue %s: cannot take %s: %s", self.root, name, exc)
+            return None
+        self._names[job.job_id] = name
+        return Taken(job, name)
+
+    def _read(self, path: Path) -> Job:
+        st = path.stat()
+        if st.st_size > MAX_FILE_BYTES:
+            raise InvalidInput(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+        try:
+            item = json.loads(path.read_text())
+        except ValueError as exc:
+            raise InvalidInput(f"{path}: not JSON ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{path}: not UTF-8 text ({exc})") from None
+        return job_from_dict(item, str(path))
+
+    def _reject(self, src: Path, reason: str) -> None:
+        log.error("job queue: %s", reason)
+        try:
+            self.rejected.mkdir(parents=True, exist_ok=True)
+            os.replace(src, self.rejected / src.name)
+            (self.rejected / (src.name + ".error")).write_text(reason + "\n")
+        except OSError as exc:
+            log.error("job queue %s: cannot set %s aside: %s", self.root, src.name, exc)
+
+
+def check_queue_dir(path: str | os.PathLike) -> Path:
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise InvalidInput(f"job queue {p} is not a folder")
+    return p
+
+
+__all__ = ["JOB_FIELDS", "JobQueue", "QUEUE_ENV", "check_queue_dir", "default_queue_dir",
+           "job_from_dict", "job_to_dict", "read_queue_file", "validate_job_id"]

@@ -1,0 +1,60 @@
+"""The Mesos framework's queue folder (mesos_framework/queue.py) and its feed: what any
+program may write, what a restarted framework takes back, what is refused and why."""
+
+from __future__ import annotations
+
+import json
+
+from coscheduler.model import Job, Outcome
+from mesos_framework.feeds import QueueFeed
+from mesos_framework.framework import FrameworkConfig, MesosBackend
+from mesos_framework.queue import JobQueue, read_queue_file
+
+
+def _job(jid, deps=()):
+    return Job(jid, 2, 60.0, "t/x", depends_on=deps, command=("/bin/true",))
+
+
+def test_jobs_go_new_then_active_then_done_with_their_outcome(tmp_path):
+    q = JobQueue(tmp_path / "q")
+    q.submit([_job("a"), _job("b", ("a",))])
+    (q.new / "junk.json").write_text("{not json")
+    (q.new / "bad.json").write_text(json.dumps({"job_id": "x", "cores": 2}))
+    taken = q.take()
+    assert [j.job_id for j in taken] == ["a", "b"] and taken[1].depends_on == ("a",)
+    assert sorted(p.name for p in q.rejected.iterdir()) == ["bad.json", "bad.json.error",
+                                                            "junk.json", "junk.json.error"]
+    assert "command" in (q.rejected / "bad.json.error").read_text()
+    assert "not JSON" in (q.rejected / "junk.json.error").read_text()
+    q.finish(Outcome("a", 1.0, 5.0, "requeued", "agent lost"))      # not final: stays active
+    assert len(list(q.active.iterdir())) == 2
+    q.finish(Outcome("a", 6.0, 9.0, "completed"))
+    done = json.loads((q.done / "a.json").read_text())
+    assert done["job"]["job_id"] == "a" and done["outcome"]["state"] == "completed"
+    # a restarted framework takes b back, and knows a ended (b depends on it)
+    b = MesosBackend(FrameworkConfig())
+    feed = QueueFeed(JobQueue(tmp_path / "q"))
+    feed.poll(b)
+    assert b.known("b") and b.known("a")
+    assert not feed.pending()
+
+
+def test_a_duplicate_job_id_is_refused_with_the_reason(tmp_path):
+    q = JobQueue(tmp_path / "q")
+    q.submit([_job("a")])
+    b = MesosBackend(FrameworkConfig())
+    feed = QueueFeed(q)
+    feed.poll(b)
+    q.submit([_job("a")])
+    feed.poll(b)
+    errors = [p.read_text() for p in q.rejected.glob("*.error")]
+    assert len(errors) == 1 and "already queued or running" in errors[0]
+
+
+def test_queue_file_as_list_or_json_lines(tmp_path):
+    f = tmp_path / "jobs.json"
+    d = {"job_id": "a", "cores": 1, "walltime_s": 5, "job_class": "t/x", "command": ["true"]}
+    f.write_text(json.dumps([d]))
+    assert [j.job_id for j in read_queue_file(f)] == ["a"]
+    f.write_text(json.dumps(d) + "\n" + json.dumps({**d, "job_id": "b"}) + "\n")
+    assert [j.job_id for j in read_queue_file(f)] == ["a", "b"]
