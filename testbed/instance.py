@@ -412,6 +412,21 @@ def _named_leftovers(engine: Engine, project: str) -> list[str]:
 
 # -- status ---------------------------------------------------------------------------------------
 
+def sinfo_nodes(text: str) -> list[dict]:
+    """One entry per node from `sinfo -h -N -o "%N %T %c %P"`, which prints a node once per
+    partition (every testbed node is in the default and the co-scheduling partition)."""
+    nodes: dict[str, dict] = {}
+    for ln in text.splitlines():
+        parts = ln.split()
+        if len(parts) < 4:
+            continue
+        name, state, cpus, partition = parts[:4]
+        entry = nodes.setdefault(name, {"node": name, "state": state, "cpus": cpus,
+                                        "partitions": []})
+        entry["partitions"].append(partition.rstrip("*"))
+    return list(nodes.values())
+
+
 def status(instance: str | None = None) -> dict:
     """What runs, as plain data (``status --json`` prints it; docs/cli-json.md)."""
     eng = engine_status()
@@ -433,10 +448,9 @@ def status(instance: str | None = None) -> dict:
     out["state"] = "up" if healthy else ("degraded" if running else "down")
     if health["controller"]["state"] == "running":
         proc = engine.docker("exec", spec.container("controller"), "sinfo", "-h", "-N", "-o",
-                             "%N %T %c", check=False, timeout=20)
+                             "%N %T %c %P", check=False, timeout=20)
         if proc.returncode == 0:
-            out["slurm"] = {"nodes": [dict(zip(("node", "state", "cpus"), ln.split()))
-                                      for ln in proc.stdout.decode().splitlines() if ln.strip()]}
+            out["slurm"] = {"nodes": sinfo_nodes(proc.stdout.decode())}
     for node, port in zip(spec.node_names(), spec.agent_ports):
         out["agents"][node] = {"url": f"http://127.0.0.1:{port}", "ok": _agent_ok(port)}
     if spec.mesos and spec.mesos_port:

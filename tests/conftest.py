@@ -9,6 +9,7 @@ import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LUBLIN_SWF = SHARED_DATA / "swf" / "lublin_256.swf"
 
 
 def is_root() -> bool:
@@ -34,3 +35,11 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def lublin_swf() -> Path:
+    """../shared/data/swf/lublin_256.swf when present; tests that need it skip otherwise."""
+    if not LUBLIN_SWF.is_file():
+        pytest.skip(f"shared trace not found at {LUBLIN_SWF}")
+    return LUBLIN_SWF

@@ -23,7 +23,6 @@ from coscheduler.policies.selection import ChoiceView
 from coscheduler.sim import Cluster, TraceJob, read_swf, simulate
 from coscheduler.sim.resources import PoolModel
 
-LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
 
 
 def view(**kw) -> ChoiceView:
@@ -97,10 +96,10 @@ def test_targets_are_future_changes_with_a_mask():
     assert v[0].tolist() == [1, 1, 0, 0, 0, 0] and v[2].sum() == 0
 
 
-def train_cli(out: Path, episodes: str, resume: bool = False) -> dict:
+def train_cli(out: Path, episodes: str, lublin_swf: Path, resume: bool = False) -> dict:
     """``cosched train mrsch`` in a child process (JAX must not load in the test process:
     it is multi-threaded and other tests fork)."""
-    args = [sys.executable, "-m", "coscheduler.cli", "train", "mrsch", "--trace", str(LUBLIN),
+    args = [sys.executable, "-m", "coscheduler.cli", "train", "mrsch", "--trace", str(lublin_swf),
             "--set", "S4", "--episodes", episodes, "--jobs-per-set", "128", "--steps", "4",
             "--batch", "16", "--out", str(out), "--json"] + (["--resume"] if resume else [])
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
@@ -109,10 +108,10 @@ def train_cli(out: Path, episodes: str, resume: bool = False) -> dict:
 
 
 @pytest.fixture(scope="module")
-def smoke_model(tmp_path_factory):
+def smoke_model(tmp_path_factory, lublin_swf):
     """A short training run of the real command (all three phases) on lublin_256's S4."""
     out = tmp_path_factory.mktemp("models") / "mrsch-lublin_256-S4.model"
-    header = train_cli(out, "1,1,1")
+    header = train_cli(out, "1,1,1", lublin_swf)
     assert header["phases"] == {"sampled": 1, "real": 1, "synthetic": 1}
     return out, mrsch.load_model(out)
 
@@ -133,11 +132,11 @@ def test_training_writes_a_small_loadable_model(smoke_model):
     assert np.array_equal(a, b) and np.isfinite(a).all()
 
 
-def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path):
+def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path, lublin_swf):
     path, model = smoke_model
     out = tmp_path / "m.model"
     Path(str(out) + ".ckpt").write_bytes(Path(str(path) + ".ckpt").read_bytes())
-    header = train_cli(out, "1,1,2", resume=True)
+    header = train_cli(out, "1,1,2", lublin_swf, resume=True)
     assert header["episodes"] == 4
     # the three sets of the checkpoint are not trained again: their losses carry over
     losses = mrsch.load_model(out).header["losses"]
@@ -145,10 +144,10 @@ def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path):
 
 
 @pytest.mark.parametrize("mask", ["runnable", "padding"])
-def test_agent_reserves_as_the_paper_and_respects_capacities(smoke_model, mask):
+def test_agent_reserves_as_the_paper_and_respects_capacities(smoke_model, mask, lublin_swf):
     path, model = smoke_model
     assert model.header["mask"] == "padding" and model.header["backfill_choice"] is True
-    wl = evaluation_part(mw.generate(read_swf(LUBLIN), "S4", 1), 300)
+    wl = evaluation_part(mw.generate(read_swf(lublin_swf), "S4", 1), 300)
     picks = []
 
     class Spy(mrsch.MRSchAgent):
@@ -204,10 +203,10 @@ def test_bad_model_files_get_clear_errors(tmp_path, smoke_model):
                  pools=pools)
 
 
-def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path):
+def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path, lublin_swf):
     path, _ = smoke_model
     models = path.parent
-    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--sets", "S4",
                                   "--methods", "fcfs,optimiser,mrsch", "--jobs", "200",
                                   "--windows", "2",
                                   "--models", str(models), "--json", "--out", str(tmp_path)])
@@ -224,24 +223,24 @@ def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path):
         assert 0 < x["node_util"] <= 1 and 0 < x["bb_util"] <= 1 and x["power_util"] is None
     assert (tmp_path / "kiviat-S4.png").stat().st_size > 1000
     assert (tmp_path / "goal-trace-S4.png").stat().st_size > 1000
-    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--sets", "S4",
                                   "--methods", "fcfs", "--protocol", "stretch", "--jobs",
                                   "150", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["protocol"] == {"kind": "stretch", "jobs": 150}
-    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--sets", "S4",
                                   "--methods", "fcfs", "--jobs", "2000"])
     assert r.exit_code != 0 and "too few for 2000-job evaluation windows" in r.output
-    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--sets", "S4",
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--sets", "S4",
                                   "--methods", "scalar-rl", "--models", str(tmp_path)])
     assert r.exit_code != 0 and "no scalar-rl model for lublin_256.swf S4" in r.output
-    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(LUBLIN), "--methods", "sjf"])
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--methods", "sjf"])
     assert r.exit_code != 0 and "unknown method 'sjf'" in r.output
 
 
-def test_power_sets_check_the_budget():
-    wl = evaluation_part(mw.generate(read_swf(LUBLIN), "S9", 1), 300)
+def test_power_sets_check_the_budget(lublin_swf):
+    wl = evaluation_part(mw.generate(read_swf(lublin_swf), "S9", 1), 300)
     run = run_method(wl, "fcfs")
     assert run.pool_names == ("burst_buffer", "power")
     assert 0 < run.metrics["power_util"] <= 1
@@ -249,11 +248,11 @@ def test_power_sets_check_the_budget():
     assert opt.decision_seconds and 0 < opt.metrics["power_util"] <= 1
 
 
-def test_train_cli_refuses_bad_input(tmp_path):
-    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(LUBLIN), "--set", "S4",
+def test_train_cli_refuses_bad_input(tmp_path, lublin_swf):
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(lublin_swf), "--set", "S4",
                                   "--episodes", "1,x,1", "--out", str(tmp_path / "m.model")])
     assert r.exit_code != 0 and "'1,x,1' is not three integers" in r.output
-    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(LUBLIN), "--set", "S4",
+    r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(lublin_swf), "--set", "S4",
                                   "--episodes", "0,0,0", "--out", str(tmp_path / "m.model")])
     assert r.exit_code != 0 and "episodes per phase" in r.output
     r = CliRunner().invoke(main, ["train", "mrsch", "--trace", str(tmp_path / "none.swf"),

@@ -161,7 +161,7 @@ def test_window_optimiser_backfills_without_delaying_the_head(seed):
         assert 0 <= busy <= 6 and 0 <= bb <= 10
 
 
-def test_window_optimiser_gets_backfill_views_on_lublin():
+def test_window_optimiser_gets_backfill_views_on_lublin(lublin_swf):
     from pathlib import Path
 
     from coscheduler.multi import report
@@ -169,7 +169,7 @@ def test_window_optimiser_gets_backfill_views_on_lublin():
     from coscheduler.multi.selectors import WindowOptimiser
     from coscheduler.sim.swf import read_swf
 
-    lublin = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
+    lublin = lublin_swf
     wl = report.evaluation_part(mw.generate(read_swf(lublin), "S4", 1), 200)
     kinds = []
 

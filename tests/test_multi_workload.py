@@ -13,12 +13,11 @@ from coscheduler.model import InvalidInput
 from coscheduler.multi import workload as mw
 from coscheduler.sim.swf import read_swf
 
-LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
 
 
 @pytest.fixture(scope="module")
-def lublin():
-    return read_swf(LUBLIN)
+def lublin(lublin_swf):
+    return read_swf(lublin_swf)
 
 
 @pytest.mark.parametrize("name", list(mw.SETS))
@@ -109,9 +108,9 @@ def test_unknown_set_and_bad_seed(lublin):
         mw.generate(lublin, "S1", seed=-1)
 
 
-def test_cli_writes_the_file(tmp_path):
+def test_cli_writes_the_file(tmp_path, lublin_swf):
     out = tmp_path / "s4.swf"
-    r = CliRunner().invoke(main, ["workload", "multi", "--from", str(LUBLIN), "--set", "S4",
+    r = CliRunner().invoke(main, ["workload", "multi", "--from", str(lublin_swf), "--set", "S4",
                                   "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
     import json
@@ -119,6 +118,6 @@ def test_cli_writes_the_file(tmp_path):
     assert summary["set"] == "S4" and summary["jobs"] == 10000
     assert math.isclose(summary["bb_share"], 0.75)
     assert len(mw.read(out).jobs) == 10000
-    r = CliRunner().invoke(main, ["workload", "multi", "--from", str(LUBLIN), "--set", "S0",
+    r = CliRunner().invoke(main, ["workload", "multi", "--from", str(lublin_swf), "--set", "S0",
                                   "--out", str(out)])
     assert r.exit_code != 0 and "unknown workload set 'S0'" in r.output

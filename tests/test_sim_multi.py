@@ -20,7 +20,6 @@ from coscheduler.sim.replay import window
 from coscheduler.sim.resources import MachineResources, PoolModel, Request, pool_model
 
 MODES = ("none", "easy", "conservative")
-LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -88,9 +87,9 @@ def test_zero_requests_give_the_cpu_only_schedule(workload, policy, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("policy", ["FCFS", "SJF", "WFP3"])
-def test_zero_requests_equal_cpu_only_on_lublin(mode, policy):
+def test_zero_requests_equal_cpu_only_on_lublin(mode, policy, lublin_swf):
     # conservative with pools keeps a profile of every resource: ~6x the CPU-only cost
-    jobs = window(read_swf(LUBLIN).jobs, 3000, 1024 if mode != "conservative" else 300)
+    jobs = window(read_swf(lublin_swf).jobs, 3000, 1024 if mode != "conservative" else 300)
     cluster = Cluster(256, 1)
     zero = PoolModel(("burst_buffer", "power"), (1000, 500), [(0, 0)] * len(jobs))
     cpu = simulate(jobs, cluster, get_policy(policy), mode)

@@ -282,3 +282,12 @@ def test_docker_errors_name_the_command_and_its_output():
     spec_ = spec()
     msg = instance.explain_up_failure(e, spec_)
     assert "20001" in msg and "--port-base" in msg
+
+
+def test_status_lists_each_slurm_node_once_with_its_partitions():
+    # sinfo -N prints a node once per partition; a node in two partitions is one node.
+    text = ("tb-n1 idle 4 batch*\ntb-n1 idle 4 cosched\n"
+            "tb-n2 mixed 4 batch*\ntb-n2 mixed 4 cosched\n")
+    nodes = instance.sinfo_nodes(text)
+    assert [(n["node"], n["state"], n["partitions"]) for n in nodes] == [
+        ("tb-n1", "idle", ["batch", "cosched"]), ("tb-n2", "mixed", ["batch", "cosched"])]
