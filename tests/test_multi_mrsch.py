@@ -261,8 +261,9 @@ def test_train_cli_refuses_bad_input(tmp_path, lublin_swf):
     assert not (tmp_path / "m.model").exists()
 
 
-def test_bench_multi_prints_the_decision_times():
-    r = CliRunner().invoke(main, ["bench", "multi", "--jobs", "60", "--windows", "1", "--json"])
+def test_bench_multi_prints_the_decision_times(lublin_swf):
+    r = CliRunner().invoke(main, ["bench", "multi", "--data-dir", str(lublin_swf.parent),
+                                  "--jobs", "60", "--windows", "1", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     ga = out["optimiser_w20_ga_worst_case"]
