@@ -58,16 +58,14 @@ class Model:
         return self.header.get("name") or (Path(self.path).stem if self.path else self.kind)
 
 
-def save_model(model: Model, path: str | Path) -> Path:
-    """Write ``model`` (policy weights only) atomically to ``path``."""
+def write_model_file(header: dict, params: dict[str, np.ndarray], path: str | Path) -> Path:
+    """Write a header and weights atomically in the model-file layout (every kind of model,
+    MRSch's too, uses it); the header gets the weights' shapes."""
     path = Path(path)
-    header = dict(model.header)
-    header["kind"] = model.kind
-    header.setdefault("features", list(KINDS[model.kind]))
-    header["weights"] = {k: list(v.shape) for k, v in sorted(model.params.items())}
+    header = dict(header)
+    header["weights"] = {k: list(v.shape) for k, v in sorted(params.items())}
     buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v, dtype=np.float32)
-                                for k, v in model.params.items()})
+    np.savez_compressed(buf, **{k: np.asarray(v, dtype=np.float32) for k, v in params.items()})
     data = MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + buf.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -76,8 +74,10 @@ def save_model(model: Model, path: str | Path) -> Path:
     return path
 
 
-def load_model(path: str | Path, kind: str | None = None) -> Model:
-    """Read a model file; ``kind`` (``rlscheduler`` or ``inspector``) if the caller needs one."""
+def read_model_file(path: str | Path) -> tuple[str, dict, dict[str, np.ndarray]]:
+    """The file's name, header and weights, the layout checked (magic line, a JSON object
+    header, readable weights of the shapes it lists); what the header means is the
+    caller's to check. Anything else is a ``ModelError`` naming the file."""
     path = Path(path)
     name = str(path)
     try:
@@ -96,6 +96,28 @@ def load_model(path: str | Path, kind: str | None = None) -> Model:
         raise ModelError(f"{name}: the model header is not valid JSON ({exc})") from None
     if not isinstance(header, dict):
         raise ModelError(f"{name}: the model header must be a JSON object")
+    try:
+        with np.load(io.BytesIO(raw[end + 1:]), allow_pickle=False) as npz:
+            params = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ModelError(f"{name}: the model's weights cannot be read ({exc})") from None
+    shapes = header.get("weights")
+    if not isinstance(shapes, dict) or {k: list(v.shape) for k, v in params.items()} != shapes:
+        raise ModelError(f"{name}: the weights do not match the shapes its header lists")
+    return name, header, params
+
+
+def save_model(model: Model, path: str | Path) -> Path:
+    """Write ``model`` (policy weights only) atomically to ``path``."""
+    header = dict(model.header)
+    header["kind"] = model.kind
+    header.setdefault("features", list(KINDS[model.kind]))
+    return write_model_file(header, model.params, path)
+
+
+def load_model(path: str | Path, kind: str | None = None) -> Model:
+    """Read a model file; ``kind`` (``rlscheduler`` or ``inspector``) if the caller needs one."""
+    name, header, params = read_model_file(path)
     found = header.get("kind")
     if found not in KINDS:
         raise ModelError(f"{name}: unknown model kind {found!r}; known kinds: {', '.join(KINDS)}")
@@ -106,14 +128,6 @@ def load_model(path: str | Path, kind: str | None = None) -> Model:
     if features != expected:
         raise ModelError(f"{name}: its features {features} differ from the ones this "
                          f"coscheduler computes for a {found} model: {expected}")
-    try:
-        with np.load(io.BytesIO(raw[end + 1:]), allow_pickle=False) as npz:
-            params = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise ModelError(f"{name}: the model's weights cannot be read ({exc})") from None
-    shapes = header.get("weights")
-    if not isinstance(shapes, dict) or {k: list(v.shape) for k, v in params.items()} != shapes:
-        raise ModelError(f"{name}: the weights do not match the shapes its header lists")
     try:
         Normalisation(**header.get("normalisation", {}))
     except TypeError as exc:

@@ -38,18 +38,15 @@ numpy only and training (``train.py``, JAX) differentiates the very same functio
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 # One model-file layout for every learned scheduler (magic line, JSON header, npz weights).
-from ..learned.modelfile import MAGIC, ModelError
+from ..learned.modelfile import ModelError, read_model_file, write_model_file
 from ..model import InvalidInput
 from ..policies.selection import ChoiceView, Scorer
 
@@ -229,52 +226,20 @@ class MRSchModel:
 
 
 def save_model(model: MRSchModel, path: str | Path) -> Path:
-    path = Path(path)
-    header = dict(model.header)
-    header["kind"] = KIND
-    header["weights"] = {k: list(v.shape) for k, v in sorted(model.params.items())}
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v, dtype=np.float32)
-                                for k, v in model.params.items()})
-    data = MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + buf.getvalue()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    return path
+    return write_model_file({**model.header, "kind": KIND}, model.params, path)
 
 
 def load_model(path: str | Path) -> MRSchModel:
     """Read an MRSch model file; anything else gets a ``ModelError`` naming the file."""
-    path = Path(path)
-    name = str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ModelError(f"{name}: cannot read model file ({exc.strerror or exc})") from None
-    if not raw.startswith(MAGIC):
-        raise ModelError(f"{name}: not a coscheduler model file (it does not start with "
-                         f"{MAGIC.strip().decode()!r})")
-    end = raw.find(b"\n", len(MAGIC))
-    try:
-        header = json.loads(raw[len(MAGIC):end])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{name}: the model header is not valid JSON ({exc})") from None
-    if not isinstance(header, dict) or header.get("kind") != KIND:
-        found = header.get("kind") if isinstance(header, dict) else None
-        raise ModelError(f"{name}: is a {found!r} model, an {KIND} model is needed here")
+    name, header, params = read_model_file(path)
+    if header.get("kind") != KIND:
+        raise ModelError(f"{name}: is a {header.get('kind')!r} model, an {KIND} model is "
+                         "needed here")
     for key in ("window", "pools", "state_size", "nodes", "goal"):
         if key not in header:
             raise ModelError(f"{name}: the header lacks {key!r}")
-    try:
-        with np.load(io.BytesIO(raw[end + 1:]), allow_pickle=False) as npz:
-            params = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise ModelError(f"{name}: the model's weights cannot be read ({exc})") from None
-    if {k: list(v.shape) for k, v in params.items()} != header.get("weights"):
-        raise ModelError(f"{name}: the weights do not match the shapes its header lists")
-    if params["s/0/w"].shape[0] != header["state_size"]:
-        raise ModelError(f"{name}: state input {params['s/0/w'].shape[0]} differs from the "
+    if "s/0/w" not in params or params["s/0/w"].shape[0] != header["state_size"]:
+        raise ModelError(f"{name}: the state input layer is missing or differs from the "
                          f"header's state_size {header['state_size']}")
     if not all(np.isfinite(v).all() for v in params.values()):
         raise ModelError(f"{name}: the weights hold NaN or infinite values")
