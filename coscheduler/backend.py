@@ -35,11 +35,24 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from .model import Allocation, Job, MetricsSample, Node, Outcome, RunningJob
+from .model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome, RunningJob,
+                    check_finite)
 
 
 class BackendError(RuntimeError):
     """A backend could not carry out a request (start, set_quota, fail)."""
+
+
+def check_quota_fraction(job_id: str, q: float) -> float:
+    """A job's quota fraction in (0, 1] (a hair above 1 from float sums is 1), else a
+    ``BackendError`` naming the job: every backend checks what it is asked to apply."""
+    try:
+        v = check_finite(q, f"quota fraction of job {job_id}")
+    except InvalidInput as exc:
+        raise BackendError(str(exc)) from None
+    if v is None or not 0.0 < v <= 1.0 + 1e-12:
+        raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
+    return min(1.0, v)
 
 
 @runtime_checkable

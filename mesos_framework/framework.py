@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from coscheduler.backend import BackendError
+from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, check_finite, validate_job_id)
 
@@ -303,7 +303,7 @@ class MesosBackend:
         """Commit held offers to the job's tasks; the ACCEPTs go out at the end of the pass
         (``flush``), one per agent with every task placed there in this pass. A guest whose
         host's agent has no memory offer held waits for one (``guest_wait_s``)."""
-        q = self._check_quota(job.job_id, quota_fraction)
+        q = check_quota_fraction(job.job_id, quota_fraction)
         revive = False
         with self._lock:
             if job.job_id not in self._waiting:
@@ -488,7 +488,7 @@ class MesosBackend:
         return self._pool_x
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
-        q = self._check_quota(job_id, quota_fraction)
+        q = check_quota_fraction(job_id, quota_fraction)
         with self._lock:
             run = self._runs.get(job_id)
             if run is None:
@@ -994,15 +994,6 @@ class MesosBackend:
                 self.set_quota(jid, q)
             except Exception:  # noqa: BLE001 - the lease lapses: full quota, safe
                 pass
-
-    def _check_quota(self, job_id: str, q: float) -> float:
-        try:
-            v = check_finite(q, f"quota fraction of job {job_id}")
-        except InvalidInput as exc:
-            raise BackendError(str(exc)) from None
-        if v is None or not 0.0 < v <= 1.0 + 1e-12:
-            raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
-        return min(1.0, v)
 
     def _problem(self, text: str) -> None:
         log.warning("%s", text)

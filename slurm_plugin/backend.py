@@ -46,11 +46,11 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from coscheduler.backend import BackendError
+from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, StageType, check_finite)
 
-from .metadata import (AdminMark, MetadataError, default_class, format_admin_comment,
+from .metadata import (AdminMark, default_class, format_admin_comment,
                        parse_admin_comment, parse_comment)
 from .parse import ParseError, SlurmJob, dependency_state, parse_jobcomp
 from .source import SlurmSource
@@ -402,7 +402,7 @@ class SlurmBackend:
                 ", held" if j.held else ", not held")
             raise BackendError(f"cannot start job {job.job_id}: it is not a queued job of "
                                f"partition {self.partition} ({state})")
-        q = self._check_quota(job.job_id, quota_fraction)
+        q = check_quota_fraction(job.job_id, quota_fraction)
         if allocation.job_id != job.job_id or allocation.cores != job.cores:
             raise BackendError(f"cannot start job {job.job_id}: allocation {allocation} does not "
                                f"match its {job.cores} cores")
@@ -451,7 +451,7 @@ class SlurmBackend:
                                                    and j.state == "PENDING"):
             raise BackendError(f"cannot set the quota of job {job_id}: it is not a running "
                                f"co-scheduled job ({'unknown to Slurm' if j is None else j.state})")
-        q = self._check_quota(job_id, quota_fraction)
+        q = check_quota_fraction(job_id, quota_fraction)
         job = self._job(j)
         alloc = self._allocation(j, job)
         if alloc is None:
@@ -591,15 +591,6 @@ class SlurmBackend:
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
-
-    def _check_quota(self, job_id: str, q: float) -> float:
-        try:
-            v = check_finite(q, f"quota fraction of job {job_id}")
-        except InvalidInput as exc:
-            raise BackendError(str(exc)) from None
-        if v is None or not 0.0 < v <= 1.0 + 1e-12:
-            raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
-        return min(1.0, v)
 
     # -- node agents ----------------------------------------------------------------------------
     def _register(self, node: str, rj: RunningJob, cores: int, strict: bool = False) -> dict | None:

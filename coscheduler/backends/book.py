@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..backend import BackendError
-from ..model import Allocation, InvalidInput, Job, Node, Outcome, RunningJob, check_finite
+from ..backend import BackendError, check_quota_fraction
+from ..model import Allocation, InvalidInput, Job, Node, Outcome, RunningJob
 
 _EPS = 1e-9
 
@@ -102,15 +102,6 @@ class JobBook:
         return not self._runs and not self._waiting
 
     # -- checks and transitions for the bodies ------------------------------------------------
-    def _check_quota(self, job_id: str, q: float) -> float:
-        try:
-            v = check_finite(q, f"quota fraction of job {job_id}")
-        except InvalidInput as exc:
-            raise BackendError(str(exc)) from None
-        if v is None or not 0.0 < v <= 1.0 + 1e-12:
-            raise BackendError(f"quota fraction of job {job_id} must lie in (0, 1], got {q!r}")
-        return min(1.0, v)
-
     def _check_start(self, job: Job, allocation: Allocation, quota_fraction: float,
                      host_job: str | None) -> tuple[Any, float]:
         """Refuse a start that breaks the rules; returns the job's data and its quota."""
@@ -119,7 +110,7 @@ class JobBook:
         if entry is None or entry[0].submit_time > self.now() + _EPS or any(
                 self._ended.get(d) != "completed" for d in entry[0].depends_on):
             raise BackendError(f"cannot start job {jid}: it is not queued")
-        q = self._check_quota(jid, quota_fraction)
+        q = check_quota_fraction(jid, quota_fraction)
         if allocation.job_id != jid or allocation.cores != job.cores or \
                 len(allocation.cores_by_node) != job.nodes:
             raise BackendError(f"cannot start job {jid}: allocation {allocation} does not match "

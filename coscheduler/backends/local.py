@@ -37,7 +37,7 @@ from typing import Callable, Iterable
 
 import psutil
 
-from ..backend import BackendError
+from ..backend import BackendError, check_quota_fraction
 from ..model import Allocation, InvalidInput, Job, MetricsSample, Node
 from ..progress import ENV_VAR as PROGRESS_ENV
 from .book import JobBook
@@ -260,7 +260,7 @@ class LocalBackend(JobBook):
         run = self._runs.get(job_id)
         if run is None:
             raise BackendError(f"cannot set the quota of job {job_id}: it is not running")
-        q = self._check_quota(job_id, quota_fraction)
+        q = check_quota_fraction(job_id, quota_fraction)
         agent = self.agents[run.data.node]
         try:
             if q >= 1.0:

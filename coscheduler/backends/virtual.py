@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
-from ..backend import BackendError
+from ..backend import BackendError, check_quota_fraction
 from ..model import Allocation, InvalidInput, Job, MetricsSample, Node, check_finite
 from .book import JobBook, Run
 from .interference import InterferenceModel, JobDemand
@@ -178,7 +178,7 @@ class VirtualBackend(JobBook):
         r = self._runs.get(job_id)
         if r is None:
             raise BackendError(f"cannot set the quota of job {job_id}: it is not running")
-        r.quota = self._check_quota(job_id, quota_fraction)
+        r.quota = check_quota_fraction(job_id, quota_fraction)
         self.quota_log.append((self.t, job_id, r.quota))
         self._dirty = True
 
