@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from ..model import InvalidInput
-from ._common import echo_json
+from ._common import echo_json, running_slurm_cluster
 
 
 def _dir_option(fn):
@@ -34,17 +34,7 @@ def _dir_option(fn):
 
 
 def _state(directory):
-    from slurm_plugin.cluster import ClusterError, default_dir, load_state
-
-    d = directory or default_dir()
-    try:
-        state = load_state(d)
-    except ClusterError as exc:
-        raise click.ClickException(str(exc)) from None
-    if state is None or state.stopped is not None:
-        raise click.ClickException(f"no running cluster in {d}: start one with "
-                                   f"`cosched slurm up --dir {d}`")
-    return state
+    return running_slurm_cluster(directory)
 
 
 @click.group()

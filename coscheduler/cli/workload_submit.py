@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from ..model import InvalidInput
-from ._common import echo_json
+from ._common import echo_json, running_slurm_cluster
 
 ALIASES = {"stats": "statistics"}
 
@@ -65,7 +65,6 @@ def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, part
     if mesos:
         _submit_mesos(workflow, cores, scale, tag, queue_dir, workdir, node_cores, core_speed, as_json)
         return
-    from slurm_plugin.cluster import ClusterError, default_dir, load_state
     from slurm_plugin.commands import SlurmCommandError, SlurmCommands
     from slurm_plugin.submit import SubmitOptions, submit_jobs
     from testbed.workloads import workflow_jobs
@@ -74,14 +73,7 @@ def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, part
     tag = tag or f"{name}-{time.strftime('%H%M%S')}"
     speed, node_cores, default_part = 1.0, None, None
     if slurm_conf is None:
-        d = directory or default_dir()
-        try:
-            state = load_state(d)
-        except ClusterError as exc:
-            raise click.ClickException(str(exc)) from None
-        if state is None or state.stopped is not None:
-            raise click.ClickException(f"no running cluster in {d}: start one with `cosched slurm "
-                                       "up`, or give --slurm-conf for a site's Slurm")
+        state = running_slurm_cluster(directory, ", or give --slurm-conf for a site's Slurm")
         slurm_conf = state.slurm_conf
         partition = partition or state.partition
         default_part = state.default_partition
