@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES
 from coscheduler.cli import main
-from coscheduler.cli import simulate as simulate_cli
+from coscheduler.cli import progress_bar
 
 SMALL = str(FIXTURES / "swf" / "small.swf")
 BAD = str(FIXTURES / "swf" / "bad.swf")
@@ -95,7 +95,7 @@ def test_no_progress_bar_on_short_runs_and_never_on_stdout(monkeypatch):
     result = cosched("simulate", "swf", SMALL, "--json")
     assert "simulating" not in result.stderr
     # Force the bar (as if the run were long): it goes to stderr, stdout stays JSON.
-    monkeypatch.setattr(simulate_cli, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_bar, "PROGRESS_AFTER_S", 0.0)
     result = cosched("simulate", "swf", SMALL, "--json", "--policy", "FCFS,SJF")
     assert result.exit_code == 0, result.output
     assert "simulating" in result.stderr

@@ -93,7 +93,7 @@ def bench_whole_trace(path: Path, show_progress: bool = False) -> dict:
     trace, parse_s = _load(path)
     progress = None
     if show_progress:
-        from ..cli.simulate import DelayedProgress  # a stderr bar, only if the run is long
+        from ..cli.progress_bar import DelayedProgress  # a stderr bar, only if the run is long
 
         progress = DelayedProgress(len(trace.jobs), "HPC2N, FCFS + EASY")
     try:
