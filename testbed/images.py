@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .engine import DockerError, Engine, EngineUnavailable
+from .mirror import resolve_mirror
 
 ROOT = Path(__file__).resolve().parent.parent         # the working tree
 DOCKER_DIR = Path(__file__).resolve().parent / "docker"
@@ -39,7 +40,7 @@ SUITES: dict[str, dict[str, str]] = {
     "trixie": {"python": "3.13", "slurm": "24.11"},
 }
 DEFAULT_SUITE = "bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_MIRROR: str | None = None   # None: the mirror of this machine's apt (testbed/mirror.py)
 BASE_REPO = "cosched-testbed-base"
 IMAGE_PREFIX = "cosched-testbed-"
 LABEL = "cosched.testbed"
@@ -122,7 +123,7 @@ def image_id(engine: Engine, ref: str) -> str:
     return engine.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.decode().strip()
 
 
-def ensure_base(engine: Engine, suite: str, mode: str = "auto", mirror: str = DEFAULT_MIRROR,
+def ensure_base(engine: Engine, suite: str, mode: str = "auto", mirror: str | None = DEFAULT_MIRROR,
                 say: Say = lambda _m: None) -> str:
     """The base image's reference: ``debian:SUITE`` (mode registry, or auto when present or
     pullable) or the debootstrap import ``cosched-testbed-base:SUITE`` (made once, cached)."""
@@ -147,8 +148,11 @@ def ensure_base(engine: Engine, suite: str, mode: str = "auto", mirror: str = DE
     return ours
 
 
-def debootstrap_import(engine: Engine, suite: str, ref: str, mirror: str, say: Say) -> None:
-    """debootstrap a minimal tree with python3 and import it as ``ref``."""
+def debootstrap_import(engine: Engine, suite: str, ref: str, mirror: str | None,
+                       say: Say) -> None:
+    """debootstrap a minimal tree with python3 and import it as ``ref``; ``mirror`` None:
+    the one this machine's apt uses."""
+    mirror = resolve_mirror(mirror)
     tool = shutil.which("debootstrap") or ("/usr/sbin/debootstrap"
                                            if Path("/usr/sbin/debootstrap").exists() else None)
     if tool is None:
@@ -318,7 +322,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def build_images(engine: Engine, suite: str, base_mode: str = "auto",
-                 mirror: str = DEFAULT_MIRROR, say: Say = lambda _m: None) -> dict[str, str]:
+                 mirror: str | None = DEFAULT_MIRROR, say: Say = lambda _m: None) -> dict[str, str]:
     """Every role's image (built when missing); role -> image reference."""
     base = ensure_base(engine, suite, base_mode, mirror, say)
     ctx = build_context(engine, suite, base, say)
