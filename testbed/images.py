@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from coscheduler.resources import resource_dir
+
 from .engine import DockerError, Engine, EngineUnavailable
 from .mirror import resolve_mirror
 
 ROOT = Path(__file__).resolve().parent.parent         # the working tree
-DOCKER_DIR = Path(__file__).resolve().parent / "docker"
+DOCKER_DIR = resource_dir(__package__, "docker")    # package data (pyproject.toml)
 ROLES = ("slurmctld", "node", "controller")
 DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "health.sh")
 # Debian suite -> its python3 (the wheels must match it) and the Slurm it ships.

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from coscheduler.data import swf_dir
+
 from coscheduler.cli import main
 from coscheduler.learned.registry import list_models
 
@@ -16,7 +18,7 @@ from test_learned_models import inspector_model, rl_model
 from coscheduler.learned.modelfile import save_model
 
 SMALL = Path(__file__).parent / "fixtures" / "swf" / "small.swf"
-SWF = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf"
+SWF = swf_dir()   # the bundled traces (coscheduler/data/swf)
 
 
 def run(*args):
@@ -65,7 +67,6 @@ def test_bad_learned_policies_get_clear_errors(tmp_path):
     assert r.exit_code == 2 and "model file not found" in r.stderr
 
 
-@pytest.mark.skipif(not (SWF / "lublin_256.swf").is_file(), reason=f"{SWF} absent")
 def test_simulate_learned_puts_models_beside_heuristics(tmp_path):
     rows = [r for r in list_models() if r["trace"] == "lublin_256.swf"]
     names = [r["name"] for r in rows][:2]

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..learned.windows import eval_starts
 from ..model import InvalidInput
+from ..resources import resource_dir
 from ..policies.queue import get_policy
 from ..sim.engine import simulate
 from ..sim.resources import pool_model
@@ -45,7 +46,7 @@ PROTOCOLS = ("windows", "stretch")
 EVAL_JOBS = 1024
 EVAL_WINDOWS = 10
 EVAL_SEED = 1
-MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODELS_DIR = resource_dir(__package__, "models")   # package data (pyproject.toml)
 WINDOW = 10
 
 
