@@ -33,8 +33,14 @@ def test_models_list_json_shape():
     assert rows, "at least one model is shipped"
     for row in rows:
         assert {"name", "kind", "trace", "metric", "backfill", "path"} <= set(row)
-        assert row["kind"] in ("rlscheduler", "inspector")
+        assert row["kind"] in ("rlscheduler", "inspector", "mrsch", "scalar-rl"), row
         assert Path(row["path"]).stat().st_size < 1_000_000
+    # every model file of the package is listed and loads (learned and multi-resource)
+    from coscheduler.resources import resource_dir
+    files = {p.stem for pkg in ("coscheduler.learned", "coscheduler.multi")
+             for p in resource_dir(pkg, "models").glob("*.model")}
+    assert {row["name"] for row in rows} == files
+    assert {row["kind"] for row in rows} == {"rlscheduler", "inspector", "mrsch", "scalar-rl"}
     assert run("models", "list").exit_code == 0
 
 
