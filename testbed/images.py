@@ -212,11 +212,21 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def _source_tree() -> Path:
+    """The checkout the images are built from: a wheel install has no pyproject.toml beside
+    its packages, and says so instead of failing on a missing file."""
+    if not (ROOT / "pyproject.toml").is_file():
+        raise EngineUnavailable(f"the testbed builds its images from a source checkout of "
+                                f"coscheduler, and {ROOT} is an installed package (no "
+                                "pyproject.toml): run `cosched testbed` from a clone")
+    return ROOT
+
+
 def dependency_wheels(suite: str, say: Say) -> Path:
     """Wheels of the containers' dependencies for the suite's python (cached by the
     requirement list), fetched with the host's pip (its index, certificates, proxy)."""
     pyver = SUITES[check_suite(suite)]["python"]
-    reqs = container_requirements((ROOT / "pyproject.toml").read_text())
+    reqs = container_requirements((_source_tree() / "pyproject.toml").read_text())
     key = digest([pyver, *reqs])[:16]
     out = cache_dir() / "wheels" / f"deps-py{pyver}-{key}"
     if (out / "requirements.txt").exists():
@@ -245,7 +255,7 @@ def dependency_wheels(suite: str, say: Say) -> Path:
 
 def project_wheel(say: Say) -> tuple[Path, str]:
     """The project's wheel built from the working tree (cached by a hash of its sources)."""
-    key = source_digest()[:16]
+    key = source_digest(_source_tree())[:16]
     out = cache_dir() / "wheels" / f"project-{key}"
     if out.is_dir() and any(out.glob("coscheduler-*.whl")):
         return out, key
