@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from coscheduler.cli import main
 from coscheduler.sim.batsim import (COLUMNS, BatsimFormatError, interval_set, parse_workload,
                                     read_workload, to_batsim)
-from coscheduler.sim.replay import replay, window
+from coscheduler.sim.replay import replay
 from coscheduler.sim.swf import read_swf
 
 
