@@ -8,9 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from coscheduler.data import swf_dir
-
 from coscheduler.cli import main
+from coscheduler.data import swf_dir
 from coscheduler.learned.registry import list_models
 
 from test_learned_models import inspector_model, rl_model
