@@ -33,7 +33,7 @@ from ..sim.swf import SwfTrace, read_swf
 
 # the traces shipped in the package (coscheduler/data/swf)
 DEFAULT_DATA_DIR = swf_dir()
-DEFAULT_DATA_HELP = "the bundled traces (coscheduler/data/swf)"
+DEFAULT_DATA_HELP = "the bundled traces, coscheduler/data/swf"
 LUBLIN = "lublin_256.swf"
 HPC2N = "HPC2N-2002-2.2-cln.swf.gz"
 WINDOW_JOBS = 1024
