@@ -125,8 +125,8 @@ def image_id(engine: Engine, ref: str) -> str:
     return engine.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.decode().strip()
 
 
-def ensure_base(engine: Engine, suite: str, mode: str = "auto", mirror: str | None = DEFAULT_MIRROR,
-                say: Say = lambda _m: None) -> str:
+def ensure_base(engine: Engine, suite: str, mode: str = "auto",
+                mirror: str | None = DEFAULT_MIRROR, say: Say = lambda _m: None) -> str:
     """The base image's reference: ``debian:SUITE`` (mode registry, or auto when present or
     pullable) or the debootstrap import ``cosched-testbed-base:SUITE`` (made once, cached)."""
     suite = check_suite(suite)
@@ -334,7 +334,8 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def build_images(engine: Engine, suite: str, base_mode: str = "auto",
-                 mirror: str | None = DEFAULT_MIRROR, say: Say = lambda _m: None) -> dict[str, str]:
+                 mirror: str | None = DEFAULT_MIRROR,
+                 say: Say = lambda _m: None) -> dict[str, str]:
     """Every role's image (built when missing); role -> image reference."""
     base = ensure_base(engine, suite, base_mode, mirror, say)
     ctx = build_context(engine, suite, base, say)

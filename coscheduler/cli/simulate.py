@@ -28,9 +28,9 @@ import click
 from ..model import InvalidInput
 from ..experiments import paper as paper_exp
 from ..policies.queue import POLICIES, get_policy
+from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
 from ..sim.engine import BACKFILL_MODES
 from ..sim.replay import ReplayResult, replay, window
-from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
 
 # Show a progress bar only once a run has lasted this long (short runs stay quiet).
 PROGRESS_AFTER_S = 2.0

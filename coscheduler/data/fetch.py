@@ -74,7 +74,8 @@ CATALOGUE: dict[str, Entry] = {e.name: e for e in (
          "Lawrence Livermore Thunder, 2007"),
     _pwa("anl-intrepid", "l_anl_int", "ANL-Intrepid-2009-1.swf.gz", None,
          "Argonne Intrepid Blue Gene/P, 2009"),
-    _pwa("ricc", "l_ricc", "RICC-2010-2.swf.gz", None, "RIKEN Integrated Cluster of Clusters, 2010"),
+    _pwa("ricc", "l_ricc", "RICC-2010-2.swf.gz", None,
+         "RIKEN Integrated Cluster of Clusters, 2010"),
 )}
 
 

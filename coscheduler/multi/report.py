@@ -32,8 +32,8 @@ import numpy as np
 from ..learned.modelfile import ModelError
 from ..learned.windows import eval_starts
 from ..model import InvalidInput
-from ..resources import resource_dir
 from ..policies.queue import get_policy
+from ..resources import resource_dir
 from ..sim.engine import simulate
 from ..sim.resources import pool_model
 from .metrics import multi_metrics
