@@ -124,10 +124,8 @@ def test_bench_figures_on_a_small_stand_in_trace(tmp_path):
     assert "window_1024" not in lub  # fewer than 1,024 jobs
 
 
-def test_real_trace_window(shared_data):
-    path = shared_data / "swf" / "lublin_256.swf"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+def test_real_trace_window(bundled_data):
+    path = bundled_data / "swf" / "lublin_256.swf"
     result = cosched("simulate", "swf", str(path), "--jobs", "1024", "--backfill", "easy",
                      "--policy", "FCFS,SJF", "--json")
     assert result.exit_code == 0, result.output

@@ -144,10 +144,8 @@ REAL = [
 
 
 @pytest.mark.parametrize("name, nodes, procs, jobs", REAL)
-def test_real_traces_parse(shared_data, name, nodes, procs, jobs):
-    path = shared_data / "swf" / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+def test_real_traces_parse(bundled_data, name, nodes, procs, jobs):
+    path = bundled_data / "swf" / name
     trace = read_swf(path)
     assert (trace.max_nodes, trace.max_procs) == (nodes, procs)
     assert len(trace.jobs) == jobs

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "mesos": "mesos:mesos",
     "slurm": "slurm:slurm",
     "calibrate": "calibrate:calibrate",
+    "data": "data:data",
 }
 
 
