@@ -98,6 +98,17 @@ class Settings:
                    cross_core=())
 
     @classmethod
+    def waiting(cls) -> "Settings":
+        """The co-allocation case alone: the waiting hosts (disk, sleepy) beside a CPU-bound
+        guest at 50/50 and 75/25, seven rounds (about four minutes): a second session
+        whose pairs check a fitted model out of sample."""
+        return cls(repeats=7,
+                   quotas={"cpu": (0.5,), "io": (0.5,), "mixed": (0.5,)},
+                   same_core=(("io", "cpu", 0.5), ("mixed", "cpu", 0.5), ("io", "cpu", 0.75),
+                              ("mixed", "cpu", 0.75)),
+                   cross_core=())
+
+    @classmethod
     def full(cls) -> "Settings":
         # The host/guest arrangement at three quota splits, in both orders where the two
         # probes differ in kind (a waiting host beside a busy guest is what co-allocation
