@@ -23,6 +23,8 @@ def test_calibrate_without_root_says_what_it_needs(monkeypatch):
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     r = cosched("calibrate", "--quick")
     assert r.exit_code != 0 and "needs root" in r.output and "Traceback" not in r.output
+    r = cosched("calibrate", "--quick", "--waiting")
+    assert r.exit_code != 0 and "choose one" in r.output
 
 
 def test_calibrate_refits_saved_figures_without_measuring(tmp_path):
