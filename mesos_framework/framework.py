@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, check_finite, validate_job_id)
@@ -60,6 +61,8 @@ from .quotas import NodeQuotas, wrap_command
 log = logging.getLogger("mesos_framework.framework")
 
 _SEP = "~"   # task id = job id ~ attempt ~ part; job ids never hold "~"
+# a framework state file lists the tasks of one framework: far below this
+MAX_STATE_BYTES = 64 << 20
 
 
 class _NoOffers(BackendError):
@@ -1076,9 +1079,13 @@ class MesosBackend:
         if not path or not os.path.exists(path):
             return {}
         try:
-            with open(path) as f:
-                data = json.load(f)
-            if not isinstance(data, dict) or not isinstance(data.get("framework_id", ""), str):
+            with open(path, "rb") as f:
+                data = boundedjson.loads(f.read(MAX_STATE_BYTES + 1), max_bytes=MAX_STATE_BYTES,
+                                         what="framework state")
+            # "framework_id": null is what a framework that never registered writes: not
+            # registered yet, not damage
+            fid = data.get("framework_id") if isinstance(data, dict) else 0
+            if not isinstance(data, dict) or not (fid is None or isinstance(fid, str)):
                 raise ValueError("not a framework state object")
             tasks = data.get("tasks", {})
             if not isinstance(tasks, dict):

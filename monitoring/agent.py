@@ -104,7 +104,7 @@ class NodeAgent:
         self.layout = layout or detect_layout(prefer=cgroup_version)
         self.actuator: Actuator = make_actuator(self.layout, cgroup_root, fs)
         self.cgroup_root = self.actuator.cpu.root_rel
-        self.leases = LeaseKeeper(max_lease_s)
+        self.leases = LeaseKeeper(max_lease_s, min_lease_s=self.interval_s)
         self.state_file = StateFile(self.state_dir / "state.json")
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
@@ -175,12 +175,19 @@ class NodeAgent:
                 js.event(now, f"registration updated (pids {list(spec.pids)})")
                 created = False
             else:
+                taken_over: set[int] = set()
                 if js is not None and self.actuator.has_job(spec.job_id):
-                    if not self.actuator.remove_job(spec.job_id):
+                    if js.spec.source == "adopted":
+                        # found in our cgroup root after a restart without a usable state
+                        # entry: the same job, registered again, is managed again
+                        taken_over = self.actuator.job_pids(spec.job_id)
+                    elif not self.actuator.remove_job(spec.job_id):
                         raise Conflict(f"job {spec.job_id}: a previous job with this id still has "
                                        "processes in its cgroup")
                 js = JobState(spec=spec, registered_at=now)
-                js.event(now, "registered")
+                js.event(now, "registered" + (" again after the agent's restart" if taken_over else ""))
+                js.members = taken_over
+                js.seen_processes = bool(taken_over)
                 self._jobs[spec.job_id] = js
                 self._prev.pop(spec.job_id, None)
                 self._progress.pop(spec.job_id, None)
@@ -240,7 +247,8 @@ class NodeAgent:
         with self._lock:
             js = self._get(job_id)
             if js.status != "running":
-                raise Conflict(f"job {job_id} is {js.status}; no quota can be set")
+                again = " (register it again to manage it)" if js.spec.source == "adopted" else ""
+                raise Conflict(f"job {job_id} is {js.status}; no quota can be set{again}")
             if self._sample_only(js.spec):
                 raise Conflict(f"job {job_id} lives in the batch system's cgroup {js.spec.batch_cgroup} "
                                "on cgroup v2; the agent samples it but cannot set its quota "
@@ -716,6 +724,16 @@ class NodeAgent:
             else:
                 jobs_saved = saved.jobs
         names = set(self.actuator.job_dirs())
+        dropped: dict[str, str] = {}  # state file entries not brought back, and why
+        for name in jobs_saved:
+            shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:60]}..."
+            try:
+                validate_agent_job_id(name)
+            except InvalidInput:
+                dropped[shown] = "not a valid job id (a cgroup name under the agent's root)"
+                continue
+            if name not in names:
+                dropped[shown] = "its cgroup is gone (the job ended while the agent was down)"
         for name in sorted(names):
             try:
                 validate_cgroup_name(name)
@@ -730,6 +748,8 @@ class NodeAgent:
             if not pids:
                 if self.actuator.remove_job(name):
                     report["removed"].append(name)
+                if name in jobs_saved:
+                    dropped[name] = "no process left in its cgroup: removed"
                 continue
             now = time.time()
             spec = None
@@ -738,6 +758,7 @@ class NodeAgent:
                     spec = self._saved_spec(name, jobs_saved[name])
                 except InvalidInput as e:
                     problems.append(f"state file entry of job {name} refused: {e}")
+                    dropped[name] = f"refused: {str(e)[:300]}; kept as an adopted job"
             if spec is None:
                 spec = JobSpec(job_id=name, cores=1.0, pids=tuple(sorted(pids)), source="adopted")
                 status = "released"  # unknown allocation: not managed, removed once empty
@@ -752,6 +773,12 @@ class NodeAgent:
                 js.finished_at = now
             self._jobs[name] = js
             report["adopted"].append(name)
+        report["dropped"] = dropped
+        for name, why in dropped.items():
+            if why.startswith("not a valid"):
+                problems.append(f"state file entry {name!r} dropped: {why}")
+            else:
+                self._event(f"recovery: state file entry {name!r} dropped: {why}")
         report["problem"] = "; ".join(problems) or None
         for p in problems:
             self._event(f"recovery: {p}")

@@ -36,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
 
 from .agent import Conflict, NodeAgent, UnknownJob
@@ -47,6 +48,8 @@ log = logging.getLogger("monitoring.api")
 
 DEFAULT_PORT = 9137
 MAX_BODY = 1 << 20
+# a registration is a flat object; a few levels cover any future field
+MAX_BODY_DEPTH = 16
 
 
 DEFAULT_MAX_CONNECTIONS = 256
@@ -81,14 +84,13 @@ def _job_segment(parts: list[str]) -> str:
 
 
 def parse_json_body(raw: bytes) -> Any:
-    """A request body as JSON; anything that is not plain, finite, shallow JSON is a 400
-    (HTTPError), never an exception further in."""
+    """A request body as JSON; anything that is not plain, bounded JSON (size, nesting:
+    coscheduler/boundedjson.py) is a 400 (HTTPError), never an exception further in."""
     try:
-        return json.loads(raw.decode("utf-8") if raw else "null")
-    except RecursionError:
-        raise HTTPError(400, "body is not usable JSON: nested too deeply") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an int of > 4300 digits
-        raise HTTPError(400, f"body is not valid JSON: {e}") from None
+        return boundedjson.loads(raw or b"null", max_bytes=MAX_BODY, max_depth=MAX_BODY_DEPTH,
+                                 what="request body")
+    except ValueError as e:
+        raise HTTPError(400, str(e)) from None
 
 
 def _content_length(value: str | None) -> int:
@@ -112,9 +114,10 @@ class Api:
     def _auth(self, header: str) -> None:
         if not self.token:
             raise HTTPError(403, "writes are disabled: the agent has no token configured")
-        if not header.startswith("Bearer "):
+        scheme, _, credentials = header.strip().partition(" ")
+        if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 7235 2.1)
             raise HTTPError(401, "missing 'Authorization: Bearer TOKEN' header")
-        if not hmac.compare_digest(header[7:].strip().encode(), self.token.encode()):
+        if not hmac.compare_digest(credentials.strip().encode(), self.token.encode()):
             raise HTTPError(403, "wrong token")
 
     def handle(self, method: str, target: str, header: Callable[[str], str | None],

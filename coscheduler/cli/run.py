@@ -196,5 +196,7 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
         click.echo(f"cosched run: stopped after {stats.passes} passes ({stats.started} started, "
                    f"{stats.coallocated} co-allocated, {stats.finished} finished, "
                    f"{stats.errors} errors)", err=True)
+        if stats.fatal:
+            raise click.ClickException(f"the backend stopped: {stats.fatal}")
     finally:
         store.close()
