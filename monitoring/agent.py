@@ -32,7 +32,7 @@ from coscheduler.model import InvalidInput, validate_job_id
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import Admission, Refused
+from .admission import Admission, JobContext, Refused, uid_of
 from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
                        raise_open_file_limit, validate_cgroup_name)
 from .execute import Actuator, make_actuator
@@ -153,6 +153,10 @@ class NodeAgent:
         else:
             spec = parse_registration(body, self.progress_dir, admission=self.admission)
         with self._lock:
+            try:
+                self.admission.check_members(spec.pids, self._job_context(spec.job_id))
+            except Refused as e:
+                raise e.at(f"job {spec.job_id}: ") from None
             for other in self._jobs.values():
                 if other.spec.job_id != spec.job_id and other.status == "running":
                     clash = set(spec.pids) & (other.members | set(other.spec.pids))
@@ -446,6 +450,18 @@ class NodeAgent:
         if js is None:
             raise UnknownJob(f"no job {job_id!r} is registered on this node")
         return js
+
+    def _job_context(self, job_id: str) -> JobContext:
+        """What the ownership rule needs to know of a job (monitoring/admission.py)."""
+        js = self._jobs.get(job_id)
+        in_cgroups = set(self.actuator.job_pids(job_id)) if self.actuator.has_job(job_id) else set()
+        if js is None or js.status != "running":
+            return JobContext(job_id, in_cgroups=frozenset(in_cgroups))
+        if js.spec.batch_cgroup:
+            in_cgroups |= collect.cgroup_tree_pids(Path(js.spec.batch_cgroup))
+        alive = {p for p in set(js.spec.pids) | js.members | in_cgroups if psutil.pid_exists(p)}
+        uid = next((u for u in map(uid_of, sorted(alive)) if u is not None), None)
+        return JobContext(job_id, uid, frozenset(alive), frozenset(in_cgroups))
 
     def _sample_only(self, spec: JobSpec) -> bool:
         """On cgroup v2 there is one hierarchy: moving a batch job's processes into our

@@ -169,3 +169,38 @@ def test_a_deep_json_body_is_a_400_at_the_agent(mimic, tmp_path):
     finally:
         server.shutdown()
         agent.close()
+
+
+# -- 5: ownership -------------------------------------------------------------------------------
+def test_only_the_jobs_own_processes_may_be_registered(mimic, tmp_path, sleeper):
+    if os.geteuid() != 0:
+        pytest.skip("starting a process as 'nobody' needs root")
+    code = "import time; time.sleep(120)"
+    other_user = subprocess.Popen(["sleep", "120"], user="nobody")
+    stranger = subprocess.Popen([sys.executable, "-c", code])          # root, not the job's
+    leader = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys, time\n"
+                               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+                               "print(c.pid, flush=True); time.sleep(120)"], stdout=subprocess.PIPE)
+    child = int(leader.stdout.readline())
+    agent = make(mimic, tmp_path)
+    try:
+        with pytest.raises(InvalidInput, match=r"runs as uid \d+ \(nobody\).*rule 'owner'"):
+            agent.register_job({"job_id": "mixed", "pids": [leader.pid, other_user.pid], "cores": 1})
+        agent.register_job({"job_id": "j", "pids": [leader.pid], "cores": 1})
+        with pytest.raises(InvalidInput, match="rule 'owner'"):
+            agent.register_job({"job_id": "j", "pids": [other_user.pid], "cores": 1})
+        with pytest.raises(InvalidInput, match="descendant of its registered.*rule 'not the job's'"):
+            agent.register_job({"job_id": "j", "pids": [stranger.pid], "cores": 1})
+        view = agent.register_job({"job_id": "j", "pids": [child], "cores": 1})
+        assert child in view["pids"] and stranger.pid not in view["pids"]
+        assert other_user.pid not in agent.actuator.job_pids("j")
+    finally:
+        agent.close()
+        for p in (other_user, stranger, leader):
+            p.kill()
+            p.wait()
+        try:
+            os.kill(child, 9)
+        except ProcessLookupError:
+            pass
