@@ -204,3 +204,83 @@ def test_only_the_jobs_own_processes_may_be_registered(mimic, tmp_path, sleeper)
             os.kill(child, 9)
         except ProcessLookupError:
             pass
+
+
+# -- 4: a connection flood from one local user ----------------------------------------------------
+def test_operator_requests_are_answered_while_300_idle_and_slow_connections_are_open(mimic, tmp_path, sleeper):
+    """A flood keeps 300 connections open on 127.0.0.1 (150 idle, 150 sending their headers
+    a byte at a time, each reopened when the server closes it), for at most 30 s; 20 quota
+    PUTs with the token, each on a new connection, must all be answered 200 within 1 s."""
+    import socket
+    agent = make(mimic, tmp_path)
+    server = AgentServer(agent, "127.0.0.1:0", TOKEN).start()
+    host, port = server.url[len("http://"):].rsplit(":", 1)
+    addr = (host, int(port))
+    stop = threading.Event()
+    socks: list = []
+    lock = threading.Lock()
+
+    def flood(kind: str, n: int) -> None:
+        mine: list = []
+        deadline = time.monotonic() + 30
+        while not stop.is_set() and time.monotonic() < deadline:
+            while len(mine) < n and not stop.is_set():
+                try:
+                    s = socket.create_connection(addr, timeout=2)
+                except OSError:
+                    break
+                s.setblocking(False)
+                if kind == "slow":
+                    try:
+                        s.send(b"GET /healthz HTTP/1.1\r\n")
+                    except OSError:
+                        pass
+                mine.append(s)
+                with lock:
+                    socks.append(s)
+            alive = []
+            for s in mine:
+                try:
+                    if kind == "slow":
+                        s.send(b"X")
+                    if s.recv(1) == b"":
+                        s.close()
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    s.close()
+                    continue
+                alive.append(s)
+            mine = alive
+            stop.wait(0.3)
+
+    threads = [threading.Thread(target=flood, args=(k, 150), daemon=True) for k in ("idle", "slow")]
+    try:
+        AgentClient_ = __import__("monitoring.client", fromlist=["AgentClient"]).AgentClient
+        AgentClient_(server.url, token=TOKEN).register_job("j", [sleeper.pid], 1)
+        for t in threads:
+            t.start()
+        time.sleep(2.0)   # the flood is in place
+        answered = []
+        for i in range(20):
+            t0 = time.monotonic()
+            try:
+                st, _ = raw(server.url, "PUT", "/v1/jobs/j/quota",
+                            json.dumps({"cpu_fraction": 0.5, "lease_s": 60}).encode())
+            except OSError as e:
+                st = f"{type(e).__name__}"
+            answered.append((st, time.monotonic() - t0))
+        ok = [a for a in answered if a[0] == 200 and a[1] < 1.0]
+        assert len(ok) == 20, f"{len(ok)}/20 answered 200 within 1 s: {answered}"
+        # the flood was really there: it fills its peer's budget and gets closed to make room
+        assert server._httpd.active >= 100 and server._httpd.evicted >= 20
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+        with lock:
+            for s in socks:
+                s.close()
+        server.shutdown()
+        agent.close()
