@@ -501,8 +501,18 @@ class MesosBackend:
             for t in tasks:
                 try:
                     self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s)
-                except Exception as exc:  # noqa: BLE001
-                    raise BackendError(f"cannot set the quota of job {job_id} on {t.hostname or t.agent_id}: {exc}") from None
+                except Exception as first:  # noqa: BLE001
+                    # The node agent does not know the job (it restarted without its state,
+                    # or this framework took over from a killed one): register it again (its
+                    # processes are still in its cgroup) rather than fail the job.
+                    try:
+                        self.quotas.prepare(t.agent_id, t.hostname, run.job, t.cores)
+                        self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s)
+                        log.warning("job %s registered again with the node agent of %s (%s)",
+                                    job_id, t.hostname or t.agent_id, first)
+                    except Exception as exc:  # noqa: BLE001
+                        raise BackendError(f"cannot set the quota of job {job_id} on "
+                                           f"{t.hostname or t.agent_id}: {exc}") from None
         with self._lock:
             run.quota = q
             run.lease_renewed = self._clock()
@@ -690,6 +700,12 @@ class MesosBackend:
     def registered(self, driver, framework_id, master_info) -> None:
         fid = framework_id.get("value") if isinstance(framework_id, Mapping) else str(framework_id)
         log.info("registered with framework id %s", fid)
+        binder = getattr(self.quotas, "bind", None)
+        if binder is not None and fid:
+            try:   # local node agents: stable names per framework id, a predecessor recovered
+                binder(fid)
+            except Exception:  # noqa: BLE001 - quotas then fail per job, loudly
+                log.exception("binding the node agents to framework %s failed", fid)
         with self._lock:
             self._saved["framework_id"] = fid
             self._subscribed_at = self.now()
