@@ -4,7 +4,7 @@ progress files other processes write): bounded in size and in nesting, so that a
 broken peer gets a clear error instead of a RecursionError deep in the interpreter.
 
 The nesting is measured before parsing from the brackets outside strings (a regular expression
-drops the strings, numpy sums the brackets: no loop per byte in Python), so that a
+drops the strings, a translation keeps the brackets: the Python loop runs per bracket only), so that a
 100,000-deep body never reaches the recursive parser.
 """
 
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-
-import numpy as np
+from itertools import accumulate
 from typing import Any
 
 DEFAULT_MAX_BYTES = 16 << 20
@@ -21,6 +20,8 @@ DEFAULT_MAX_DEPTH = 64
 # a string with its escapes (removed before the brackets are counted)
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_OPEN_AS_1 = bytes.maketrans(b"[{]}", b"\x01\x01\x00\x00")
+_STEP = (-1, 1)
 
 
 class JSONUnusable(ValueError):
@@ -36,11 +37,8 @@ def nesting_depth(raw: bytes, limit: int) -> int:
     are fewer openers than ``limit``: it cannot be deeper)."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return 0
-    brackets = np.frombuffer(_STRINGS.sub(b"", raw).translate(None, _NOT_BRACKETS), np.uint8)
-    if brackets.size == 0:
-        return 0
-    steps = np.where((brackets == 0x5B) | (brackets == 0x7B), 1, -1)
-    return int(np.cumsum(steps).max())
+    brackets = _STRINGS.sub(b"", raw).translate(_OPEN_AS_1, _NOT_BRACKETS)
+    return max(accumulate(_STEP[b] for b in brackets), default=0)
 
 
 def loads(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
