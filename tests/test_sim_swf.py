@@ -156,13 +156,11 @@ def test_real_traces_parse(bundled_data, name, nodes, procs, jobs):
 
 
 @pytest.mark.parametrize("name, nodes, procs, jobs", REAL)
-def test_the_vectorised_read_equals_the_line_by_line_one(shared_data, name, nodes, procs, jobs):
+def test_the_vectorised_read_equals_the_line_by_line_one(bundled_data, name, nodes, procs, jobs):
     """The one-pass numpy read (issue 24, scale) gives the same trace as the line reader,
     and is the path a well-formed trace takes."""
     from coscheduler.sim.swf import _read_fast, _read_text
-    path = shared_data / "swf" / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    path = bundled_data / "swf" / name
     assert _read_fast(str(path), _read_text(path), ()) is not None
     fast, slow = read_swf(path), read_swf(path, vectorised=False)
     assert fast.jobs == slow.jobs and fast.dropped == slow.dropped
