@@ -48,6 +48,10 @@ def _common(f):
                      help="Start the policy from this model's weights (a shipped name or a "
                           "path; same kind), e.g. to train a shipped model further; no "
                           "imitation warm start then."),
+        click.option("--env", "env", type=click.Choice(["batched", "reference"]),
+                     default="batched", show_default=True,
+                     help="RLScheduler rollouts: the batched numpy environment, or the "
+                          "reference one (the simulator engine stepped one sequence at a time)."),
         click.option("--fresh", is_flag=True, help="Ignore an existing checkpoint."),
         click.option("--no-eval", is_flag=True,
                      help="Skip the final evaluation on the seed-1 / held-out windows."),
@@ -149,7 +153,7 @@ def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
                    "'best': the heuristic that does best as a scorer on training sequences), "
                    "then PPO; 'none' starts from random weights as the reference.")
 def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
-                out, time_limit, pi_lr, init, fresh, no_eval, as_json, metric, mask,
+                out, time_limit, pi_lr, init, env, fresh, no_eval, as_json, metric, mask,
                 imitate) -> None:
     """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
@@ -159,7 +163,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
                   imitate=None if imitate.lower() == "none" else
                   "best" if imitate.lower() == "best" else get_policy(imitate).name,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
-                  init=init)
+                  init=init, env=env)
     _run(cfg, fresh, as_json)
 
 
@@ -169,7 +173,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
                                                          + list(POLICIES)),
               help="Base policy whose picks the inspector accepts or rejects (sjf, f1, ...).")
 def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
-              out, time_limit, pi_lr, init, fresh, no_eval, as_json, base) -> None:
+              out, time_limit, pi_lr, init, env, fresh, no_eval, as_json, base) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")

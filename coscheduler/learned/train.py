@@ -75,6 +75,7 @@ class TrainConfig:
     validation_windows: int = 6
     time_limit_s: float | None = None
     evaluate: bool = True
+    env: str = "batched"             # RL rollouts: "batched" (batchenv.py) or "reference"
 
     def __post_init__(self) -> None:
         if self.imitate_epochs is None:
@@ -257,7 +258,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
             tasks = [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), [int(s) for s in part],
                                  cfg.sequence, cfg.backfill, policy, norm.as_dict(),
                                  seed=int(rng.integers(2 ** 31)), metric=cfg.metric,
-                                 window=cfg.window, mask=cfg.mask, base=cfg.base)
+                                 window=cfg.window, mask=cfg.mask, base=cfg.base, env=cfg.env)
                      for part in split(starts, executor.workers)]
             trajs = [t for batch in executor.map(tasks) for t in batch]
             t_roll = time.perf_counter() - t0
@@ -347,7 +348,7 @@ def _validation_tasks(cfg: TrainConfig, limit: int, norm: Normalisation, params:
     starts = sorted(int(s) for s in rng.integers(0, limit - jobs + 1, cfg.validation_windows))
     return [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), part, jobs, cfg.backfill,
                         params, norm.as_dict(), seed=0, metric=cfg.metric, window=cfg.window,
-                        mask=cfg.mask, base=cfg.base, greedy=True)
+                        mask=cfg.mask, base=cfg.base, greedy=True, env=cfg.env)
             for part in split(starts, workers)]
 
 
