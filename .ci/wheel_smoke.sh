@@ -71,7 +71,7 @@ print(f"wheel smoke: coscheduler {coscheduler.__version__} from {coscheduler.__f
 PY
 
 step "cosched models list"
-"$cosched" models list --json > models.json
+"$cosched" models list --all --json > models.json   # --all: failed/unevaluated gate too
 "$work/venv/bin/python" - <<'PY'
 import json, sys
 rows = json.load(open("models.json"))

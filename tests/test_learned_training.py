@@ -80,7 +80,9 @@ def _config(tmp_path, trace, **kw):
 
 
 def test_a_few_epochs_learn_short_first_and_beat_fcfs(tmp_path, trace_path):
-    result = train_in_subprocess(_config(tmp_path, trace_path))
+    # the reference environment here (its sampling stream); the batched one is trained in
+    # tests/test_learned_batchenv.py
+    result = train_in_subprocess(_config(tmp_path, trace_path, env="reference"))
     model = load_model(result["path"], "rlscheduler")   # numpy alone
     trace = read_swf(trace_path)
     _, fcfs = replay(trace, get_policy("FCFS"), start=800, count=512)
