@@ -48,7 +48,8 @@ class _Sequence:
 
     __slots__ = ("jobs", "order", "n", "submit", "run", "estimate", "need", "free", "head",
                  "entries", "running_est", "ends", "next_arrival", "start", "end", "now",
-                 "steps", "decisions", "est_end", "where", "col_job", "wait_row", "end_row", "need_row")
+                 "steps", "decisions", "est_end", "where", "col_job", "wait_row", "end_row",
+                 "need_row")
 
     def __init__(self, jobs: Sequence, ppn: int, nodes: int):
         self.jobs = list(jobs)

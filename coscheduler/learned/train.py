@@ -74,6 +74,7 @@ class TrainConfig:
     validate_every: int = 5
     validation_windows: int = 6
     time_limit_s: float | None = None
+    stop_after: int | None = None    # epochs of this session, then stop (resumable)
     evaluate: bool = True
     env: str = "batched"             # RL rollouts: "batched" (batchenv.py) or "reference"
 
@@ -85,6 +86,7 @@ class TrainConfig:
         """What must agree for a checkpoint to be resumed."""
         d = asdict(self)
         for k in ("out", "workers", "executor", "ray_address", "epochs", "time_limit_s",
+                  "stop_after",
                   "evaluate"):
             d.pop(k)
         return d
@@ -286,6 +288,11 @@ def train(cfg: TrainConfig, *, resume: bool = True,
             if progress is not None:
                 progress(epoch + 1, cfg.epochs, row)
             if cfg.time_limit_s is not None and elapsed >= cfg.time_limit_s:
+                epoch += 1
+                break
+            # a stop without an extra validation: resumed, the run goes on exactly as an
+            # uninterrupted one (the same epochs, validations and kept weights)
+            if cfg.stop_after is not None and epoch + 1 - first_epoch >= cfg.stop_after:
                 epoch += 1
                 break
         else:
