@@ -186,3 +186,14 @@ def test_training_on_the_batched_environment_learns_short_first(tmp_path):
     # six sequences an epoch: the sampled mean is noisy, so the best of the last three
     assert min(r["mean_value"] for r in rows[-3:]) < 0.85 * rows[0]["mean_value"], rows
     assert result["header"]["machine"] == {"nodes": 4, "procs_per_node": 1}
+
+
+@pytest.mark.parametrize("backfill", ["none", "easy"])
+def test_the_bench_measures_both_environments_on_the_same_decisions(lublin, backfill):
+    from coscheduler.bench.learned import _batched_steps, _reference_steps
+
+    trace, cluster = lublin
+    starts = [0, 250, 500, 750]
+    ref = _reference_steps(trace, cluster, starts, backfill)
+    bat = _batched_steps(trace, cluster, starts, backfill)
+    assert ref == bat and ref[0] > 100
