@@ -115,6 +115,9 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
     click.echo(f"model {result.path} ({summary['size_bytes']} bytes), {summary['epochs']} epochs "
                f"in {summary['training_seconds']:.0f} s"
                + (f" (resumed at epoch {result.resumed_from})" if result.resumed_from else ""))
+    if result.model.header["epochs"] < cfg.epochs:
+        click.echo(f"stopped after epoch {result.model.header['epochs']} of {cfg.epochs}: "
+                   "the same command resumes the run from its checkpoint")
     if result.plot:
         click.echo(f"training curve {result.plot}")
     if result.gate:
