@@ -82,6 +82,14 @@ if broken or len(rows) != 34:
 print(f"wheel smoke: {len(rows)} of 34 models listed and loaded ({', '.join(kinds)})",
       file=sys.stderr)
 PY
+"$cosched" models list --json > offered.json   # the release gate's reports are in the wheel
+"$work/venv/bin/python" - <<'PY'
+import json, sys
+rows = json.load(open("offered.json"))
+if not rows or any(r["gate"] != "pass" for r in rows):
+    sys.exit(f"wheel smoke: models list offers {[(r['name'], r['gate']) for r in rows]}")
+print(f"wheel smoke: {len(rows)} models pass the release gate", file=sys.stderr)
+PY
 
 step "a learned policy on a bundled trace"
 trace=$("$work/venv/bin/python" -c "from coscheduler.data import swf_trace; print(swf_trace('lublin_256.swf'))")
