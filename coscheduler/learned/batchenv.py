@@ -40,7 +40,7 @@ from .features import CAP, LOW, RL_FEATURES, Normalisation
 
 INF = float("inf")
 BACKFILLS = ("none", "easy")
-PREFILTER = 48  # EASY: longer queues are filtered with numpy first
+PREFILTER = 96  # EASY: longer queues are filtered with numpy first
 
 
 class _Sequence:
@@ -203,16 +203,18 @@ class BatchSchedulingEnv:
         if self.backfill != "easy" or not s.entries or s.free == 0:
             return
         need, estimate = s.need, s.estimate
-        shadow, extra = shadow_time(s.free, need[s.head], s.running_est, need)
         entries = s.entries
         free = s.free
-        if len(entries) > PREFILTER:
-            # free only shrinks during the pass: a job wider than it now never starts, so
-            # numpy picks the candidates (the head is wider than free: not among them)
+        # free only shrinks during the pass: a job wider than it is now never starts, so
+        # only these are candidates (the head is wider than free: not among them)
+        if len(entries) > PREFILTER:  # numpy picks them from a long queue
             n = s.next_arrival
             cands = np.flatnonzero(s.wait_row[:n] & (self.need[slot, :n] <= free)).tolist()
         else:
             cands = [job for job in entries if need[job] <= free]
+        if not cands:
+            return  # nothing fits now: the reservation would change nothing
+        shadow, extra = shadow_time(s.free, need[s.head], s.running_est, need)
         for job in cands:
             nodes = need[job]
             if nodes > free:
