@@ -197,3 +197,75 @@ def test_the_bench_measures_both_environments_on_the_same_decisions(lublin, back
     ref = _reference_steps(trace, cluster, starts, backfill)
     bat = _batched_steps(trace, cluster, starts, backfill)
     assert ref == bat and ref[0] > 100
+
+
+def replay_inspector_both(jobs, cluster, base: str, backfill: str, seed: int, max_procs: int,
+                          env, slot: int) -> int:
+    from coscheduler.learned.episode import InspectorEpisode
+    from coscheduler.policies import get_policy
+
+    rng = np.random.default_rng(seed)
+    ref = InspectorEpisode(jobs, cluster, get_policy(base), backfill, max_procs=max_procs)
+    asking = ref.reset()
+    assert env.load(slot, jobs) == asking
+    steps = 0
+    while asking:
+        active, rows = env.observe()
+        i = int(np.flatnonzero(active == slot)[0])
+        # equal to rounding: the summed queue delay adds in another order
+        assert np.allclose(ref.observe(), rows[i], rtol=1e-12, atol=1e-15), steps
+        accept = bool(rng.random() < 0.6)
+        ref.step(0 if accept else 1)
+        asking = env.step(slot, accept)
+        assert asking == (not ref.done)
+        steps += 1
+    start, end = env.schedule(slot)
+    assert start == ref.schedule.start and end == ref.schedule.end
+    assert env.metrics(slot) == ref.metrics
+    reward, bsld, base_bsld, rejections = env.reward(slot)
+    assert (reward, base_bsld, rejections) == (ref.reward(), ref.base_bsld, ref.rejections)
+    return steps
+
+
+@pytest.mark.parametrize("backfill", ["none", "easy"])
+@pytest.mark.parametrize("base", ["SJF", "F1"])
+def test_batched_inspector_equals_the_reference(lublin, base, backfill):
+    from coscheduler.learned.batchinspect import BatchInspectorEnv
+    from coscheduler.policies import get_policy
+
+    trace, cluster = lublin
+    env = BatchInspectorEnv(cluster, 2, 256, get_policy(base), backfill,
+                            max_procs=trace.max_procs)
+    steps = sum(replay_inspector_both(window(trace.jobs, s, 256), cluster, base, backfill, k,
+                                      trace.max_procs, env, k)
+                for k, s in enumerate((50, 1900)))
+    assert steps > 300
+    messy = BatchInspectorEnv(Cluster(4, 4), 1, 160, get_policy(base), backfill, max_procs=16)
+    assert replay_inspector_both(messy_jobs(5), Cluster(4, 4), base, backfill, 9, 16,
+                                 messy, 0) > 20
+
+
+def test_batched_inspector_refuses_a_time_dependent_base():
+    from coscheduler.learned.batchinspect import BatchInspectorEnv
+    from coscheduler.policies import get_policy
+
+    with pytest.raises(InvalidInput, match="WFP3"):
+        BatchInspectorEnv(Cluster(4), 1, 10, get_policy("WFP3"))
+
+
+def test_batched_inspector_rollouts_are_well_formed():
+    from coscheduler.learned.nets import inspector_init, mlp
+
+    params = inspector_init(np.random.default_rng(2), 9)
+    task = RolloutTask("inspector", str(swf_trace("lublin_256.swf")), [0, 500, 1000], 256,
+                       "easy", params, Normalisation(estimate_s=36 * 3600.0).as_dict(), seed=5,
+                       base="SJF")
+    a, b = collect(task), collect(task)
+    for t, u in zip(a, b):
+        assert np.array_equal(t.actions, u.actions) and t.value == u.value
+        assert t.obs.shape == (len(t.actions), 9) and len(t.actions) > 0
+        z = mlp(params, "pi", t.obs.astype(float))
+        lp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+        assert np.allclose(lp[np.arange(len(t.actions)), t.actions], t.logp, atol=1e-4)
+        assert t.rejections == int((t.actions == 1).sum())
+        assert t.reward == pytest.approx((t.base_value - t.value) / t.base_value)

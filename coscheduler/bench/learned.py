@@ -12,7 +12,9 @@
   on the same 64 lublin_256 training sequences of 256 jobs, every step answered "the first
   allowed window job" in both (so both take the same decisions, and the bench checks that
   they end with the same mean bsld), medians over ``--env-repeat`` alternating rounds;
-  then whole rollouts (the policy network sampling, as training collects them) the same way.
+  SchedInspector's environments the same way (base SJF, every pick accepted only if it can
+  start now); then whole RLScheduler rollouts (the policy network sampling, as training
+  collects them).
 
 The model is the shipped one for the trace if there is one, else random weights of the
 same shape (the cost does not depend on the weights).
@@ -120,6 +122,42 @@ def _batched_steps(trace, cluster, starts: list[int], backfill: str) -> tuple[in
     return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
 
 
+def _inspector_reference(trace, cluster, starts: list[int], backfill: str) -> tuple[int, float]:
+    """SchedInspector over SJF, answering "accept a pick only if it can start now"."""
+    from ..learned.episode import InspectorEpisode
+    from ..policies.queue import get_policy
+
+    steps, bsld = 0, []
+    for s in starts:
+        ep = InspectorEpisode(window(trace.jobs, s, 256), cluster, get_policy("SJF"),
+                              backfill, max_procs=trace.max_procs)
+        if ep.reset():
+            while True:
+                ep.step(0 if ep.observe()[5] > 0.5 else 1)
+                steps += 1
+                if ep.done:
+                    break
+        bsld.append(ep.metrics.avg_bsld)
+    return steps, statistics.fmean(bsld)
+
+
+def _inspector_batched(trace, cluster, starts: list[int], backfill: str) -> tuple[int, float]:
+    from ..learned.batchinspect import BatchInspectorEnv
+    from ..policies.queue import get_policy
+
+    env = BatchInspectorEnv(cluster, len(starts), 256, get_policy("SJF"), backfill,
+                            max_procs=trace.max_procs)
+    for k, s in enumerate(starts):
+        env.load(k, window(trace.jobs, s, 256))
+    steps = 0
+    while env.asking.any():
+        active, rows = env.observe()
+        for slot, runs in zip(active.tolist(), (rows[:, 5] > 0.5).tolist()):
+            env.step(slot, runs)
+        steps += len(active)
+    return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
+
+
 def _rollout_steps(path: str, starts: list[int], backfill: str, env: str) -> tuple[int, float]:
     from ..learned.rollout import RolloutTask, collect
 
@@ -141,6 +179,8 @@ def env_rates(trace_path: Path, repeat: int) -> dict:
     runs = {
         "env": {"reference": lambda b: _reference_steps(trace, cluster, starts, b),
                 "batched": lambda b: _batched_steps(trace, cluster, starts, b)},
+        "inspector": {"reference": lambda b: _inspector_reference(trace, cluster, starts, b),
+                      "batched": lambda b: _inspector_batched(trace, cluster, starts, b)},
         "rollout": {"reference": lambda b: _rollout_steps(str(trace_path), starts[:32], b,
                                                          "reference"),
                     "batched": lambda b: _rollout_steps(str(trace_path), starts[:32], b,
@@ -161,7 +201,7 @@ def env_rates(trace_path: Path, repeat: int) -> dict:
                    "ratio": bat / ref, "steps": figures["batched"][0],
                    "reference_mean_value": figures["reference"][1],
                    "batched_mean_value": figures["batched"][1]}
-            if what == "env":
+            if what in ("env", "inspector"):
                 row["same_outcome"] = figures["reference"] == figures["batched"]
             out[f"{what}_{backfill}"] = row
     out["load_average_1min_after"] = os.getloadavg()[0]
@@ -248,11 +288,13 @@ def learned(data_dir: Path, repeat: int, whole: bool, env: bool, env_repeat: int
                    f"CPU time, medians of {e['repeats']} alternating rounds (load average "
                    f"{e['load_average_1min']:.1f} before, {e['load_average_1min_after']:.1f} "
                    f"after):")
-        for key in ("env_none", "env_easy", "rollout_none", "rollout_easy"):
+        for key in ("env_none", "env_easy", "inspector_none", "inspector_easy",
+                    "rollout_none", "rollout_easy"):
             r = e[key]
             what, backfill = key.split("_")
-            label = ("environment steps (first allowed job)" if what == "env"
-                     else "rollout steps (policy sampling)")
+            label = {"env": "RLScheduler environment steps (first allowed job)",
+                     "inspector": "SchedInspector environment steps (SJF, accept what runs)",
+                     "rollout": "RLScheduler rollout steps (policy sampling)"}[what]
             same = ""
             if "same_outcome" in r:
                 same = ", same outcome" if r["same_outcome"] else ", OUTCOMES DIFFER"

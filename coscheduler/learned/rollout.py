@@ -25,6 +25,7 @@ from ..sim.cluster import Cluster
 from ..sim.replay import window as trace_window
 from ..sim.swf import read_swf
 from .batchenv import BACKFILLS, BatchSchedulingEnv
+from .batchinspect import BatchInspectorEnv
 from .episode import InspectorEpisode, SchedulingEpisode, metric_value
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 from .nets import kernel_scores, masked_log_softmax, mlp, rl_pooled
@@ -108,6 +109,9 @@ def collect(task: RolloutTask) -> list[Trajectory]:
 
         with threadpool_limits(1):
             return _rl_batched(trace, cluster, task, norm, params, rng)
+    if (task.kind == "inspector" and task.env == "batched" and task.backfill in BACKFILLS
+            and not get_policy(task.base).uses_now):
+        return _inspector_batched(trace, cluster, task, norm, params, rng)
     out = []
     for start in task.starts:
         jobs = trace_window(trace.jobs, start, task.sequence)
@@ -242,6 +246,60 @@ def _rl_batched(trace, cluster, task, norm, params, rng) -> list[Trajectory]:
             out.append(Trajectory(start, np.zeros((0, F), np.float32),
                                   np.zeros(0, np.int32), np.zeros((0, 2 * F + 2), np.float32),
                                   np.zeros(0, np.int32), np.zeros(0), reward, value))
+    return out
+
+
+def _inspector_batched(trace, cluster, task, norm, params, rng) -> list[Trajectory]:
+    """``_inspector_episode`` for all of ``task.starts`` in ``BatchInspectorEnv`` (up to
+    ``BATCH_SLOTS`` at once; Gumbel noise per action when sampling)."""
+    starts = list(task.starts)
+    slots = min(BATCH_SLOTS, len(starts))
+    env = BatchInspectorEnv(cluster, slots, task.sequence, get_policy(task.base),
+                            task.backfill, max_procs=trace.max_procs, norm=norm)
+    episode = [-1] * slots
+    results: dict[int, tuple] = {}
+    logged: dict[int, list] = {e: [] for e in range(len(starts))}
+    following = 0
+
+    def fill(slot: int) -> None:
+        nonlocal following
+        while following < len(starts):
+            e = following
+            following += 1
+            if env.load(slot, trace_window(trace.jobs, starts[e], task.sequence)):
+                episode[slot] = e
+                return
+            results[e] = env.reward(slot)
+        episode[slot] = -1
+
+    for slot in range(slots):
+        fill(slot)
+    while env.asking.any():
+        active, rows = env.observe()
+        z = mlp(params, "pi", rows)
+        lp = z - z.max(axis=1, keepdims=True)
+        lp = lp - np.log(np.exp(lp).sum(axis=1, keepdims=True))
+        v = lp if task.greedy else lp + rng.gumbel(size=lp.shape)
+        act = np.argmax(v, axis=1)
+        obs32 = rows.astype(np.float32)
+        for i, slot in enumerate(active.tolist()):
+            a = int(act[i])
+            logged[episode[slot]].append((obs32[i], a, lp[i, a]))
+            if not env.step(slot, a == 0):
+                results[episode[slot]] = env.reward(slot)
+                fill(slot)
+    out = []
+    F = len(INSPECTOR_FEATURES)
+    for e, start in enumerate(starts):
+        reward, bsld, base, rejections = results[e]
+        steps = logged[e]
+        T = len(steps)
+        obs = (np.array([o for o, _, _ in steps], dtype=np.float32) if T
+               else np.zeros((0, F), np.float32))
+        out.append(Trajectory(start, obs, np.full(T, 2, dtype=np.int32), obs,
+                              np.array([a for _, a, _ in steps], dtype=np.int32),
+                              np.array([p for _, _, p in steps], dtype=np.float64), reward,
+                              bsld, base, rejections))
     return out
 
 
