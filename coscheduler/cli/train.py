@@ -49,8 +49,8 @@ def _common(f):
                           "imitation warm start then."),
         click.option("--env", "env", type=click.Choice(["batched", "reference"]),
                      default="batched", show_default=True,
-                     help="RLScheduler rollouts: the batched numpy environment, or the "
-                          "reference one (the simulator engine stepped one sequence at a time)."),
+                     help="Rollouts in the batched numpy environment, or the reference one "
+                          "(the simulator engine stepped one sequence at a time)."),
         click.option("--stop-after", type=click.IntRange(min=1), default=None,
                      help="Stop after this many epochs of this session; rerun the same "
                           "command to resume (the same run as without the stop)."),
