@@ -66,6 +66,10 @@ def check_machine(model: Model, trace: SwfTrace) -> None:
     for older models, the named trace's) must be the trace's."""
     want = model.header.get("machine")
     have = machine_of(trace)
+    if want is not None and (not isinstance(want, dict) or set(want) != set(have)
+                             or not all(isinstance(v, int) for v in want.values())):
+        raise ModelError(f"{model.path or model.name}: the header's machine {want!r} is not "
+                         "{\"nodes\": N, \"procs_per_node\": P}")
     if want is not None and want != have:
         raise ModelError(f"{model.path or model.name}: trained for a machine of "
                          f"{want['nodes']} nodes x {want['procs_per_node']} processors, but "
