@@ -71,7 +71,7 @@ print(f"wheel smoke: coscheduler {coscheduler.__version__} from {coscheduler.__f
 PY
 
 step "cosched models list"
-"$cosched" models list --json > models.json
+"$cosched" models list --all --json > models.json   # --all: failed/unevaluated gate too
 "$work/venv/bin/python" - <<'PY'
 import json, sys
 rows = json.load(open("models.json"))
@@ -81,6 +81,14 @@ if broken or len(rows) != 34:
     sys.exit(f"wheel smoke: {len(rows)} models listed (34 shipped), broken: {broken}")
 print(f"wheel smoke: {len(rows)} of 34 models listed and loaded ({', '.join(kinds)})",
       file=sys.stderr)
+PY
+"$cosched" models list --json > offered.json   # the release gate's reports are in the wheel
+"$work/venv/bin/python" - <<'PY'
+import json, sys
+rows = json.load(open("offered.json"))
+if not rows or any(r["gate"] != "pass" for r in rows):
+    sys.exit(f"wheel smoke: models list offers {[(r['name'], r['gate']) for r in rows]}")
+print(f"wheel smoke: {len(rows)} models pass the release gate", file=sys.stderr)
 PY
 
 step "a learned policy on a bundled trace"

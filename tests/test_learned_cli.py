@@ -25,7 +25,7 @@ def run(*args):
 
 
 def test_models_list_json_shape():
-    r = run("models", "list", "--json")
+    r = run("models", "list", "--all", "--json")
     assert r.exit_code == 0, r.stderr
     rows = json.loads(r.stdout)
     assert rows, "at least one model is shipped"

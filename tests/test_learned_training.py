@@ -8,6 +8,7 @@ multi-threaded, and other tests fork."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,7 +81,9 @@ def _config(tmp_path, trace, **kw):
 
 
 def test_a_few_epochs_learn_short_first_and_beat_fcfs(tmp_path, trace_path):
-    result = train_in_subprocess(_config(tmp_path, trace_path))
+    # the reference environment here (its sampling stream); the batched one is trained in
+    # tests/test_learned_batchenv.py
+    result = train_in_subprocess(_config(tmp_path, trace_path, env="reference"))
     model = load_model(result["path"], "rlscheduler")   # numpy alone
     trace = read_swf(trace_path)
     _, fcfs = replay(trace, get_policy("FCFS"), start=800, count=512)
@@ -154,3 +157,24 @@ def test_training_from_a_model_starts_at_its_weights(tmp_path, trace_path):
     with pytest.raises(AssertionError, match="inspector model is needed"):
         train_in_subprocess(_config(tmp_path / "c", trace_path, kind="inspector",
                                     base="FCFS", epochs=1, init=first["path"]))
+
+
+def test_a_stopped_run_resumed_is_the_same_run(tmp_path, trace_path):
+    """2 epochs, stop (--stop-after 2), resume for the 3rd: the same curve (sampled means,
+    validations, losses) and bit-identical kept weights as 3 straight epochs."""
+    cfg = _config(tmp_path / "r", trace_path, epochs=3, validate_every=1)
+    first = train_in_subprocess({**cfg, "stop_after": 2})
+    assert first["header"]["epochs"] == 2
+    resumed = train_in_subprocess(cfg, resume=True)
+    straight = train_in_subprocess(_config(tmp_path / "s", trace_path, epochs=3,
+                                           validate_every=1))
+    assert resumed["resumed_from"] == 2 and straight["resumed_from"] == 0
+    keys = ("epoch", "mean_value", "validation", "steps", "pi_loss", "v_loss", "kl")
+    assert [{k: r.get(k) for k in keys} for r in resumed["curve"]] == \
+        [{k: r.get(k) for k in keys} for r in straight["curve"]]
+    a, b = load_model(resumed["path"]), load_model(straight["path"])
+    assert a.header["kept_epoch"] == b.header["kept_epoch"]
+    for k in a.params:
+        assert np.array_equal(a.params[k], b.params[k]), k
+    # the gate report is written beside every model, the stopped run's too
+    assert Path(resumed["path"]).with_name("m.report.json").is_file()

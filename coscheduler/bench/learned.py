@@ -7,6 +7,15 @@
   (wall time, which the target is about, and this process's CPU time, which a shared
   machine's load does not inflate).
 
+- the training environment, reference (``learned/episode.py`` over the engine) and batched
+  (``learned/batchenv.py``), side by side in one run: environment steps per CPU second
+  on the same 64 lublin_256 training sequences of 256 jobs, every step answered "the first
+  allowed window job" in both (so both take the same decisions, and the bench checks that
+  they end with the same mean bsld), medians over ``--env-repeat`` alternating rounds;
+  SchedInspector's environments the same way (base SJF, every pick accepted only if it can
+  start now); then whole RLScheduler rollouts (the policy network sampling, as training
+  collects them).
+
 The model is the shipped one for the trace if there is one, else random weights of the
 same shape (the cost does not depend on the weights).
 """
@@ -14,6 +23,7 @@ same shape (the cost does not depend on the weights).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -73,6 +83,131 @@ def _views(trace, selector, count: int, min_size: int) -> list:
     return views
 
 
+ENV_SEQUENCES = 64
+ENV_TARGET_RATIO = 10.0
+
+
+def _reference_steps(trace, cluster, starts: list[int], backfill: str) -> tuple[int, float]:
+    from ..learned.episode import SchedulingEpisode
+
+    steps, bsld = 0, []
+    for s in starts:
+        ep = SchedulingEpisode(window(trace.jobs, s, 256), cluster, backfill,
+                               max_procs=trace.max_procs)
+        if ep.reset():
+            while True:
+                _, mask = ep.observe()
+                ep.step(int(np.argmax(mask)))
+                steps += 1
+                if ep.done:
+                    break
+        bsld.append(ep.metrics.avg_bsld)
+    return steps, statistics.fmean(bsld)
+
+
+def _batched_steps(trace, cluster, starts: list[int], backfill: str) -> tuple[int, float]:
+    from ..learned.batchenv import BatchSchedulingEnv
+
+    env = BatchSchedulingEnv(cluster, len(starts), 256, backfill, max_procs=trace.max_procs)
+    for k, s in enumerate(starts):
+        env.load(k, window(trace.jobs, s, 256))
+    steps = 0
+    while env.asking.any():
+        o = env.observe()
+        rows = np.arange(len(o.allowed))
+        first = np.minimum.reduceat(np.where(o.allowed, rows, len(rows)), o.starts) - o.starts
+        for slot, pos in zip(o.active.tolist(), first.tolist()):
+            env.step(slot, pos)
+        steps += len(first)
+    return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
+
+
+def _inspector_reference(trace, cluster, starts: list[int], backfill: str) -> tuple[int, float]:
+    """SchedInspector over SJF, answering "accept a pick only if it can start now"."""
+    from ..learned.episode import InspectorEpisode
+    from ..policies.queue import get_policy
+
+    steps, bsld = 0, []
+    for s in starts:
+        ep = InspectorEpisode(window(trace.jobs, s, 256), cluster, get_policy("SJF"),
+                              backfill, max_procs=trace.max_procs)
+        if ep.reset():
+            while True:
+                ep.step(0 if ep.observe()[5] > 0.5 else 1)
+                steps += 1
+                if ep.done:
+                    break
+        bsld.append(ep.metrics.avg_bsld)
+    return steps, statistics.fmean(bsld)
+
+
+def _inspector_batched(trace, cluster, starts: list[int], backfill: str) -> tuple[int, float]:
+    from ..learned.batchinspect import BatchInspectorEnv
+    from ..policies.queue import get_policy
+
+    env = BatchInspectorEnv(cluster, len(starts), 256, get_policy("SJF"), backfill,
+                            max_procs=trace.max_procs)
+    for k, s in enumerate(starts):
+        env.load(k, window(trace.jobs, s, 256))
+    steps = 0
+    while env.asking.any():
+        active, rows = env.observe()
+        for slot, runs in zip(active.tolist(), (rows[:, 5] > 0.5).tolist()):
+            env.step(slot, runs)
+        steps += len(active)
+    return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
+
+
+def _rollout_steps(path: str, starts: list[int], backfill: str, env: str) -> tuple[int, float]:
+    from ..learned.rollout import RolloutTask, collect
+
+    params = _random_model("rlscheduler").params
+    task = RolloutTask("rlscheduler", path, starts, 256, backfill, params,
+                       Normalisation().as_dict(), seed=1, env=env)
+    trajs = collect(task)
+    return sum(len(t.actions) for t in trajs), statistics.fmean(t.value for t in trajs)
+
+
+def env_rates(trace_path: Path, repeat: int) -> dict:
+    """Steps per CPU second of both environments (see the module docstring)."""
+    trace = read_swf(trace_path)
+    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
+    limit = int(len(trace.jobs) * 0.2) - 256
+    starts = [int(s) for s in np.linspace(0, limit, ENV_SEQUENCES)]
+    out = {"sequences": len(starts), "jobs_per_sequence": 256, "repeats": repeat,
+           "load_average_1min": os.getloadavg()[0]}
+    runs = {
+        "env": {"reference": lambda b: _reference_steps(trace, cluster, starts, b),
+                "batched": lambda b: _batched_steps(trace, cluster, starts, b)},
+        "inspector": {"reference": lambda b: _inspector_reference(trace, cluster, starts, b),
+                      "batched": lambda b: _inspector_batched(trace, cluster, starts, b)},
+        "rollout": {"reference": lambda b: _rollout_steps(str(trace_path), starts[:32], b,
+                                                         "reference"),
+                    "batched": lambda b: _rollout_steps(str(trace_path), starts[:32], b,
+                                                        "batched")},
+    }
+    for what, pair in runs.items():
+        for backfill in ("none", "easy"):
+            rates: dict[str, list[float]] = {"reference": [], "batched": []}
+            figures: dict[str, tuple] = {}
+            for _ in range(repeat):
+                for name, fn in pair.items():  # alternating rounds
+                    c0 = time.process_time()
+                    steps, value = fn(backfill)
+                    rates[name].append(steps / (time.process_time() - c0))
+                    figures[name] = (steps, value)
+            ref, bat = statistics.median(rates["reference"]), statistics.median(rates["batched"])
+            row = {"reference_steps_per_s": ref, "batched_steps_per_s": bat,
+                   "ratio": bat / ref, "steps": figures["batched"][0],
+                   "reference_mean_value": figures["reference"][1],
+                   "batched_mean_value": figures["batched"][1]}
+            if what in ("env", "inspector"):
+                row["same_outcome"] = figures["reference"] == figures["batched"]
+            out[f"{what}_{backfill}"] = row
+    out["load_average_1min_after"] = os.getloadavg()[0]
+    return out
+
+
 def _time_decisions(selector, views, repeat: int) -> dict:
     times = []
     for k in range(repeat):
@@ -95,12 +230,23 @@ def _time_decisions(selector, views, repeat: int) -> dict:
               help="Decisions timed per selector.")
 @click.option("--whole/--no-whole", default=True, show_default=True,
               help="Also replay the whole HPC2N trace with a learned scorer.")
+@click.option("--env/--no-env", "env", default=True, show_default=True,
+              help="Also measure the training environments, reference and batched.")
+@click.option("--env-repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Alternating rounds of the environment measurement (medians).")
+@click.option("--only-env", is_flag=True, help="Measure the environments only.")
 @click.option("--json", "as_json", is_flag=True)
-def learned(data_dir: Path, repeat: int, whole: bool, as_json: bool) -> None:
-    """Median time of one learned decision (128-job window) and a whole-trace replay."""
+def learned(data_dir: Path, repeat: int, whole: bool, env: bool, env_repeat: int,
+            only_env: bool, as_json: bool) -> None:
+    """Median time of one learned decision (128-job window), a whole-trace replay, and
+    the training environments' steps per second (reference and batched)."""
     out: dict = {}
     lublin = data_dir / LUBLIN
-    if lublin.is_file():
+    if (env or only_env) and lublin.is_file():
+        out["environment"] = env_rates(lublin, env_repeat)
+    if only_env:
+        whole = False
+    elif lublin.is_file():
         trace = read_swf(lublin)
         scorer = LearnedScorer(_model("lublin256", "rlscheduler"))
         views = _views(trace, scorer, 200, 128)
@@ -112,7 +258,7 @@ def learned(data_dir: Path, repeat: int, whole: bool, as_json: bool) -> None:
         if iviews:
             out["inspector_decision"] = {"model": inspector.model.path,
                                          **_time_decisions(inspector, iviews, repeat)}
-    else:
+    elif not only_env:
         out["rlscheduler_decision"] = {"skipped": f"trace not found: {lublin}"}
     hpc2n = data_dir / HPC2N
     if whole and hpc2n.is_file():
@@ -136,6 +282,27 @@ def learned(data_dir: Path, repeat: int, whole: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
+    e = out.get("environment")
+    if e:
+        click.echo(f"training environment, {e['sequences']} lublin_256 sequences of 256 jobs, "
+                   f"CPU time, medians of {e['repeats']} alternating rounds (load average "
+                   f"{e['load_average_1min']:.1f} before, {e['load_average_1min_after']:.1f} "
+                   f"after):")
+        for key in ("env_none", "env_easy", "inspector_none", "inspector_easy",
+                    "rollout_none", "rollout_easy"):
+            r = e[key]
+            what, backfill = key.split("_")
+            label = {"env": "RLScheduler environment steps (first allowed job)",
+                     "inspector": "SchedInspector environment steps (SJF, accept what runs)",
+                     "rollout": "RLScheduler rollout steps (policy sampling)"}[what]
+            same = ""
+            if "same_outcome" in r:
+                same = ", same outcome" if r["same_outcome"] else ", OUTCOMES DIFFER"
+            verdict = "meets" if r["ratio"] >= ENV_TARGET_RATIO else "MISSES"
+            click.echo(f"  {label}, backfill {backfill}: reference "
+                       f"{r['reference_steps_per_s']:,.0f}/s, batched "
+                       f"{r['batched_steps_per_s']:,.0f}/s, ratio {r['ratio']:.1f}x "
+                       f"({verdict} the >= 10x target){same}")
     for key in ("rlscheduler_decision", "inspector_decision"):
         r = out.get(key)
         if not r:

@@ -1,9 +1,15 @@
-"""``cosched models list [--json]``: the shipped learned models (queue schedulers and
-inspectors in coscheduler/learned/models, MRSch and scalar RL in coscheduler/multi/models)."""
+"""``cosched models list [--all] [--json]`` and ``cosched models gate``: the shipped
+learned models (queue schedulers and inspectors in coscheduler/learned/models, MRSch and
+scalar RL in coscheduler/multi/models) and their release gate (``learned/gate.py``).
+
+``list`` offers only the models that passed the gate (their validation report beside the
+file says so); ``--all`` lists every model file with its verdict (``pass``, ``fail``,
+``unevaluated``: no report, as the MRSch models, or ``broken``)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -13,35 +19,111 @@ def models() -> None:
     """Learned queue-scheduler models shipped with coscheduler."""
 
 
-@models.command("list")
-@click.option("--json", "as_json", is_flag=True,
-              help='Print [{"name", "kind", "trace", "metric", "backfill", "path", ...}].')
-def list_cmd(as_json: bool) -> None:
-    """List the shipped models (rl:NAME with --policy, --inspector NAME; mrsch and
-    scalar-rl with cosched simulate multi --methods)."""
+def _rows() -> list[dict]:
     from ..learned.registry import list_models
     from ..multi.report import list_models as list_multi_models
 
-    rows = list_models() + list_multi_models()
+    rows = list_models()
+    for r in list_multi_models():  # no gate for MRSch models yet
+        rows.append({**r, "gate": "broken" if r.get("error") else "unevaluated",
+                     "gate_report": None})
+    return rows
+
+
+@models.command("list")
+@click.option("--all", "show_all", is_flag=True,
+              help="Every model file with its gate verdict, not only those that passed.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print [{"name", "kind", "trace", "metric", "backfill", "path", "gate", ...}].')
+def list_cmd(show_all: bool, as_json: bool) -> None:
+    """List the shipped models that passed the release gate (rl:NAME with --policy,
+    --inspector NAME; mrsch and scalar-rl with cosched simulate multi --methods)."""
+    every = _rows()
+    rows = every if show_all else [r for r in every if r["gate"] == "pass"]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("no models shipped")
-        return
-    header = ("name", "kind", "trace", "metric/set", "backfill", "base", "epochs", "train min",
-              "KiB")
-    table = [header] + [(
-        r["name"], r["kind"] or "BROKEN", str(r["trace"]), str(r["metric"] or r.get("set")),
-        str(r["backfill"]),
-        r.get("base") or "-", str(r.get("epochs")),
-        f"{r['training_seconds'] / 60:.1f}" if r.get("training_seconds") else "-",
-        f"{r.get('size_bytes', 0) / 1024:.1f}") for r in rows]
-    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
-    for k, row in enumerate(table):
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        if k == 0:
-            click.echo("  ".join("-" * w for w in widths))
+        click.echo("no models shipped" if show_all or not every else
+                   "no shipped model passed the release gate")
+    else:
+        header = ("name", "kind", "trace", "metric/set", "backfill", "base", "epochs",
+                  "train min", "KiB", "gate")
+        table = [header] + [(
+            r["name"], r["kind"] or "BROKEN", str(r["trace"]), str(r["metric"] or r.get("set")),
+            str(r["backfill"]),
+            r.get("base") or "-", str(r.get("epochs")),
+            f"{r['training_seconds'] / 60:.1f}" if r.get("training_seconds") else "-",
+            f"{r.get('size_bytes', 0) / 1024:.1f}", r["gate"]) for r in rows]
+        widths = [max(len(row[c]) for row in table) for c in range(len(header))]
+        for k, row in enumerate(table):
+            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+            if k == 0:
+                click.echo("  ".join("-" * w for w in widths))
+    hidden = len(every) - len(rows)
+    if hidden:
+        click.echo(f"{hidden} more model(s) not offered: the release gate failed or has not "
+                   "evaluated them (cosched models list --all)")
     for r in rows:
         if "error" in r:
             click.echo(f"warning: {r['error']}", err=True)
+
+
+@models.command("gate")
+@click.argument("names", nargs=-1)
+@click.option("--trace", "trace_path", type=click.Path(exists=True, dir_okay=False),
+              default=None, help="Trace to gate on [default: the bundled trace each model "
+                                 "names in its header].")
+@click.option("--write/--no-write", default=True, show_default=True,
+              help="Write NAME.report.json beside each model.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as a JSON list.")
+def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
+             as_json: bool) -> None:
+    """Evaluate models (shipped NAMEs or paths; default: every shipped queue scheduler and
+    inspector) against the release gate: at or below the best heuristic on their
+    validation windows, for their metric and backfilling."""
+    from ..data import swf_trace
+    from ..learned.gate import evaluate, summary, write_report
+    from ..learned.modelfile import ModelError, load_model
+    from ..learned.registry import resolve, shipped
+    from ..model import InvalidInput
+    from ..sim.swf import read_swf
+
+    paths = []
+    try:
+        paths = [resolve(n) for n in names] if names else shipped()
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    traces: dict[str, object] = {}
+    reports, failed = [], 0
+    for path in paths:
+        try:
+            model = load_model(path)
+            source = trace_path or model.header.get("trace")
+            if not source:
+                raise ModelError(f"{path}: the header names no training trace; give --trace")
+            if not trace_path:
+                try:
+                    bundled = swf_trace(source)
+                except (OSError, InvalidInput):
+                    bundled = None
+                if bundled is None or not Path(bundled).is_file():
+                    raise ModelError(f"{path}: its training trace {source} is not bundled; "
+                                     "give --trace")
+                source = str(bundled)
+            if source not in traces:
+                traces[source] = read_swf(source)
+            report = evaluate(model, traces[source])
+        except InvalidInput as exc:  # ModelError too: the message names the file
+            click.echo(f"error: {exc}", err=True)
+            failed += 1
+            continue
+        if write:
+            report["report"] = str(write_report(report, path))
+        reports.append(report)
+        if not as_json:
+            click.echo(summary(report))
+    if as_json:
+        click.echo(json.dumps(reports, indent=2))
+    if failed:
+        raise click.ClickException(f"{failed} of {len(paths)} model(s) could not be gated")

@@ -10,7 +10,6 @@ model and its training curve ``MODEL.png``, and print a summary (``--json``: one
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -48,6 +47,13 @@ def _common(f):
                      help="Start the policy from this model's weights (a shipped name or a "
                           "path; same kind), e.g. to train a shipped model further; no "
                           "imitation warm start then."),
+        click.option("--env", "env", type=click.Choice(["batched", "reference"]),
+                     default="batched", show_default=True,
+                     help="Rollouts in the batched numpy environment, or the reference one "
+                          "(the simulator engine stepped one sequence at a time)."),
+        click.option("--stop-after", type=click.IntRange(min=1), default=None,
+                     help="Stop after this many epochs of this session; rerun the same "
+                          "command to resume (the same run as without the stop)."),
         click.option("--fresh", is_flag=True, help="Ignore an existing checkpoint."),
         click.option("--no-eval", is_flag=True,
                      help="Skip the final evaluation on the seed-1 / held-out windows."),
@@ -79,41 +85,49 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
         raise click.ClickException(
             f"training needs the rl extra ({exc.name or exc} is missing): pip install '.[rl]'"
         ) from None
-    bar = click.progressbar(length=cfg.epochs, label=f"training {Path(cfg.out).name}",
-                            file=sys.stderr, show_pos=True)
-    state = {"shown": 0}
-
     def progress(epoch: int, total: int, row: dict) -> None:
-        if state["shown"] == 0:
-            bar.__enter__()
-            if epoch > 1:
-                bar.update(epoch - 1)
-        bar.label = (f"training {Path(cfg.out).name} (mean {row['mean_value']:.1f}"
-                     + (f", base {row['mean_base']:.1f}" if "mean_base" in row else "") + ")")
-        bar.update(1)
-        state["shown"] = epoch
+        # one line per epoch on stderr: throughput, losses, the validation figure
+        seconds = row["rollout_s"] + row["update_s"]
+        unit = "bsld" if cfg.kind == "inspector" or cfg.metric == "bsld" else cfg.metric
+        text = (f"epoch {epoch}/{total}: mean {unit} {row['mean_value']:.2f}"
+                + (f" (base {row['mean_base']:.2f})" if "mean_base" in row else "")
+                + f", {row['steps']:,} steps in {seconds:.1f} s "
+                f"({row['steps'] / max(row['rollout_s'], 1e-9):,.0f} steps/s rolling out)"
+                + (f", loss pi {row['pi_loss']:.4g} v {row['v_loss']:.4g}"
+                   if "pi_loss" in row else "")
+                + (f", validation {unit} {row['validation']:.2f}" if "validation" in row
+                   else ""))
+        click.echo(text, err=True)
 
     try:
         result = run_training(cfg, resume=not fresh, progress=progress)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
-    finally:
-        if state["shown"]:
-            bar.__exit__(None, None, None)
     summary = {"model": str(result.path), "kind": cfg.kind, "trace": cfg.trace,
                "epochs": result.model.header["epochs"], "resumed_from_epoch": result.resumed_from,
                "training_seconds": round(result.seconds, 1),
                "size_bytes": result.path.stat().st_size,
                "curve_png": str(result.plot) if result.plot else None,
-               "figures": result.figures}
+               "figures": result.figures, "gate": result.gate}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
     click.echo(f"model {result.path} ({summary['size_bytes']} bytes), {summary['epochs']} epochs "
                f"in {summary['training_seconds']:.0f} s"
                + (f" (resumed at epoch {result.resumed_from})" if result.resumed_from else ""))
+    if result.model.header["epochs"] < cfg.epochs:
+        click.echo(f"stopped after epoch {result.model.header['epochs']} of {cfg.epochs}: "
+                   "the same command resumes the run from its checkpoint")
     if result.plot:
         click.echo(f"training curve {result.plot}")
+    if result.gate:
+        from ..learned.gate import report_path, summary as gate_summary
+
+        click.echo(f"release gate: {gate_summary(result.gate)} (report "
+                   f"{report_path(result.path)})")
+        if result.gate["verdict"] != "pass":
+            click.echo("not offered by cosched models list: it does not beat the best "
+                       "heuristic on its validation windows")
     f = result.figures
     if cfg.kind == "rlscheduler" and f:
         heur = "  ".join(f"{k} {v:.1f}" for k, v in f["heuristics_bsld"].items())
@@ -149,8 +163,8 @@ def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
                    "'best': the heuristic that does best as a scorer on training sequences), "
                    "then PPO; 'none' starts from random weights as the reference.")
 def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
-                out, time_limit, pi_lr, init, fresh, no_eval, as_json, metric, mask,
-                imitate) -> None:
+                out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
+                metric, mask, imitate) -> None:
     """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
     cfg = _config("rlscheduler", trace, out, epochs, 60, metric=metric, backfill=backfill,
@@ -159,7 +173,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
                   imitate=None if imitate.lower() == "none" else
                   "best" if imitate.lower() == "best" else get_policy(imitate).name,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
-                  init=init)
+                  init=init, env=env, stop_after=stop_after)
     _run(cfg, fresh, as_json)
 
 
@@ -169,7 +183,8 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
                                                          + list(POLICIES)),
               help="Base policy whose picks the inspector accepts or rejects (sjf, f1, ...).")
 def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
-              out, time_limit, pi_lr, init, fresh, no_eval, as_json, base) -> None:
+              out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
+              base) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
@@ -177,7 +192,7 @@ def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ra
                   trajectories=trajectories, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
-                  init=init)
+                  init=init, stop_after=stop_after)
     _run(cfg, fresh, as_json)
 
 

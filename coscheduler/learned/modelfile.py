@@ -129,9 +129,16 @@ def load_model(path: str | Path, kind: str | None = None) -> Model:
         raise ModelError(f"{name}: its features {features} differ from the ones this "
                          f"coscheduler computes for a {found} model: {expected}")
     try:
-        Normalisation(**header.get("normalisation", {}))
+        norm = Normalisation(**header.get("normalisation", {}))
     except TypeError as exc:
         raise ModelError(f"{name}: bad normalisation in the header ({exc})") from None
+    for key in ("wait_s", "estimate_s", "retry_after_s", "window"):
+        value = getattr(norm, key)
+        # features are divided by these: anything else would make them NaN or infinite
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not np.isfinite(value) or value <= 0:
+            raise ModelError(f"{name}: normalisation {key} must be a finite number > 0, "
+                             f"got {value!r} (the features would be NaN)")
     _check_layers(name, params, len(expected), found)
     return Model(found, params, header, name)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..model import InvalidInput
 from ..resources import resource_dir
+from .gate import read_verdict, report_path
 from .modelfile import ModelError, load_model
 from .selectors import LearnedInspector, LearnedScorer
 
@@ -25,17 +26,22 @@ def shipped(directory: Path = MODELS_DIR) -> list[Path]:
 
 
 def list_models(directory: Path = MODELS_DIR) -> list[dict]:
-    """``[{"name", "kind", "trace", "metric", "backfill", "path", ...}]`` of shipped models."""
+    """``[{"name", "kind", "trace", "metric", "backfill", "path", "gate", ...}]`` of shipped
+    models; ``gate`` is the release gate's verdict (``pass``, ``fail``, ``unevaluated``,
+    ``broken``), from the validation report beside the file (``gate.py``)."""
     out = []
     for path in shipped(directory):
         try:
             m = load_model(path)
         except ModelError as exc:
             out.append({"name": path.stem, "kind": None, "trace": None, "metric": None,
-                        "backfill": None, "path": str(path), "error": str(exc)})
+                        "backfill": None, "path": str(path), "gate": "broken",
+                        "error": str(exc)})
             continue
         h = m.header
+        verdict, report = read_verdict(path)
         row = {"name": path.stem, "kind": m.kind, "trace": h.get("trace"),
+               "gate": verdict, "gate_report": str(report_path(path)) if report else None,
                "metric": h.get("metric"), "backfill": h.get("backfill"), "path": str(path),
                "base": h.get("base"), "epochs": h.get("epochs"),
                "training_seconds": h.get("training_seconds"),
@@ -90,3 +96,30 @@ def resolve_policy(text: str, directory: Path = MODELS_DIR):
     from ..policies.queue import get_policy
 
     return scorer_for(text, directory) if is_learned_policy(text) else get_policy(text)
+
+
+MANIFEST = MODELS_DIR / "manifest.json"
+
+
+def manifest_rows() -> list[dict]:
+    """Every model file the package ships (learned and multi-resource), with its size and
+    SHA-256: what ``manifest.json`` records (``write_manifest`` after changing models)."""
+    import hashlib
+
+    from ..multi.report import MODELS_DIR as MULTI_DIR
+
+    rows = []
+    for package, directory in (("coscheduler.learned", MODELS_DIR),
+                               ("coscheduler.multi", MULTI_DIR)):
+        for path in shipped(directory):
+            data = path.read_bytes()
+            rows.append({"name": path.stem, "package": package, "file": f"models/{path.name}",
+                         "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    return rows
+
+
+def write_manifest(path: Path = MANIFEST) -> Path:
+    import json
+
+    path.write_text(json.dumps({"models": manifest_rows()}, indent=1) + "\n")
+    return path

@@ -24,11 +24,15 @@ from ..policies.selection import KeyScorer
 from ..sim.cluster import Cluster
 from ..sim.replay import window as trace_window
 from ..sim.swf import read_swf
+from .batchenv import BACKFILLS, BatchSchedulingEnv
+from .batchinspect import BatchInspectorEnv
 from .episode import InspectorEpisode, SchedulingEpisode, metric_value
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 from .nets import kernel_scores, masked_log_softmax, mlp, rl_pooled
 
 EXECUTORS = ("serial", "processes", "ray")
+ENVS = ("batched", "reference")
+BATCH_SLOTS = 64  # sequences stepped together by the batched environment
 
 
 @dataclass
@@ -47,6 +51,7 @@ class RolloutTask:
     base: str = "SJF"
     greedy: bool = False
     teacher: str | None = None  # RL: play this heuristic's picks (imitation warm start)
+    env: str = "batched"        # RL: "batched" (batchenv.py) or "reference" (episode.py)
 
 
 @dataclass
@@ -94,6 +99,19 @@ def collect(task: RolloutTask) -> list[Trajectory]:
     rng = np.random.default_rng(task.seed)
     norm = Normalisation(**task.norm)
     params = {k: np.asarray(v, dtype=np.float64) for k, v in task.params.items()}
+    if task.env not in ENVS:
+        raise InvalidInput(f"unknown environment {task.env!r}; valid: {', '.join(ENVS)}")
+    if (task.kind == "rlscheduler" and task.env == "batched" and task.teacher is None
+            and task.backfill in BACKFILLS):
+        # one BLAS thread: the batch's forward passes are small matmuls that OpenBLAS
+        # would spread over threads that only contend on a shared machine
+        from threadpoolctl import threadpool_limits  # with scikit-learn
+
+        with threadpool_limits(1):
+            return _rl_batched(trace, cluster, task, norm, params, rng)
+    if (task.kind == "inspector" and task.env == "batched" and task.backfill in BACKFILLS
+            and not get_policy(task.base).uses_now):
+        return _inspector_batched(trace, cluster, task, norm, params, rng)
     out = []
     for start in task.starts:
         jobs = trace_window(trace.jobs, start, task.sequence)
@@ -136,6 +154,153 @@ def _rl_episode(jobs, cluster, max_procs, task, norm, params, rng, start) -> Tra
                       np.array(pooled_l, dtype=np.float32).reshape(len(act_l), 2 * F + 2),
                       np.array(act_l, dtype=np.int32), np.array(logp_l), reward,
                       metric_value(ep.metrics, task.metric))
+
+
+def _rl_batched(trace, cluster, task, norm, params, rng) -> list[Trajectory]:
+    """``_rl_episode`` for all of ``task.starts`` at once in ``BatchSchedulingEnv``:
+    up to ``BATCH_SLOTS`` sequences step together (a finished one's slot takes the next
+    start); one forward pass per step of the batch. Sampling draws Gumbel noise per row
+    (the reference draws per step), so trajectories differ from the reference path's
+    for the same seed, while the environment gives the same outcome for the same picks."""
+    starts = list(task.starts)
+    slots = min(BATCH_SLOTS, len(starts))
+    env = BatchSchedulingEnv(cluster, slots, task.sequence, task.backfill,
+                             max_procs=trace.max_procs, metric=task.metric, window=task.window,
+                             mask=task.mask, norm=norm)
+    episode = [-1] * slots     # which start each slot plays
+    results: dict[int, tuple[float, float]] = {}
+    following = 0
+
+    def fill(slot: int) -> None:
+        nonlocal following
+        while following < len(starts):
+            e = following
+            following += 1
+            if env.load(slot, trace_window(trace.jobs, starts[e], task.sequence)):
+                episode[slot] = e
+                return
+            results[e] = env.reward(slot)   # finished without a question
+        episode[slot] = -1
+
+    for slot in range(slots):
+        fill(slot)
+    F = len(RL_FEATURES)
+    log_rows, log_row_ep, log_ep, log_count, log_pooled, log_act, log_logp = \
+        [], [], [], [], [], [], []
+    while env.asking.any():
+        o = env.observe()
+        ep = np.asarray([episode[s] for s in o.active])
+        allowed = o.allowed
+        aseq = o.seq[allowed]
+        acount = np.bincount(aseq, minlength=len(o.active))
+        astart = np.zeros(len(acount), dtype=np.int64)
+        np.cumsum(acount[:-1], out=astart[1:])
+        rows = o.rows[allowed]
+        z = kernel_scores(params, rows)
+        z = z - np.maximum.reduceat(z, astart)[aseq]
+        lp = z - np.log(np.add.reduceat(np.exp(z), astart))[aseq]
+        v = lp if task.greedy else lp + rng.gumbel(size=len(lp))
+        best = v == np.maximum.reduceat(v, astart)[aseq]
+        pick = np.minimum.reduceat(np.where(best, np.arange(len(v)), len(v)), astart)
+        k = pick - astart                                   # among the allowed rows
+        position = np.flatnonzero(allowed)[pick] - o.starts  # in the window
+        n = o.counts
+        pooled = np.concatenate([np.add.reduceat(o.rows, o.starts, axis=0) / n[:, None],
+                                 np.maximum.reduceat(o.rows, o.starts, axis=0),
+                                 (n / task.window)[:, None], (acount / task.window)[:, None]],
+                                axis=1)
+        log_rows.append(rows.astype(np.float32))
+        log_row_ep.append(ep[aseq])
+        log_ep.append(ep)
+        log_count.append(acount)
+        log_pooled.append(pooled.astype(np.float32))
+        log_act.append(k)
+        log_logp.append(lp[pick])
+        for slot, pos in zip(o.active.tolist(), position.tolist()):
+            if not env.step(slot, pos):
+                results[episode[slot]] = env.reward(slot)
+                fill(slot)
+    # regroup the logged steps by episode (a stable sort keeps each one's step order)
+    if log_ep:
+        ep_of_step = np.concatenate(log_ep)
+        by_step = np.argsort(ep_of_step, kind="stable")
+        row_ep = np.concatenate(log_row_ep)
+        by_row = np.argsort(row_ep, kind="stable")
+        rows_all = np.concatenate(log_rows)[by_row]
+        counts = np.concatenate(log_count)[by_step]
+        pooled_all = np.concatenate(log_pooled)[by_step]
+        acts = np.concatenate(log_act)[by_step]
+        logps = np.concatenate(log_logp)[by_step]
+        step_bounds = np.searchsorted(ep_of_step[by_step], np.arange(len(starts) + 1))
+        row_bounds = np.searchsorted(row_ep[by_row], np.arange(len(starts) + 1))
+    out = []
+    for e, start in enumerate(starts):
+        reward, value = results[e]
+        if log_ep and step_bounds[e] < step_bounds[e + 1]:
+            a, b = step_bounds[e], step_bounds[e + 1]
+            r0, r1 = row_bounds[e], row_bounds[e + 1]
+            out.append(Trajectory(start, rows_all[r0:r1], counts[a:b].astype(np.int32),
+                                  pooled_all[a:b], acts[a:b].astype(np.int32),
+                                  logps[a:b].astype(np.float64), reward, value))
+        else:
+            out.append(Trajectory(start, np.zeros((0, F), np.float32),
+                                  np.zeros(0, np.int32), np.zeros((0, 2 * F + 2), np.float32),
+                                  np.zeros(0, np.int32), np.zeros(0), reward, value))
+    return out
+
+
+def _inspector_batched(trace, cluster, task, norm, params, rng) -> list[Trajectory]:
+    """``_inspector_episode`` for all of ``task.starts`` in ``BatchInspectorEnv`` (up to
+    ``BATCH_SLOTS`` at once; Gumbel noise per action when sampling)."""
+    starts = list(task.starts)
+    slots = min(BATCH_SLOTS, len(starts))
+    env = BatchInspectorEnv(cluster, slots, task.sequence, get_policy(task.base),
+                            task.backfill, max_procs=trace.max_procs, norm=norm)
+    episode = [-1] * slots
+    results: dict[int, tuple] = {}
+    logged: dict[int, list] = {e: [] for e in range(len(starts))}
+    following = 0
+
+    def fill(slot: int) -> None:
+        nonlocal following
+        while following < len(starts):
+            e = following
+            following += 1
+            if env.load(slot, trace_window(trace.jobs, starts[e], task.sequence)):
+                episode[slot] = e
+                return
+            results[e] = env.reward(slot)
+        episode[slot] = -1
+
+    for slot in range(slots):
+        fill(slot)
+    while env.asking.any():
+        active, rows = env.observe()
+        z = mlp(params, "pi", rows)
+        lp = z - z.max(axis=1, keepdims=True)
+        lp = lp - np.log(np.exp(lp).sum(axis=1, keepdims=True))
+        v = lp if task.greedy else lp + rng.gumbel(size=lp.shape)
+        act = np.argmax(v, axis=1)
+        obs32 = rows.astype(np.float32)
+        for i, slot in enumerate(active.tolist()):
+            a = int(act[i])
+            logged[episode[slot]].append((obs32[i], a, lp[i, a]))
+            if not env.step(slot, a == 0):
+                results[episode[slot]] = env.reward(slot)
+                fill(slot)
+    out = []
+    F = len(INSPECTOR_FEATURES)
+    for e, start in enumerate(starts):
+        reward, bsld, base, rejections = results[e]
+        steps = logged[e]
+        T = len(steps)
+        obs = (np.array([o for o, _, _ in steps], dtype=np.float32) if T
+               else np.zeros((0, F), np.float32))
+        out.append(Trajectory(start, obs, np.full(T, 2, dtype=np.int32), obs,
+                              np.array([a for _, a, _ in steps], dtype=np.int32),
+                              np.array([p for _, _, p in steps], dtype=np.float64), reward,
+                              bsld, base, rejections))
+    return out
 
 
 def _inspector_episode(jobs, cluster, max_procs, task, norm, params, rng, start) -> Trajectory:

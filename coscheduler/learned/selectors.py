@@ -14,8 +14,13 @@ import numpy as np
 from ..policies.queue import get_policy
 from ..policies.selection import ChoiceView, Inspector, Scorer
 from .features import inspector_observation, rl_observation
-from .modelfile import Model, load_model
+from .modelfile import Model, ModelError, load_model
 from .nets import kernel_scores, mlp
+
+
+def _nan_features(model: Model, view: ChoiceView) -> ModelError:
+    return ModelError(f"{model.path or model.name}: NaN features at time {view.now} (a job "
+                      "with a NaN submit time, estimate or size?); the model cannot score them")
 
 
 class LearnedScorer(Scorer):
@@ -33,6 +38,8 @@ class LearnedScorer(Scorer):
 
     def scores(self, view: ChoiceView) -> np.ndarray:
         obs, n = rl_observation(view, self.norm, max(view.size, 1))
+        if not np.isfinite(obs).all():
+            raise _nan_features(self.model, view)
         return kernel_scores(self.params, obs)[:view.size]
 
 
@@ -52,7 +59,10 @@ class LearnedInspector(Inspector):
         self.norm = norm
 
     def logits(self, view: ChoiceView) -> np.ndarray:
-        return mlp(self.params, "pi", inspector_observation(view, self.norm))
+        obs = inspector_observation(view, self.norm)
+        if not np.isfinite(obs).all():
+            raise _nan_features(self.model, view)
+        return mlp(self.params, "pi", obs)
 
     def accept(self, view: ChoiceView) -> bool:
         z = self.logits(view)

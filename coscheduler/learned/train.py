@@ -74,7 +74,9 @@ class TrainConfig:
     validate_every: int = 5
     validation_windows: int = 6
     time_limit_s: float | None = None
+    stop_after: int | None = None    # epochs of this session, then stop (resumable)
     evaluate: bool = True
+    env: str = "batched"             # RL rollouts: "batched" (batchenv.py) or "reference"
 
     def __post_init__(self) -> None:
         if self.imitate_epochs is None:
@@ -84,6 +86,7 @@ class TrainConfig:
         """What must agree for a checkpoint to be resumed."""
         d = asdict(self)
         for k in ("out", "workers", "executor", "ray_address", "epochs", "time_limit_s",
+                  "stop_after",
                   "evaluate"):
             d.pop(k)
         return d
@@ -98,6 +101,7 @@ class TrainResult:
     seconds: float
     plot: Path | None = None
     figures: dict = field(default_factory=dict)
+    gate: dict = field(default_factory=dict)   # the validation report (gate.evaluate)
 
 
 def checkpoint_path(out: str | Path) -> Path:
@@ -163,7 +167,8 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     t_start = time.perf_counter()
     trace = read_swf(cfg.trace)
     cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
-    limit = train_limit(len(trace.jobs), sequence=cfg.sequence)
+    n_jobs = len(trace.jobs)
+    limit = train_limit(n_jobs, sequence=cfg.sequence)
     longest = max(j.run for j in trace.jobs[:limit])
     norm = Normalisation(estimate_s=float(max(longest, 1.0)), window=cfg.window)
     if cfg.kind == "inspector":
@@ -234,15 +239,15 @@ def train(cfg: TrainConfig, *, resume: bool = True,
                 # made to accept always, i.e. the base policy itself
                 accept = dict(start)
                 accept["pi/3/b"] = np.array([8.0, -8.0], dtype=np.float32)
-                best = (_validate(cfg, executor, limit, norm, accept), first_epoch, accept)
+                best = (_validate(cfg, executor, n_jobs, norm, accept), first_epoch, accept)
                 if cfg.init:  # the starting model too: kept if it validates better
-                    value = _validate(cfg, executor, limit, norm, start)
+                    value = _validate(cfg, executor, n_jobs, norm, start)
                     curve.append({"epoch": 0, "init": Path(cfg.init).name,
                                   "mean_value": value, "base_validation": best[0]})
                     if value < best[0]:
                         best = (value, first_epoch, start)
             else:
-                best = (_validate(cfg, executor, limit, norm, start), first_epoch, start)
+                best = (_validate(cfg, executor, n_jobs, norm, start), first_epoch, start)
                 if cfg.init:
                     curve.append({"epoch": 0, "init": Path(cfg.init).name,
                                   "mean_value": best[0]})
@@ -257,7 +262,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
             tasks = [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), [int(s) for s in part],
                                  cfg.sequence, cfg.backfill, policy, norm.as_dict(),
                                  seed=int(rng.integers(2 ** 31)), metric=cfg.metric,
-                                 window=cfg.window, mask=cfg.mask, base=cfg.base)
+                                 window=cfg.window, mask=cfg.mask, base=cfg.base, env=cfg.env)
                      for part in split(starts, executor.workers)]
             trajs = [t for batch in executor.map(tasks) for t in batch]
             t_roll = time.perf_counter() - t0
@@ -273,7 +278,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
                 cfg.time_limit_s is not None
                 and elapsed_before + time.perf_counter() - t_start >= cfg.time_limit_s)
             if (epoch + 1) % cfg.validate_every == 0 or last:
-                row["validation"] = _validate(cfg, executor, limit, norm, agent.policy_params())
+                row["validation"] = _validate(cfg, executor, n_jobs, norm, agent.policy_params())
                 if row["validation"] < best[0]:
                     best = (row["validation"], epoch + 1, agent.policy_params())
             curve.append(row)
@@ -283,6 +288,11 @@ def train(cfg: TrainConfig, *, resume: bool = True,
             if progress is not None:
                 progress(epoch + 1, cfg.epochs, row)
             if cfg.time_limit_s is not None and elapsed >= cfg.time_limit_s:
+                epoch += 1
+                break
+            # a stop without an extra validation: resumed, the run goes on exactly as an
+            # uninterrupted one (the same epochs, validations and kept weights)
+            if cfg.stop_after is not None and epoch + 1 - first_epoch >= cfg.stop_after:
                 epoch += 1
                 break
         else:
@@ -296,6 +306,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         "normalisation": norm.as_dict(), "trace": Path(cfg.trace).name,
         "metric": cfg.metric if cfg.kind == "rlscheduler" else "bsld",
         "backfill": cfg.backfill, "seed": cfg.seed, "epochs": epoch,
+        "machine": {"nodes": cluster.nodes, "procs_per_node": cluster.procs_per_node},
         "trajectories": cfg.trajectories, "sequence_jobs": cfg.sequence,
         "filter_epochs": min(filter_epochs, epoch),
         "filter_range": [cfg.filter_low, cfg.filter_high],
@@ -324,6 +335,12 @@ def train(cfg: TrainConfig, *, resume: bool = True,
 
         figures = model_figures(model, trace, cfg.backfill)
         model.header["figures"] = figures
+    # the release gate: the model is written only beside its validation report
+    from .gate import evaluate as gate_evaluate, write_report
+
+    model.path = str(out)
+    report = gate_evaluate(model, trace)
+    write_report(report, out)
     path = save_model(model, out)
     model.path = str(path)
     plot = None
@@ -335,24 +352,24 @@ def train(cfg: TrainConfig, *, resume: bool = True,
                                 f"backfill {cfg.backfill})")
     except ImportError:
         plot = None
-    return TrainResult(model, path, curve, first_epoch, seconds, plot, figures)
+    return TrainResult(model, path, curve, first_epoch, seconds, plot, figures, report)
 
 
-def _validation_tasks(cfg: TrainConfig, limit: int, norm: Normalisation, params: dict,
+def _validation_tasks(cfg: TrainConfig, total_jobs: int, norm: Normalisation, params: dict,
                       workers: int) -> list[RolloutTask]:
     """Greedy replays of fixed 512-job windows of the training part: which epoch's weights
     to keep (the evaluation windows never choose)."""
-    jobs = min(2 * cfg.sequence, limit)
-    rng = np.random.default_rng([cfg.seed, 99])
-    starts = sorted(int(s) for s in rng.integers(0, limit - jobs + 1, cfg.validation_windows))
+    from .gate import validation_starts  # the gate's validation windows are these
+
+    starts, jobs = validation_starts(total_jobs, cfg.seed, cfg.sequence, cfg.validation_windows)
     return [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), part, jobs, cfg.backfill,
                         params, norm.as_dict(), seed=0, metric=cfg.metric, window=cfg.window,
-                        mask=cfg.mask, base=cfg.base, greedy=True)
+                        mask=cfg.mask, base=cfg.base, greedy=True, env=cfg.env)
             for part in split(starts, workers)]
 
 
-def _validate(cfg, executor, limit, norm, params) -> float:
-    trajs = [t for b in executor.map(_validation_tasks(cfg, limit, norm, params,
+def _validate(cfg, executor, total_jobs, norm, params) -> float:
+    trajs = [t for b in executor.map(_validation_tasks(cfg, total_jobs, norm, params,
                                                          executor.workers)) for t in b]
     value = float(np.mean([t.value for t in trajs]))
     return -value if cfg.metric == "util" and cfg.kind == "rlscheduler" else value

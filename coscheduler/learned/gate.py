@@ -1,0 +1,155 @@
+"""The release gate of learned models: at or below the best heuristic on validation windows.
+
+A model is offered (``cosched models list`` without ``--all``) only when its validation
+report, a JSON file beside it (``NAME.report.json`` for ``NAME.model``), says it passed:
+on the model's *validation windows* (the fixed windows of the training part that training
+used to keep its best epoch: ``validation_starts``, never the seed-1 or held-out windows
+that the tables report), replayed with the backfilling the model was trained for, its
+figure for its metric (mean bsld, mean wait in hours, or utilisation) is at or below the
+best of the heuristics ``HEURISTICS`` (at or above for utilisation). An inspector's
+figure is its inspected mean bsld; its base policy is one of the heuristics.
+
+``cosched train`` writes the report with every model; ``cosched models gate`` writes it
+for existing (shipped) models. Errors about a model name its file: unreadable or
+truncated files (``modelfile``), a trace of another machine size than the model's, NaN
+features.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..policies.queue import get_policy
+from ..sim.cluster import Cluster
+from ..sim.engine import simulate
+from ..sim.metrics import compute_metrics
+from ..sim.replay import window as trace_window
+from ..sim.swf import SwfTrace
+from .episode import metric_value
+from .modelfile import Model, ModelError
+from .selectors import LearnedInspector, LearnedScorer
+from .windows import SEQUENCE_JOBS, train_limit
+
+HEURISTICS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1", "SAF")
+VALIDATION_WINDOWS = 6
+REPORT_SUFFIX = ".report.json"
+VERDICTS = ("pass", "fail")
+
+
+def validation_starts(total_jobs: int, seed: int, sequence: int = SEQUENCE_JOBS,
+                      count: int = VALIDATION_WINDOWS) -> tuple[list[int], int]:
+    """(starts, jobs per window) of a run's validation windows: ``count`` windows of
+    ``2 x sequence`` jobs in the training part, drawn with ``[seed, 99]``."""
+    limit = train_limit(total_jobs, sequence=sequence)
+    jobs = min(2 * sequence, limit)
+    rng = np.random.default_rng([seed, 99])
+    return sorted(int(s) for s in rng.integers(0, limit - jobs + 1, count)), jobs
+
+
+def report_path(model_path: str | Path) -> Path:
+    p = Path(model_path)
+    return p.with_name(p.name.split(".")[0] + REPORT_SUFFIX)
+
+
+def machine_of(trace: SwfTrace) -> dict:
+    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
+    return {"nodes": cluster.nodes, "procs_per_node": cluster.procs_per_node}
+
+
+def check_machine(model: Model, trace: SwfTrace) -> None:
+    """A model is gated on the machine it was trained for: its header's ``machine`` (or,
+    for older models, the named trace's) must be the trace's."""
+    want = model.header.get("machine")
+    have = machine_of(trace)
+    if want is not None and (not isinstance(want, dict) or set(want) != set(have)
+                             or not all(isinstance(v, int) for v in want.values())):
+        raise ModelError(f"{model.path or model.name}: the header's machine {want!r} is not "
+                         "{\"nodes\": N, \"procs_per_node\": P}")
+    if want is not None and want != have:
+        raise ModelError(f"{model.path or model.name}: trained for a machine of "
+                         f"{want['nodes']} nodes x {want['procs_per_node']} processors, but "
+                         f"{Path(trace.path).name} has {have['nodes']} x "
+                         f"{have['procs_per_node']}")
+
+
+def _figure(trace: SwfTrace, cluster: Cluster, policy, backfill: str, metric: str,
+            starts: list[int], jobs: int) -> float:
+    values = []
+    for s in starts:
+        chosen = trace_window(trace.jobs, s, jobs)
+        sched = simulate(chosen, cluster, policy, backfill)
+        values.append(metric_value(compute_metrics(chosen, sched.start, sched.end,
+                                                   trace.max_procs), metric))
+    return statistics.fmean(values)
+
+
+def evaluate(model: Model, trace: SwfTrace) -> dict:
+    """The validation report of ``model`` on ``trace`` (its training trace)."""
+    t0 = time.perf_counter()
+    h = model.header
+    check_machine(model, trace)
+    metric = h.get("metric") or "bsld"
+    backfill = h.get("backfill") or "none"
+    starts, jobs = validation_starts(len(trace.jobs), int(h.get("seed", 0)),
+                                     int(h.get("sequence_jobs", SEQUENCE_JOBS)))
+    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
+    selector = (LearnedScorer(model) if model.kind == "rlscheduler"
+                else LearnedInspector(model))
+    figure = _figure(trace, cluster, selector, backfill, metric, starts, jobs)
+    heuristics = {name: _figure(trace, cluster, get_policy(name), backfill, metric, starts,
+                                jobs) for name in HEURISTICS}
+    higher = metric == "util"
+    best = (max if higher else min)(heuristics, key=heuristics.get)
+    passed = figure >= heuristics[best] if higher else figure <= heuristics[best]
+    report = {
+        "model": Path(model.path).name if model.path else model.name,
+        "kind": model.kind, "trace": Path(trace.path).name, "machine": machine_of(trace),
+        "metric": metric, "higher_is_better": higher, "backfill": backfill,
+        "validation_windows": {"starts": starts, "jobs": jobs, "seed": int(h.get("seed", 0)),
+                               "rule": "training part, numpy default_rng([seed, 99])"},
+        "model_figure": figure, "heuristics": heuristics, "best_heuristic": best,
+        "best_figure": heuristics[best], "vs_best": figure / heuristics[best] - 1.0,
+        "verdict": "pass" if passed else "fail",
+        "evaluated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    if model.kind == "inspector":
+        report["base"] = selector.queue_policy.name
+    return report
+
+
+def write_report(report: dict, model_path: str | Path) -> Path:
+    path = report_path(model_path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_verdict(model_path: str | Path) -> tuple[str, dict | None]:
+    """(``pass``, ``fail`` or ``unevaluated``, the report) for a model file; a report
+    that does not belong to the file or cannot be read counts as unevaluated."""
+    path = report_path(model_path)
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "unevaluated", None
+    if not isinstance(report, dict) or report.get("verdict") not in VERDICTS \
+            or report.get("model") != Path(model_path).name:
+        return "unevaluated", None
+    return report["verdict"], report
+
+
+def summary(report: dict) -> str:
+    """One line: the verdict and the figures it rests on."""
+    unit = {"bsld": "mean bsld", "wait": "mean wait (h)", "util": "utilisation"}[report["metric"]]
+    w = report["validation_windows"]
+    return (f"{report['model']}: {report['verdict'].upper()} - {unit} {report['model_figure']:.2f} "
+            f"vs best heuristic {report['best_heuristic']} {report['best_figure']:.2f} "
+            f"({100 * report['vs_best']:+.1f} %) on {len(w['starts'])} validation windows of "
+            f"{w['jobs']} jobs, backfill {report['backfill']}")

@@ -1,0 +1,172 @@
+"""The release gate of learned models (learned/gate.py, cosched models gate / list) and
+clear errors for bad model files. numpy only."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.cli import main
+from coscheduler.data import swf_trace
+from coscheduler.learned.features import RL_FEATURES, Normalisation
+from coscheduler.learned.gate import (evaluate, read_verdict, report_path, validation_starts,
+                                      write_report)
+from coscheduler.learned.modelfile import MAGIC, Model, ModelError, load_model, save_model
+from coscheduler.learned.nets import rl_init
+from coscheduler.learned.registry import (MANIFEST, MODELS_DIR, list_models, manifest_rows,
+                                          resolve)
+from coscheduler.learned.selectors import LearnedScorer
+from coscheduler.policies.selection import machine_view
+from coscheduler.sim.swf import read_swf
+
+LUBLIN = swf_trace("lublin_256.swf")
+
+
+@pytest.fixture(scope="module")
+def lublin():
+    return read_swf(LUBLIN)
+
+
+def untrained(seed: int = 3, **header) -> Model:
+    """Random policy weights: a deliberately untrained model for lublin_256."""
+    params = {k: v.astype(np.float64)
+              for k, v in rl_init(np.random.default_rng(seed), len(RL_FEATURES)).items()
+              if k.startswith("pi/")}
+    h = {"name": "untrained", "window": 128, "mask": "padding", "trace": "lublin_256.swf",
+         "metric": "bsld", "backfill": "none", "seed": 0, "sequence_jobs": 256,
+         "normalisation": Normalisation(estimate_s=36 * 3600.0).as_dict(),
+         "machine": {"nodes": 256, "procs_per_node": 1}}
+    h.update(header)
+    return Model("rlscheduler", params, h)
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_gate_refuses_an_untrained_model(lublin, tmp_path):
+    path = save_model(untrained(), tmp_path / "untrained.model")
+    model = load_model(path)
+    report = evaluate(model, lublin)
+    assert report["verdict"] == "fail"
+    assert report["model_figure"] > report["best_figure"]
+    assert report["best_figure"] == min(report["heuristics"].values())
+    assert set(report["heuristics"]) >= {"FCFS", "SJF", "F1"}
+    starts, jobs = validation_starts(len(lublin.jobs), 0)
+    assert report["validation_windows"]["starts"] == starts and jobs == 512
+    # validation windows lie in the training part, apart from the reported seed-1 ones
+    assert max(starts) + jobs <= int(0.2 * len(lublin.jobs)) + 1
+    write_report(report, path)
+    assert report_path(path).name == "untrained.report.json"
+    assert read_verdict(path)[0] == "fail"
+    rows = list_models(tmp_path)
+    assert [(r["name"], r["gate"]) for r in rows] == [("untrained", "fail")]
+    # the CLI says so, and `models gate` on it exits 0 (the gate ran; the model failed)
+    r = run("models", "gate", str(path), "--trace", str(LUBLIN), "--no-write")
+    assert r.exit_code == 0, r.output
+    assert "untrained.model: FAIL" in r.output
+
+
+def test_gate_passes_a_model_at_or_below_the_best_heuristic(lublin, tmp_path):
+    """The shipped lublin256 model (no backfilling) beats F1 on its validation windows."""
+    model = load_model(resolve("lublin256"))
+    report = evaluate(model, lublin)
+    assert report["verdict"] == "pass", report
+    assert report["model_figure"] <= report["best_figure"]
+
+
+def test_a_report_of_another_file_does_not_count(tmp_path, lublin):
+    path = save_model(untrained(), tmp_path / "a.model")
+    report = evaluate(load_model(path), lublin)
+    report["verdict"] = "pass"
+    report["model"] = "b.model"
+    write_report(report, path)
+    assert read_verdict(path)[0] == "unevaluated"
+    report_path(path).write_text("{not json")
+    assert read_verdict(path)[0] == "unevaluated"
+
+
+def test_models_list_offers_only_models_that_passed():
+    offered = json.loads(run("models", "list", "--json").output)
+    every = json.loads(run("models", "list", "--all", "--json").output)
+    assert offered and all(r["gate"] == "pass" for r in offered)
+    assert {r["name"] for r in offered} < {r["name"] for r in every}
+    assert all(r["gate"] in ("pass", "fail", "unevaluated") for r in every)
+    # --all lists every shipped model file, as the manifest records them (34)
+    manifest = json.loads(MANIFEST.read_text())["models"]
+    assert len(manifest) == len(every) == 34
+    assert sorted(r["name"] for r in every) == sorted(m["name"] for m in manifest)
+    assert manifest == manifest_rows(), "models changed: run registry.write_manifest()"
+    text = run("models", "list").output
+    assert "not offered" in text and "cosched models list --all" in text
+    # every shipped queue scheduler and inspector has been gated (a report beside it)
+    for r in every:
+        if r["kind"] in ("rlscheduler", "inspector"):
+            assert r["gate"] in ("pass", "fail"), r["name"]
+
+
+def _cli_error(result, name: str) -> str:
+    assert result.exit_code != 0
+    text = result.output   # stdout and stderr
+    assert "Traceback" not in text and isinstance(result.exception, SystemExit), \
+        (text, result.exception)
+    assert name in text, text
+    return text
+
+
+def test_bad_model_files_get_one_line_errors_naming_them(tmp_path):
+    good = save_model(untrained(), tmp_path / "good.model")
+    raw = good.read_bytes()
+    truncated = tmp_path / "truncated.model"
+    truncated.write_bytes(raw[: len(raw) - 40])
+    corrupt = tmp_path / "corrupt.model"
+    corrupt.write_bytes(raw[:len(MAGIC) + 5] + b"\x00garbage" + raw[len(MAGIC) + 13:])
+    for bad in (truncated, corrupt):
+        for args in (("models", "gate", str(bad), "--trace", str(LUBLIN)),
+                     ("simulate", "swf", str(LUBLIN), "--jobs", "64", "--policy",
+                      f"rl:{bad}")):
+            text = _cli_error(run(*args), bad.name)
+            assert len([ln for ln in text.splitlines() if bad.name in ln]) == 1
+
+
+def test_a_model_for_another_machine_size_is_refused(tmp_path, lublin):
+    other = save_model(untrained(machine={"nodes": 120, "procs_per_node": 2}),
+                       tmp_path / "hpc2n-like.model")
+    with pytest.raises(ModelError, match=r"hpc2n-like.model: trained for a machine of 120 "
+                                         r"nodes x 2 processors, but lublin_256.swf has 256"):
+        evaluate(load_model(other), lublin)
+    text = _cli_error(run("models", "gate", str(other), "--trace", str(LUBLIN)),
+                      "hpc2n-like.model")
+    assert "120 nodes" in text
+
+
+def test_nan_features_are_a_clear_error(tmp_path):
+    # a header whose scale would make every feature NaN
+    model = untrained()
+    model.header["normalisation"]["wait_s"] = math.nan
+    path = save_model(model, tmp_path / "nan.model")
+    with pytest.raises(ModelError, match=r"nan.model: normalisation wait_s must be a finite"):
+        load_model(path)
+    _cli_error(run("simulate", "swf", str(LUBLIN), "--jobs", "64", "--policy", f"rl:{path}"),
+               "nan.model")
+    # NaN in the jobs a live caller hands over
+    good = load_model(save_model(untrained(), tmp_path / "good.model"))
+    view = machine_view(100.0, [(0.0, 4, math.nan), (10.0, 2, 50.0)], 8, 16)
+    with pytest.raises(ModelError, match=r"good.model: NaN features"):
+        LearnedScorer(good).scores(view)
+
+
+def test_shipped_reports_sit_beside_their_models():
+    for path in sorted(MODELS_DIR.glob("*.report.json")):
+        report = json.loads(path.read_text())
+        model = MODELS_DIR / report["model"]
+        assert model.is_file() and report_path(model) == path
+        assert report["verdict"] == ("pass" if (
+            report["model_figure"] >= report["best_figure"] if report["higher_is_better"]
+            else report["model_figure"] <= report["best_figure"]) else "fail")
+        assert Path(report["model"]).suffix == ".model"
