@@ -17,6 +17,7 @@ imported only when a cluster address is given.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib
 import multiprocessing
 import os
 import sys
@@ -73,12 +74,16 @@ def start_method() -> str:
 
 def run_tasks(fn: Callable[..., Any], tasks: Sequence[Task], workers: int | None = None,
               cluster: str | None = None,
-              on_result: Callable[[Task, Any], None] | None = None) -> list[Any]:
+              on_result: Callable[[Task, Any], None] | None = None,
+              preload: Sequence[str] = ()) -> list[Any]:
     """``[fn(*t.args) for t in tasks]``, in task order; ``on_result(task, result)`` is called
     in task order as results arrive. ``workers``: processes on this machine (None: its
     cores; 1: in this process, exceptions unchanged). ``cluster``: a Dask scheduler address
     (``tcp://host:8786``); then ``workers`` is ignored. Raises ``TaskFailed`` naming the
-    first failing task (in task order); the tasks not yet started are cancelled."""
+    first failing task (in task order); the tasks not yet started are cancelled.
+    ``preload``: modules the tasks will import late and slowly (sklearn: about 1 s here);
+    a local pool imports them once before it forks, or once per worker when it spawns,
+    rather than in the middle of a task (only when more than one process runs)."""
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
         raise SweepError(f"workers must be an integer >= 1, got {workers!r}")
@@ -94,7 +99,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[Task], workers: int | None
                 on_result(t, r)
             results.append(r)
         return results
-    return _run_pool(fn, tasks, n, on_result)
+    return _run_pool(fn, tasks, n, on_result, tuple(preload))
 
 
 def _remote_traceback(exc: BaseException) -> str:
@@ -105,9 +110,19 @@ def _remote_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
-def _run_pool(fn, tasks: list[Task], n: int, on_result) -> list[Any]:
-    ctx = multiprocessing.get_context(start_method())
-    pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+def _import_all(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        importlib.import_module(name)
+
+
+def _run_pool(fn, tasks: list[Task], n: int, on_result, preload: tuple[str, ...]) -> list[Any]:
+    method = start_method()
+    if method == "fork":
+        _import_all(preload)   # the children inherit the loaded modules
+    ctx = multiprocessing.get_context(method)
+    pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx,
+                                  initializer=_import_all if method != "fork" else None,
+                                  initargs=(preload,) if method != "fork" else ())
     try:
         futures = [pool.submit(fn, *t.args) for t in tasks]
         results = []

@@ -592,8 +592,10 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
             for run in chain:
                 on_run(run)
 
+    # ASA_X's fitted expert imports sklearn (about 1 s) at its first refit: once, not per worker
     chains = sweep.run_tasks(_chain_runs, tasks, workers=workers, cluster=cluster,
-                             on_result=done)
+                             on_result=done,
+                             preload=("sklearn.tree",) if "asax" in policies else ())
     return [run for chain in chains for run in chain]
 
 
