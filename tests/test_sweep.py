@@ -44,6 +44,22 @@ def test_paper_figures_on_two_workers_equal_the_serial_ones():
     assert all(b["rounds_closed"] > a["rounds_closed"] for a, b in zip(asax[::2], asax[1::2]))
 
 
+def test_multi_figures_on_two_workers_equal_the_serial_ones():
+    from coscheduler.data import swf_dir
+
+    trace = swf_dir() / "lublin_256.swf"
+    args = ["simulate", "multi", "--from", str(trace), "--sets", "S1,S2", "--methods",
+            "fcfs,bbsched", "--jobs", "64", "--windows", "2", "--json"]
+    out = []
+    for workers in ("1", "2"):
+        r = CliRunner().invoke(main, args + ["--workers", workers])
+        assert r.exit_code == 0, (r.output, r.exception)
+        out.append(json.loads(r.stdout))
+    assert out[1] == out[0]
+    assert [(x["set"], x["method"]) for x in out[0]["results"]] == [
+        ("S1", "fcfs"), ("S1", "bbsched"), ("S2", "fcfs"), ("S2", "bbsched")]
+
+
 def test_run_experiment_parallel_keeps_the_serial_order_and_learning():
     serial = run_experiment([64, 128], ["asax", "static"], repeat=2, scale=0.05)
     parallel = run_experiment([64, 128], ["asax", "static"], repeat=2, scale=0.05, workers=2)
