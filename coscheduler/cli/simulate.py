@@ -26,7 +26,7 @@ from pathlib import Path
 import click
 
 from ..model import InvalidInput
-from ..sweep import SweepError
+from ..sweep import SweepError, default_workers
 from ..experiments import paper as paper_exp
 from ..policies.queue import POLICIES, get_policy
 from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
@@ -350,6 +350,9 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
             raise click.ClickException(str(exc)) from None
         # Job ids never repeat within one state database, across invocations too.
         tag = f"p{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+    if store is not None and (cluster is not None or (workers or default_workers()) > 1):
+        click.echo("--db: ASA_X learns through one database across sizes, so the runs are "
+                   "serial (--workers/--cluster ignored)", err=True)
     learning = ("in " + str(db)) if store is not None else (
         "fresh in every repetition" if fresh_learner
         else "carried over between repetitions (fresh for each cluster size)")
