@@ -28,8 +28,9 @@ if [ ! -x "$venv/bin/python" ]; then
         }
     fi
 fi
-# rl: JAX, optax, gymnasium, matplotlib for the learned-scheduler tests (about 30 s, 0.6 GB)
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl]'
+# rl: JAX, optax, gymnasium, matplotlib for the learned-scheduler tests (about 30 s, 0.6 GB);
+# cluster: Dask distributed, for the sweep test on a local Dask cluster
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl,cluster]'
 # The Slurm tests (marker slurm) run a real Slurm 22.05 from Debian: install it when missing
 # (about 6 s; `cosched slurm up` would do the same on first use).
 if [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null 2>&1 && command -v apt-get >/dev/null; then

@@ -14,6 +14,7 @@ import click
 from ..model import InvalidInput
 from ..multi import workload as mw
 from ..sim.swf import read_swf
+from ..sweep import SweepError, Task, run_tasks
 
 
 @click.command("multi")
@@ -55,6 +56,11 @@ def workload_multi(trace_path: str, set_name: str, seed: int, out: str, skip_bad
                f"{power} -> {out}")
 
 
+def _replay(run, workload, method: str, models_dir, window: int):
+    """One (set, method) replay: a sweep task (module level, so that it pickles)."""
+    return run(workload, method, models_dir=models_dir, window=window)
+
+
 def _csv(text: str, what: str) -> list[str]:
     items = [x.strip() for x in text.split(",") if x.strip()]
     if not items:
@@ -87,10 +93,17 @@ def _csv(text: str, what: str) -> list[str]:
               help="folder of MRSch/scalar models (default: the shipped ones)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write a Kiviat chart per set and MRSch's goal trace (PNG) here")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="local processes for the independent (set, method) replays [default: this "
+                   "machine's cores; 1: serial]; same figures")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="run the replays on this Dask scheduler (tcp://HOST:8786) instead; needs "
+                   "the 'cluster' extra")
 @click.option("--json", "as_json", is_flag=True, help="print the documented JSON object")
 def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, protocol: str,
                    jobs: int | None, windows_count: int, window: int,
-                   models_dir: str | None, out_dir: str | None, as_json: bool) -> None:
+                   models_dir: str | None, out_dir: str | None, workers: int | None,
+                   cluster: str | None, as_json: bool) -> None:
     """Node, burst-buffer and power utilisation, mean wait and slowdown per method and set."""
     from pathlib import Path
 
@@ -115,26 +128,31 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, protocol
     runs = []
     charts = []
     starts: list[int] = []
-    for s in set_names:
+    tasks = []   # one per (set, method): independent replays, run through coscheduler.sweep
+    owner: list[int] = []   # the position in set_names of each task's set
+    for i, s in enumerate(set_names):
         try:
             full = mw.generate(trace, s, seed)
-            set_runs = []
             if protocol == "windows":
                 wjobs = jobs or report.EVAL_JOBS
                 windows = report.evaluation_windows(full, wjobs, windows_count)
                 starts = report.window_starts(full, wjobs, windows_count)
+                tasks += [Task(f"{s} {m}", (report.run_windows, windows, m, mdir, window))
+                          for m in method_names]
             else:
                 wl = report.evaluation_part(full, jobs)
-            for m in method_names:
-                click.echo(f"{s} {m} ...", err=True)
-                if protocol == "windows":
-                    set_runs.append(report.run_windows(windows, m, models_dir=mdir,
-                                                       window=window))
-                else:
-                    set_runs.append(report.run_method(wl, m, models_dir=mdir, window=window))
+                tasks += [Task(f"{s} {m}", (report.run_method, wl, m, mdir, window))
+                          for m in method_names]
         except InvalidInput as e:
             raise click.ClickException(str(e)) from None
-        runs += set_runs
+        owner += [i] * (len(tasks) - len(owner))
+    try:
+        runs = run_tasks(_replay, tasks, workers=workers, cluster=cluster,
+                         on_result=lambda t, r: click.echo(f"{t.name} done", err=True))
+    except (InvalidInput, SweepError) as e:
+        raise click.ClickException(str(e)) from None
+    for i, s in enumerate(set_names):
+        set_runs = [r for r, o in zip(runs, owner) if o == i]
         if out_dir:
             out = Path(out_dir)
             out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,8 @@ stderr.
 
 ``cosched simulate paper [--cores 64,128,256] [--policies space-sharing,static,asax]
 [--repeat 3] [--scale 1.0] [--seed 0] [--db PATH] [--fresh-learner]
-[--sequential-cores one|workflow] [--node-cores N] [--kill-at-walltime] [--json]``: the ASA_X paper's
+[--sequential-cores one|workflow] [--node-cores N] [--kill-at-walltime] [--workers N]
+[--cluster ADDRESS] [--json]``: the ASA_X paper's
 evaluation (section 4) in virtual time with the real controller and policies
 (coscheduler/experiments/paper.py); tables like the paper's Tables 3 and 2 with the
 paper's own figures beside ours.
@@ -25,6 +26,7 @@ from pathlib import Path
 import click
 
 from ..model import InvalidInput
+from ..sweep import SweepError, default_workers
 from ..experiments import paper as paper_exp
 from ..policies.queue import POLICIES, get_policy
 from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
@@ -294,12 +296,19 @@ def _positive_scale(ctx, param, value: float) -> float:
                    "[default: submission order].")
 @click.option("--inspector", default=None, metavar="NAME|PATH",
               help="Queue order by a SchedInspector model over its base policy.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Local processes for the independent chains of runs (one per cluster size "
+                   "and policy) [default: this machine's cores; 1: serial]. Same figures.")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="Run the chains on this Dask scheduler (tcp://HOST:8786) instead; needs "
+                   "the 'cluster' extra.")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs and medians as JSON.")
 def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: int,
           db: Path | None, fresh_learner: bool, sequential_cores: str, node_cores: int | None,
           kill_at_walltime: bool, scale_out: int, classes: str, experts_text: str,
           explain: bool, model_name: str, old_rules: bool, out_dir: Path | None,
-          queue_policy: str | None, inspector: str | None, as_json: bool) -> None:
+          queue_policy: str | None, inspector: str | None, workers: int | None,
+          cluster: str | None, as_json: bool) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -341,6 +350,9 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
             raise click.ClickException(str(exc)) from None
         # Job ids never repeat within one state database, across invocations too.
         tag = f"p{time.strftime('%Y%m%d%H%M%S')}-{os.getpid()}"
+    if store is not None and (cluster is not None or (workers or default_workers()) > 1):
+        click.echo("--db: ASA_X learns through one database across sizes, so the runs are "
+                   "serial (--workers/--cluster ignored)", err=True)
     learning = ("in " + str(db)) if store is not None else (
         "fresh in every repetition" if fresh_learner
         else "carried over between repetitions (fresh for each cluster size)")
@@ -353,8 +365,9 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         kill_at_walltime=kill_at_walltime, classes=classes,
                                         experts=experts, explain=explain, scale_out=scale_out,
                                         old_rules=old_rules, model=paper_exp.MODELS[model_name],
-                                        queue_policy=queue)
-    except InvalidInput as exc:
+                                        queue_policy=queue, workers=workers,
+                                        cluster=cluster)
+    except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         if store is not None:

@@ -555,16 +555,56 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    experts: Sequence[str] = DEFAULT_EXPERTS,
                    model: InterferenceModel = CALIBRATED, explain: bool = False,
                    prior_runs: bool = True, scale_out: int = 1,
-                   old_rules: bool = False, queue_policy=None) -> list[PaperRun]:
+                   old_rules: bool = False, queue_policy=None,
+                   workers: int | None = 1, cluster: str | None = None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
     With ``store`` (a state database) every ASA_X run learns into it and from it, across
-    sizes and invocations. ``on_run(run)`` is called after each run (progress)."""
+    sizes and invocations. ``on_run(run)`` is called after each run (progress).
+    ``workers``/``cluster``: run the independent chains (one per cluster size and policy)
+    on that many local processes (None: every core) or on a Dask cluster
+    (coscheduler/sweep.py); the runs, and so the figures, are those of a serial run."""
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise InvalidInput(f"repeat must be an integer >= 1, got {repeat!r}")
+    from .. import sweep
+
     policies = [canonical_policy(p) for p in policies]
+    opts = dict(node_cores=node_cores, tag=tag, sequential_cores=sequential_cores,
+                kill_at_walltime=kill_at_walltime, mix=mix, classes=classes, experts=experts,
+                model=model, explain=explain, prior_runs=prior_runs, scale_out=scale_out,
+                old_rules=old_rules, queue_policy=queue_policy)
+    if store is not None:
+        # the database carries learning across sizes and cannot travel: one chain, here
+        tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, repeat, scale, seed,
+                                          carry_learning, store, opts))]
+        workers, cluster = 1, None
+    elif len(set(policies)) == len(policies):
+        tasks = [sweep.Task(f"cores {c} {p}", ([c], [p], repeat, scale, seed, carry_learning,
+                                               None, opts))
+                 for c in cluster_sizes for p in policies]
+    else:
+        tasks = [sweep.Task(f"cores {c}", ([c], policies, repeat, scale, seed, carry_learning,
+                                           None, opts)) for c in cluster_sizes]
+
+    def done(task, chain: list[PaperRun]) -> None:
+        if on_run is not None:
+            for run in chain:
+                on_run(run)
+
+    # ASA_X's fitted expert imports sklearn (about 1 s) at its first refit: once, not per worker
+    chains = sweep.run_tasks(_chain_runs, tasks, workers=workers, cluster=cluster,
+                             on_result=done,
+                             preload=("sklearn.tree",) if "asax" in policies else ())
+    return [run for chain in chains for run in chain]
+
+
+def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repeat: int,
+                scale: float, seed: int, carry_learning: bool, store: Recorder | None,
+                opts: dict) -> list[PaperRun]:
+    """run_experiment's runs for these sizes and policies, in its order (one sweep task)."""
     runs: list[PaperRun] = []
+    tag = opts["tag"]
     for cores in cluster_sizes:
         carried: Recorder | None = store if store is not None else (
             MemoryRecorder() if carry_learning else None)
@@ -574,18 +614,17 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 recorder = carried if policy == "asax" else None
                 run_tag = f"c{cores}-r{k}" if tag is None else f"{tag}-c{cores}-r{k}"
                 run = run_paper(cores, policy, seed, scale, k, recorder,
-                                node_cores=node_cores, tag=run_tag,
-                                sequential_cores=sequential_cores,
-                                kill_at_walltime=kill_at_walltime, mix=mix,
+                                node_cores=opts["node_cores"], tag=run_tag,
+                                sequential_cores=opts["sequential_cores"],
+                                kill_at_walltime=opts["kill_at_walltime"], mix=opts["mix"],
                                 learning="carried" if (carry_learning or store is not None)
-                                else "fresh", classes=classes, experts=experts, model=model,
-                                explain=explain, prior_runs=prior_runs,
+                                else "fresh", classes=opts["classes"], experts=opts["experts"],
+                                model=opts["model"], explain=opts["explain"],
+                                prior_runs=opts["prior_runs"],
                                 usage=usage if policy == "asax" else None,
-                                scale_out=scale_out, old_rules=old_rules,
-                                queue_policy=queue_policy)
+                                scale_out=opts["scale_out"], old_rules=opts["old_rules"],
+                                queue_policy=opts["queue_policy"])
                 runs.append(run)
-                if on_run is not None:
-                    on_run(run)
     return runs
 
 

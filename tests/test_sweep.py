@@ -1,0 +1,156 @@
+"""Parameter sweeps on local processes and on a Dask cluster (coscheduler/sweep.py, issue 24):
+the parallel figures are exactly the serial ones, a failing task names itself, a bad worker
+count or a missing cluster library is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from coscheduler import sweep
+from coscheduler.cli import main
+from coscheduler.experiments.paper import run_experiment
+
+# Small enough to be quick (a few seconds serial), large enough that ASA_X co-allocates and
+# learns across the two repetitions of each size.
+PAPER = ["simulate", "paper", "--cores", "64,128", "--repeat", "2", "--scale", "0.05", "--json"]
+
+
+def _square_or_fail(x: int, fail_on: int | None = None, delay: float = 0.0) -> tuple[int, int]:
+    time.sleep(delay)
+    if x == fail_on:
+        raise ValueError(f"bad value {x}")
+    return x * x, os.getpid()
+
+
+def _paper_json(*extra: str) -> dict:
+    r = CliRunner().invoke(main, PAPER + list(extra))
+    assert r.exit_code == 0, (r.output, r.exception)
+    return json.loads(r.stdout)
+
+
+def test_paper_figures_on_two_workers_equal_the_serial_ones():
+    serial = _paper_json("--workers", "1")
+    parallel = _paper_json("--workers", "2")
+    assert parallel == serial
+    # the comparison means something: ASA_X co-allocated and carried its rounds over
+    asax = [r for r in serial["runs"] if r["policy"] == "asax"]
+    assert len(serial["runs"]) == 12 and any(r["coallocations"] for r in asax)
+    assert all(b["rounds_closed"] > a["rounds_closed"] for a, b in zip(asax[::2], asax[1::2]))
+
+
+def test_multi_figures_on_two_workers_equal_the_serial_ones():
+    from coscheduler.data import swf_dir
+
+    trace = swf_dir() / "lublin_256.swf"
+    args = ["simulate", "multi", "--from", str(trace), "--sets", "S1,S2", "--methods",
+            "fcfs,bbsched", "--jobs", "64", "--windows", "2", "--json"]
+    out = []
+    for workers in ("1", "2"):
+        r = CliRunner().invoke(main, args + ["--workers", workers])
+        assert r.exit_code == 0, (r.output, r.exception)
+        out.append(json.loads(r.stdout))
+    assert out[1] == out[0]
+    assert [(x["set"], x["method"]) for x in out[0]["results"]] == [
+        ("S1", "fcfs"), ("S1", "bbsched"), ("S2", "fcfs"), ("S2", "bbsched")]
+
+
+def test_run_experiment_parallel_keeps_the_serial_order_and_learning():
+    serial = run_experiment([64, 128], ["asax", "static"], repeat=2, scale=0.05)
+    parallel = run_experiment([64, 128], ["asax", "static"], repeat=2, scale=0.05, workers=2)
+    assert [(r.cores, r.policy, r.repeat) for r in parallel] == [
+        (c, p, k) for c in (64, 128) for p in ("asax", "static") for k in (0, 1)]
+    assert [r.as_json() for r in parallel] == [r.as_json() for r in serial]
+    assert [r.weight_history for r in parallel] == [r.weight_history for r in serial]
+
+
+def test_results_come_back_in_task_order_from_several_processes():
+    # the first task is the slowest, so the workers finish out of order
+    tasks = [sweep.Task(f"t{i}", (i, None, 0.4 if i == 0 else 0.0)) for i in range(6)]
+    seen: list[str] = []
+    out = sweep.run_tasks(_square_or_fail, tasks, workers=2,
+                          on_result=lambda t, r: seen.append(t.name))
+    assert [v for v, _ in out] == [i * i for i in range(6)]
+    assert seen == [t.name for t in tasks]
+    assert len({pid for _, pid in out} - {os.getpid()}) == 2
+
+
+def test_a_failing_task_names_itself_and_carries_the_workers_traceback():
+    tasks = [sweep.Task(f"cores {c}", (c, 128)) for c in (64, 128, 256)]
+    with pytest.raises(sweep.TaskFailed) as info:
+        sweep.run_tasks(_square_or_fail, tasks, workers=2)
+    err = info.value
+    assert err.task == "cores 128"
+    assert str(err) == "task cores 128 failed: ValueError: bad value 128"
+    assert "_square_or_fail" in err.worker_traceback
+
+
+def test_a_task_whose_arguments_do_not_pickle_names_itself():
+    tasks = [sweep.Task("fine", (2,)), sweep.Task("lambda inside", (lambda: 1,))]
+    with pytest.raises(sweep.TaskFailed, match="task lambda inside failed"):
+        sweep.run_tasks(_square_or_fail, tasks, workers=2)
+
+
+def test_serial_runs_in_this_process_and_raises_unchanged():
+    out = sweep.run_tasks(_square_or_fail, [sweep.Task("a", (3,))], workers=4)
+    assert out == [(9, os.getpid())]
+    with pytest.raises(ValueError, match="bad value 3"):
+        sweep.run_tasks(_square_or_fail, [sweep.Task("a", (3, 3))], workers=1)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "many"])
+@pytest.mark.parametrize("command", [PAPER[:2], ["simulate", "multi", "--from", "x.swf"]])
+def test_workers_below_one_or_not_a_count_are_refused_at_parse_time(command, value):
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, command + ["--workers", value])
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert "Traceback" not in r.output and "--workers" in r.output
+    assert time.monotonic() - t0 < 5
+
+
+def test_cluster_without_dask_installed_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)   # import distributed -> ImportError
+    r = CliRunner().invoke(main, PAPER + ["--cluster", "tcp://127.0.0.1:1"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert r.output.count("\n") == 1 and "coscheduler[cluster]" in r.output, r.output
+
+
+def test_workers_must_be_a_positive_count():
+    with pytest.raises(sweep.SweepError, match="workers must be an integer >= 1, got 0"):
+        sweep.run_tasks(_square_or_fail, [], workers=0)
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None,
+                                       scheduler_port=0, silence_logs=40, timeout="60s")
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close(timeout=30)
+
+
+def test_paper_on_a_local_dask_cluster_gives_the_serial_figures(dask_cluster):
+    t0 = time.monotonic()
+    assert _paper_json("--cluster", dask_cluster) == _paper_json("--workers", "1")
+    assert time.monotonic() - t0 < 300
+
+
+def test_a_failing_task_on_dask_names_itself(dask_cluster):
+    tasks = [sweep.Task(f"x={x}", (x, 2)) for x in (1, 2, 3)]
+    with pytest.raises(sweep.TaskFailed, match=r"^task x=2 failed: ValueError: bad value 2$"):
+        sweep.run_tasks(_square_or_fail, tasks, cluster=dask_cluster)
+
+
+def test_an_unreachable_scheduler_is_a_one_line_error():
+    pytest.importorskip("distributed")
+    r = CliRunner().invoke(main, PAPER + ["--cluster", "tcp://127.0.0.1:9"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.output, r.output
