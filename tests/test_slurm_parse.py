@@ -123,8 +123,9 @@ def test_hostlists_durations_dependencies():
 @pytest.mark.parametrize("text, match", [
     ("not json", "did not answer JSON"),
     ("[1, 2]", "not an object"),
-    ('{"meta": {}}', "without a 'jobs' list"),
-    ('{"jobs": [{"name": "x"}]}', "without job_id"),
+    ('{"meta": {}}', "without the field 'jobs'"),
+    ('{"jobs": [{"name": "x"}]}', "without the field 'job_id'"),
+    ('{"jobs": [{"job_id": 3}]}', "job 3 without the field 'job_state'"),
     ('{"jobs": [{"job_id": {"set": true, "number": "x"}}]}', "expected a number"),
     ('{"jobs": [], "errors": [{"error": "Unable to contact slurm controller"}]}', "Unable to contact"),
 ])

@@ -153,14 +153,15 @@ def test_runner_names_a_missing_program(tmp_path):
         SlurmCommands(bin_dir=str(tmp_path)).run("squeue")
 
 
-def test_source_falls_back_to_scontrol_text_on_a_release_without_json(tmp_path):
+def test_source_reads_scontrol_text_on_a_release_without_json(tmp_path):
     text = (SLURM / "22.05" / "scontrol_show_job.txt").read_text()
     fake_bin(tmp_path, "squeue", "import sys\nsys.stderr.write(\"squeue: unrecognized option '--json'\\n\")\nsys.exit(1)")
     (tmp_path / "jobs.txt").write_text(text)
-    fake_bin(tmp_path, "scontrol", f"import sys\nsys.stdout.write(open({str(tmp_path / 'jobs.txt')!r}).read())")
-    src = CommandLineSource(SlurmCommands(bin_dir=str(tmp_path), sleep=lambda s: None))
-    jobs = src.jobs()
-    assert len(jobs) == 10 and src._job_form == "scontrol-text"
+    fake_bin(tmp_path, "scontrol", "import sys\nif sys.argv[1:] == ['--version']: print('slurm 20.11.9')\n"
+             f"else: sys.stdout.write(open({str(tmp_path / 'jobs.txt')!r}).read())")
+    cmds = SlurmCommands(bin_dir=str(tmp_path), sleep=lambda s: None)
+    jobs = CommandLineSource(cmds).jobs()
+    assert len(jobs) == 10 and cmds.calls == 2      # scontrol --version, scontrol show job
 
 
 # -- priority ranking --------------------------------------------------------------------------
