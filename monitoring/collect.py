@@ -16,7 +16,7 @@ import psutil
 
 from coscheduler.progress import Progress, read_progress
 
-from .cgroupfs import OpenFiles
+from .cgroupfs import OpenFiles, slurm_job_cgroup_v2, slurm_jobs_v2, unified_path
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -271,6 +271,40 @@ def discover_slurm_jobs(acct_mount: Path, node: str | None = None) -> dict[str, 
         if d.is_dir() and jid.isdigit():
             found[jid] = d
     return found
+
+
+def discover_slurm_jobs_v2(mount: Path, node: str | None = None,
+                           proc: str = "/proc") -> dict[str, Path]:
+    """Slurm job cgroups on cgroup v2, by job id, read from where the jobs' processes are
+    (/proc/PID/cgroup) and what their environment says (SLURM_JOB_ID, SLURMD_NODENAME);
+    see cgroupfs.slurm_jobs_v2. Read only."""
+    entries = []
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return {}
+    for pid in pids:
+        raw = read_small(f"{proc}/{pid}/cgroup")
+        path = unified_path(raw.decode(errors="replace")) if raw else None
+        if path is None or slurm_job_cgroup_v2(path) is None:
+            continue
+        try:
+            with open(f"{proc}/{pid}/environ", "rb") as f:
+                env_raw = f.read(1 << 20)
+        except OSError:
+            continue
+        env = {}
+        for item in env_raw.split(b"\0"):
+            k, sep, v = item.partition(b"=")
+            if sep and k in (b"SLURM_JOB_ID", b"SLURMD_NODENAME"):
+                env[k.decode()] = v.decode(errors="replace")
+        entries.append((path, env))
+    out = {}
+    for jid, rel in slurm_jobs_v2(entries, node).items():
+        d = Path(os.path.normpath(str(mount) + rel))
+        if d.is_dir():
+            out[jid] = d
+    return out
 
 
 def cgroup_tree_pids(d: Path) -> set[int]:

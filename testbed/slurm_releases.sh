@@ -38,52 +38,61 @@ mirror() {
     echo "$m"
 }
 
-# Debian packages in the image: Slurm and munge, the tools the tests call, and the
-# project's heavier dependencies where Debian has them (fewer wheels to fetch).
-PKGS="python3,python3-venv,python3-pip,python3-setuptools,ca-certificates,procps,\
-slurm-wlm,slurmctld,slurmd,slurm-client,munge,lua5.3,\
-python3-numpy,python3-sklearn,python3-psutil,python3-click,python3-yaml,python3-urllib3,\
-python3-prometheus-client,python3-pytest,python3-hypothesis,python3-matplotlib"
+# Debian packages installed in the image: Slurm and munge, the tools the tests call, and
+# the project's heavier dependencies where Debian has them (fewer wheels to fetch).
+PKGS="python3-venv python3-pip python3-setuptools procps slurm-wlm slurmctld slurmd slurm-client munge \
+python3-numpy python3-sklearn python3-psutil python3-click python3-yaml python3-urllib3 \
+python3-prometheus-client python3-pytest python3-hypothesis python3-matplotlib"
 
-base_image() {   # SUITE -> prints the base image reference, building it when missing
-    local suite=$1 tag ref tree m log
-    tag=$(printf '%s\n%s\n' "$suite" "$PKGS" | sha256sum | cut -c1-12)
-    ref="$REPO:$suite-base-$tag"
+remove_tree() {   # unmount what an interrupted debootstrap left mounted inside, then remove
+    local t; t=$(realpath "$1")
+    awk -v p="$t/" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -r | xargs -r -n1 umount -l
+    rm -rf --one-file-system "$t"
+}
+
+base_image() {   # SUITE -> prints the debootstrapped base image, building it when missing
+    local suite=$1 ref tree m log
+    ref="$REPO:$suite-base"
     if docker image inspect "$ref" >/dev/null 2>&1; then echo "$ref"; return 0; fi
     m=$(mirror) || return 1
     command -v debootstrap >/dev/null || { say "debootstrap is missing (apt-get install debootstrap)"; return 1; }
     tree=$(mktemp -d "$CACHE/$suite-XXXX"); log="$CACHE/debootstrap-$suite.log"
-    say "$suite: debootstrap from $m with Slurm (log $log)"
-    if ! debootstrap --variant=minbase --include="$PKGS" "$suite" "$tree" "$m" >"$log" 2>&1; then
-        say "$suite: debootstrap failed:"; tail -5 "$log" >&2; rm -rf "$tree"; return 1
+    say "$suite: debootstrap from $m (log $log)"
+    if ! debootstrap --variant=minbase --include=python3,ca-certificates "$suite" "$tree" "$m" >"$log" 2>&1; then
+        say "$suite: debootstrap failed:"; tail -5 "$log" >&2
+        cp "$tree/debootstrap/debootstrap.log" "$CACHE/debootstrap-$suite-inner.log" 2>/dev/null
+        remove_tree "$tree"; return 1
     fi
     # sid's Release file on a dated mirror snapshot is past its Valid-Until.
     echo 'Acquire::Check-Valid-Until "false";' > "$tree/etc/apt/apt.conf.d/99cosched-valid-until"
-    rm -rf "$tree/var/cache/apt/archives/"*.deb
     tar -C "$tree" -c . | docker import --change "LABEL cosched.slurm-release=$suite" - "$ref" >/dev/null \
-        || { say "$suite: docker import failed"; rm -rf "$tree"; return 1; }
-    rm -rf "$tree"
+        || { say "$suite: docker import failed"; remove_tree "$tree"; return 1; }
+    remove_tree "$tree"
     echo "$ref"
 }
 
-deps_image() {   # SUITE BASE -> the image with /opt/venv holding the project's dependencies
+test_image() {   # SUITE BASE -> the image with Slurm (apt) and /opt/venv (pip), cached by content
     local suite=$1 base=$2 tag ref name
-    tag=$(cat "$ROOT/pyproject.toml" | { cat; echo "$base"; } | sha256sum | cut -c1-12)
-    ref="$REPO:$suite-deps-$tag"
+    tag=$({ cat "$ROOT/pyproject.toml"; echo "$PKGS"; docker image inspect --format '{{.Id}}' "$base"; } \
+          | sha256sum | cut -c1-12)
+    ref="$REPO:$suite-$tag"
     if docker image inspect "$ref" >/dev/null 2>&1; then echo "$ref"; return 0; fi
     name="cosched-slurm-build-$suite-$$"
-    say "$suite: installing the project's dependencies into /opt/venv (pip, host CA certificates)"
+    say "$suite: installing Slurm (apt) and the project's dependencies (pip, host CA certificates)"
     docker rm -f "$name" >/dev/null 2>&1
     if ! docker run --name "$name" -v "$ROOT/pyproject.toml:/tmp/pyproject.toml:ro" \
             -v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro \
-            "$base" sh -ec '
+            -e PKGS="$PKGS" "$base" sh -ec '
         update-ca-certificates >/dev/null 2>&1
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q >/dev/null
+        apt-get install -y -q --no-install-recommends $PKGS >/dev/null
+        apt-get clean
         python3 -m venv --system-site-packages /opt/venv
-        deps=$(python3 -c "import tomllib; d=tomllib.load(open(\"/tmp/pyproject.toml\",\"rb\"))[\"project\"]; print(\"\\n\".join(d[\"dependencies\"]+d[\"optional-dependencies\"][\"test\"]))")
-        echo "$deps" > /tmp/req.txt
+        python3 -c "import tomllib; d=tomllib.load(open(\"/tmp/pyproject.toml\",\"rb\"))[\"project\"]; print(\"\\n\".join(d[\"dependencies\"]+d[\"optional-dependencies\"][\"test\"]))" > /tmp/req.txt
         PIP_CERT=/etc/ssl/certs/ca-certificates.crt /opt/venv/bin/pip install -q --disable-pip-version-check -r /tmp/req.txt
         rm -rf /root/.cache/pip' >&2; then
-        say "$suite: pip install failed"; docker rm -f "$name" >/dev/null 2>&1; return 1
+        say "$suite: installing into the image failed"; docker rm -f "$name" >/dev/null 2>&1; return 1
     fi
     docker commit "$name" "$ref" >/dev/null || { docker rm -f "$name" >/dev/null; return 1; }
     docker rm -f "$name" >/dev/null
@@ -93,7 +102,7 @@ deps_image() {   # SUITE BASE -> the image with /opt/venv holding the project's 
 run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's status
     local suite=$1 base deps name args
     base=$(base_image "$suite") || return 10
-    deps=$(deps_image "$suite" "$base") || return 11
+    deps=$(test_image "$suite" "$base") || return 11
     name="cosched-slurm-test-$suite-$$"
     args=${COSCHED_SLURM_PYTEST_ARGS:-"-m slurm tests/test_slurm_live.py tests/test_slurm_paper_small.py"}
     say "$suite: running the live Slurm tests in $deps"
@@ -126,7 +135,7 @@ for suite in "${SUITES[@]}"; do
     case $rc in
         0) RESULT[$suite]="passed (${t} s)";;
         10) RESULT[$suite]="FAILED: could not build the base image (${t} s)"; failed=1;;
-        11) RESULT[$suite]="FAILED: could not install the project's dependencies (${t} s)"; failed=1;;
+        11) RESULT[$suite]="FAILED: could not install Slurm or the project's dependencies (${t} s)"; failed=1;;
         *) RESULT[$suite]="FAILED: pytest exit $rc (${t} s)"; failed=1;;
     esac
 done

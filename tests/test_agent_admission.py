@@ -172,10 +172,10 @@ def test_followed_processes_obey_the_same_rule_mimic(mimic, tmp_path, agent_tid,
     batch.mkdir()
     (batch / "cgroup.procs").write_text(f"{sleeper.pid}\n{agent_tid}\n2\n")
     agent = _agent(mimic, tmp_path)
+    agent._sample_only = lambda spec: False  # mimic is v2; move as on v1
     try:
         agent.register_job(JobSpec(job_id="b1", cores=1.0, pids=(sleeper.pid,),
                                    batch_cgroup=str(batch)))
-        agent._sample_only = lambda spec: False  # mimic is v2; move as on v1
         agent.tick()
         moved = _moved_anywhere(mimic)
         assert sleeper.pid in moved
