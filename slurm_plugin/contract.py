@@ -28,7 +28,7 @@ from .parse import parse_scontrol_jobs, parse_scontrol_nodes
 # A release not listed asks for its default (``--json``) and is parsed by field.
 PINNED_PARSER: dict[tuple[int, int], str] = {
     (24, 11): "v0.0.42",     # ships v0.0.40-v0.0.42
-    (26, 5): "v0.0.44",      # ships v0.0.43-v0.0.45 (v0.0.42 is gone)
+    (26, 5): "v0.0.42",      # ships v0.0.42-v0.0.45: the same shape as 24.11
 }
 
 
