@@ -15,7 +15,7 @@ from typing import Protocol
 
 from .commands import SlurmCommandError, SlurmCommands
 from .contract import read_jobs, read_nodes
-from .parse import SlurmJob, SlurmNode, parse_scontrol_jobs
+from .parse import ParseError, SlurmJob, SlurmNode, duration_s, parse_scontrol_jobs
 
 log = logging.getLogger("slurm_plugin.source")
 
@@ -50,6 +50,14 @@ class CommandLineSource:
     def layout(self, job_id: int) -> tuple[tuple[str, int], ...] | None:
         jobs = parse_scontrol_jobs(self.cmd.run("scontrol", "show", "job", "-o", "-d", str(job_id)))
         return jobs[0].cpus_by_node if jobs else None
+
+    def partition_max_time(self, partition: str) -> float | None:
+        """The partition's MaxTime in seconds (None: UNLIMITED)."""
+        text = self.cmd.run("scontrol", "show", "partition", partition, "-o")
+        for field in text.split():
+            if field.startswith("MaxTime="):
+                return duration_s(field.split("=", 1)[1])
+        raise ParseError(f"`scontrol show partition {partition} -o` has no MaxTime: {text[:120]!r}")
 
     def update(self, job_id: int, **fields: str) -> None:
         args = [f"{k}={v}" for k, v in fields.items()]

@@ -269,7 +269,7 @@ class RecordedCluster:
         self.writes.append(("cancel", job_id))
 
 
-@pytest.mark.parametrize("version", ("22.05", "24.11"))
+@pytest.mark.parametrize("version", ("22.05", "24.11", "26.05"))
 def test_backend_reads_a_recorded_cluster(version, tmp_path):
     src = RecordedCluster(version)
     b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "state.json")
