@@ -520,7 +520,7 @@ class NodeAgent:
                     refused[pid] = known[pid]
                     continue
                 try:
-                    ok.add(self.admission.check(pid))
+                    ok.add(self.admission.check(pid, placed_by_batch=pid in batch))
                 except Refused as e:
                     refused[pid] = str(e)
             return ok

@@ -115,6 +115,14 @@ def test_rule_refuses_processes_in_the_agents_own_cgroup_unless_it_started_them(
     with pytest.raises(Refused, match="agent's own cgroup"):
         Admission(own_cgroup="/docker/abc/agent", top="/docker/abc",
                   cgroup_of=lambda pid: "/docker/abc/agent").check(_unrelated_pid())
+    # the host's cgroup tree mounted in a container: the container's cpu cgroup is not the
+    # root, and Slurm (no cpu cgroup of its own) leaves its jobs there; a process Slurm
+    # placed in the job's cgroup is the job's, the rest of the cgroup is still refused
+    in_container = Admission(own_cgroup="/docker/abc", top="/",
+                             cgroup_of=lambda pid: "/docker/abc")
+    in_container.check(_unrelated_pid(), placed_by_batch=True)
+    with pytest.raises(Refused, match="agent's own cgroup"):
+        in_container.check(_unrelated_pid())
 
 
 def _unrelated_pid() -> int:
