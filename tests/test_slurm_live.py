@@ -560,3 +560,38 @@ def test_status_and_a_second_cluster_side_by_side(state):
     assert len(first["stopped"]) == 4 and not first["cgroups_left"]
     assert second["already_stopped"] and not second["stopped"]
     assert cl.status(state.dir)["running"]                  # the first one is untouched
+
+
+# -- walltime credit ------------------------------------------------------------------------------
+
+def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, slurm):
+    """A 4-core host with a 1-minute Slurm time limit and about a minute of work on its
+    emulated node's 1 CPU; Static lends part of its quota to a guest, so it runs past the
+    minute and Slurm would kill it (TIMEOUT). The backend sees the projected end in its
+    progress and adds the missing minutes (scontrol update TimeLimit=+M): the host runs
+    past its original limit and completes."""
+    from coscheduler.policies.coalloc import Static
+
+    b = backend_for_cluster(state, lease_s=30)
+    host, filler = submit(state, [busy_job("whost", 4, 120, walltime=60, tasks=60),
+                                  busy_job("wfill", 4, 20, walltime=300, cls="test/filler")])
+    (guest,) = submit(state, [busy_job("wguest", 2, 120, walltime=300, cls="test/guest")])
+    ctl = Controller(b, Static(0.5), MemoryRecorder())
+    before = cl.set_cpu_weight(state, 262144)    # a dedicated node's weight (see above)
+    try:
+        step_until(ctl, lambda: any(r.job_id == guest and r.host_job == host for r in b.running()),
+                   40, "the guest to be co-allocated in the host")
+        assert job(slurm, host)["TimeLimit"] == "00:01:00"
+        step_until(ctl, lambda: job(slurm, host)["JobState"] not in ("RUNNING", "COMPLETING"),
+                   240, "the host to end")
+    finally:
+        cl.set_cpu_weight(state, before)
+    info = job(slurm, host)
+    credits = [c for c in b.credits if c.job_id == host]
+    print(f"host {host}: {info['JobState']} after {info['RunTime']}, time limit {info['TimeLimit']}, "
+          f"credits {[(c.minutes, round(c.projected_end - c.time)) for c in credits]}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    assert credits and info["TimeLimit"] != "00:01:00"
+    assert info["JobState"] == "COMPLETED"
+    h, m, sec = (int(x) for x in info["RunTime"].split(":"))
+    assert h * 3600 + m * 60 + sec > 60, "the host did not run past its original limit"
