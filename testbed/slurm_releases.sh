@@ -13,7 +13,7 @@
 # tree is copied into a container, installed there, and `pytest -m slurm` runs the live
 # Slurm tests against that release. Every suite runs even when one fails; the script
 # prints a line per suite and exits non-zero when any failed (a suite that could not be
-# built counts as failed: nothing is skipped silently).
+# built counts as failed: nothing is skipped silently). The suites run side by side.
 #
 # COSCHED_SLURM_PYTEST_ARGS: extra pytest arguments (default: the two live Slurm files).
 set -uo pipefail
@@ -121,23 +121,35 @@ run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's st
         tar --exclude=./.venv --exclude=./.git --exclude="*.pyc" -cf - . | tar -C /work/src -xf -
         cd /work/src
         /opt/venv/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >/dev/null
-        echo "slurm_releases: $(sinfo -V) $(/opt/venv/bin/python --version)" >&2
+        echo "slurm_releases: $(slurmctld -V) $(/opt/venv/bin/python --version)" >&2
         chmod 755 /work /work/src
         exec /opt/venv/bin/python -m pytest -p no:cacheprovider -q '"$args"
 }
 
-declare -A RESULT
+run_logged() {   # SUITE: run_suite with each output line prefixed by the suite
+    local suite=$1 t0 rc
+    t0=$(date +%s)
+    run_suite "$suite" 2>&1 | sed -u "s/^/[$suite] /"
+    rc=${PIPESTATUS[0]}
+    echo "$rc $(( $(date +%s) - t0 ))" > "$CACHE/result-$suite-$$"
+}
+
+# The suites run side by side (COSCHED_SLURM_SERIAL=1: one after the other): their tests
+# mostly wait on Slurm and on CPU quotas far below the machine's cores.
+pids=()
+for suite in "${SUITES[@]}"; do
+    if [ -n "${COSCHED_SLURM_SERIAL:-}" ]; then run_logged "$suite"; else run_logged "$suite" & pids+=($!); fi
+done
+for p in "${pids[@]}"; do wait "$p"; done
 failed=0
 for suite in "${SUITES[@]}"; do
-    t0=$(date +%s)
-    run_suite "$suite"; rc=$?
-    t=$(( $(date +%s) - t0 ))
+    read -r rc t < "$CACHE/result-$suite-$$" 2>/dev/null || { rc=99; t=0; }
+    rm -f "$CACHE/result-$suite-$$"
     case $rc in
-        0) RESULT[$suite]="passed (${t} s)";;
-        10) RESULT[$suite]="FAILED: could not build the base image (${t} s)"; failed=1;;
-        11) RESULT[$suite]="FAILED: could not install Slurm or the project's dependencies (${t} s)"; failed=1;;
-        *) RESULT[$suite]="FAILED: pytest exit $rc (${t} s)"; failed=1;;
+        0) say "$suite: passed (${t} s)";;
+        10) say "$suite: FAILED: could not build the base image (${t} s)"; failed=1;;
+        11) say "$suite: FAILED: could not install Slurm or the project's dependencies (${t} s)"; failed=1;;
+        *) say "$suite: FAILED: pytest exit $rc (${t} s)"; failed=1;;
     esac
 done
-for suite in "${SUITES[@]}"; do say "$suite: ${RESULT[$suite]}"; done
 exit $failed

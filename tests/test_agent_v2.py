@@ -289,3 +289,12 @@ def test_in_place_quota_writes_only_below_the_mount(mimic):
     mimic.mkdir(d)        # no +cpu in the parent's subtree_control: no cpu.max
     with pytest.raises(CgroupError, match="cpu controller is not enabled"):
         q.set_quota(d, 1000)
+
+
+def test_a_nodes_cpus_from_the_job_level_slurm_environment():
+    from monitoring.collect import cpus_of_node
+
+    assert cpus_of_node("4(x2)", "c1n[1-2]", "c1n2") == 4
+    assert cpus_of_node("4,2(x2)", "a1,b[07-08]", "b08") == 2
+    assert cpus_of_node("4", "n1", "n2") is None
+    assert cpus_of_node("4(x3)", "n[1-2]", "n1") is None     # lists that disagree: unknown
