@@ -126,7 +126,12 @@ def kernel_quota_us(backend, node, jid) -> int:
 
 
 def step_until(ctl, pred, timeout=60.0, what="controller state"):
-    return wait_until(lambda: (ctl.step(), pred())[1], timeout, 0.3, what)
+    try:
+        return wait_until(lambda: (ctl.step(), pred())[1], timeout, 0.3, what)
+    except AssertionError as exc:
+        seen = [(r.job_id, r.allocation.nodes, r.host_job, r.quota_fraction)
+                for r in ctl.backend.running()] if hasattr(ctl, "backend") else "?"
+        raise AssertionError(f"{exc}; running: {seen}") from None
 
 
 # -- the submit hook ---------------------------------------------------------------------------
@@ -573,15 +578,17 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
     from coscheduler.policies.coalloc import Static
 
     b = backend_for_cluster(state, lease_s=30)
-    host, filler = submit(state, [busy_job("whost", 4, 120, walltime=60, tasks=60),
-                                  busy_job("wfill", 4, 20, walltime=300, cls="test/filler")])
+    # two such hosts fill both nodes; the guest joins one of them, the other is cancelled
+    hosts = submit(state, [busy_job("whost", 4, 120, walltime=60, tasks=60),
+                           busy_job("whost2", 4, 120, walltime=60, tasks=60)])
     (guest,) = submit(state, [busy_job("wguest", 2, 120, walltime=300, cls="test/guest")])
     ctl = Controller(b, Static(0.5), MemoryRecorder())
     before = cl.set_cpu_weight(state, 262144)    # a dedicated node's weight (see above)
     try:
-        step_until(ctl, lambda: any(r.job_id == guest and r.host_job == host for r in b.running()),
-                   40, "the guest to be co-allocated in the host")
-        assert job(slurm, host)["TimeLimit"] == "00:01:00"
+        g = step_until(ctl, lambda: next((r for r in b.running() if r.job_id == guest and r.host_job),
+                                         None), 40, "the guest to be co-allocated")
+        host = g.host_job
+        slurm.run("scancel", *[h for h in hosts if h != host])
         step_until(ctl, lambda: job(slurm, host)["JobState"] not in ("RUNNING", "COMPLETING"),
                    240, "the host to end")
     finally:
@@ -591,7 +598,7 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
     print(f"host {host}: {info['JobState']} after {info['RunTime']}, time limit {info['TimeLimit']}, "
           f"credits {[(c.minutes, round(c.projected_end - c.time)) for c in credits]}; "
           f"load average {os.getloadavg()[0]:.1f}")
-    assert credits and info["TimeLimit"] != "00:01:00"
+    assert credits and credits[0].limit_s == 60.0 and info["TimeLimit"] != "00:01:00"
     assert info["JobState"] == "COMPLETED"
     h, m, sec = (int(x) for x in info["RunTime"].split(":"))
     assert h * 3600 + m * 60 + sec > 60, "the host did not run past its original limit"
