@@ -6,12 +6,17 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/src HOME=/root
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /run /tmp; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /run
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+T0=$(cut -d. -f1 /proc/uptime 2>/dev/null || echo 0)
+step() { echo "VM-STEP $(( $(cut -d. -f1 /proc/uptime) - T0 )) s: $*"; }
 finish() { echo "$1"; sync; echo o > /proc/sysrq-trigger; sleep 10; }
 fail() { echo "VM-FAIL: $*"; for f in /tmp/s/log/*.log /tmp/agent.log; do echo "== $f"; tail -n 15 "$f" 2>/dev/null; done; finish "VM-FAIL"; }
 echo "RESULT kernel $(uname -r), cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 # the init process must leave the root cgroup before controllers are given to children
 mkdir -p /sys/fs/cgroup/init && echo $$ > /sys/fs/cgroup/init/cgroup.procs
 echo "+cpu +cpuset +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control || fail "cannot enable controllers"
+step "cgroup v2 ready"
+# a watchdog: whatever hangs, the logs come out and the VM stops
+( sleep "${VM_WATCHDOG_S:-480}"; fail "watchdog: nothing finished within ${VM_WATCHDOG_S:-480} s" ) &
 hostname vm; echo "127.0.0.1 vm localhost" > /etc/hosts
 ip link set lo up 2>/dev/null || true
 D=/tmp/s; mkdir -p $D/munge $D/state $D/spool/vm $D/log; chmod 755 $D $D/munge
@@ -49,11 +54,14 @@ IgnoreSystemd=yes
 EnableControllers=yes
 ConstrainCores=yes
 CONF
+step "munged started"
 export SLURM_CONF=$D/slurm.conf
 slurmctld -f $SLURM_CONF || fail "slurmctld"
 slurmd -f $SLURM_CONF -N vm || fail "slurmd"
-i=0; until sinfo -h -o %T 2>/dev/null | grep -q idle; do i=$((i+1)); [ $i -gt 120 ] && fail "node not idle"; sleep 1; done
+step "slurmctld and slurmd started"
+i=0; until sinfo -h -o %T 2>/dev/null | grep -q idle; do i=$((i+1)); [ $i -gt 40 ] && fail "node not idle"; sleep 2; done
 echo "RESULT $(sinfo -V) up, node idle after ${i} s"
+step "starting the agent"
 python3 -m coscheduler agent --listen 127.0.0.1:9137 --cgroup-root cosched --interval 0.5 \
     --state-dir /tmp/agent --discover-slurm --slurm-node vm --log-level WARNING > /tmp/agent.json 2> /tmp/agent.log &
 i=0; until grep -q url /tmp/agent.json 2>/dev/null; do i=$((i+1)); [ $i -gt 120 ] && fail "agent did not start"; sleep 1; done

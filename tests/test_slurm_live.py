@@ -579,8 +579,8 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
 
     b = backend_for_cluster(state, lease_s=30)
     # two such hosts fill both nodes; the guest joins one of them, the other is cancelled
-    hosts = submit(state, [busy_job("whost", 4, 120, walltime=60, tasks=60),
-                           busy_job("whost2", 4, 120, walltime=60, tasks=60)])
+    hosts = submit(state, [busy_job("whost", 4, 170, walltime=60, tasks=60),
+                           busy_job("whost2", 4, 170, walltime=60, tasks=60)])
     (guest,) = submit(state, [busy_job("wguest", 2, 120, walltime=300, cls="test/guest")])
     ctl = Controller(b, Static(0.5), MemoryRecorder())
     before = cl.set_cpu_weight(state, 262144)    # a dedicated node's weight (see above)
