@@ -507,7 +507,9 @@ def _start_all(state: ClusterState, config: ClusterConfig, paths: dict[str, Path
         def ready(out=out) -> bool:
             return out.exists() and out.read_text().strip().startswith("{")
 
-        _wait(f"the node agent of {node} did not start", ready, 30,
+        # 60 s: a Python agent starts in about a second, but at a load average of 50 it took
+        # more than 30 s (seen with 26.05's Python 3.14 in a container)
+        _wait(f"the node agent of {node} did not start", ready, 60,
               detail=lambda node=node: _tail(paths["log"] / f"agent-{node}.log"))
         info = json.loads(out.read_text().splitlines()[0])
         state.agents[node] = info["url"]

@@ -34,7 +34,7 @@ if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
         apt-get update -q >/dev/null
         apt-get install -y -q --no-install-recommends slurmctld slurmd slurm-client munge procps \
             python3-psutil python3-numpy python3-click python3-yaml python3-urllib3 \
-            python3-prometheus-client linux-image-amd64 >/dev/null
+            python3-prometheus-client linux-image-amd64 iproute2 kmod >/dev/null
         apt-get clean; rm -rf /usr/share/doc /usr/share/man /usr/share/locale /var/lib/apt/lists/*' >&2 \
         || { say "building the VM userland failed"; exit 1; }
     docker commit cosched-slurm-vm-build "$IMAGE" >/dev/null && docker rm -f cosched-slurm-vm-build >/dev/null
@@ -48,7 +48,10 @@ mkdir -p "$work/root"
 docker export "$cid" | tar -C "$work/root" -x --exclude=dev/* 2>/dev/null
 docker rm "$cid" >/dev/null
 cp "$work/root"/boot/vmlinuz-* "$work/vmlinuz"
-# the kernel's modules are not needed (initramfs root, serial console): drop them
+# the kernel's modules are not needed (initramfs root, serial console) but for dummy: glibc's
+# getaddrinfo (AI_ADDRCONFIG, which Slurm uses) answers nothing on a host whose only
+# IPv4 address is loopback, so the VM gets a dummy interface with an address
+find "$work/root/usr/lib/modules" -name 'dummy.ko*' -exec cp {} "$work/root/" \;
 rm -rf "$work/root/boot" "$work/root/lib/modules" "$work/root/usr/lib/modules"
 mkdir -p "$work/root/src"
 tar --exclude=./.venv --exclude=./.git --exclude='*.pyc' -C "$ROOT" -cf - coscheduler monitoring slurm_plugin \

@@ -18,7 +18,9 @@ step "cgroup v2 ready"
 # a watchdog: whatever hangs, the logs come out and the VM stops
 ( sleep "${VM_WATCHDOG_S:-480}"; fail "watchdog: nothing finished within ${VM_WATCHDOG_S:-480} s" ) &
 hostname vm; echo "127.0.0.1 vm localhost" > /etc/hosts
-ip link set lo up 2>/dev/null || true
+ip link set lo up
+insmod /dummy.ko* && ip link add d0 type dummy && ip addr add 10.11.12.13/24 dev d0 && ip link set d0 up \
+    || fail "no dummy network interface (Slurm's getaddrinfo needs a non-loopback address)"
 D=/tmp/s; mkdir -p $D/munge $D/state $D/spool/vm $D/log; chmod 755 $D $D/munge
 dd if=/dev/urandom of=$D/munge/key bs=128 count=1 2>/dev/null; chmod 600 $D/munge/key
 munged -S $D/munge/sock --key-file=$D/munge/key --pid-file=$D/munge/pid --log-file=$D/log/munge.log \

@@ -235,8 +235,10 @@ def test_asax_coallocates_a_guest_in_a_host_with_the_quotas_it_chose(state, slur
     node; the agents hold both kernel quotas and the measured CPU stays within them."""
     b = backend_for_cluster(state, lease_s=30)
     n1 = state.nodes[0]
-    host_id, filler_id = submit(state, [busy_job("host", 4, 60), busy_job("filler", 4, 60, cls="test/filler")])
-    (guest_id,) = submit(state, [busy_job("guest", 2, 60, cls="test/guest")])
+    # enough work that the host still runs through the measurement on a fast, idle machine
+    # (26.05's Python 3.14 finished 60 units before the window closed)
+    host_id, filler_id = submit(state, [busy_job("host", 4, 150), busy_job("filler", 4, 150, cls="test/filler")])
+    (guest_id,) = submit(state, [busy_job("guest", 2, 150, cls="test/guest")])
     forty = tuple(1.0 if k == 4 else 0.0 for k in range(10))
     rec = MemoryRecorder()
     ctl = Controller.from_recorder(b, rec, "asax", learner_config=LearnerConfig(seed=1),
