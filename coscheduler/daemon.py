@@ -81,6 +81,7 @@ class DaemonStats:
     coallocated: int = 0
     finished: int = 0
     last_error: str | None = None
+    fatal: str | None = None   # why the backend cannot go on (the loop stopped for it)
     reports: list[PassReport] = field(default_factory=list)
 
 
@@ -185,6 +186,11 @@ class ControllerDaemon:
                     self.stats.errors += 1
                     self.stats.last_error = str(exc)
                     self.log.exception("pass failed: %s", exc)
+                fatal = getattr(self.backend, "fatal", None)
+                if fatal:  # e.g. the Mesos event thread died: stop loudly, never idle on
+                    self.stats.fatal = str(fatal)
+                    self.log.critical("the backend cannot go on: %s", fatal)
+                    break
                 if max_passes is not None and self.stats.passes >= max_passes:
                     break
                 if until is not None and until(self):

@@ -23,11 +23,22 @@ class InvalidInput(ValueError):
     """Raised for input that cannot be used; the message names the input and the problem."""
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters (a 10 KB id
+    sent by a client is not echoed back whole)."""
+    r = repr(value) if not isinstance(value, (str, bytes)) or len(value) <= 4 * limit \
+        else repr(value[:limit + 1])
+    if len(r) <= limit:
+        return r
+    size = f" ({len(value)} characters)" if isinstance(value, (str, bytes)) else ""
+    return r[:limit] + "..." + size
+
+
 def validate_job_id(job_id: object, what: str = "job_id") -> str:
     """Return job_id if it is a safe identifier (letters, digits, ``_.:+-``; no slashes)."""
     if not isinstance(job_id, str) or not _ID_RE.fullmatch(job_id) or job_id in (".", ".."):
         raise InvalidInput(
-            f"{what} {job_id!r} is not a valid job id: use 1-128 letters, digits or '_.:+-', "
+            f"{what} {shown(job_id)} is not a valid job id: use 1-128 letters, digits or '_.:+-', "
             "starting with a letter or digit"
         )
     return job_id
@@ -41,7 +52,7 @@ def validate_job_class(job_class: object) -> str:
         or ".." in job_class.split("/")
     ):
         raise InvalidInput(
-            f"job class {job_class!r} is not valid: use 1-128 letters, digits or '_.:/+-'"
+            f"job class {shown(job_class)} is not valid: use 1-128 letters, digits or '_.:/+-'"
         )
     return job_class
 

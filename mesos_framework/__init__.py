@@ -1,1 +1,2 @@
-"""Mesos side: a v1 scheduler HTTP API framework with first-fit gang allocation (later issue)."""
+"""Mesos side: a v1 scheduler HTTP API framework with first-fit gang allocation over offers,
+node-agent quotas, a queue folder and a Slurm feed (docs/mesos.md)."""

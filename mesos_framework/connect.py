@@ -39,7 +39,8 @@ def parse_node_agents(specs: Iterable[str]) -> dict[str, str]:
 
 
 def make_quotas(kind: str, *, node_agents: Iterable[str] = (), token_file: str | None = None,
-                cpu_per_core: float | None = None, policy: str = "asax"
+                cpu_per_core: float | None = None, policy: str = "asax",
+                workdir: str | Path | None = None, lease_s: float | None = None
                 ) -> Callable[[MesosBackend], NodeQuotas | None]:
     """Who applies CPU quotas, made once the backend exists (local agents size themselves
     from the cores it is offered): ``local`` (one in-process node agent per Mesos agent:
@@ -57,8 +58,11 @@ def make_quotas(kind: str, *, node_agents: Iterable[str] = (), token_file: str |
         raise InvalidInput(f"--quotas {kind!r}: choose local, remote or none")
     from coscheduler.backends.local import check_local_support
     check_local_support()
-    return lambda backend: LocalNodeAgents(tempfile.mkdtemp(prefix="cosched-mesos-agents-"),
-                                           cpu_per_core, total_cores=backend.cluster_cores)
+    # A stable folder (beside the framework state file) lets a restarted framework find
+    # what a killed one left; without a state file there is no restart to prepare for.
+    return lambda backend: LocalNodeAgents(workdir or tempfile.mkdtemp(prefix="cosched-mesos-agents-"),
+                                           cpu_per_core, total_cores=backend.cluster_cores,
+                                           lease_s=lease_s)
 
 
 def framework_config(options: Mapping[str, Any]) -> FrameworkConfig:
@@ -93,7 +97,10 @@ def backend_from_options(options: Mapping[str, Any]) -> MesosBackend:
     policy = options.get("policy") or "asax"
     quotas = make_quotas(options.get("quotas") or "local", node_agents=options.get("node_agent") or (),
                          token_file=options.get("token_file"),
-                         cpu_per_core=options.get("cpu_per_core"), policy=policy)
+                         cpu_per_core=options.get("cpu_per_core"), policy=policy,
+                         workdir=(Path(config.state_file).with_suffix(".agents")
+                                  if config.state_file else None),
+                         lease_s=config.lease_s)
     db = Path(options["db"]) if options.get("db") else None
     queue_dir = Path(options["mesos_queue"]) if options.get("mesos_queue") else default_queue_dir(db)
     queue = JobQueue(queue_dir).ensure()

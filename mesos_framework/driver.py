@@ -20,8 +20,13 @@ How it talks to the master:
 - Any end of the stream (closed, malformed RecordIO, missed heartbeats, 5xx) calls
   ``disconnected`` and resubscribes with exponential backoff (capped, as the doc advises at
   15 s) with the framework id it was given, so tasks survive while ``failover_timeout`` runs.
-- An unknown event type or an unreadable event is logged and skipped; an exception in a
-  scheduler callback is logged and the stream goes on.
+- An unknown event type or an unreadable event (not JSON, larger than ``MAX_EVENT_BYTES``,
+  nested deeper than ``MAX_EVENT_DEPTH``: coscheduler/boundedjson.py) is logged, counted in
+  ``bad_events`` and skipped; an exception in a scheduler callback is logged and the stream
+  goes on.
+- If the subscription thread itself dies of something unforeseen, the driver does not
+  pretend to be alive: it logs at CRITICAL, aborts (``status`` DRIVER_ABORTED, ``fatal``
+  says why) and calls the scheduler's ``error``, which ends the framework's run loop.
 
 Why urllib3: the doc requires a client that hands over a chunked response as it arrives
 (``HTTPResponse.read_chunked``), the driver needs per-call timeouts, kept-alive pools for
@@ -43,6 +48,8 @@ from urllib.parse import urlsplit
 
 import urllib3
 
+from coscheduler import boundedjson
+
 from . import messages as msg
 from .recordio import RecordIODecoder, RecordIOError
 
@@ -53,6 +60,10 @@ DAY = 86400.0
 
 # mesos.proto Status (what join()/run() return)
 DRIVER_NOT_STARTED, DRIVER_RUNNING, DRIVER_ABORTED, DRIVER_STOPPED = 1, 2, 3, 4
+# One event: an OFFERS event of a large cluster is a few MB; Mesos's own protobuf nesting
+# stays under 20 levels.
+MAX_EVENT_BYTES = 64 << 20
+MAX_EVENT_DEPTH = 64
 
 
 class MesosCallError(RuntimeError):
@@ -150,6 +161,8 @@ class MesosSchedulerDriver:
         self.disconnections = 0
         self.events: dict[str, int] = {}   # count per event type
         self.stream_errors: list[str] = []  # why streams ended (last 50)
+        self.bad_events = 0             # events skipped as unusable
+        self.fatal: str | None = None   # why the subscription thread died, if it did
 
     # -- pymesos-compatible properties ---------------------------------------------------
     @property
@@ -369,6 +382,24 @@ class MesosSchedulerDriver:
 
     # -- the subscription ------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._subscribe_loop()
+        except BaseException as exc:  # noqa: BLE001 - a dead event thread must not look alive
+            why = f"the Mesos subscription thread died: {type(exc).__name__}: {str(exc)[:300]}"
+            log.critical("%s", why, exc_info=True)
+            self.fatal = why
+            self.status = DRIVER_ABORTED
+            self._stop.set()
+            with self._lock:
+                self.stream_id = None
+            fn = getattr(self.sched, "error", None)
+            if fn is not None:
+                try:
+                    fn(self, why)
+                except Exception:  # noqa: BLE001 - already failing loudly
+                    log.exception("scheduler callback error raised")
+
+    def _subscribe_loop(self) -> None:
         delays = backoff_delays(self.backoff_base_s, self.backoff_max_s)
         while not self._stop.is_set():
             subscribed = self._subscribe_once()
@@ -497,14 +528,26 @@ class MesosSchedulerDriver:
     def _event(self, record: bytes, sid: str) -> bool:
         """Handle one event; returns True for SUBSCRIBED. Never raises for bad content."""
         try:
-            event = json.loads(record)
+            event = boundedjson.loads(record, max_bytes=MAX_EVENT_BYTES, max_depth=MAX_EVENT_DEPTH,
+                                      what="event")
         except ValueError as exc:
-            log.error("event is not JSON (%s): %r", exc, record[:200])
+            self._bad_event(f"event is not JSON ({exc}): {record[:120]!r}")
             return False
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            log.error("event without a type: %r", record[:200])
+            self._bad_event(f"event without a type: {record[:120]!r}")
             return False
-        kind = event["type"]
+        kind = event["type"][:64]
+        try:
+            return self._dispatch(kind, event, sid)
+        except Exception as exc:  # noqa: BLE001 - one bad event is one bad event
+            self._bad_event(f"{kind} event unusable: {type(exc).__name__}: {str(exc)[:200]}")
+            return False
+
+    def _bad_event(self, why: str) -> None:
+        self.bad_events += 1
+        log.error("skipped an event from %s (%d so far): %s", self.master, self.bad_events, why)
+
+    def _dispatch(self, kind: str, event: dict[str, Any], sid: str) -> bool:
         self.events[kind] = self.events.get(kind, 0) + 1
         body = event.get(kind.lower())
         try:
@@ -552,7 +595,7 @@ class MesosSchedulerDriver:
             else:
                 log.error("unknown event type %r from %s: ignored", kind, self.master)
         except msg.MessageError as exc:
-            log.error("%s event unusable: %s", kind, exc)
+            self._bad_event(f"{kind} event unusable: {exc}")
         return False
 
     def _on_subscribed(self, body: Any, sid: str) -> bool:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, check_finite, validate_job_id)
@@ -60,6 +61,8 @@ from .quotas import NodeQuotas, wrap_command
 log = logging.getLogger("mesos_framework.framework")
 
 _SEP = "~"   # task id = job id ~ attempt ~ part; job ids never hold "~"
+# a framework state file lists the tasks of one framework: far below this
+MAX_STATE_BYTES = 64 << 20
 
 
 class _NoOffers(BackendError):
@@ -498,8 +501,18 @@ class MesosBackend:
             for t in tasks:
                 try:
                     self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s)
-                except Exception as exc:  # noqa: BLE001
-                    raise BackendError(f"cannot set the quota of job {job_id} on {t.hostname or t.agent_id}: {exc}") from None
+                except Exception as first:  # noqa: BLE001
+                    # The node agent does not know the job (it restarted without its state,
+                    # or this framework took over from a killed one): register it again (its
+                    # processes are still in its cgroup) rather than fail the job.
+                    try:
+                        self.quotas.prepare(t.agent_id, t.hostname, run.job, t.cores)
+                        self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s)
+                        log.warning("job %s registered again with the node agent of %s (%s)",
+                                    job_id, t.hostname or t.agent_id, first)
+                    except Exception as exc:  # noqa: BLE001
+                        raise BackendError(f"cannot set the quota of job {job_id} on "
+                                           f"{t.hostname or t.agent_id}: {exc}") from None
         with self._lock:
             run.quota = q
             run.lease_renewed = self._clock()
@@ -687,6 +700,12 @@ class MesosBackend:
     def registered(self, driver, framework_id, master_info) -> None:
         fid = framework_id.get("value") if isinstance(framework_id, Mapping) else str(framework_id)
         log.info("registered with framework id %s", fid)
+        binder = getattr(self.quotas, "bind", None)
+        if binder is not None and fid:
+            try:   # local node agents: stable names per framework id, a predecessor recovered
+                binder(fid)
+            except Exception:  # noqa: BLE001 - quotas then fail per job, loudly
+                log.exception("binding the node agents to framework %s failed", fid)
         with self._lock:
             self._saved["framework_id"] = fid
             self._subscribed_at = self.now()
@@ -1076,9 +1095,13 @@ class MesosBackend:
         if not path or not os.path.exists(path):
             return {}
         try:
-            with open(path) as f:
-                data = json.load(f)
-            if not isinstance(data, dict) or not isinstance(data.get("framework_id", ""), str):
+            with open(path, "rb") as f:
+                data = boundedjson.loads(f.read(MAX_STATE_BYTES + 1), max_bytes=MAX_STATE_BYTES,
+                                         what="framework state")
+            # "framework_id": null is what a framework that never registered writes: not
+            # registered yet, not damage
+            fid = data.get("framework_id") if isinstance(data, dict) else 0
+            if not isinstance(data, dict) or not (fid is None or isinstance(fid, str)):
                 raise ValueError("not a framework state object")
             tasks = data.get("tasks", {})
             if not isinstance(tasks, dict):

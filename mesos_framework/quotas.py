@@ -19,12 +19,22 @@ on each agent's host over HTTP (a real cluster: ``--node-agent HOST=URL``).
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput, Job
+from coscheduler.progress import write_json_atomic
+
+log = logging.getLogger("mesos_framework.quotas")
 
 # Runs as /bin/sh -c SCRIPT cosched-task CMD...: enter the job's cgroups, then become the job.
 # As root a failure to enter is fatal (exit 97: the job would run unthrottled). A task run as
@@ -57,16 +67,35 @@ def wrap_command(command: tuple[str, ...]) -> list[str]:
     return [sh, "-c", ENTER_SCRIPT, "cosched-task", *command]
 
 
+def _safe_name(value: str) -> str:
+    """A cgroup and file name from a Mesos id (framework or agent): kept when it is made of
+    ``[A-Za-z0-9._-]`` and short, else a digest (stable across restarts either way)."""
+    if value and len(value) <= 64 and all(c.isalnum() or c in "._-" for c in value) \
+            and value not in (".", ".."):
+        return value
+    return "h" + hashlib.sha256(value.encode()).hexdigest()[:24]
+
+
 class LocalNodeAgents:
     """One in-process node agent per Mesos agent, all on this machine (an emulated master).
 
     ``cpu_per_core`` is what one offered core is worth in real CPUs (machine CPUs / all
     emulated cores): full quota of a job of c cores is c x cpu_per_core CPUs, as on the
-    local backend's emulated nodes."""
+    local backend's emulated nodes.
+
+    Crash safety (the lease rule of ``cosched agent``, for agents that live in this
+    process): once the framework id is known (``bind``, called at SUBSCRIBED), the agents'
+    cgroup base is ``cosched-mesos-<framework id>`` and their state lives in
+    ``<workdir>/<framework id>/``, both stable, so a restarted framework (same id, from its
+    state file) finds and recovers what a killed one left: every quota lifted at once,
+    the jobs adopted and managed again. A watchdog process (``watchdog.py``) lifts the
+    quotas one lease after this process dies, whether or not anything comes back.
+    """
 
     def __init__(self, workdir: str | os.PathLike, cpu_per_core: float | None = None, *,
                  total_cores: Callable[[], int] | None = None,
-                 cgroup_base: str | None = None, interval_s: float = 0.5):
+                 cgroup_base: str | None = None, interval_s: float = 0.5,
+                 lease_s: float | None = None):
         if cpu_per_core is not None and not cpu_per_core > 0:
             raise InvalidInput(f"cpu_per_core must be > 0, got {cpu_per_core!r}")
         if cpu_per_core is None and total_cores is None:
@@ -75,27 +104,108 @@ class LocalNodeAgents:
         # (after the first offers, which show each emulated agent whole).
         self.cpu_per_core = float(cpu_per_core) if cpu_per_core is not None else None
         self._total_cores = total_cores
-        self.workdir = Path(workdir)
+        self.root_dir = Path(workdir)
+        self.workdir = self.root_dir
+        self._fixed_base = cgroup_base
         self.cgroup_base = cgroup_base or f"cosched-mesos-{os.getpid()}"
         self.interval_s = interval_s
+        self.lease_s = lease_s
         self.agents: dict[str, Any] = {}
         self._names: dict[str, str] = {}
+        self._bound: str | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._lock = threading.RLock()
+
+    # -- crash safety ---------------------------------------------------------------------
+    def bind(self, framework_id: str) -> None:
+        """Name the cgroup base and the state folder after the framework id, stop a dead
+        predecessor's watchdog, recover the agents it left, and start this one's watchdog."""
+        with self._lock:
+            if self._bound == framework_id:
+                return
+            if self.agents:      # agents made before the id was known keep their names
+                return
+            self._bound = framework_id
+            name = _safe_name(framework_id)
+            self.workdir = self.root_dir / name
+            if self._fixed_base is None:
+                self.cgroup_base = f"cosched-mesos-{name}"
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._stop_predecessor_watchdog()
+            saved = self._read_meta()
+            if self.cpu_per_core is None and saved.get("cpu_per_core"):
+                self.cpu_per_core = float(saved["cpu_per_core"])
+            for agent_id in saved.get("agents", {}):
+                try:
+                    self._agent(agent_id)      # recovery: quotas lifted, jobs adopted
+                except Exception as exc:  # noqa: BLE001 - the next call retries
+                    log.error("recovering the node agent of %s failed: %s", agent_id, exc)
+            if self.lease_s is not None:
+                self._start_watchdog()
+
+    def _meta_path(self) -> Path:
+        return self.workdir / "agents.json"
+
+    def _read_meta(self) -> dict[str, Any]:
+        try:
+            data = boundedjson.loads(self._meta_path().read_bytes(), what="agents.json")
+            return data if isinstance(data, dict) and isinstance(data.get("agents", {}), dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _write_meta(self) -> None:
+        if self._bound is None:
+            return
+        write_json_atomic(self._meta_path(), {"cpu_per_core": self.cpu_per_core,
+                                              "cgroup_base": self.cgroup_base,
+                                              "agents": dict(self._names)}, prefix=".agents-")
+
+    def _pidfile(self) -> Path:
+        return self.workdir / "watchdog.pid"
+
+    def _stop_predecessor_watchdog(self) -> None:
+        try:
+            pid = int(self._pidfile().read_text().split()[0])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            return
+        if b"mesos_framework.watchdog" in cmd and self.cgroup_base.encode() in cmd:
+            log.info("stopping the watchdog %d of a previous instance: this one recovers", pid)
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def _start_watchdog(self) -> None:
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-m", "mesos_framework.watchdog", "--base", self.cgroup_base,
+             "--lease-s", str(self.lease_s), "--pidfile", str(self._pidfile())],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=open(self.workdir / "watchdog.log", "ab"), start_new_session=True,
+            cwd=str(Path(__file__).resolve().parent.parent))
 
     def _agent(self, agent_id: str):
         a = self.agents.get(agent_id)
         if a is None:
             from monitoring.agent import NodeAgent
-            if self.cpu_per_core is None:
-                total = max(1, int(self._total_cores()))
-                self.cpu_per_core = min(1.0, len(os.sched_getaffinity(0)) / total)
-            name = f"a{len(self.agents)}"
-            self._names[agent_id] = name
-            a = NodeAgent(cgroup_root=f"{self.cgroup_base}/{name}", interval_s=self.interval_s,
-                          node_cpus=float(len(os.sched_getaffinity(0))),
-                          cpu_per_core=self.cpu_per_core,
-                          state_dir=self.workdir / "agents" / name,
-                          progress_dir=self.workdir / "progress").start()
-            self.agents[agent_id] = a
+            with self._lock:
+                a = self.agents.get(agent_id)
+                if a is not None:
+                    return a
+                if self.cpu_per_core is None:
+                    total = max(1, int(self._total_cores()))
+                    self.cpu_per_core = min(1.0, len(os.sched_getaffinity(0)) / total)
+                # named after the Mesos agent id: the same name after a restart
+                name = _safe_name(agent_id) if self._bound is not None else f"a{len(self.agents)}"
+                self._names[agent_id] = name
+                a = NodeAgent(cgroup_root=f"{self.cgroup_base}/{name}", interval_s=self.interval_s,
+                              node_cpus=float(len(os.sched_getaffinity(0))),
+                              cpu_per_core=self.cpu_per_core,
+                              state_dir=self.workdir / "agents" / name,
+                              progress_dir=self.workdir / "progress").start()
+                self.agents[agent_id] = a
+                self._write_meta()
         return a
 
     def prepare(self, agent_id: str, hostname: str, job: Job, cores: int) -> dict[str, str]:
@@ -129,12 +239,36 @@ class LocalNodeAgents:
         return a.job(job_id) if a is not None else None
 
     def close(self) -> None:
+        left = False
         for a in reversed(list(self.agents.values())):
             try:
-                a.close()
+                left |= bool(a.close().get("left"))
             except Exception:  # noqa: BLE001 - closing anyway
-                pass
+                left = True
         self.agents = {}
+        for mount in _mounts():
+            try:
+                os.rmdir(mount / self.cgroup_base)   # the base, once every agent root is gone
+            except OSError:
+                pass
+        if self._watchdog is not None:
+            try:
+                # a clean close lifted everything the agents could; if cgroups are left
+                # (jobs still running), the watchdog stays to lift and sweep them
+                self._watchdog.stdin.write(b"exit" if left else b"bye")
+                self._watchdog.stdin.close()
+            except OSError:
+                pass
+            self._watchdog = None
+
+
+def _mounts() -> list[Path]:
+    try:
+        from monitoring.cgroupfs import detect_layout
+        layout = detect_layout()
+    except Exception:  # noqa: BLE001 - no cgroups here: nothing to remove
+        return []
+    return [m for m in {layout.cpu_mount, layout.acct_mount} if m is not None]
 
 
 class RemoteNodeAgents:

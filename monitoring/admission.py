@@ -22,6 +22,16 @@ is a thread-group leader of a live user process, and it is not:
   hierarchy's root when the host's tree is mounted) its jobs share the agent's cpu cgroup,
   and only root (slurmstepd) can put a process in Slurm's job cgroup.
 
+A pid registered for a job must moreover be the job's (``Admission.check_member``, the
+ownership rule): it runs as the job's user (the real uid of the job's processes; the first
+pid registered for a job sets it), and once the job has processes, a pid registered later
+must already be in one of the job's cgroups (the agent's job cgroup, or the batch system's:
+Slurm's job cgroup, a Mesos task's) or descend from one of the job's registered processes.
+A process of another user, or a root process outside the job, is refused with the rule
+"owner" or "not the job's". The rule is applied to registrations (over HTTP or in process);
+processes the agent finds itself (descendants of the job, members of its cgroups) are the
+job's by construction.
+
 A refusal is :class:`Refused` (an ``InvalidInput``: HTTP 400) whose message names the pid
 and the rule, and whose ``rule`` attribute is a short key.
 """
@@ -29,7 +39,9 @@ and the rule, and whose ``rule`` attribute is a short key.
 from __future__ import annotations
 
 import os
+import pwd
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from coscheduler.model import InvalidInput
@@ -74,6 +86,37 @@ def _tgid(pid: int) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def uid_of(pid: int) -> int | None:
+    """The real uid of a process (the first field of ``Uid:`` in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _user(uid: int | None) -> str:
+    if uid is None:
+        return "an unknown user"
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What the agent knows of a job when a pid is registered for it (plain data)."""
+
+    job_id: str
+    uid: int | None = None                      # its processes' user; None: not known yet
+    processes: frozenset[int] = frozenset()     # registered and member processes, alive
+    in_cgroups: frozenset[int] = frozenset()    # pids now in its cgroups (ours, the batch system's)
 
 
 def _comm(pid: int) -> str:
@@ -229,6 +272,32 @@ class Admission:
             raise Refused(pid, "agent's cgroup", f"pid {pid} ({_comm(pid)}) lives in the agent's "
                           f"own cgroup {own} and was not started by the agent")
         return pid
+
+    def check_member(self, pid: int, job: JobContext) -> int:
+        """The ownership rule (module docstring): ``pid`` may join ``job``; Refused if not.
+        Call after :meth:`check` (which rules out init, kernel threads, the agent)."""
+        uid = uid_of(pid)
+        if job.uid is not None and uid != job.uid:
+            raise Refused(pid, "owner", f"pid {pid} ({_comm(pid)}) runs as {_user(uid)}, but job "
+                          f"{job.job_id}'s processes run as {_user(job.uid)}: only the job's own "
+                          "processes may be registered")
+        if not job.processes or pid in job.processes or pid in job.in_cgroups:
+            return pid
+        if any(self._descends_from(pid, leader) for leader in job.processes):
+            return pid
+        listed = sorted(job.processes)
+        shown = ", ".join(map(str, listed[:5])) + (", ..." if len(listed) > 5 else "")
+        raise Refused(pid, "not the job's", f"pid {pid} ({_comm(pid)}) is neither in job "
+                      f"{job.job_id}'s cgroup nor a descendant of its registered process(es) "
+                      f"{shown}: only the job's own processes may be registered")
+
+    def check_members(self, pids: Iterable[int], job: JobContext) -> None:
+        """:meth:`check_member` for a registration's pids; the first sets the job's uid
+        when it is not known yet."""
+        for pid in pids:
+            self.check_member(pid, job)
+            if job.uid is None:
+                job = JobContext(job.job_id, uid_of(pid), job.processes, job.in_cgroups)
 
     def split(self, pids: Iterable[int]) -> tuple[list[int], dict[int, Refused]]:
         """(admitted, refused by pid) for many pids."""

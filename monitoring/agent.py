@@ -32,7 +32,7 @@ from coscheduler.model import InvalidInput, validate_job_id
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import Admission, Refused
+from .admission import Admission, JobContext, Refused, uid_of
 from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
                        raise_open_file_limit, validate_cgroup_name)
 from .execute import Actuator, InPlaceQuota, make_actuator
@@ -42,6 +42,17 @@ from .state import (JobSpec, JobState, check_fraction, finite_happiness, job_quo
                     node_quota_us, parse_registration, validate_agent_job_id)
 
 log = logging.getLogger("monitoring.agent")
+
+
+def _exists(pid: int) -> bool:
+    """The process exists (signal 0: one system call, no file read)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class UnknownJob(KeyError):
@@ -104,7 +115,7 @@ class NodeAgent:
         self.layout = layout or detect_layout(prefer=cgroup_version)
         self.actuator: Actuator = make_actuator(self.layout, cgroup_root, fs)
         self.cgroup_root = self.actuator.cpu.root_rel
-        self.leases = LeaseKeeper(max_lease_s)
+        self.leases = LeaseKeeper(max_lease_s, min_lease_s=self.interval_s)
         self.state_file = StateFile(self.state_dir / "state.json")
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
@@ -112,6 +123,7 @@ class NodeAgent:
         self._prev: dict[str, dict[str, Any]] = {}  # last counters per job, for rates
         self._covered: dict[str, tuple[frozenset, bool]] = {}  # does the cgroup counter cover the job
         self._io: dict[str, dict[int, tuple[int, int]]] = {}  # last I/O bytes per job and pid
+        self._light: dict[str, dict[str, Any]] = {}  # last full sample of a job wholly in its cgroup
         raise_open_file_limit()
         self._files = OpenFiles()  # /proc files kept open between ticks
         self._progress: dict[str, list[Progress]] = {}
@@ -156,6 +168,10 @@ class NodeAgent:
         else:
             spec = parse_registration(body, self.progress_dir, admission=self.admission)
         with self._lock:
+            try:
+                self.admission.check_members(spec.pids, self._job_context(spec.job_id))
+            except Refused as e:
+                raise e.at(f"job {spec.job_id}: ") from None
             for other in self._jobs.values():
                 if other.spec.job_id != spec.job_id and other.status == "running":
                     clash = set(spec.pids) & (other.members | set(other.spec.pids))
@@ -178,12 +194,19 @@ class NodeAgent:
                 js.event(now, f"registration updated (pids {list(spec.pids)})")
                 created = False
             else:
+                taken_over: set[int] = set()
                 if js is not None and self.actuator.has_job(spec.job_id):
-                    if not self.actuator.remove_job(spec.job_id):
+                    if js.spec.source == "adopted":
+                        # found in our cgroup root after a restart without a usable state
+                        # entry: the same job, registered again, is managed again
+                        taken_over = self.actuator.job_pids(spec.job_id)
+                    elif not self.actuator.remove_job(spec.job_id):
                         raise Conflict(f"job {spec.job_id}: a previous job with this id still has "
                                        "processes in its cgroup")
                 js = JobState(spec=spec, registered_at=now)
-                js.event(now, "registered")
+                js.event(now, "registered" + (" again after the agent's restart" if taken_over else ""))
+                js.members = taken_over
+                js.seen_processes = bool(taken_over)
                 self._jobs[spec.job_id] = js
                 self._prev.pop(spec.job_id, None)
                 self._progress.pop(spec.job_id, None)
@@ -243,7 +266,8 @@ class NodeAgent:
         with self._lock:
             js = self._get(job_id)
             if js.status != "running":
-                raise Conflict(f"job {job_id} is {js.status}; no quota can be set")
+                again = " (register it again to manage it)" if js.spec.source == "adopted" else ""
+                raise Conflict(f"job {job_id} is {js.status}; no quota can be set{again}")
             lease_s = self.leases.check_lease_s(lease_s)
             previous = (js.fraction, js.quota_reason)
             js.fraction = f
@@ -445,6 +469,18 @@ class NodeAgent:
             raise UnknownJob(f"no job {job_id!r} is registered on this node")
         return js
 
+    def _job_context(self, job_id: str) -> JobContext:
+        """What the ownership rule needs to know of a job (monitoring/admission.py)."""
+        js = self._jobs.get(job_id)
+        in_cgroups = set(self.actuator.job_pids(job_id)) if self.actuator.has_job(job_id) else set()
+        if js is None or js.status != "running":
+            return JobContext(job_id, in_cgroups=frozenset(in_cgroups))
+        if js.spec.batch_cgroup:
+            in_cgroups |= collect.cgroup_tree_pids(Path(js.spec.batch_cgroup))
+        alive = {p for p in set(js.spec.pids) | js.members | in_cgroups if psutil.pid_exists(p)}
+        uid = next((u for u in map(uid_of, sorted(alive)) if u is not None), None)
+        return JobContext(job_id, uid, frozenset(alive), frozenset(in_cgroups))
+
     def _sample_only(self, spec: JobSpec) -> bool:
         """On cgroup v2 there is one hierarchy: moving a batch job's processes into our
         cgroup would take them out of the batch system's. Such jobs are never moved; their
@@ -503,8 +539,27 @@ class NodeAgent:
         del self.events[:-100]
 
     def _observe(self, jid: str, spec: JobSpec, now: float, quota_set: bool) -> dict[str, Any]:
-        """Read a job's processes and counters (no lock: only reads)."""
+        """Read a job's processes and counters (no lock: only reads).
+
+        A job whose processes all live in its cgroup is sampled from the cgroup alone on
+        most ticks (a light tick): its CPU counter, and one signal-0 probe per process
+        (cgroup v1 keeps a held-open cgroup.procs list as it was, so a process that ended
+        is found by the probe). A process the job forks is in the cgroup, under its quota,
+        from birth; it shows in the figures at the next full tick. Every ``io_every``
+        ticks, and whenever a process ended or the list changed, every process is read
+        again (/proc stat, children, I/O): memory and I/O figures are that fresh."""
         in_cg = self.actuator.job_pids(jid)
+        light = self._light.get(jid)
+        if (light is not None and in_cg and in_cg == light["members"]
+                and self.counters["ticks"] % self.io_every != 0 and not spec.batch_cgroup
+                and all(map(_exists, in_cg))):
+            usage = self.actuator.usage_ns(jid)
+            if usage is not None:
+                return {"members": set(in_cg), "to_move": set(), "refused": {},
+                        "totals": light["totals"], "io": light["io"], "usage_ns": usage,
+                        "usage_src": "cgroup", "progress": collect.read_progress_file(spec.progress_file),
+                        "throttling": self.actuator.throttling(jid) if quota_set else None,
+                        "time": time.monotonic(), "wall": now}
         batch: set[int] = set()
         if spec.batch_cgroup:
             batch = collect.cgroup_tree_pids(Path(spec.batch_cgroup))
@@ -557,6 +612,11 @@ class NodeAgent:
         to_move = set() if self._sample_only(spec) else admitted(live - in_cg)
         new_refusals = {p: why for p, why in refused.items() if p not in known}
         self._refused[jid] = refused
+        covered = usage_src == "cgroup" and usage_ns is not None and not refused
+        if covered and live == in_cg:   # every process in our cgroup: light ticks may follow
+            self._light[jid] = {"members": frozenset(in_cg), "totals": totals, "io": io}
+        else:
+            self._light.pop(jid, None)
         return {"members": live - set(refused), "to_move": to_move, "refused": new_refusals, "totals": totals, "io": io, "usage_ns": usage_ns,
                 "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
                 "throttling": thr, "time": time.monotonic(), "wall": now}
@@ -654,6 +714,7 @@ class NodeAgent:
         self._prev.pop(jid, None)
         self._covered.pop(jid, None)
         self._io.pop(jid, None)
+        self._light.pop(jid, None)
         self._refused.pop(jid, None)
 
     def _retire(self, now: float) -> bool:
@@ -728,6 +789,16 @@ class NodeAgent:
             else:
                 jobs_saved = saved.jobs
         names = set(self.actuator.job_dirs())
+        dropped: dict[str, str] = {}  # state file entries not brought back, and why
+        for name in jobs_saved:
+            shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:60]}..."
+            try:
+                validate_agent_job_id(name)
+            except InvalidInput:
+                dropped[shown] = "not a valid job id (a cgroup name under the agent's root)"
+                continue
+            if name not in names:
+                dropped[shown] = "its cgroup is gone (the job ended while the agent was down)"
         for name in sorted(names):
             try:
                 validate_cgroup_name(name)
@@ -742,6 +813,8 @@ class NodeAgent:
             if not pids:
                 if self.actuator.remove_job(name):
                     report["removed"].append(name)
+                if name in jobs_saved:
+                    dropped[name] = "no process left in its cgroup: removed"
                 continue
             now = time.time()
             spec = None
@@ -750,6 +823,7 @@ class NodeAgent:
                     spec = self._saved_spec(name, jobs_saved[name])
                 except InvalidInput as e:
                     problems.append(f"state file entry of job {name} refused: {e}")
+                    dropped[name] = f"refused: {str(e)[:300]}; kept as an adopted job"
             if spec is None:
                 spec = JobSpec(job_id=name, cores=1.0, pids=tuple(sorted(pids)), source="adopted")
                 status = "released"  # unknown allocation: not managed, removed once empty
@@ -764,6 +838,12 @@ class NodeAgent:
                 js.finished_at = now
             self._jobs[name] = js
             report["adopted"].append(name)
+        report["dropped"] = dropped
+        for name, why in dropped.items():
+            if why.startswith("not a valid"):
+                problems.append(f"state file entry {name!r} dropped: {why}")
+            else:
+                self._event(f"recovery: state file entry {name!r} dropped: {why}")
         report["problem"] = "; ".join(problems) or None
         for p in problems:
             self._event(f"recovery: {p}")

@@ -17,8 +17,10 @@ Writes need ``Authorization: Bearer TOKEN``: missing -> 401, wrong -> 403. Error
 in time), 409, 411, 413, 431, 503 (too many connections) or 500 (a cgroup write failed).
 
 The server is the standard library's threading HTTP server with the limits it lacks added
-here (a listen backlog for crowds, a whole-request read deadline, an idle timeout, a cap on
-connections answered with 503, JSON errors, no tracebacks for clients that leave); a
+here (a listen backlog for crowds, a deadline for the request head and one for the whole
+request, an idle timeout, a cap on connections with a reserve for callers that presented
+the token and a budget per peer, idle or slow untrusted connections closed to make room,
+503 only when no room can be made, JSON errors, no tracebacks for clients that leave); a
 benchmark against waitress and uvicorn decided it (testbed/bench_http_servers.py).
 """
 
@@ -31,11 +33,13 @@ import logging
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
 
 from .agent import Conflict, NodeAgent, UnknownJob
@@ -47,11 +51,15 @@ log = logging.getLogger("monitoring.api")
 
 DEFAULT_PORT = 9137
 MAX_BODY = 1 << 20
+# a registration is a flat object; a few levels cover any future field
+MAX_BODY_DEPTH = 16
 
 
 DEFAULT_MAX_CONNECTIONS = 256
 DEFAULT_READ_TIMEOUT_S = 10.0
 DEFAULT_IDLE_TIMEOUT_S = 30.0
+# a request head (request line and headers) is a few hundred bytes: it arrives at once
+DEFAULT_HEADER_TIMEOUT_S = 2.0
 # listen(2) backlog; the kernel caps it at net.core.somaxconn (4096 on current kernels). A
 # crowd of 200 clients connecting at once overflowed the old 5 into connection resets.
 LISTEN_BACKLOG = 1024
@@ -81,14 +89,13 @@ def _job_segment(parts: list[str]) -> str:
 
 
 def parse_json_body(raw: bytes) -> Any:
-    """A request body as JSON; anything that is not plain, finite, shallow JSON is a 400
-    (HTTPError), never an exception further in."""
+    """A request body as JSON; anything that is not plain, bounded JSON (size, nesting:
+    coscheduler/boundedjson.py) is a 400 (HTTPError), never an exception further in."""
     try:
-        return json.loads(raw.decode("utf-8") if raw else "null")
-    except RecursionError:
-        raise HTTPError(400, "body is not usable JSON: nested too deeply") from None
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an int of > 4300 digits
-        raise HTTPError(400, f"body is not valid JSON: {e}") from None
+        return boundedjson.loads(raw or b"null", max_bytes=MAX_BODY, max_depth=MAX_BODY_DEPTH,
+                                 what="request body")
+    except ValueError as e:
+        raise HTTPError(400, str(e)) from None
 
 
 def _content_length(value: str | None) -> int:
@@ -109,12 +116,21 @@ class Api:
         self.token = token
         self.registry = make_registry(agent)
 
+    def token_ok(self, header: str | None) -> bool:
+        """Does this Authorization header carry the agent's token (any case of "Bearer")?"""
+        if not self.token or not header:
+            return False
+        scheme, _, credentials = header.strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), self.token.encode())
+
     def _auth(self, header: str) -> None:
         if not self.token:
             raise HTTPError(403, "writes are disabled: the agent has no token configured")
-        if not header.startswith("Bearer "):
+        scheme, _, credentials = header.strip().partition(" ")
+        if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 7235 2.1)
             raise HTTPError(401, "missing 'Authorization: Bearer TOKEN' header")
-        if not hmac.compare_digest(header[7:].strip().encode(), self.token.encode()):
+        if not hmac.compare_digest(credentials.strip().encode(), self.token.encode()):
             raise HTTPError(403, "wrong token")
 
     def handle(self, method: str, target: str, header: Callable[[str], str | None],
@@ -229,6 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self._reader = _DeadlineReader(self.connection, self.server.idle_timeout_s)
         self.rfile = io.BufferedReader(self._reader, 65536)
+        self._conn = self.server.conn_of(self.request)
 
     def log_message(self, fmt: str, *args: Any) -> None:
         log.debug("%s " + fmt, self.client_address[0], *args)
@@ -263,6 +280,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self._reader.deadline = None  # idle between requests: wait up to idle_timeout_s
+        if self._conn is not None:
+            self._conn.waiting = True  # idle or mid-head: may be evicted for a newcomer
         try:
             first = self.rfile.peek(1)
         except TimeoutError:
@@ -271,7 +290,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not first:
             self.close_connection = True
             return
-        self._reader.deadline = time.monotonic() + self.server.read_timeout_s
+        # the head must arrive within header_timeout_s (a slow-headers client holds nothing
+        # for long), the whole request within read_timeout_s
+        started = time.monotonic()
+        self._reader.deadline = started + min(self.server.header_timeout_s, self.server.read_timeout_s)
         self.command = ""  # an answer sent before parse_request needs these
         self.request_version = "HTTP/1.1"
         self.requestline = ""
@@ -283,6 +305,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if not self.parse_request():
                 return  # an error was sent
+            self._reader.deadline = started + self.server.read_timeout_s
+            if self._conn is not None:
+                if not self._conn.trusted and self.server.api.token_ok(self.headers.get("Authorization")):
+                    self.server.trust(self._conn)
+                self._conn.waiting = False
             if self.command not in ("GET", "HEAD", "POST", "PUT", "DELETE"):
                 self.send_error(HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command[:20]!r} not allowed")
                 return
@@ -303,9 +330,31 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
 
 
+@dataclass(eq=False)
+class _Conn:
+    """One open connection, as the server's admission sees it."""
+
+    sock: socket.socket
+    peer: str
+    since: float
+    trusted: bool = False   # has presented the agent's token
+    waiting: bool = True    # idle, or its request head not complete yet
+    evicted: bool = False
+
+
 class _Server(ThreadingHTTPServer):
-    """One thread per connection, at most ``max_connections`` at once: the next one gets a
-    503 at once and is closed, rather than a thread."""
+    """One thread per connection, at most ``max_connections`` at once, of which
+    ``reserve`` are kept for connections that presented the agent's token (the controller).
+
+    A connection that has not (yet) presented the token is untrusted. When a newcomer
+    would pass the untrusted share, the whole cap, or its peer's budget
+    (``max_per_peer`` untrusted connections from one address), the server frees a slot
+    by closing an untrusted connection that is idle or still sending its request head:
+    the oldest of the peer holding the most. Only when no slot can be freed does the
+    newcomer get a 503 at once. So idle or slow connections from anyone on the node
+    cannot lock the controller out: they are closed to make room, and the controller's
+    kept-alive connections are never closed for them.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
@@ -313,41 +362,95 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(self, addr, api: Api, *, max_connections: int, read_timeout_s: float,
-                 idle_timeout_s: float):
+                 idle_timeout_s: float, header_timeout_s: float, reserve: int, max_per_peer: int):
         if ":" in addr[0]:
             self.address_family = socket.AF_INET6
         self.api = api
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
         self.idle_timeout_s = idle_timeout_s
-        self.active = 0
+        self.header_timeout_s = header_timeout_s
+        self.reserve = reserve
+        self.max_per_peer = max_per_peer
         self.refused = 0
+        self.evicted = 0
+        self._conns: dict[int, _Conn] = {}
         self._count_lock = threading.Lock()
         super().__init__(addr, _Handler)
 
-    def process_request(self, request, client_address) -> None:
+    @property
+    def active(self) -> int:
+        return len(self._conns)
+
+    def conn_of(self, sock: socket.socket) -> _Conn | None:
+        return self._conns.get(id(sock))
+
+    def trust(self, conn: _Conn) -> None:
         with self._count_lock:
-            full = self.active >= self.max_connections
+            conn.trusted = True
+
+    def _victim(self, untrusted: list[_Conn], peer: str | None) -> _Conn | None:
+        """The connection to close for a newcomer: an untrusted one that is waiting, of
+        ``peer`` when given, else of the peer holding the most; the oldest."""
+        pool = [c for c in untrusted if c.waiting and (peer is None or c.peer == peer)]
+        if not pool:
+            return None
+        if peer is None:
+            counts: dict[str, int] = {}
+            for c in pool:
+                counts[c.peer] = counts.get(c.peer, 0) + 1
+            top = max(counts.values())
+            pool = [c for c in pool if counts[c.peer] == top]
+        return min(pool, key=lambda c: c.since)
+
+    def process_request(self, request, client_address) -> None:
+        conn = _Conn(request, str(client_address[0]) if client_address else "?", time.monotonic())
+        victim = None
+        with self._count_lock:
+            untrusted = [c for c in self._conns.values() if not c.trusted]
+            from_peer = sum(1 for c in untrusted if c.peer == conn.peer)
+            over_peer = from_peer >= self.max_per_peer
+            if over_peer or len(untrusted) >= self.max_connections - self.reserve \
+                    or len(self._conns) >= self.max_connections:
+                victim = self._victim(untrusted, conn.peer if over_peer else None)
+                if victim is None:
+                    self.refused += 1
+                    full = True
+                else:
+                    victim.evicted = True
+                    del self._conns[id(victim.sock)]
+                    self.evicted += 1
+                    full = False
+            else:
+                full = False
             if not full:
-                self.active += 1
+                self._conns[id(request)] = conn
+        if victim is not None:
+            try:  # wakes its thread's recv() with end-of-file: it closes and ends
+                victim.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if full:
-            self.refused += 1
             _refuse(request, self.max_connections)
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            with self._count_lock:
-                self.active -= 1
+            self._forget(request)
             raise
+
+    def _forget(self, request) -> None:
+        with self._count_lock:
+            c = self._conns.get(id(request))
+            if c is not None and c.sock is request:
+                del self._conns[id(request)]
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self._count_lock:
-                self.active -= 1
+            self._forget(request)
 
     def handle_error(self, request, client_address) -> None:
         # socketserver prints a traceback on stderr for anything that escapes a handler
@@ -370,24 +473,39 @@ class AgentServer:
     """Serve a NodeAgent over HTTP. ``listen`` defaults to 127.0.0.1:9137; port 0 picks a
     free port (see ``url``).
 
-    Limits: ``max_connections`` open at once (more get 503), a request must arrive whole
-    within ``read_timeout_s`` of its first byte (else 408), and a kept-alive connection
-    idle for ``idle_timeout_s`` is closed.
+    Limits: ``max_connections`` open at once, ``reserve`` of them only for connections
+    that presented the token, at most ``max_per_peer`` untrusted ones per address (see
+    ``_Server``: idle or slow untrusted connections are closed to make room; 503 when none
+    can be); a request head must arrive within ``header_timeout_s`` and the whole request
+    within ``read_timeout_s`` of its first byte (else 408); a kept-alive connection idle for
+    ``idle_timeout_s`` is closed.
     """
 
     def __init__(self, agent: NodeAgent, listen: str = f"127.0.0.1:{DEFAULT_PORT}",
                  token: str | None = None, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
-                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+                 reserve: int | None = None, max_per_peer: int | None = None):
         if not max_connections >= 1:
             raise InvalidInput(f"max_connections must be >= 1, got {max_connections!r}")
-        for name, v in (("read_timeout_s", read_timeout_s), ("idle_timeout_s", idle_timeout_s)):
+        for name, v in (("read_timeout_s", read_timeout_s), ("idle_timeout_s", idle_timeout_s),
+                        ("header_timeout_s", header_timeout_s)):
             if not v > 0:
                 raise InvalidInput(f"{name} must be > 0, got {v!r}")
+        # an eighth of the slots for the controller by default; half for any one peer
+        reserve = max(1, max_connections // 8) if reserve is None else reserve
+        if not 0 <= reserve < max_connections:
+            raise InvalidInput(f"reserve must be 0..{max_connections - 1}, got {reserve!r}")
+        max_per_peer = max(1, max_connections // 2) if max_per_peer is None else max_per_peer
+        if not max_per_peer >= 1:
+            raise InvalidInput(f"max_per_peer must be >= 1, got {max_per_peer!r}")
         self.agent = agent
         self.api = Api(agent, token)
         self._httpd = _Server(parse_listen(listen), self.api, max_connections=max_connections,
-                              read_timeout_s=read_timeout_s, idle_timeout_s=idle_timeout_s)
+                              read_timeout_s=read_timeout_s, idle_timeout_s=idle_timeout_s,
+                              header_timeout_s=header_timeout_s, reserve=reserve,
+                              max_per_peer=max_per_peer)
         self._thread: threading.Thread | None = None
 
     @property

@@ -18,6 +18,8 @@ import threading
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from coscheduler import boundedjson
+
 
 class AgentError(RuntimeError):
     def __init__(self, message: str, status: int | None = None, method: str = "", path: str = ""):
@@ -125,13 +127,13 @@ class AgentClient:
                                          method, path) from e
         if resp.status >= 400:
             try:
-                msg = json.loads(payload).get("error", payload.decode(errors="replace"))
+                msg = boundedjson.loads(payload, what="agent answer").get("error", payload.decode(errors="replace"))
             except (ValueError, AttributeError):
                 msg = payload.decode(errors="replace").strip()
             raise AgentError(msg, resp.status, method, path)
         if raw:
             return payload.decode()
         try:
-            return json.loads(payload)
+            return boundedjson.loads(payload, what=f"answer of the agent at {self.url}")
         except ValueError as e:
             raise AgentError(f"answer is not JSON: {payload[:200]!r}", resp.status, method, path) from e

@@ -40,16 +40,24 @@ class LeaseKeeper:
     """Leases by job id. Not thread-safe by itself: the agent calls it under its lock."""
 
     def __init__(self, max_lease_s: float = DEFAULT_MAX_LEASE_S,
-                 clock=time.monotonic, wall_clock=time.time):
+                 clock=time.monotonic, wall_clock=time.time, *, min_lease_s: float = 0.0):
+        if not 0 <= min_lease_s <= max_lease_s:
+            raise InvalidInput(f"the shortest lease ({min_lease_s:g} s, the agent's tick) must not "
+                               f"exceed the longest ({max_lease_s:g} s)")
         self.max_lease_s = max_lease_s
+        # a lease shorter than the agent's tick could lapse before the agent ever saw the
+        # job under it: refused rather than honoured late
+        self.min_lease_s = min_lease_s
         self._clock = clock
         self._wall = wall_clock
         self._leases: dict[str, Lease] = {}
 
     def check_lease_s(self, value: object) -> float:
         s = check_finite(value, "lease_s")
-        if s is None or not 0 < s <= self.max_lease_s:
-            raise InvalidInput(f"lease_s must be > 0 and <= {self.max_lease_s:g} seconds, got {value!r}")
+        if s is None or not 0 < s <= self.max_lease_s or s < self.min_lease_s:
+            low = f">= {self.min_lease_s:g} (the agent's tick)" if self.min_lease_s > 0 else "> 0"
+            raise InvalidInput(f"lease_s must be {low} and <= {self.max_lease_s:g} seconds, "
+                               f"got {str(value)[:40]}")
         return s
 
     def grant(self, job_id: str, cpu_fraction: float, lease_s: float) -> Lease:

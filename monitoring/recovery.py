@@ -8,19 +8,44 @@ the agent also scans its own cgroup root, which finds leftovers without the file
 
 from __future__ import annotations
 
-import json
+import errno
 import math
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coscheduler import boundedjson
 from coscheduler.progress import write_json_atomic
 
 FORMAT = "cosched-agent-state/1"
+# {"jobs": {id: {"spec": {...}}}} is four levels deep
+MAX_STATE_DEPTH = 16
 # A state file lists the jobs of one node: far below this; anything larger is not ours.
 MAX_STATE_BYTES = 16 << 20
+
+
+def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file, opened without following a symbolic link
+    and without blocking (a FIFO put at the path must not hang the agent's start); OSError
+    (ELOOP for a link, EINVAL with a message for anything not a regular file) otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks, left = [], limit
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _check_document(doc: Any) -> SavedState:
@@ -75,22 +100,19 @@ class StateFile:
         renamed aside and reported in ``problem``. Never raises: a broken file must not
         stop the agent that is about to lift the quotas it left."""
         try:
-            with open(self.path, "rb") as f:
-                raw = f.read(MAX_STATE_BYTES + 1)
+            raw = read_regular_file(self.path, MAX_STATE_BYTES + 1)
         except FileNotFoundError:
             return None
         except OSError as e:
-            return SavedState(problem=f"cannot read state file {self.path}: {e.strerror}")
+            # not set aside: a link or a FIFO someone put there is theirs to look at
+            why = "it is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
+            return SavedState(problem=f"cannot read state file {self.path}: {why}; not used")
         try:
-            if len(raw) > MAX_STATE_BYTES:
-                raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
-            doc = json.loads(raw.decode("utf-8"))
+            doc = boundedjson.loads(raw, max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH,
+                                    what="state file")
             return _check_document(doc)
-        except (ValueError, TypeError, RecursionError, OverflowError, MemoryError) as e:
-            # UnicodeDecodeError and JSONDecodeError are ValueErrors; RecursionError comes
-            # from JSON nested deeper than the interpreter's stack.
-            why = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) or \
-                isinstance(e, UnicodeDecodeError) else str(e)
+        except (ValueError, TypeError, MemoryError) as e:
+            why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
             aside = self.path.with_name(self.path.name + f".broken-{int(time.time())}")
             try:
                 os.replace(self.path, aside)

@@ -1,1 +1,2 @@
-"""Slurm side: the submit/priority hook and the Slurm backend (later issues)."""
+"""Slurm side: the submit hook (job_submit.lua), the priority hook, the Backend over Slurm's
+command line, workflow submission, and a real Slurm cluster on one machine (docs/slurm.md)."""

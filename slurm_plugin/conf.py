@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coscheduler.model import InvalidInput
+from coscheduler.resources import resource
 
-LUA_TEMPLATE = Path(__file__).with_name("job_submit.lua")
+LUA_TEMPLATE = resource(__package__, "job_submit.lua")   # package data (pyproject.toml)
 _SLURM_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 _NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}$")

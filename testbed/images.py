@@ -27,10 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from coscheduler.resources import resource_dir
+
 from .engine import DockerError, Engine, EngineUnavailable
+from .mirror import resolve_mirror
 
 ROOT = Path(__file__).resolve().parent.parent         # the working tree
-DOCKER_DIR = Path(__file__).resolve().parent / "docker"
+DOCKER_DIR = resource_dir(__package__, "docker")    # package data (pyproject.toml)
 ROLES = ("slurmctld", "node", "controller")
 DOCKER_FILES = ("Dockerfile", "entrypoint.sh", "health.sh")
 # Debian suite -> its python3 (the wheels must match it) and the Slurm it ships.
@@ -39,7 +42,7 @@ SUITES: dict[str, dict[str, str]] = {
     "trixie": {"python": "3.13", "slurm": "24.11"},
 }
 DEFAULT_SUITE = "bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_MIRROR: str | None = None   # None: the mirror of this machine's apt (testbed/mirror.py)
 BASE_REPO = "cosched-testbed-base"
 IMAGE_PREFIX = "cosched-testbed-"
 LABEL = "cosched.testbed"
@@ -122,8 +125,8 @@ def image_id(engine: Engine, ref: str) -> str:
     return engine.docker("image", "inspect", "--format", "{{.Id}}", ref).stdout.decode().strip()
 
 
-def ensure_base(engine: Engine, suite: str, mode: str = "auto", mirror: str = DEFAULT_MIRROR,
-                say: Say = lambda _m: None) -> str:
+def ensure_base(engine: Engine, suite: str, mode: str = "auto",
+                mirror: str | None = DEFAULT_MIRROR, say: Say = lambda _m: None) -> str:
     """The base image's reference: ``debian:SUITE`` (mode registry, or auto when present or
     pullable) or the debootstrap import ``cosched-testbed-base:SUITE`` (made once, cached)."""
     suite = check_suite(suite)
@@ -147,8 +150,11 @@ def ensure_base(engine: Engine, suite: str, mode: str = "auto", mirror: str = DE
     return ours
 
 
-def debootstrap_import(engine: Engine, suite: str, ref: str, mirror: str, say: Say) -> None:
-    """debootstrap a minimal tree with python3 and import it as ``ref``."""
+def debootstrap_import(engine: Engine, suite: str, ref: str, mirror: str | None,
+                       say: Say) -> None:
+    """debootstrap a minimal tree with python3 and import it as ``ref``; ``mirror`` None:
+    the one this machine's apt uses."""
+    mirror = resolve_mirror(mirror)
     tool = shutil.which("debootstrap") or ("/usr/sbin/debootstrap"
                                            if Path("/usr/sbin/debootstrap").exists() else None)
     if tool is None:
@@ -206,11 +212,21 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def _source_tree() -> Path:
+    """The checkout the images are built from: a wheel install has no pyproject.toml beside
+    its packages, and says so instead of failing on a missing file."""
+    if not (ROOT / "pyproject.toml").is_file():
+        raise EngineUnavailable(f"the testbed builds its images from a source checkout of "
+                                f"coscheduler, and {ROOT} is an installed package (no "
+                                "pyproject.toml): run `cosched testbed` from a clone")
+    return ROOT
+
+
 def dependency_wheels(suite: str, say: Say) -> Path:
     """Wheels of the containers' dependencies for the suite's python (cached by the
     requirement list), fetched with the host's pip (its index, certificates, proxy)."""
     pyver = SUITES[check_suite(suite)]["python"]
-    reqs = container_requirements((ROOT / "pyproject.toml").read_text())
+    reqs = container_requirements((_source_tree() / "pyproject.toml").read_text())
     key = digest([pyver, *reqs])[:16]
     out = cache_dir() / "wheels" / f"deps-py{pyver}-{key}"
     if (out / "requirements.txt").exists():
@@ -239,7 +255,7 @@ def dependency_wheels(suite: str, say: Say) -> Path:
 
 def project_wheel(say: Say) -> tuple[Path, str]:
     """The project's wheel built from the working tree (cached by a hash of its sources)."""
-    key = source_digest()[:16]
+    key = source_digest(_source_tree())[:16]
     out = cache_dir() / "wheels" / f"project-{key}"
     if out.is_dir() and any(out.glob("coscheduler-*.whl")):
         return out, key
@@ -318,7 +334,8 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def build_images(engine: Engine, suite: str, base_mode: str = "auto",
-                 mirror: str = DEFAULT_MIRROR, say: Say = lambda _m: None) -> dict[str, str]:
+                 mirror: str | None = DEFAULT_MIRROR,
+                 say: Say = lambda _m: None) -> dict[str, str]:
     """Every role's image (built when missing); role -> image reference."""
     base = ensure_base(engine, suite, base_mode, mirror, say)
     ctx = build_context(engine, suite, base, say)

@@ -211,7 +211,7 @@ def write_instance(spec: TestbedSpec) -> Path:
 
 def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
        port_base: int | None = None, suite: str = images.DEFAULT_SUITE, base: str = "auto",
-       mirror: str = images.DEFAULT_MIRROR, install: bool = True, say: Say = lambda _m: None,
+       mirror: str | None = images.DEFAULT_MIRROR, install: bool = True, say: Say = lambda _m: None,
        health_timeout_s: float = HEALTH_TIMEOUT_S, instance: str | None = None,
        mesos: bool = False) -> UpResult:
     """Bring a new instance up and wait until it is healthy. On any failure, or Ctrl-C, what

@@ -9,7 +9,7 @@
 #
 # Not part of the test suite: the chroot, Debian's python and the project's dependencies
 # take several minutes to install (see the issue 8 report for measured times).
-# Usage: bash testbed/stock_debian_check.sh [ROOTFS] [demo|tests|both]  (default: both)
+# Usage: [MIRROR=URL] bash testbed/stock_debian_check.sh [ROOTFS] [demo|tests|both]  (default: both)
 # Needs root, debootstrap (installed here if missing) and access to Debian's and PyPI's
 # package servers (a TLS-intercepting proxy's CA in /usr/local/share/ca-certificates is
 # copied in). Mounts /proc, /sys and /dev into the chroot and unmounts them at the end.
@@ -20,11 +20,13 @@ src="$(cd "$(dirname "$0")/.." && pwd)"
 [ "$(id -u)" = 0 ] || { echo "stock_debian_check: needs root (debootstrap, chroot, mounts)" >&2; exit 1; }
 command -v debootstrap >/dev/null || apt-get install -y --no-install-recommends debootstrap
 
+# The Debian mirror this machine's apt uses (MIRROR=URL overrides): no host written here.
+mirror="${MIRROR:-$(cd "$src" && python3 -m testbed.mirror)}" || exit 1
 if [ ! -x "$root/usr/bin/python3" ]; then
     echo "== debootstrap bookworm into $root" >&2
     t0=$SECONDS
     debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
-        bookworm "$root" http://deb.debian.org/debian >/dev/null
+        bookworm "$root" "$mirror" >/dev/null
     echo "== debootstrap took $((SECONDS - t0)) s" >&2
 fi
 # What a machine behind the same proxy needs: its CA, DNS, and pip's cert setting.

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-LUBLIN_SWF = SHARED_DATA / "swf" / "lublin_256.swf"
 
 
 def is_root() -> bool:
@@ -29,17 +27,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_root)
 
 
-@pytest.fixture
-def shared_data() -> Path:
-    """../shared/data when present; tests that need it skip otherwise."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA}")
-    return SHARED_DATA
+@pytest.fixture(scope="session")
+def bundled_data() -> Path:
+    """The traces and workflow instances shipped in the package (coscheduler/data)."""
+    from coscheduler.data import swf_dir
+
+    return swf_dir().parent
 
 
 @pytest.fixture(scope="session")
 def lublin_swf() -> Path:
-    """../shared/data/swf/lublin_256.swf when present; tests that need it skip otherwise."""
-    if not LUBLIN_SWF.is_file():
-        pytest.skip(f"shared trace not found at {LUBLIN_SWF}")
-    return LUBLIN_SWF
+    """The bundled lublin_256.swf (coscheduler/data/swf)."""
+    from coscheduler.data import swf_trace
+
+    return swf_trace("lublin_256.swf")

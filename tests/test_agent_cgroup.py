@@ -221,7 +221,7 @@ def test_descendant_moved_out_is_followed_back_and_drift_is_corrected(make_agent
 
 
 def test_lease_expiry_gives_the_full_quota_back_and_says_why(make_agent, procs, cg_root):
-    agent = make_agent(interval_s=1.0).start()
+    agent = make_agent(interval_s=0.4).start()   # a lease is at least one tick
     p = procs(SLEEPY)
     agent.register_job({"job_id": "leased", "pids": [p.pid], "cores": 1})
     t0 = time.monotonic()

@@ -153,17 +153,31 @@ def test_a_request_that_does_not_arrive_whole_in_time_gets_408(served):
     assert _request(server, "GET", "/healthz")[0] == 200
 
 
-def test_connections_over_the_cap_get_503_at_once(served):
+def test_connections_over_the_cap_make_room_or_get_503_at_once(served):
+    """Idle untrusted connections are closed to make room for a newcomer (issue 24, item 4);
+    only when every slot is held by a caller that presented the token is it a 503."""
     agent, serve, sleeper, fs = served
     server = serve(max_connections=4, idle_timeout_s=30)
     held = [socket.create_connection(_addr(server)) for _ in range(4)]
     time.sleep(0.2)
+    assert _request(server, "GET", "/healthz")[0] == 200   # an idle one was closed for it
+    for s in held:
+        s.close()
+    # four kept-alive connections of the controller (token given): nothing may be closed
+    trusted = []
+    for _ in range(4):
+        c = http.client.HTTPConnection(*_addr(server), timeout=10)
+        c.request("GET", "/v1/jobs", headers={"Authorization": f"Bearer {TOKEN}"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 200
+        trusted.append(c)
     t0 = time.monotonic()
     status, data = _request(server, "GET", "/healthz")
     assert status == 503 and b"too many connections" in data
     assert time.monotonic() - t0 < 1.0
-    for s in held:
-        s.close()
+    for c in trusted:
+        c.close()
     deadline = time.monotonic() + 5
     while server.active_connections and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -23,6 +23,8 @@ def test_calibrate_without_root_says_what_it_needs(monkeypatch):
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     r = cosched("calibrate", "--quick")
     assert r.exit_code != 0 and "needs root" in r.output and "Traceback" not in r.output
+    r = cosched("calibrate", "--quick", "--waiting")
+    assert r.exit_code != 0 and "choose one" in r.output
 
 
 def test_calibrate_refits_saved_figures_without_measuring(tmp_path):
@@ -30,17 +32,22 @@ def test_calibrate_refits_saved_figures_without_measuring(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert set(out) >= {"mode", "measurements", "fitted", "in_use", "check_fitted",
-                        "check_in_use", "max_error_fitted", "max_error_in_use"}
+                        "check_in_use", "max_error_fitted", "max_error_in_use",
+                        "rms_log_error_fitted", "rms_log_error_in_use", "held_out"}
     assert out["fitted"] == pytest.approx(out["in_use"], abs=0.02)
+    held = out["held_out"]
+    assert held["method"] == "leave-one-pair-out" and held["points"] == len(held["rows"]) >= 25
+    assert 0 < held["rms_log_error"] <= 0.12
     text = cosched("calibrate", "--from", str(MEASURED))
     assert text.exit_code == 0 and "cpu at 50%" in text.output and "in use" in text.output
+    assert "held-out rms log error" in text.output
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     r = cosched("calibrate", "--from", str(bad))
     assert r.exit_code != 0 and "not a calibration file" in r.output
     bad.write_text('{"alone": {}, "quota": [{"probe": "cpu"}], "pairs": []}')
     r = cosched("calibrate", "--from", str(bad))
-    assert r.exit_code != 0 and "shape" in r.output
+    assert r.exit_code != 0 and f"{bad}: quota[0] has no 'quota'" in r.output
 
 
 @pytest.mark.root
@@ -59,6 +66,10 @@ def test_quick_calibration_measures_real_quotas_and_leaves_no_cgroup(tmp_path):
     assert points["mixed at 50%"]["measured"] <= 1.4, points["mixed at 50%"]
     assert points["mixed at 20%"]["measured"] > points["mixed at 50%"]["measured"]
     assert raw["alone"]["cpu"] and all(x["cpu_s"] > 0 for x in raw["alone"]["cpu"])
+    # The one pair (the sleepy probe beside a CPU-bound one) is checked left out of the fit,
+    # and the load was recorded at every round.
+    assert out["held_out"]["points"] == 1 and out["held_out"]["rms_log_error"] >= 0
+    assert len(raw["load"]) == raw["repeats"] + 1
     # Every calibration cgroup is gone.
     for base in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
         assert not list(base.glob(f"cosched-calib-{os.getpid()}-*"))

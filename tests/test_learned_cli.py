@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from coscheduler.cli import main
+from coscheduler.data import swf_dir
 from coscheduler.learned.registry import list_models
 
 from test_learned_models import inspector_model, rl_model
 from coscheduler.learned.modelfile import save_model
 
 SMALL = Path(__file__).parent / "fixtures" / "swf" / "small.swf"
-SWF = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf"
+SWF = swf_dir()   # the bundled traces (coscheduler/data/swf)
 
 
 def run(*args):
@@ -31,8 +31,14 @@ def test_models_list_json_shape():
     assert rows, "at least one model is shipped"
     for row in rows:
         assert {"name", "kind", "trace", "metric", "backfill", "path"} <= set(row)
-        assert row["kind"] in ("rlscheduler", "inspector")
+        assert row["kind"] in ("rlscheduler", "inspector", "mrsch", "scalar-rl"), row
         assert Path(row["path"]).stat().st_size < 1_000_000
+    # every model file of the package is listed and loads (learned and multi-resource)
+    from coscheduler.resources import resource_dir
+    files = {p.stem for pkg in ("coscheduler.learned", "coscheduler.multi")
+             for p in resource_dir(pkg, "models").glob("*.model")}
+    assert {row["name"] for row in rows} == files
+    assert {row["kind"] for row in rows} == {"rlscheduler", "inspector", "mrsch", "scalar-rl"}
     assert run("models", "list").exit_code == 0
 
 
@@ -65,7 +71,6 @@ def test_bad_learned_policies_get_clear_errors(tmp_path):
     assert r.exit_code == 2 and "model file not found" in r.stderr
 
 
-@pytest.mark.skipif(not (SWF / "lublin_256.swf").is_file(), reason=f"{SWF} absent")
 def test_simulate_learned_puts_models_beside_heuristics(tmp_path):
     rows = [r for r in list_models() if r["trace"] == "lublin_256.swf"]
     names = [r["name"] for r in rows][:2]

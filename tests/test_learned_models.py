@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from coscheduler.data import swf_dir
+
 from coscheduler.learned.features import RL_FEATURES, Normalisation, rl_observation
 from coscheduler.learned.modelfile import MAGIC, Model, ModelError, load_model, save_model
 from coscheduler.learned.nets import inspector_init, kernel_scores, rl_init
@@ -24,7 +26,7 @@ from coscheduler.sim.replay import window
 
 from learned_helpers import write_stuck_shorts_trace
 
-SWF = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf"
+SWF = swf_dir()   # the bundled traces (coscheduler/data/swf)
 
 
 def rl_model(seed: int = 0, **header) -> Model:
@@ -115,7 +117,6 @@ def test_legacy_seeding_draws_the_reference_windows():
     assert starts == eval_starts(10_000) and len(starts) == 10
 
 
-@pytest.mark.skipif(not (SWF / "lublin_256.swf").is_file(), reason=f"{SWF}/lublin_256.swf absent")
 def test_seed_one_fcfs_column_on_lublin():
     trace = read_swf(SWF / "lublin_256.swf")
     starts = eval_starts(len(trace.jobs))

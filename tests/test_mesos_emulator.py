@@ -317,7 +317,7 @@ def test_teardown_kills_tasks_and_removes_the_framework(emu):
     assert sched.call("TEARDOWN")[0] == 202
     assert sched.stream.read_until_end(3)   # the master closed the stream
     assert wait_until(lambda: dead(pid), timeout=5)
-    assert sched.call("REVIVE", {})[0] == 400   # the framework is gone
+    assert sched.call("REVIVE", {})[0] == 403   # the framework is gone (Mesos: Forbidden)
     sched.close()
 
 
@@ -343,7 +343,7 @@ def test_http_answers_follow_the_documentation(emu):
     assert post(a, {"type": "UNKNOWN"})[0] == 501
     status, text, _ = post(a, {"type": "REVIVE", "framework_id": {"value": "never-seen"}},
                            stream_id="x")
-    assert status == 400 and "cannot be found" in text
+    assert status == 403 and "cannot be found" in text
     assert post(a, sub, path="/api/v1/elsewhere")[0] == 404
     assert post(a, None, method="GET", path="/health", content_type=None)[0] == 200
     # Admin writes need the token; reads do not.

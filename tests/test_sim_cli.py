@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES
 from coscheduler.cli import main
-from coscheduler.cli import simulate as simulate_cli
+from coscheduler.cli import progress_bar
 
 SMALL = str(FIXTURES / "swf" / "small.swf")
 BAD = str(FIXTURES / "swf" / "bad.swf")
@@ -95,7 +95,7 @@ def test_no_progress_bar_on_short_runs_and_never_on_stdout(monkeypatch):
     result = cosched("simulate", "swf", SMALL, "--json")
     assert "simulating" not in result.stderr
     # Force the bar (as if the run were long): it goes to stderr, stdout stays JSON.
-    monkeypatch.setattr(simulate_cli, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(progress_bar, "PROGRESS_AFTER_S", 0.0)
     result = cosched("simulate", "swf", SMALL, "--json", "--policy", "FCFS,SJF")
     assert result.exit_code == 0, result.output
     assert "simulating" in result.stderr
@@ -124,10 +124,8 @@ def test_bench_figures_on_a_small_stand_in_trace(tmp_path):
     assert "window_1024" not in lub  # fewer than 1,024 jobs
 
 
-def test_real_trace_window(shared_data):
-    path = shared_data / "swf" / "lublin_256.swf"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+def test_real_trace_window(bundled_data):
+    path = bundled_data / "swf" / "lublin_256.swf"
     result = cosched("simulate", "swf", str(path), "--jobs", "1024", "--backfill", "easy",
                      "--policy", "FCFS,SJF", "--json")
     assert result.exit_code == 0, result.output

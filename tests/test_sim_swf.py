@@ -144,10 +144,8 @@ REAL = [
 
 
 @pytest.mark.parametrize("name, nodes, procs, jobs", REAL)
-def test_real_traces_parse(shared_data, name, nodes, procs, jobs):
-    path = shared_data / "swf" / name
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+def test_real_traces_parse(bundled_data, name, nodes, procs, jobs):
+    path = bundled_data / "swf" / name
     trace = read_swf(path)
     assert (trace.max_nodes, trace.max_procs) == (nodes, procs)
     assert len(trace.jobs) == jobs
@@ -155,3 +153,27 @@ def test_real_traces_parse(shared_data, name, nodes, procs, jobs):
     ids = [j.job_id for j in trace.jobs]
     assert ids == sorted(ids)
     assert all(j.run > 0 and j.estimate > 0 and 1 <= j.procs <= procs for j in trace.jobs)
+
+
+@pytest.mark.parametrize("name, nodes, procs, jobs", REAL)
+def test_the_vectorised_read_equals_the_line_by_line_one(bundled_data, name, nodes, procs, jobs):
+    """The one-pass numpy read (issue 24, scale) gives the same trace as the line reader,
+    and is the path a well-formed trace takes."""
+    from coscheduler.sim.swf import _read_fast, _read_text
+    path = bundled_data / "swf" / name
+    assert _read_fast(str(path), _read_text(path), ()) is not None
+    fast, slow = read_swf(path), read_swf(path, vectorised=False)
+    assert fast.jobs == slow.jobs and fast.dropped == slow.dropped
+    assert fast.header == slow.header and (fast.max_nodes, fast.max_procs) == (slow.max_nodes, slow.max_procs)
+    assert all(type(j) is TraceJob and type(j.procs) is int and type(j.job_id) is int for j in fast.jobs[:100])
+
+
+def test_the_vectorised_read_equals_the_line_reader_on_the_fixture_and_extra_fields(tmp_path):
+    assert read_swf(SMALL).jobs == read_swf(SMALL, vectorised=False).jobs
+    p = write(tmp_path, ["; MaxNodes: 2", "; MaxProcs: 4", swf_line(job=3) + " 5 6",
+                         swf_line(job=1, run=0) + " 1 2", swf_line(job=2, alloc=4) + " 7 8",
+                         swf_line(job=4, alloc=9) + " 9 9"])
+    fast = read_swf(p, extra_fields=("a", "b"))
+    slow = read_swf(p, extra_fields=("a", "b"), vectorised=False)
+    assert (fast.jobs, fast.extras, fast.dropped) == (slow.jobs, slow.extras, slow.dropped)
+    assert [j.job_id for j in fast.jobs] == [2, 3] and fast.extras == [(7.0, 8.0), (5.0, 6.0)]

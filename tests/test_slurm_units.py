@@ -353,7 +353,7 @@ def test_backend_state_file_survives_restarts_and_corruption(tmp_path):
 # -- the command line without a cluster ----------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
-    (["run", "--backend", "slurm", "--interval", "0"], "must be > 0"),
+    (["run", "--backend", "slurm", "--interval", "0"], "'--interval': 0.0 is not in the range x>0.0"),
     (["run", "--backend", "slurm", "--interval", "2", "--lease", "5"], "must exceed 3 x --interval"),
     (["run", "--backend", "slurm", "--queue-policy", "NOPE"], "unknown queue policy 'NOPE'"),
     (["run", "--backend", "nosuch"], "Invalid value for '--backend'"),

@@ -188,10 +188,8 @@ def test_definitions_derive_from_the_embedded_wfcommons_summary():
 
 
 @pytest.mark.parametrize("workflow", list(INSTANCE_FILES))
-def test_embedded_summary_matches_the_shared_data(workflow, shared_data):
-    path = shared_data / "workflows" / INSTANCE_FILES[workflow]
-    if not path.exists():
-        pytest.skip(f"measured instance {path} not present")
+def test_embedded_summary_matches_the_bundled_data(workflow, bundled_data):
+    path = bundled_data / "workflows" / INSTANCE_FILES[workflow]
     assert summarize_instance(path) == EMBEDDED[workflow]
 
 

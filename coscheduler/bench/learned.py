@@ -31,7 +31,7 @@ from ..sim.engine import replay_steps, simulate
 from ..sim.metrics import compute_metrics
 from ..sim.replay import window
 from ..sim.swf import read_swf
-from .simulator import DEFAULT_DATA_DIR, HPC2N, LUBLIN
+from .simulator import DEFAULT_DATA_DIR, DEFAULT_DATA_HELP, HPC2N, LUBLIN
 
 DECISION_TARGET_S = 1e-3
 WHOLE_TARGET_S = 60.0
@@ -90,7 +90,7 @@ def _time_decisions(selector, views, repeat: int) -> dict:
 
 @click.command("learned")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_DATA_DIR, show_default=True)
+              default=DEFAULT_DATA_DIR, show_default=DEFAULT_DATA_HELP)
 @click.option("--repeat", type=click.IntRange(min=10), default=2000, show_default=True,
               help="Decisions timed per selector.")
 @click.option("--whole/--no-whole", default=True, show_default=True,

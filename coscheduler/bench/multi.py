@@ -28,7 +28,7 @@ from ..multi import optimiser
 from ..multi import workload as mw
 from ..multi.report import MODELS_DIR, evaluation_part, model_path, run_method
 from ..sim.swf import read_swf
-from .simulator import DEFAULT_DATA_DIR, LUBLIN
+from .simulator import DEFAULT_DATA_DIR, DEFAULT_DATA_HELP, LUBLIN
 
 MRSCH_TARGET_MS = 10.0
 OPTIMISER_TARGET_S = 0.5
@@ -65,7 +65,7 @@ def synthetic_windows(count: int, size: int = 20, seed: int = 0
 
 @click.command("multi")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_DATA_DIR, show_default=True)
+              default=DEFAULT_DATA_DIR, show_default=DEFAULT_DATA_HELP)
 @click.option("--set", "set_name", default="S4", show_default=True)
 @click.option("--jobs", type=click.IntRange(min=10), default=1000, show_default=True,
               help="held-out jobs replayed")

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import click
 
+from ..data import swf_dir
 from ..policies.queue import get_policy
 from ..sim.cluster import Cluster
 from ..sim.engine import simulate
@@ -30,8 +31,9 @@ from ..sim.metrics import compute_metrics
 from ..sim.replay import window
 from ..sim.swf import SwfTrace, read_swf
 
-# ../shared/data/swf seen from the repository root
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "swf"
+# the traces shipped in the package (coscheduler/data/swf)
+DEFAULT_DATA_DIR = swf_dir()
+DEFAULT_DATA_HELP = "the bundled traces, coscheduler/data/swf"
 LUBLIN = "lublin_256.swf"
 HPC2N = "HPC2N-2002-2.2-cln.swf.gz"
 WINDOW_JOBS = 1024
@@ -93,7 +95,7 @@ def bench_whole_trace(path: Path, show_progress: bool = False) -> dict:
     trace, parse_s = _load(path)
     progress = None
     if show_progress:
-        from ..cli.simulate import DelayedProgress  # a stderr bar, only if the run is long
+        from ..cli.progress_bar import DelayedProgress  # a stderr bar, only if the run is long
 
         progress = DelayedProgress(len(trace.jobs), "HPC2N, FCFS + EASY")
     try:
@@ -125,7 +127,7 @@ def _absent(path: Path) -> dict:
 
 @click.command("simulator")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_DATA_DIR, show_default=True,
+              default=DEFAULT_DATA_DIR, show_default=DEFAULT_DATA_HELP,
               help=f"Folder holding {LUBLIN} and {HPC2N}.")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Runs per lublin figure (the median is reported).")

@@ -12,6 +12,7 @@ import importlib.util
 import click
 
 from .. import __version__
+from ._types import harden
 
 # command name -> "module:attribute" (modules relative to coscheduler.cli)
 COMMANDS: dict[str, str] = {
@@ -30,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "mesos": "mesos:mesos",
     "slurm": "slurm:slurm",
     "calibrate": "calibrate:calibrate",
+    "data": "data:data",
 }
 
 
@@ -60,7 +62,8 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        return getattr(importlib.import_module(f"{self._package}.{module}"), attr)
+        # every numeric option bounded at parse time (_types.py)
+        return harden(getattr(importlib.import_module(f"{self._package}.{module}"), attr))
 
 
 

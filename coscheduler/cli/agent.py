@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from ._types import FiniteRange, positive
+
 
 def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:
     """Read the token file, or create ``STATE_DIR/token`` (mode 600) when none is given."""
@@ -44,20 +46,20 @@ def _describe(e: Exception) -> str:
                    "[default: STATE_DIR/token, created if missing].")
 @click.option("--cgroup-root", default="cosched", show_default=True,
               help="The agent's cgroup, relative to the controller's mount (e.g. cosched/n1).")
-@click.option("--interval", type=float, default=1.0, show_default=True,
+@click.option("--interval", type=positive(), default=1.0, show_default=True,
               help="Seconds between samples.")
-@click.option("--node-cpus", type=float, default=None,
+@click.option("--node-cpus", type=positive(), default=None,
               help="Emulated node: cap the agent's cgroup root to this many CPUs.")
-@click.option("--cpu-per-core", type=float, default=1.0, show_default=True,
+@click.option("--cpu-per-core", type=positive(), default=1.0, show_default=True,
               help="Real CPUs per job core (an emulated node's core may be a fraction of a CPU).")
 @click.option("--state-dir", type=click.Path(file_okay=False), default=None,
               help="Where the crash-recovery state file, token and progress files live "
                    "[default: /var/lib/cosched-agent as root].")
 @click.option("--progress-dir", type=click.Path(file_okay=False), default=None,
               help="Folder for progress files [default: STATE_DIR/progress].")
-@click.option("--max-lease", type=float, default=3600.0, show_default=True,
+@click.option("--max-lease", type=positive(), default=3600.0, show_default=True,
               help="Longest quota lease accepted, seconds.")
-@click.option("--retention", type=float, default=300.0, show_default=True,
+@click.option("--retention", type=FiniteRange(min=0.0), default=300.0, show_default=True,
               help="Seconds a finished job's last sample stays readable.")
 @click.option("--cgroup-version", type=click.Choice(["auto", "1", "2"]), default="auto",
               show_default=True, help="Force cgroup v1 or v2 instead of detecting.")

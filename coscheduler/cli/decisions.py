@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ._types import INT_MAX
+
 from ..happiness import HAPPINESS_DONE
 from ..store import queries
 from ._common import clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly, pct
@@ -51,7 +53,7 @@ def list_(db: Path | None, last: int, job_class: str | None, as_json: bool) -> N
 
 
 @decisions.command("show")
-@click.argument("decision_id", metavar="ID", type=int)
+@click.argument("decision_id", metavar="ID", type=click.IntRange(1, INT_MAX))
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
 def show(decision_id: int, db: Path | None, as_json: bool) -> None:

@@ -25,6 +25,7 @@ import click
 from ..backends.registry import backend_names, make_backend
 from ..model import InvalidInput
 from ._common import db_option, resolve_db
+from ._types import FiniteRange, positive
 
 
 @click.command("run")
@@ -42,7 +43,7 @@ from ._common import db_option, resolve_db
 @click.option("--partition", default=None, help="Slurm: the co-scheduling partition [cosched].")
 @click.option("--policy", type=click.Choice(["space-sharing", "static", "asax"]), default="asax",
               show_default=True, help="Co-allocation policy.")
-@click.option("--static-fraction", type=float, default=0.5, show_default=True,
+@click.option("--static-fraction", type=FiniteRange(0.0, 1.0, min_open=True), default=0.5, show_default=True,
               help="Quota fraction the static policy lends.")
 @click.option("--queue-policy", default="FCFS", show_default=True,
               help="Queue order: FCFS, SJF, F1, WFP3, UNICEP, ..., or a learned model "
@@ -51,13 +52,13 @@ from ._common import db_option, resolve_db
               help="Queue order by a SchedInspector model over its base policy (instead of "
                    "--queue-policy).")
 @db_option
-@click.option("--interval", type=float, default=2.0, show_default=True,
+@click.option("--interval", type=positive(), default=2.0, show_default=True,
               help="Seconds between passes.")
-@click.option("--lease", "lease_s", type=float, default=20.0, show_default=True,
+@click.option("--lease", "lease_s", type=positive(), default=20.0, show_default=True,
               help="Seconds a quota lasts at the node agent unless renewed (fail-safe).")
 @click.option("--keep-held", is_flag=True,
               help="On exit, leave queued jobs held for the next controller.")
-@click.option("--max-passes", type=int, default=None, help="Stop after N passes (tests).")
+@click.option("--max-passes", type=click.IntRange(min=1), default=None, help="Stop after N passes (tests).")
 @click.option("--until-idle", is_flag=True,
               help="Stop once nothing is queued or running and no more jobs are coming "
                    "(Mesos: the queue folder is empty).")
@@ -71,15 +72,15 @@ from ._common import db_option, resolve_db
 @click.option("--framework-user", "mesos_user", default="root", show_default=True,
               help="Mesos: FrameworkInfo.user, the Unix user tasks run as (a job's own user, "
                    "when it has one, goes in its CommandInfo).")
-@click.option("--failover-timeout", type=float, default=7 * 86400.0, show_default=True,
+@click.option("--failover-timeout", type=FiniteRange(min=0.0), default=7 * 86400.0, show_default=True,
               help="Mesos: seconds the master keeps the tasks after this framework disconnects.")
 @click.option("--mesos-state-file", type=click.Path(dir_okay=False), default=None,
               help="Mesos: framework id and launched tasks, for failover [beside --db].")
-@click.option("--hold", type=float, default=5.0, show_default=True,
+@click.option("--hold", type=FiniteRange(min=0.0), default=5.0, show_default=True,
               help="Mesos: seconds an offer is held for a gang before it is declined.")
-@click.option("--refuse", type=float, default=2.0, show_default=True,
+@click.option("--refuse", type=FiniteRange(min=0.0), default=2.0, show_default=True,
               help="Mesos: refuse_seconds of the filter on offers declined after holding.")
-@click.option("--overtime", type=float, default=1.0, show_default=True,
+@click.option("--overtime", type=FiniteRange(min=0.0), default=1.0, show_default=True,
               help="Mesos: a job still running at (1 + this) x its walltime is killed (outcome "
                    "timeout); its walltime stays what ASA_X measures losses against.")
 @click.option("--quotas", type=click.Choice(["local", "remote", "none"]), default="local",
@@ -90,7 +91,7 @@ from ._common import db_option, resolve_db
 @click.option("--node-agent", multiple=True, metavar="HOST=URL",
               help="Mesos: the node agent of a Mesos agent host (repeat per host).")
 @click.option("--token-file", default=None, help="Mesos: token of the remote node agents.")
-@click.option("--cpu-per-core", type=float, default=None,
+@click.option("--cpu-per-core", type=positive(), default=None,
               help="Mesos, local quotas: real CPUs per offered core [machine CPUs / offered cores].")
 @click.option("--queue", "mesos_queue", type=click.Path(file_okay=False), default=None,
               help="Mesos: the job queue folder [$COSCHED_MESOS_QUEUE, else beside --db].")
@@ -98,7 +99,7 @@ from ._common import db_option, resolve_db
               help="Mesos: put these jobs (JSON list or JSON lines) in the queue at start.")
 @click.option("--workload", type=click.Choice(["small"]), default=None,
               help="Mesos: put one workflow of each kind (as cosched demo) in the queue at start.")
-@click.option("--workload-scale", type=float, default=None,
+@click.option("--workload-scale", type=positive(), default=None,
               help="Mesos: work per task of --workload [0.02, as cosched demo].")
 @click.option("--from-slurm", is_flag=True,
               help="Mesos: also run the jobs the Slurm submit hook marked for Mesos "
@@ -196,5 +197,7 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
         click.echo(f"cosched run: stopped after {stats.passes} passes ({stats.started} started, "
                    f"{stats.coallocated} co-allocated, {stats.finished} finished, "
                    f"{stats.errors} errors)", err=True)
+        if stats.fatal:
+            raise click.ClickException(f"the backend stopped: {stats.fatal}")
     finally:
         store.close()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -28,48 +27,10 @@ import click
 from ..model import InvalidInput
 from ..experiments import paper as paper_exp
 from ..policies.queue import POLICIES, get_policy
+from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
 from ..sim.engine import BACKFILL_MODES
 from ..sim.replay import ReplayResult, replay, window
-from ..sim.swf import read_swf
-
-# Show a progress bar only once a run has lasted this long (short runs stay quiet).
-PROGRESS_AFTER_S = 2.0
-
-
-class DelayedProgress:
-    """A click progress bar on stderr that appears only after ``delay`` seconds.
-
-    Called by the engine with the number of jobs finished in the current run; ``next_run``
-    moves on to the next policy, so the bar covers all policies of one command.
-    """
-
-    def __init__(self, total: int, label: str, delay: float | None = None):
-        self.total = total
-        self.label = label
-        self.delay = PROGRESS_AFTER_S if delay is None else delay
-        self.t0 = time.monotonic()
-        self.offset = 0
-        self.shown = 0
-        self.bar = None
-
-    def __call__(self, finished_in_run: int) -> None:
-        done = self.offset + finished_in_run
-        if self.bar is None:
-            if time.monotonic() - self.t0 < self.delay:
-                return
-            self.bar = click.progressbar(length=self.total, label=self.label, file=sys.stderr)
-            self.bar.__enter__()
-        self.bar.update(done - self.shown)
-        self.shown = done
-
-    def next_run(self, jobs_in_run: int) -> None:
-        self.offset += jobs_in_run
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-            self.bar = None
-
+from .progress_bar import DelayedProgress
 
 def _parse_policies(text: str) -> list[str]:
     names: list[str] = []
@@ -145,11 +106,19 @@ def simulate() -> None:
 @click.option("--inspector", "inspectors", multiple=True, metavar="NAME|PATH",
               help="Also replay under this SchedInspector model over its base policy "
                    "(repeatable; see cosched models list).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write each policy's schedule as Batsim's jobs.csv to "
+                   "DIR/POLICY_jobs.csv (evalys and Batsim's tools read it).")
+@click.option("--host-speed", type=float, default=DEFAULT_HOST_SPEED, show_default=True,
+              help="Batsim workloads: flop/s of a host; a parallel_homogeneous profile runs "
+                   "cpu / host-speed seconds.")
 def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: int | None,
-        as_json: bool, skip_bad_lines: bool, inspectors: tuple[str, ...]) -> None:
-    """Replay a Standard Workload Format TRACE (plain or .gz) on an empty cluster
-    sized by its MaxNodes/MaxProcs header, and report bounded slowdown, waits,
-    utilisation and makespan per policy (learned ones: rl:NAME, --inspector NAME)."""
+        as_json: bool, skip_bad_lines: bool, inspectors: tuple[str, ...], out_dir: Path | None,
+        host_speed: float) -> None:
+    """Replay a Standard Workload Format TRACE (plain or .gz), or a Batsim JSON workload
+    (.json, or by content), on an empty cluster sized by its header (SWF MaxNodes/MaxProcs,
+    Batsim nb_res), and report bounded slowdown, waits, utilisation and makespan per policy
+    (learned ones: rl:NAME, --inspector NAME); --out writes Batsim's jobs.csv."""
     policies: list = _parse_policies(policy_text)
     for text in inspectors:
         try:
@@ -160,7 +129,8 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
             raise click.BadParameter(str(exc), param_hint="--inspector") from None
     t0 = time.perf_counter()
     try:
-        loaded = read_swf(trace, skip_bad_lines=skip_bad_lines)
+        workload = read_workload(trace, skip_bad_lines=skip_bad_lines, host_speed=host_speed)
+        loaded = workload.trace
         jobs = window(loaded.jobs, start_index, count)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
@@ -192,11 +162,29 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
     finally:
         progress.close()
 
+    if out_dir is not None:
+        _write_jobs_csv(out_dir, workload, jobs, results)
     if as_json:
         out = [r.as_json() for r in results]
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
         click.echo(_table(results))
+
+
+def _write_jobs_csv(out_dir: Path, workload, jobs, results: list[ReplayResult]) -> None:
+    """DIR/POLICY_jobs.csv per policy, Batsim's columns (coscheduler/sim/batsim.py)."""
+    import re
+
+    from ..sim.batsim import jobs_csv_rows, write_jobs_csv
+
+    for r in results:
+        stem = re.sub(r"[^A-Za-z0-9_.+-]+", "-", r.policy).strip("-") or "policy"
+        path = out_dir / f"{stem}_jobs.csv"
+        try:
+            write_jobs_csv(path, jobs_csv_rows(workload, jobs, r.schedule))
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+        click.echo(f"wrote {path}", err=True)
 
 
 def _parse_cores(text: str) -> list[int]:

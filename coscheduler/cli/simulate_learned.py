@@ -15,9 +15,9 @@ BUNDLED = ("lublin_256.swf", "HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.
 
 
 def _default_data_dir() -> Path:
-    from ..bench.simulator import DEFAULT_DATA_DIR
+    from ..data import swf_dir
 
-    return DEFAULT_DATA_DIR
+    return swf_dir()
 
 
 @click.command("learned")
@@ -25,7 +25,7 @@ def _default_data_dir() -> Path:
               help="Traces (paths, or bundled names) separated by commas [default: the bundled "
                    "lublin_256, HPC2N and CTC-SP2 found in --data-dir].")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder of the bundled traces [default: ../shared/data/swf].")
+              help="Folder of the traces [default: the bundled ones, coscheduler/data/swf].")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("learned-report"), show_default=True,
               help="Folder for the training-curve PNGs and report.json.")

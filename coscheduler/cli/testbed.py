@@ -55,8 +55,9 @@ def testbed() -> None:
 @click.option("--base", type=click.Choice(["auto", "debootstrap", "registry"]), default="auto",
               show_default=True, help="Base image: debian:SUITE from a registry, or a "
                                       "debootstrap tree imported offline; auto tries both.")
-@click.option("--mirror", default="http://deb.debian.org/debian", show_default=True,
-              help="Debian mirror for debootstrap.")
+@click.option("--mirror", default=None,
+              help="Debian mirror for debootstrap [default: the one this machine's apt uses, "
+                   "from /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list].")
 @click.option("--mesos", is_flag=True, help="Add the emulated Mesos master (testbed/mesos: an "
                                             "emulator of the v1 scheduler API, not Mesos).")
 @click.option("--no-install", is_flag=True, help="Do not install the Docker engine when missing.")

@@ -175,3 +175,8 @@ workload.add_command(submit_cmd)
 from .multi import workload_multi  # noqa: E402
 
 workload.add_command(workload_multi)
+
+# SWF -> Batsim JSON (coscheduler/sim/batsim.py).
+from .workload_batsim import workload_batsim  # noqa: E402
+
+workload.add_command(workload_batsim)

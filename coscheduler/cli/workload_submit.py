@@ -22,14 +22,15 @@ import click
 
 from ..model import InvalidInput
 from ._common import echo_json, running_slurm_cluster
+from ._types import MAX_JOB_CORES, positive
 
 ALIASES = {"stats": "statistics"}
 
 
 @click.command("submit")
 @click.argument("workflow")
-@click.option("--cores", type=int, required=True, help="Cores of the parallel stages.")
-@click.option("--scale", type=float, default=0.02, show_default=True,
+@click.option("--cores", type=click.IntRange(1, MAX_JOB_CORES), required=True, help="Cores of the parallel stages.")
+@click.option("--scale", type=positive(), default=0.02, show_default=True,
               help="Work per task (1 = the paper's size).")
 @click.option("--cosched", is_flag=True, help="Opt the stages in to co-scheduling.")
 @click.option("--tag", default=None, help="Name of this workflow instance [WORKFLOW-HHMMSS].")
@@ -44,7 +45,7 @@ ALIASES = {"stats": "statistics"}
 @click.option("--usage-dir", default=None,
               help="Where each job records its CPU time [the local cluster's; none on a site].")
 @click.option("--workdir", default=None, help="Folder the stages share [CLUSTER/work/TAG].")
-@click.option("--time-factor", type=float, default=1.0, show_default=True,
+@click.option("--time-factor", type=positive(), default=1.0, show_default=True,
               help="Slurm's --time = this x the stage's walltime (whole minutes); the walltime "
                    "itself goes in the metadata.")
 @click.option("--mesos", is_flag=True,
@@ -52,9 +53,9 @@ ALIASES = {"stats": "statistics"}
                    "(cosched run --backend mesos runs them).")
 @click.option("--queue", "queue_dir", type=click.Path(file_okay=False), default=None,
               help="Mesos: the queue folder [$COSCHED_MESOS_QUEUE, else beside the state database].")
-@click.option("--node-cores", type=int, default=None,
+@click.option("--node-cores", type=click.IntRange(1, MAX_JOB_CORES), default=None,
               help="Mesos: cores per agent a stage may take (wider stages are gangs) [one agent].")
-@click.option("--core-speed", type=float, default=1.0, show_default=True,
+@click.option("--core-speed", type=positive(), default=1.0, show_default=True,
               help="Mesos: what one offered core is worth in real cores (stages shrink their CPU work).")
 @click.option("--json", "as_json", is_flag=True, help="Print the submitted jobs as JSON.")
 def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, partition,
@@ -83,6 +84,11 @@ def submit_cmd(workflow, cores, scale, cosched, tag, directory, slurm_conf, part
         out_dir = state.jobs_dir
         speed = min(1.0, state.cpu_per_core)   # emulated cores are slower than real ones
         node_cores = state.cpus
+        total = state.cpus * len(state.nodes)
+        if cores > total:   # such a job would wait at the head of the queue forever
+            raise click.BadParameter(f"{cores} cores: the cluster in {state.dir} has {total} "
+                                     f"({len(state.nodes)} nodes of {state.cpus})",
+                                     param_hint="'--cores'")
     else:
         out_dir = None
     try:

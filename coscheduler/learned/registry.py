@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..model import InvalidInput
+from ..resources import resource_dir
 from .modelfile import ModelError, load_model
 from .selectors import LearnedInspector, LearnedScorer
 
-MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODELS_DIR = resource_dir(__package__, "models")   # package data (pyproject.toml)
 SUFFIX = ".model"
 PREFIX = "rl:"
 

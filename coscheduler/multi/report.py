@@ -29,9 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..learned.modelfile import ModelError
 from ..learned.windows import eval_starts
 from ..model import InvalidInput
 from ..policies.queue import get_policy
+from ..resources import resource_dir
 from ..sim.engine import simulate
 from ..sim.resources import pool_model
 from .metrics import multi_metrics
@@ -45,13 +47,32 @@ PROTOCOLS = ("windows", "stretch")
 EVAL_JOBS = 1024
 EVAL_WINDOWS = 10
 EVAL_SEED = 1
-MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODELS_DIR = resource_dir(__package__, "models")   # package data (pyproject.toml)
 WINDOW = 10
 
 
 def model_path(models_dir: Path, kind: str, trace: str, set_name: str) -> Path:
     stem = Path(trace).name.split(".")[0]
     return Path(models_dir) / f"{kind}-{stem}-{set_name}.model"
+
+
+def list_models(models_dir: Path = MODELS_DIR) -> list[dict]:
+    """The shipped MRSch and scalar-RL models, as rows like the learned registry's
+    (``kind``: the ``--methods`` name that uses it; ``set``: MRSch's workload set)."""
+    rows = []
+    for path in sorted(Path(models_dir).glob("*.model")):
+        row = {"name": path.stem, "kind": None, "trace": None, "metric": None, "backfill": "easy",
+               "path": str(path), "size_bytes": path.stat().st_size}
+        try:
+            h = load_model(path).header
+        except ModelError as exc:
+            rows.append({**row, "backfill": None, "error": str(exc)})
+            continue
+        rows.append({**row, "kind": "scalar-rl" if h.get("goal") == "fixed" else "mrsch",
+                     "trace": h.get("trace"), "set": h.get("set"), "goal": h.get("goal"),
+                     "base": None, "epochs": h.get("episodes"),
+                     "training_seconds": h.get("training_seconds")})
+    return rows
 
 
 def check_model(models_dir: Path, method: str, trace: str, set_name: str) -> Path | None:

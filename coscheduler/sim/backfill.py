@@ -21,7 +21,7 @@ nodes *and* its take from every pool are free; the extra of each resource is wha
 then beyond the head's need; a backfilled job that runs past the shadow time must fit in
 the extra of every resource; the conservative profile tracks every resource over time.
 
-These functions read and update the decision's ``QueueState`` (see ``decision.py``).
+These functions read and update the decision's ``QueueState`` (see ``queue_state.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - for type hints only
-    from .decision import QueueState
+    from .queue_state import QueueState
 
 
 def shadow_time(

@@ -30,11 +30,16 @@ Rules:
 from __future__ import annotations
 
 import gzip
+import io
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import NamedTuple
+
+import numpy as np
 
 from ..model import InvalidInput
 
@@ -96,16 +101,6 @@ class SwfTrace:
     extras: list[tuple[float, ...]] = field(default_factory=list)  # with ``extra_fields``
 
 
-def _read_lines(path: Path) -> list[str]:
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise SwfFormatError(str(path), None, f"not a readable gzip file ({exc})") from None
-    return raw.decode("utf-8", errors="replace").splitlines()
-
-
 def _leading_int(path: str, line_no: int, key: str, value: str) -> int:
     m = _LEADING_INT_RE.match(value)
     if m is None or int(m.group(1)) < 1:
@@ -144,15 +139,110 @@ def _check_fields(fields: list[str], extra: tuple[str, ...] = ()) -> list[float]
     return values
 
 
+def _read_text(path: Path) -> str:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise SwfFormatError(str(path), None, f"not a readable gzip file ({exc})") from None
+    return raw.decode("utf-8", errors="replace")
+
+
+def _read_fast(name: str, text: str, extra_fields: tuple[str, ...]) -> SwfTrace | None:
+    """The whole trace in one vectorised read (numpy): headers by one regular expression,
+    every job line by ``np.loadtxt``, the rules as array operations. None as soon as
+    anything is unusual (a malformed line, a repeated job number, a header to refuse):
+    the line-by-line reader then finds it and names its line."""
+    header: dict[str, str] = {}
+    max_nodes = max_procs = None
+    comments = []
+    at = text.find(";")
+    while at >= 0:   # a trace has a few dozen ';', all starting header lines
+        start = text.rfind("\n", 0, at) + 1
+        if text[start:at].strip():
+            return None   # a ';' inside a job line: malformed, the slow reader says where
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        comments.append(text[at:end])
+        at = text.find(";", end)
+    for line in comments:
+        h = _HEADER_RE.match(line.strip())
+        if h:
+            key, value = h.group(1), h.group(2)
+            header.setdefault(key, value.strip())
+            if key in ("MaxNodes", "MaxProcs"):
+                lead = _LEADING_INT_RE.match(value)
+                if lead is None or int(lead.group(1)) < 1:
+                    return None
+                if key == "MaxNodes":
+                    max_nodes = int(lead.group(1))
+                else:
+                    max_procs = int(lead.group(1))
+    if max_nodes is None and max_procs is None:
+        return None
+    max_nodes = max_nodes if max_nodes is not None else max_procs
+    max_procs = max_procs if max_procs is not None else max_nodes
+    if max_procs % max_nodes != 0:
+        return None
+    width = SWF_FIELDS + len(extra_fields)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "empty input" for a trace of headers only
+            a = np.loadtxt(io.StringIO(text), dtype=np.float64, ndmin=2, comments=";")
+    except ValueError:
+        return None
+    if a.size == 0:
+        a = np.empty((0, width))
+    if a.shape[1] != width or not np.isfinite(a).all():
+        return None
+    num = a[:, 0]
+    if ((num != np.floor(num)) | (num < 0)).any() or (a[:, 1] < 0).any() \
+            or (a[:, 4] != np.floor(a[:, 4])).any() or (a[:, 7] != np.floor(a[:, 7])).any() \
+            or np.unique(num).size != num.size or (np.abs(a[:, [0, 4, 7, 11]]) >= 2 ** 53).any():
+        return None
+    run = a[:, 3]
+    procs = np.maximum(a[:, 4], a[:, 7])
+    no_run = run <= 0
+    no_procs = ~no_run & (procs <= 0)
+    ok = ~no_run & ~no_procs
+    too_wide = ok & (procs > max_procs)
+    keep = ok & ~too_wide
+    dropped = {DROP_NO_RUNTIME: int(no_run.sum()), DROP_NO_PROCS: int(no_procs.sum()),
+               DROP_TOO_WIDE: int(too_wide.sum())}
+    k = a[keep]
+    order = np.argsort(k[:, 0], kind="stable")
+    k = k[order]
+    kprocs = procs[keep][order]
+    estimate = np.where(k[:, 8] > 0, k[:, 8], k[:, 3])
+    n = len(k)
+    # tuple.__new__ straight from C: a third of the time of TraceJob(...) per job
+    jobs = list(map(tuple.__new__, repeat(TraceJob, n),
+                    zip(range(n), k[:, 0].astype(np.int64).tolist(), k[:, 1].tolist(),
+                        k[:, 3].tolist(), kprocs.astype(np.int64).tolist(), estimate.tolist(),
+                        k[:, 11].astype(np.int64).tolist())))
+    extras = list(map(tuple, k[:, SWF_FIELDS:].tolist())) if extra_fields else []
+    return SwfTrace(path=name, max_nodes=max_nodes, max_procs=max_procs, jobs=jobs,
+                    dropped={key: v for key, v in dropped.items() if v}, header=header,
+                    extras=extras)
+
+
 def read_swf(path: str | Path, *, skip_bad_lines: bool = False,
-             extra_fields: tuple[str, ...] = ()) -> SwfTrace:
-    """Load an SWF trace (plain or gzip) into a ``SwfTrace``; see the module doc for rules."""
+             extra_fields: tuple[str, ...] = (), vectorised: bool = True) -> SwfTrace:
+    """Load an SWF trace (plain or gzip) into a ``SwfTrace``; see the module doc for rules.
+
+    A well-formed trace is read in one vectorised pass (``_read_fast``); anything else goes
+    through the line-by-line reader, whose errors name the file and the line."""
     path = Path(path)
     name = str(path)
     try:
-        lines = _read_lines(path)
+        text = _read_text(path)
     except OSError as exc:
         raise SwfFormatError(name, None, f"cannot read trace ({exc.strerror or exc})") from None
+    fast = _read_fast(name, text, extra_fields) if vectorised else None
+    if fast is not None:
+        return fast
+    lines = text.splitlines()
 
     header: dict[str, str] = {}
     max_nodes: int | None = None

@@ -4,15 +4,15 @@
 read-side queries of the operator CLI; ``default_db_path`` says where the file lives.
 """
 
-from .errors import (ForeignDatabase, MissingStateDatabase, NewerSchema, NotAStateDatabase,
-                     OlderSchema, StoreError)
+from .errors import (DamagedDatabase, ForeignDatabase, MissingStateDatabase, NewerSchema,
+                     NotAStateDatabase, OlderSchema, StoreError)
 from .lock import DatabaseInUse
 from .paths import default_db_path
 from .schema import APPLICATION_ID, SCHEMA_VERSION
 from .sqlite import SqliteStore
 
 __all__ = [
-    "APPLICATION_ID", "DatabaseInUse", "ForeignDatabase", "MissingStateDatabase", "NewerSchema",
+    "APPLICATION_ID", "DamagedDatabase", "DatabaseInUse", "ForeignDatabase", "MissingStateDatabase", "NewerSchema",
     "NotAStateDatabase", "OlderSchema", "SCHEMA_VERSION", "SqliteStore", "StoreError",
     "default_db_path",
 ]

@@ -31,3 +31,8 @@ class NewerSchema(StoreError):
 
 class OlderSchema(StoreError):
     """A read-only open met a schema that must be migrated first (reads never migrate)."""
+
+
+class DamagedDatabase(StoreError):
+    """A page of the file is damaged (SQLite: malformed / not a database); nothing more is
+    written to it, and the message names the last good copy when there is one."""

@@ -31,7 +31,10 @@ class DatabaseInUse(StoreError):
 
 
 def lock_path(db: Path) -> Path:
-    return db.with_name(db.name + ".lock")
+    """``<db>.lock`` beside the file the path leads to: symbolic links are resolved first,
+    so that two controllers reaching one database by two names take one lock."""
+    real = Path(os.path.realpath(db))
+    return real.with_name(real.name + ".lock")
 
 
 def _holder(path: Path) -> str:

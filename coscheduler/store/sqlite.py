@@ -24,6 +24,7 @@ creates no ``-wal``/``-shm`` beside it; otherwise it reads through the writer's 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import statistics
 import time
@@ -35,12 +36,26 @@ from ..learner import ClassState, Decision, RoundClosed
 from ..learner.experts import HostState
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
 from ..recorder import LOSS_KINDS, LoadedState, OutcomeRecord
-from .errors import (ForeignDatabase, MissingStateDatabase, NewerSchema, NotAStateDatabase,
-                     OlderSchema, StoreError)
+from .errors import (DamagedDatabase, ForeignDatabase, MissingStateDatabase, NewerSchema,
+                     NotAStateDatabase, OlderSchema, StoreError)
 from .lock import ControllerLock, ReaderLock
 from .schema import APP_NAME, APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# a good copy every this many write transactions (besides each clean close); a pass
+# writes a few, so this is every few minutes of a busy controller
+GOOD_COPY_EVERY = 500
+_DAMAGE_CODES = (11, 26)   # SQLITE_CORRUPT, SQLITE_NOTADB
+
+log = logging.getLogger("coscheduler.store")
+
+
+def _is_damage(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _DAMAGE_CODES:
+        return True
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 
@@ -90,6 +105,9 @@ class SqliteStore:
         self._claim: ControllerLock | None = None
         self._reader: ReaderLock | None = None
         self.created_dirs: list[Path] = []
+        self.damaged: str | None = None   # why the file is known damaged (then never written)
+        self._writes = 0
+        self._writes_since_copy = 0
         fresh = self._check_file(create, create_dirs)
         self._conn = self._connect(busy_timeout_s)
         try:
@@ -291,6 +309,8 @@ class SqliteStore:
 
     def close(self) -> None:
         if self._conn is not None:
+            if not self.readonly and self.damaged is None and self._writes:
+                self.keep_good_copy()   # a clean close: the last good copy is this state
             self._conn.close()
             self._conn = None
         if self._claim is not None:
@@ -317,25 +337,99 @@ class SqliteStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- damage and the last good copy --------------------------------------------------------
+    @property
+    def good_copy(self) -> Path:
+        """Where the last good copy of the database is kept (``<db>.good``)."""
+        return self.path.with_name(self.path.name + ".good")
+
+    def keep_good_copy(self) -> bool:
+        """Copy the database to ``good_copy`` with SQLite's online backup API, if SQLite's
+        quick_check finds it sound (a damaged file never replaces the last good copy).
+        Done at each clean close and every ``GOOD_COPY_EVERY`` writes. False if not made."""
+        if self._conn is None or self.readonly or self.damaged is not None:
+            return False
+        tmp = self.good_copy.with_name(self.good_copy.name + ".tmp")
+        try:
+            ok = [r[0] for r in self._conn.execute("PRAGMA quick_check")] == ["ok"]
+            if not ok:
+                self._damage("quick_check failed", None)
+                return False
+            tmp.unlink(missing_ok=True)
+            dest = sqlite3.connect(str(tmp))
+            try:
+                self._conn.backup(dest)
+            finally:
+                dest.close()
+            tmp.replace(self.good_copy)
+        except sqlite3.DatabaseError as exc:
+            if _is_damage(exc):
+                self._damage("the backup could not read it", exc)
+            else:
+                log.warning("%s: keeping a good copy failed: %s", self.path, exc)
+            return False
+        except OSError as exc:
+            log.warning("%s: keeping a good copy in %s failed: %s", self.path, self.good_copy, exc)
+            return False
+        self._writes_since_copy = 0
+        return True
+
+    def _damage(self, what: str, exc: BaseException | None) -> StoreError:
+        """Mark the database damaged (no write is tried on it again) and say so in one line."""
+        detail = f"{what}: {exc}" if exc is not None else what
+        self.damaged = detail
+        good = (f"the last good copy is {self.good_copy}; stop the controller and copy it over "
+                "the damaged file to go on from there" if self.good_copy.exists()
+                else "there is no good copy of it")
+        return DamagedDatabase(f"state database {self.path} is damaged ({detail}); nothing more "
+                               f"is written to it; {good}")
+
+    def _check_not_damaged(self, what: str) -> None:
+        if self.damaged is not None:
+            raise DamagedDatabase(f"state database {self.path} is damaged ({self.damaged}); refusing "
+                                  f"to {what} (nothing is written over a damaged file"
+                                  + (f"; the last good copy is {self.good_copy})"
+                                     if self.good_copy.exists() else ")"))
+
+    def _failed(self, what: str, exc: sqlite3.DatabaseError) -> StoreError:
+        if _is_damage(exc):
+            return self._damage(f"while trying to {what}: {exc}", None)
+        return StoreError(f"{self.path}: cannot {what}: {exc}")
+
+    @staticmethod
+    def _end(conn: sqlite3.Connection, statement: str) -> None:
+        """COMMIT or ROLLBACK at the end of a transaction that already failed: its own error
+        must not hide the first one (a damaged page fails both)."""
+        if conn.in_transaction:
+            try:
+                conn.execute(statement)
+            except sqlite3.DatabaseError:
+                pass
+
     @contextmanager
     def writing(self, what: str) -> Iterator[sqlite3.Connection]:
-        """One write transaction; SQLite errors become StoreError naming the path."""
+        """One write transaction; SQLite errors become StoreError naming the path, and a
+        damaged file becomes DamagedDatabase (and is never written again by this store)."""
         if self.readonly:
             raise StoreError(f"state database {self.path} is open read-only; cannot {what}")
+        self._check_not_damaged(what)
         conn = self.conn
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+            raise self._failed(what, exc) from None
         try:
             yield conn
             conn.execute("COMMIT")
         except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            self._end(conn, "ROLLBACK")
             if isinstance(exc, sqlite3.DatabaseError):
-                raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
+                raise self._failed(what, exc) from None
             raise
+        self._writes += 1
+        self._writes_since_copy += 1
+        if self._writes_since_copy >= GOOD_COPY_EVERY:
+            self.keep_good_copy()
 
     @contextmanager
     def reading(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -345,10 +439,16 @@ class SqliteStore:
             conn.execute("BEGIN")
             yield conn
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: cannot {what}: {exc}") from None
-        finally:
-            if conn.in_transaction:
+            self._end(conn, "ROLLBACK")
+            raise self._failed(what, exc) from None
+        except BaseException:
+            self._end(conn, "ROLLBACK")
+            raise
+        if conn.in_transaction:
+            try:
                 conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                raise self._failed(what, exc) from None
 
     def integrity_problems(self) -> list[str]:
         """SQLite's integrity_check and foreign_key_check; an empty list means sound."""

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from coscheduler import boundedjson
+
 
 class BadCall(ValueError):
     """The request cannot become a valid Call: answer 400 with this message."""
@@ -248,16 +250,15 @@ def _show(v: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+# A Call's protobuf nests about ten levels deep; far more is not a Call.
+MAX_CALL_DEPTH = 64
 
 
 def decode_json(body: bytes) -> Any:
-    """Strict JSON (no NaN/Infinity tokens); BadCall with the parser's message."""
+    """Strict JSON (no NaN/Infinity tokens), bounded in nesting (coscheduler/boundedjson.py:
+    a 100,000-deep body is a 400, never a RecursionError); BadCall with the reason."""
     try:
-        return json.loads(body.decode("utf-8"), parse_constant=_no_constant)
-    except UnicodeDecodeError as e:
-        raise BadCall(f"Failed to parse body into JSON: not UTF-8 ({e})") from None
+        return boundedjson.loads(body, max_depth=MAX_CALL_DEPTH, what="body", strict=True)
     except ValueError as e:
         raise BadCall(f"Failed to parse body into JSON: {e}") from None
 

@@ -548,7 +548,9 @@ class Master(FaultInjection):
             fw = self.frameworks.get(fid)
             if fw is None:
                 why = self.removed_frameworks.get(fid)
-                raise CallError(400, f"Framework cannot be found: {fid}"
+                # 403 as Mesos: a call before SUBSCRIBE or from a framework the master does
+                # not know is forbidden, not malformed
+                raise CallError(403, f"Framework cannot be found: {fid}"
                                      + (f" (removed: {why})" if why else ""))
             if not fw.connected or fw.sub is None:
                 raise CallError(403, "Framework is not subscribed")

@@ -10,8 +10,9 @@
   SUBSCRIBE that carries a ``Mesos-Stream-Id``; 501 for a Call of type UNKNOWN;
 * SUBSCRIBE: "200 OK" with ``Transfer-Encoding: chunked``, ``Mesos-Stream-Id`` and a RecordIO
   stream of events (HEARTBEAT every ``heartbeat_interval_seconds``);
-* other calls: 202 Accepted (200 for UPDATE_FRAMEWORK), 400 when the framework is unknown or
-  ``Mesos-Stream-Id`` is missing or wrong, 403 when the framework is not subscribed.
+* other calls: 202 Accepted (200 for UPDATE_FRAMEWORK), 400 when ``Mesos-Stream-Id`` is
+  missing or wrong, 403 when the framework is unknown (a call before SUBSCRIBE) or not
+  subscribed.
 
 Errors have a ``text/plain`` body saying what was wrong. ``GET /health`` answers 200.
 
@@ -32,6 +33,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from coscheduler import boundedjson
 
 from .calls import BadCall, parse_call
 from .master import CallError, Master
@@ -304,7 +307,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not raw.strip():
             return {}
         try:
-            body = json.loads(raw)
+            body = boundedjson.loads(raw, what="admin body")
         except ValueError as e:
             raise HTTPFailure(400, f"admin body is not valid JSON: {e}") from None
         if not isinstance(body, dict):

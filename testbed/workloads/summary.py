@@ -1,7 +1,7 @@
 """Per-category summary of measured WfCommons instances, and the code that derives it.
 
 The workflow definitions take their stage structure and relative task runtimes from two
-measured WfFormat 1.4 instances (shared/data/workflows/):
+measured WfFormat 1.4 instances, shipped in coscheduler/data/workflows/ (see its README):
 
 - montage-chameleon-2mass-01d-001.json (Pegasus, Montage 2MASS, 1 degree, 103 tasks)
 - blast-chameleon-small-001.json (Makeflow, BLAST small, 43 tasks)
@@ -11,8 +11,8 @@ category in first-seen order: the task count, the mean ``runtimeInSeconds``, the
 ``avgCPU`` (percent of one core), the mean memory (MB; ``memoryInBytes`` or ``memory`` in
 KB), the mean number and total size of input and output files, and the parent categories.
 ``EMBEDDED`` below is its output for the two instances, rounded by ``_round`` (regenerate
-with ``python -m testbed.workloads.summary PATH...``), so nothing reads shared/ at run time;
-a test checks the copy against the data when the data is present.
+with ``python -m testbed.workloads.summary`` on the bundled instances, or PATH...), so
+nothing parses the instances at run time; a test checks the copy against the bundled data.
 """
 
 from __future__ import annotations
@@ -228,10 +228,12 @@ EMBEDDED: dict[str, dict[str, Any]] = {
 
 
 def main(argv: list[str]) -> int:
-    """Print the summary of each instance given on the command line, as JSON."""
-    if not argv:
-        print("usage: python -m testbed.workloads.summary INSTANCE.json...", file=sys.stderr)
-        return 2
+    """Print the summary of each instance given on the command line (default: the bundled
+    ones), as JSON."""
+    if not argv:   # the bundled instances the definitions were made from
+        from coscheduler.data import workflow_instance
+
+        argv = [str(workflow_instance(name)) for name in INSTANCE_FILES.values()]
     print(json.dumps([summarize_instance(p) for p in argv], indent=2))
     return 0
 
