@@ -73,8 +73,11 @@ base_image() {   # SUITE -> prints the debootstrapped base image, building it wh
 
 test_image() {   # SUITE BASE -> the image with Slurm (apt) and /opt/venv (pip), cached by content
     local suite=$1 base=$2 tag ref name
-    tag=$({ cat "$ROOT/pyproject.toml"; echo "$PKGS"; docker image inspect --format '{{.Id}}' "$base"; } \
-          | sha256sum | cut -c1-12)
+    # the tag follows what goes in: the dependency lists (not the rest of pyproject.toml),
+    # the Debian packages and the base image
+    tag=$({ "$PY" -c 'import sys, tomllib; d = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(d["dependencies"] + d["optional-dependencies"]["test"]))' "$ROOT/pyproject.toml"
+            echo "$PKGS"; docker image inspect --format '{{.Id}}' "$base"; } | sha256sum | cut -c1-12)
     ref="$REPO:$suite-$tag"
     if docker image inspect "$ref" >/dev/null 2>&1; then echo "$ref"; return 0; fi
     name="cosched-slurm-build-$suite-$$"
