@@ -117,6 +117,7 @@ class ControllerDaemon:
         after = getattr(self.backend, "after_pass", None)
         if after is not None:
             after()
+        self._record_walltime_credits()
         st = self.stats
         st.passes += 1
         st.started += report.started
@@ -138,6 +139,17 @@ class ControllerDaemon:
         for jid in report.failed:
             self.log.warning("job %s given up by the controller", jid)
         return report
+
+    def _record_walltime_credits(self) -> None:
+        """Time limits the backend gave back to lending hosts (Slurm: slurm_plugin/walltime.py),
+        stored with each host's latest decision so ``cosched decisions show`` has them."""
+        drain = getattr(self.backend, "drain_walltime_credits", None)
+        record = getattr(self.recorder, "record_walltime_credit", None)
+        for c in (drain() if drain is not None else []):
+            did = record(c) if record is not None else None
+            self.log.info("job %s: time limit +%d min (lending would carry it past its limit; "
+                          "decision %s)%s", c["job_id"], c["minutes"], did,
+                          ", capped by the partition's MaxTime" if c.get("capped") else "")
 
     def _log_changes(self) -> None:
         now = self.controller._last

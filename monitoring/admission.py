@@ -16,6 +16,11 @@ is a thread-group leader of a live user process, and it is not:
   of the hierarchy as the agent sees it: the hierarchy's root on a host without cgroup
   management, or the container's own cgroup inside a container (Docker on cgroup v1
   mounts the container's cgroup as the root; a batch system there starts every job in it).
+  Nor does it apply to a process the batch system placed in the job's own cgroup
+  (``placed_by_batch``: listed in Slurm's job cgroup): Slurm makes no cgroup in the cpu
+  hierarchy, so on cgroup v1 in a container (where the container's cgroup is not the
+  hierarchy's root when the host's tree is mounted) its jobs share the agent's cpu cgroup,
+  and only root (slurmstepd) can put a process in Slurm's job cgroup.
 
 A pid registered for a job must moreover be the job's (``Admission.check_member``, the
 ownership rule): it runs as the job's user (the real uid of the job's processes; the first
@@ -227,8 +232,10 @@ class Admission:
         return out
 
     # -- the rule -----------------------------------------------------------------------------
-    def check(self, pid: object) -> int:
-        """Return ``pid`` if the agent may move it into a job cgroup; raise Refused if not."""
+    def check(self, pid: object, placed_by_batch: bool = False) -> int:
+        """Return ``pid`` if the agent may move it into a job cgroup; raise Refused if not.
+        ``placed_by_batch``: the pid is in the job's batch-system cgroup (see the module
+        docstring: the own-cgroup rule does not apply)."""
         if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
             raise Refused(pid, "not a process id",
                           f"{pid!r} is not a process id (integers 1..{PID_MAX_LIMIT})")
@@ -260,7 +267,7 @@ class Admission:
             raise Refused(pid, "agent's ancestor", f"pid {pid} ({_comm(pid)}) is an ancestor of "
                           f"the agent (pid {self.own_pid})")
         own = self.own_cgroup
-        if own is not None and own not in self.top and self._cgroup_of(pid) == own \
+        if own is not None and own not in self.top and not placed_by_batch and self._cgroup_of(pid) == own \
                 and not self._descends_from(pid, self.own_pid):
             raise Refused(pid, "agent's cgroup", f"pid {pid} ({_comm(pid)}) lives in the agent's "
                           f"own cgroup {own} and was not started by the agent")

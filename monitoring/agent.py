@@ -35,7 +35,7 @@ from . import collect
 from .admission import Admission, JobContext, Refused, uid_of
 from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
                        raise_open_file_limit, validate_cgroup_name)
-from .execute import Actuator, make_actuator
+from .execute import Actuator, InPlaceQuota, make_actuator
 from .lease import DEFAULT_MAX_LEASE_S, LeaseKeeper
 from .recovery import StateFile
 from .state import (JobSpec, JobState, check_fraction, finite_happiness, job_quota_us,
@@ -142,6 +142,9 @@ class NodeAgent:
 
         self.actuator.setup()
         self.period_us = self.actuator.period_us
+        # cgroup v2: a batch job's quota is written in its own cgroup (never moving a task)
+        self.inplace = (InPlaceQuota(self.layout.cpu_mount, self.actuator.fs, self.period_us,
+                                     self.actuator.stats) if self.layout.version == 2 else None)
         self.node_quota_us = node_quota_us(node_cpus, self.period_us)
         self.recovery = self._recover()
         with self._lock:
@@ -265,10 +268,6 @@ class NodeAgent:
             if js.status != "running":
                 again = " (register it again to manage it)" if js.spec.source == "adopted" else ""
                 raise Conflict(f"job {job_id} is {js.status}; no quota can be set{again}")
-            if self._sample_only(js.spec):
-                raise Conflict(f"job {job_id} lives in the batch system's cgroup {js.spec.batch_cgroup} "
-                               "on cgroup v2; the agent samples it but cannot set its quota "
-                               "without writing outside its own cgroup root")
             lease_s = self.leases.check_lease_s(lease_s)
             previous = (js.fraction, js.quota_reason)
             js.fraction = f
@@ -417,6 +416,13 @@ class NodeAgent:
                 return done
             for jid, js in self._jobs.items():
                 self.leases.revoke(jid)
+                if self._sample_only(js.spec) and js.status == "running" and self.inplace is not None:
+                    try:   # in the batch system's cgroup: no limit left behind
+                        self.inplace.set_quota(js.spec.batch_cgroup, None)
+                        done["restored"].append(jid)
+                    except CgroupError as e:
+                        log.error("job %s: could not lift quota at exit: %s", jid, e)
+                    continue
                 if not self.actuator.has_job(jid):
                     continue
                 try:
@@ -477,7 +483,8 @@ class NodeAgent:
 
     def _sample_only(self, spec: JobSpec) -> bool:
         """On cgroup v2 there is one hierarchy: moving a batch job's processes into our
-        cgroup would take them out of the batch system's. Such jobs are sampled only."""
+        cgroup would take them out of the batch system's. Such jobs are never moved; their
+        quota is written in place, in the job's own cgroup (``InPlaceQuota``)."""
         return spec.batch_cgroup is not None and self.layout.version == 2
 
     def _desired_quota(self, js: JobState) -> int | None:
@@ -491,7 +498,10 @@ class NodeAgent:
 
     def _write_quota(self, js: JobState, q: int | None, verify: bool = False) -> bool:
         try:
-            wrote = self.actuator.set_quota(js.spec.job_id, q, verify=verify)
+            if self._sample_only(js.spec) and self.inplace is not None:
+                wrote = self.inplace.set_quota(js.spec.batch_cgroup, q, verify=verify)
+            else:
+                wrote = self.actuator.set_quota(js.spec.job_id, q, verify=verify)
             js.apply_error = None
             return wrote
         except CgroupError as e:
@@ -565,7 +575,7 @@ class NodeAgent:
                     refused[pid] = known[pid]
                     continue
                 try:
-                    ok.add(self.admission.check(pid))
+                    ok.add(self.admission.check(pid, placed_by_batch=pid in batch))
                 except Refused as e:
                     refused[pid] = str(e)
             return ok
@@ -634,11 +644,10 @@ class NodeAgent:
             return True
         else:
             return changed  # still waiting for the job to start in its cgroup
-        if not self._sample_only(js.spec):
-            try:
-                self._apply(js, verify=True)  # re-assert: writes only when the kernel drifted
-            except CgroupError as e:
-                log.error("job %s: quota not applied: %s", jid, e)
+        try:
+            self._apply(js, verify=True)  # re-assert: writes only when the kernel drifted
+        except CgroupError as e:
+            log.error("job %s: quota not applied: %s", jid, e)
         self._update_sample(js, obs)
         return changed
 
@@ -723,10 +732,14 @@ class NodeAgent:
                 changed = True
         return changed
 
+    proc_root = "/proc"   # where v2 discovery reads processes (tests give a fake one)
+
     def _discover(self) -> None:
         """Register Slurm jobs found in the accounting hierarchy (read only there)."""
         mount = self.layout.acct_mount or self.layout.cpu_mount
-        for slurm_id, d in collect.discover_slurm_jobs(Path(mount), self.slurm_node).items():
+        found = (collect.discover_slurm_jobs_v2(Path(mount), self.slurm_node, self.proc_root)
+                 if self.layout.version == 2 else collect.discover_slurm_jobs(Path(mount), self.slurm_node))
+        for slurm_id, d in found.items():
             known = self._jobs.get(slurm_id)
             if known is not None:
                 if known.status == "running" and known.spec.batch_cgroup is None:
@@ -749,10 +762,9 @@ class NodeAgent:
             js = JobState(spec=spec, registered_at=time.time())
             js.event(time.time(), f"discovered in {d}")
             self._jobs[slurm_id] = js
-            if self._sample_only(spec):
-                continue
             try:
-                self.actuator.ensure_job(slurm_id)
+                if not self._sample_only(spec):
+                    self.actuator.ensure_job(slurm_id)
                 self._apply(js)
             except CgroupError as e:
                 js.apply_error = str(e)

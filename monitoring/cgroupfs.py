@@ -283,3 +283,55 @@ class Confined:
         """The root's missing-or-present ancestors below the mount, top first (not the root)."""
         parts = self.root_rel.split("/")
         return [self.mount.joinpath(*parts[:i]) for i in range(1, len(parts))]
+
+
+# ---- cgroup v2 as Slurm lays it out --------------------------------------------------------
+# Slurm's cgroup/v2 puts a job's tasks in ``<scope>/<job>/step_<id>/user/task_<n>`` and
+# slurmstepd itself in ``<scope>/<job>/step_<id>/slurm``. The job folder is ``job_<id>``
+# up to 25.11; 26.05 names it by the job's SLUID unless CgroupJobIdPaths=yes, and the scope
+# differs with systemd, without it, and per node under MULTIPLE_SLURMD. So the job's
+# cgroup is read from where its processes are (/proc/PID/cgroup), never built from a name:
+# it is the folder above the first ``step_*`` folder.
+_STEP_RE = re.compile(r"step_(?:batch|extern|interactive|\d+(?:\.\d+)?)")
+
+
+def unified_path(proc_cgroup: str) -> str | None:
+    """The cgroup v2 path in a /proc/PID/cgroup text (its ``0::PATH`` line)."""
+    for line in proc_cgroup.splitlines():
+        if line.startswith("0::"):
+            return line[3:] or "/"
+    return None
+
+
+def slurm_job_cgroup_v2(path: str) -> str | None:
+    """The Slurm job's cgroup for a process in ``path`` (a v2 cgroup path), None when the
+    process is not in a Slurm step: ``/system.slice/slurmstepd.scope/job_5/step_batch/user/
+    task_0`` -> ``/system.slice/slurmstepd.scope/job_5``."""
+    parts = [p for p in path.split("/") if p]
+    for i, p in enumerate(parts):
+        if i >= 1 and _STEP_RE.fullmatch(p):
+            return "/" + "/".join(parts[:i])
+    return None
+
+
+def slurm_jobs_v2(procs: "list[tuple[str, dict[str, str]]]", node: str | None = None) -> dict[str, str]:
+    """Slurm job id -> job cgroup path, from (v2 cgroup path, environment) of processes.
+
+    The job id comes from a task's ``SLURM_JOB_ID`` (slurmstepd has none: a job is found
+    once one of its tasks runs). ``node``: only jobs whose tasks say ``SLURMD_NODENAME=node``
+    (several slurmd on one host). A job cgroup claimed by two job ids is dropped (a
+    process's environment is the job's to change)."""
+    found: dict[str, str] = {}
+    clash: set[str] = set()
+    for path, env in procs:
+        job_cg = slurm_job_cgroup_v2(path)
+        jid = env.get("SLURM_JOB_ID", "")
+        if job_cg is None or not jid.isdigit():
+            continue
+        if node is not None and env.get("SLURMD_NODENAME") != node:
+            continue
+        if found.get(jid, job_cg) != job_cg or job_cg in {v for k, v in found.items() if k != jid}:
+            clash.add(job_cg)
+            clash.add(found.get(jid, job_cg))
+        found.setdefault(jid, job_cg)
+    return {k: v for k, v in found.items() if v not in clash}

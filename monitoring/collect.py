@@ -7,6 +7,7 @@ and turns successive readings into rates. The rate arithmetic is in small pure f
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ import psutil
 
 from coscheduler.progress import Progress, read_progress
 
-from .cgroupfs import OpenFiles
+from .cgroupfs import OpenFiles, slurm_job_cgroup_v2, slurm_jobs_v2, unified_path
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -273,6 +274,40 @@ def discover_slurm_jobs(acct_mount: Path, node: str | None = None) -> dict[str, 
     return found
 
 
+def discover_slurm_jobs_v2(mount: Path, node: str | None = None,
+                           proc: str = "/proc") -> dict[str, Path]:
+    """Slurm job cgroups on cgroup v2, by job id, read from where the jobs' processes are
+    (/proc/PID/cgroup) and what their environment says (SLURM_JOB_ID, SLURMD_NODENAME);
+    see cgroupfs.slurm_jobs_v2. Read only."""
+    entries = []
+    try:
+        pids = [p for p in os.listdir(proc) if p.isdigit()]
+    except OSError:
+        return {}
+    for pid in pids:
+        raw = read_small(f"{proc}/{pid}/cgroup")
+        path = unified_path(raw.decode(errors="replace")) if raw else None
+        if path is None or slurm_job_cgroup_v2(path) is None:
+            continue
+        try:
+            with open(f"{proc}/{pid}/environ", "rb") as f:
+                env_raw = f.read(1 << 20)
+        except OSError:
+            continue
+        env = {}
+        for item in env_raw.split(b"\0"):
+            k, sep, v = item.partition(b"=")
+            if sep and k in (b"SLURM_JOB_ID", b"SLURMD_NODENAME"):
+                env[k.decode()] = v.decode(errors="replace")
+        entries.append((path, env))
+    out = {}
+    for jid, rel in slurm_jobs_v2(entries, node).items():
+        d = Path(os.path.normpath(str(mount) + rel))
+        if d.is_dir():
+            out[jid] = d
+    return out
+
+
 def cgroup_tree_pids(d: Path) -> set[int]:
     """Every pid in a cgroup and its descendants (a Slurm job keeps them in step cgroups)."""
     pids: set[int] = set()
@@ -310,23 +345,69 @@ def cpuset_cores(d: Path) -> int | None:
     return None
 
 
+def _expand_nodes(text: str) -> list[str]:
+    """``n[1-3,5],gpu1`` -> [n1, n2, n3, n5, gpu1] (zero padding kept)."""
+    out: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
+        m = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", part)
+        if not m:
+            out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                return []
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{prefix}{i:0{len(lo)}d}{suffix}")
+    return out
+
+
+def cpus_of_node(cpus_per_node: str, nodelist: str, node: str) -> int | None:
+    """This node's CPUs from the job-level ``SLURM_JOB_CPUS_PER_NODE`` (``4(x2),2``) and
+    ``SLURM_JOB_NODELIST``; None when the node is not in the list."""
+    counts: list[int] = []
+    for item in cpus_per_node.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        if not m:
+            return None
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    nodes = _expand_nodes(nodelist)
+    if node not in nodes or len(nodes) != len(counts):
+        return None
+    return counts[nodes.index(node)]
+
+
 def slurm_cpus_from_environ(pids) -> int | None:
-    """CPUs Slurm gave a job on this node, from ``SLURM_CPUS_ON_NODE`` in the environment
-    of one of its processes (slurmstepd sets it for every task). Used when the job has no
-    cpuset to count (``ConstrainCores=no``, e.g. emulated nodes that claim more CPUs than
-    the host has)."""
+    """CPUs Slurm gave a job on this node, from the environment of its processes (used
+    when the job has no cpuset to count: ``ConstrainCores=no``, e.g. emulated nodes that
+    claim more CPUs than the host has). The job-level ``SLURM_JOB_CPUS_PER_NODE`` for this
+    node (``SLURMD_NODENAME`` in ``SLURM_JOB_NODELIST``) first: on 24.11 and newer a step's
+    task sees only the step's CPUs in ``SLURM_CPUS_ON_NODE`` (a node that runs only an
+    ``srun`` step of a 4-CPU allocation would read 1); else the largest
+    ``SLURM_CPUS_ON_NODE`` any of its processes sees."""
+    best = None
     for pid in sorted(pids):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read(1 << 20)
+                env_raw = f.read(1 << 20)
         except OSError:
             continue
-        for item in env.split(b"\0"):
-            if item.startswith(b"SLURM_CPUS_ON_NODE="):
-                value = item.split(b"=", 1)[1]
-                if value.isdigit() and 0 < int(value) <= 4096:
-                    return int(value)
-    return None
+        env = {}
+        for item in env_raw.split(b"\0"):
+            k, sep, v = item.partition(b"=")
+            if sep and k in (b"SLURM_CPUS_ON_NODE", b"SLURM_JOB_CPUS_PER_NODE",
+                             b"SLURM_JOB_NODELIST", b"SLURMD_NODENAME"):
+                env[k.decode()] = v.decode(errors="replace")
+        if {"SLURM_JOB_CPUS_PER_NODE", "SLURM_JOB_NODELIST", "SLURMD_NODENAME"} <= set(env):
+            n = cpus_of_node(env["SLURM_JOB_CPUS_PER_NODE"], env["SLURM_JOB_NODELIST"],
+                             env["SLURMD_NODENAME"])
+            if n is not None and 0 < n <= 4096:
+                return n
+        value = env.get("SLURM_CPUS_ON_NODE", "")
+        if value.isdigit() and 0 < int(value) <= 4096:
+            best = max(best or 0, int(value))
+    return best
 
 
 def count_cpu_list(text: str) -> int | None:

@@ -384,6 +384,69 @@ class V2Actuator(Actuator):
         return stat["nr_throttled"], stat.get("throttled_usec", 0) / 1e6
 
 
+class InPlaceQuota:
+    """cgroup v2 and a batch system's job cgroup: the quota goes into the job's own cgroup
+    (``cpu.max``), where the batch system put its tasks. On v2 a process lives in one cgroup
+    for every controller, so moving a task into the agent's tree would take it out of
+    Slurm's memory limit, accounting and kill: nothing is ever moved here. Only folders
+    strictly below the unified mount, found from the job's processes, are written."""
+
+    def __init__(self, mount: Path, fs: CgroupFS | None = None, period_us: int = 100_000,
+                 stats: ActuatorStats | None = None):
+        self.mount = Path(os.path.normpath(mount))
+        self.fs = fs or CgroupFS()
+        self.period_us = period_us
+        self.stats = stats or ActuatorStats()
+
+    def check(self, d: Path | str) -> Path:
+        p = os.path.normpath(d)
+        if not p.startswith(str(self.mount) + os.sep):
+            raise UnsafePath(f"refusing to touch {p}: not a cgroup below {self.mount}")
+        return Path(p)
+
+    def format_quota(self, quota_us: int | None) -> str:
+        return f"{'max' if quota_us is None else int(quota_us)} {self.period_us}"
+
+    def read_quota(self, d: Path | str) -> int | None | str:
+        try:
+            q = self.fs.read(self.check(d) / "cpu.max").split()[0]
+        except (OSError, IndexError):
+            return "?"
+        return None if q == "max" else int(q)
+
+    def _write(self, path: Path, value: str) -> None:
+        try:
+            self.fs.write(path, value)
+        except FileNotFoundError as e:
+            if not self.fs.is_dir(path.parent):
+                raise CgroupError(f"cgroup {path.parent} does not exist (the job ended?)") from e
+            self.stats.unsupported += 1
+            raise CgroupError(f"{path.parent} has no {path.name}: the cpu controller is not "
+                              f"enabled for it (cgroup.subtree_control of {path.parent.parent})") from e
+        except OSError as e:
+            self.stats.errors += 1
+            self.stats.last_error = f"write {value!r} to {path}: {e.strerror}"
+            raise CgroupError(self.stats.last_error) from e
+        self.stats.writes += 1
+
+    def set_quota(self, d: Path | str, quota_us: int | None, *, verify: bool = False) -> bool:
+        """Write the job cgroup's cpu.max; with ``verify`` only when the kernel's value differs."""
+        d = self.check(d)
+        if verify and self.read_quota(d) == quota_us:
+            self.stats.skipped += 1
+            return False
+        self._write(d / "cpu.max", self.format_quota(quota_us))
+        return True
+
+    def set_idle(self, d: Path | str, idle: bool) -> None:
+        """``cpu.idle``: 1 makes a guest yield to everything else (its host first)."""
+        self._write(self.check(d) / "cpu.idle", "1" if idle else "0")
+
+    def set_weight(self, d: Path | str, weight: int) -> None:
+        """``cpu.weight`` (1-10000): a host's share against its siblings when it is busy."""
+        self._write(self.check(d) / "cpu.weight", str(max(1, min(10_000, int(weight)))))
+
+
 def parse_flat_keyed(text: str | None) -> dict[str, int]:
     """Parse ``key value`` lines (cpu.stat)."""
     out: dict[str, int] = {}

@@ -54,6 +54,7 @@ from .metadata import (AdminMark, default_class, format_admin_comment,
                        parse_admin_comment, parse_comment)
 from .parse import ParseError, SlurmJob, dependency_state, parse_jobcomp
 from .source import SlurmSource
+from .walltime import WalltimeCredit, credit_minutes, projected_end
 
 log = logging.getLogger("slurm_plugin.backend")
 
@@ -99,6 +100,9 @@ class SlurmBackend:
         self.eligible_at: dict[int, float] = {}
         self.history: list[Outcome] = []
         self.errors: list[str] = []
+        self.credits: list[WalltimeCredit] = []
+        self._new_credits: list[WalltimeCredit] = []
+        self._max_time: tuple[float, float | None] | None = None   # (read at, MaxTime s)
         self._load_state()
 
     # -- persistent bits ----------------------------------------------------------------------
@@ -390,6 +394,50 @@ class SlurmBackend:
                     tasks_per_s=max(rate) if rate else None)
             except InvalidInput:
                 continue
+        self._credit_walltime(out, now)
+        return out
+
+    # -- walltime credit (slurm_plugin/walltime.py) -------------------------------------------
+    def _partition_max_s(self, now: float) -> float | None:
+        if self._max_time is None or now - self._max_time[0] > 60:
+            read = getattr(self.source, "partition_max_time", None)
+            if read is None:
+                raise BackendError(f"{self.source.name} cannot read partition {self.partition}'s MaxTime")
+            self._max_time = (now, read(self.partition))
+        return self._max_time[1]
+
+    def _credit_walltime(self, samples: Mapping[str, MetricsSample], now: float) -> None:
+        """A host that lends (quota below 1, no host of its own) and whose progress projects
+        an end past its time limit gets the time back, within the partition's MaxTime."""
+        for jid_s, m in samples.items():
+            jid = int(jid_s) if jid_s.isdigit() else None
+            q = self._quotas.get(jid) if jid is not None else None
+            j = self._jobs.get(jid) if jid is not None else None
+            if q is None or q[0] >= 1.0 or j is None or j.state != "RUNNING" \
+                    or not j.time_limit_s or not j.start_time or self._mark(j).host is not None:
+                continue
+            end = projected_end(j.start_time, now, m.tasks_done, m.tasks_total, m.tasks_per_s)
+            if end is None:
+                continue
+            try:
+                max_s = self._partition_max_s(now)
+                minutes, capped = credit_minutes(j.start_time, j.time_limit_s, end, max_s)
+                if minutes <= 0:
+                    continue
+                self.source.update(jid, TimeLimit=f"+{minutes}")
+            except (BackendError, ParseError) as exc:
+                self._note(f"walltime credit of job {jid}: {exc}")
+                continue
+            credit = WalltimeCredit(jid_s, minutes, now, j.time_limit_s, end, capped)
+            self.credits.append(credit)
+            self._new_credits.append(credit)
+            self._snap_time = -math.inf
+            log.info("job %s: time limit +%d min (projected end %.0f s after its limit)", jid,
+                     minutes, end - j.start_time - j.time_limit_s)
+
+    def drain_walltime_credits(self) -> list[dict]:
+        """The credits given since the last call (the daemon records them with decisions)."""
+        out, self._new_credits = [c.as_dict() for c in self._new_credits], []
         return out
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,

@@ -42,7 +42,8 @@ from coscheduler.model import InvalidInput
 from .commands import SlurmCommandError, SlurmCommands
 from .conf import (ClusterConfig, NodeConfig, render_cgroup_conf, render_job_submit,
                    render_slurm_conf)
-from .parse import ParseError, parse_jobs_json, parse_nodes_json
+from .contract import read_jobs, read_nodes
+from .parse import ParseError
 
 log = logging.getLogger("slurm_plugin.cluster")
 
@@ -335,7 +336,10 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float, poll_s: float 
         try:
             if check():
                 return
-        except (SlurmCommandError, ParseError, OSError):
+        except ParseError as exc:
+            # An answer in a shape the contract does not know will not change by waiting.
+            raise ClusterError(f"{what}: {exc}") from None
+        except (SlurmCommandError, OSError):
             pass
         if time.monotonic() > deadline:
             extra = detail()
@@ -468,12 +472,15 @@ def _start_all(state: ClusterState, config: ClusterConfig, paths: dict[str, Path
           detail=lambda: _tail(paths["log"] / "slurmctld.log") or _tail(paths["log"] / "slurmctld.out"))
     slurmd = shutil.which("slurmd") or "/usr/sbin/slurmd"
     for node in state.nodes:
+        # SlurmdSpoolDir=.../spool/%n: slurmd makes its domain socket there but not the
+        # folder ("Domain socket directory ...: No such file or directory" otherwise).
+        (paths["spool"] / node).mkdir(parents=True, exist_ok=True)
         state.daemons.append(_spawn("slurmd", node, [slurmd, "-D", "-f", state.slurm_conf, "-N", node],
                                     paths["log"] / f"slurmd-{node}.out", env))
     save_state(state)
 
     def nodes_idle() -> bool:
-        nodes = {n.name: n for n in parse_nodes_json(cmds.run("sinfo", "--json", retry=False))}
+        nodes = {n.name: n for n in read_nodes(cmds, retry=False)}
         return all(n in nodes and nodes[n].state == "IDLE" and nodes[n].usable for n in state.nodes)
 
     _wait(f"nodes {', '.join(state.nodes)} did not become idle", nodes_idle, timeout_s,
@@ -500,7 +507,9 @@ def _start_all(state: ClusterState, config: ClusterConfig, paths: dict[str, Path
         def ready(out=out) -> bool:
             return out.exists() and out.read_text().strip().startswith("{")
 
-        _wait(f"the node agent of {node} did not start", ready, 30,
+        # 60 s: a Python agent starts in about a second, but at a load average of 50 it took
+        # more than 30 s (seen with 26.05's Python 3.14 in a container)
+        _wait(f"the node agent of {node} did not start", ready, 60,
               detail=lambda node=node: _tail(paths["log"] / f"agent-{node}.log"))
         info = json.loads(out.read_text().splitlines()[0])
         state.agents[node] = info["url"]
@@ -516,7 +525,7 @@ def _start_all(state: ClusterState, config: ClusterConfig, paths: dict[str, Path
 def _cancel_jobs(state: ClusterState, say: Callable[[str], None]) -> int:
     cmds = state.commands(timeout_s=5, retries=1)
     try:
-        jobs = parse_jobs_json(cmds.run("squeue", "--json", "--states=all"))
+        jobs = read_jobs(cmds)
     except (SlurmCommandError, ParseError) as exc:
         say(f"could not list jobs before stopping: {exc}")
         return 0
@@ -529,7 +538,7 @@ def _cancel_jobs(state: ClusterState, say: Callable[[str], None]) -> int:
         say(f"scancel failed: {exc}")
 
     def none_running() -> bool:
-        return not [j for j in parse_jobs_json(cmds.run("squeue", "--json", "--states=all"))
+        return not [j for j in read_jobs(cmds)
                     if j.state in ("RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING")]
 
     try:
@@ -647,10 +656,10 @@ def status(directory: str | Path | None = None) -> dict:
     if ctld is not None and ctld.alive():
         cmds = state.commands(timeout_s=5, retries=1)
         try:
-            for n in parse_nodes_json(cmds.run("sinfo", "--json")):
+            for n in read_nodes(cmds):
                 if n.name in state.nodes:
                     out["nodes"][n.name] = "+".join((n.state,) + n.flags)
-            jobs = parse_jobs_json(cmds.run("squeue", "--json", "--states=all"))
+            jobs = read_jobs(cmds)
             out["jobs"] = {s.lower(): sum(1 for j in jobs if j.state == s)
                            for s in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")}
         except (SlurmCommandError, ParseError) as exc:

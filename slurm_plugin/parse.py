@@ -267,12 +267,14 @@ def _load(text: str, what: str) -> dict:
     return data
 
 
-def job_from_json(j: dict) -> SlurmJob:
+def job_from_json(j: dict, what: str = "squeue --json") -> SlurmJob:
     if not isinstance(j, dict) or "job_id" not in j:
-        raise ParseError(f"a job record without job_id: {str(j)[:120]}")
+        raise ParseError(f"{what}: a job record without the field 'job_id': {str(j)[:120]}")
     jid = _int(j["job_id"])
     if jid is None or jid < 1:
-        raise ParseError(f"job record with job_id {j['job_id']!r}")
+        raise ParseError(f"{what}: a job record with job_id {j['job_id']!r}")
+    if "job_state" not in j:
+        raise ParseError(f"{what}: job {jid} without the field 'job_state'")
     state, flags = _states(j.get("job_state"))
     tl = _num(j.get("time_limit"))   # minutes
     rc, sig = _exit(j.get("exit_code"))
@@ -299,18 +301,22 @@ def parse_jobs_json(text: str, what: str = "squeue --json") -> list[SlurmJob]:
     data = _load(text, what)
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
-        raise ParseError(f"{what} answered without a 'jobs' list (keys: {sorted(data)})")
-    return [job_from_json(j) for j in jobs]
+        raise ParseError(f"{what} answered without the field 'jobs' as a list (fields: {sorted(data)})")
+    return [job_from_json(j, what) for j in jobs]
 
 
-def node_from_json(n: dict) -> SlurmNode:
+def node_from_json(n: dict, what: str = "sinfo --json") -> SlurmNode:
     if not isinstance(n, dict) or not n.get("name"):
-        raise ParseError(f"a node record without a name: {str(n)[:120]}")
+        raise ParseError(f"{what}: a node record without the field 'name': {str(n)[:120]}")
+    for key in ("state", "cpus"):
+        if key not in n:
+            raise ParseError(f"{what}: node {n['name']} without the field {key!r} "
+                             f"(fields: {', '.join(sorted(n))[:200]})")
     state, flags = _states(n.get("state"))
     flags = flags + tuple(str(f).upper() for f in n.get("state_flags") or ())
     cpus = _int(n.get("cpus"))
     if cpus is None:
-        raise ParseError(f"node {n['name']} has no cpus")
+        raise ParseError(f"{what}: node {n['name']} has no value in the field 'cpus'")
     return SlurmNode(name=str(n["name"]), cpus=cpus, state=state, flags=flags,
                      partitions=tuple(n.get("partitions") or ()),
                      alloc_cpus=_int(n.get("alloc_cpus")), reason=_str(n.get("reason")))
@@ -323,9 +329,10 @@ def parse_nodes_json(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
     data = _load(text, what)
     nodes = data.get("nodes")
     if not isinstance(nodes, list):
-        raise ParseError(f"{what} answered without a per-node 'nodes' list (keys: {sorted(data)}); "
-                         "newer releases aggregate sinfo: use scontrol show node --json")
-    return [node_from_json(n) for n in nodes]
+        raise ParseError(f"{what} answered without the field 'nodes' as a per-node list "
+                         f"(fields: {sorted(data)}); 23.02+ aggregates sinfo --json: nodes come "
+                         "from scontrol show node --json there (slurm_plugin/contract.py)")
+    return [node_from_json(n, what) for n in nodes]
 
 
 # -- scontrol text ---------------------------------------------------------------------------

@@ -2,10 +2,9 @@
 
 ``SlurmSource`` is the small interface the backend needs (list jobs and nodes, one job's
 CPU layout, update/release/hold/cancel a job). ``CommandLineSource`` implements it over
-Slurm's command line and is what runs everywhere: it tries JSON first (``squeue --json``,
-``sinfo --json``, then ``scontrol show node --json`` whose per-node records replaced
-``sinfo``'s in 23.02+) and falls back to ``scontrol show ... -o`` text; the first form
-that works is remembered. ``PyslurmSource`` (``pyslurm_source.py``) implements the same
+Slurm's command line and is what runs everywhere: nodes from ``scontrol show node
+--json=v0.0.4N`` (22.05: ``sinfo --json``), jobs from ``squeue --json``, as
+``contract.py`` decides once from the release. ``PyslurmSource`` (``pyslurm_source.py``) implements the same
 interface over pyslurm, used only when ``import pyslurm`` works against the running Slurm.
 """
 
@@ -15,8 +14,8 @@ import logging
 from typing import Protocol
 
 from .commands import SlurmCommandError, SlurmCommands
-from .parse import (ParseError, SlurmJob, SlurmNode, parse_jobs_json, parse_nodes_json,
-                    parse_scontrol_jobs, parse_scontrol_nodes)
+from .contract import read_jobs, read_nodes
+from .parse import ParseError, SlurmJob, SlurmNode, duration_s, parse_scontrol_jobs
 
 log = logging.getLogger("slurm_plugin.source")
 
@@ -33,76 +32,32 @@ class SlurmSource(Protocol):
     def cancel(self, job_id: int) -> None: ...
 
 
-# What a client prints when it does not know an option (a release without --json).
-_NO_OPTION = ("unrecognized option", "invalid option", "unknown option", "Invalid argument --json")
-
-
 class CommandLineSource:
-    """A cluster through ``squeue``/``sinfo``/``scontrol``/``scancel`` (any release)."""
+    """A cluster through ``squeue``/``scontrol``/``scancel`` (any release): which command
+    lists jobs and nodes, in which JSON shape, is ``contract.py``'s one rule per release."""
 
     name = "command line"
 
     def __init__(self, commands: SlurmCommands):
         self.cmd = commands
-        self._job_form: str | None = None
-        self._node_form: str | None = None
 
     def jobs(self) -> list[SlurmJob]:
-        forms = [self._job_form] if self._job_form else ["squeue-json", "scontrol-text"]
-        last: Exception | None = None
-        for form in forms:
-            try:
-                if form == "squeue-json":
-                    out = parse_jobs_json(self.cmd.run("squeue", "--json", "--states=all"))
-                else:
-                    out = parse_scontrol_jobs(self.cmd.run("scontrol", "show", "job", "-o", "-d"))
-            except SlurmCommandError as exc:
-                if exc.transient or not any(s in exc.stderr for s in _NO_OPTION):
-                    raise
-                last = exc
-                continue
-            except ParseError as exc:
-                if self._job_form:
-                    raise
-                last = exc
-                continue
-            if self._job_form != form:
-                log.info("reading jobs with %s", form)
-                self._job_form = form
-            return out
-        raise last or ParseError("no way to list jobs worked")
+        return read_jobs(self.cmd)
 
     def nodes(self) -> list[SlurmNode]:
-        forms = [self._node_form] if self._node_form else ["sinfo-json", "scontrol-json", "scontrol-text"]
-        last: Exception | None = None
-        for form in forms:
-            try:
-                if form == "sinfo-json":
-                    out = parse_nodes_json(self.cmd.run("sinfo", "--json"))
-                elif form == "scontrol-json":
-                    out = parse_nodes_json(self.cmd.run("scontrol", "show", "node", "--json"),
-                                           "scontrol show node --json")
-                else:
-                    out = parse_scontrol_nodes(self.cmd.run("scontrol", "show", "node", "-o"))
-            except SlurmCommandError as exc:
-                if exc.transient:
-                    raise
-                last = exc
-                continue
-            except ParseError as exc:
-                if self._node_form:
-                    raise
-                last = exc
-                continue
-            if self._node_form != form:
-                log.info("reading nodes with %s", form)
-                self._node_form = form
-            return out
-        raise last or ParseError("no way to list nodes worked")
+        return read_nodes(self.cmd)
 
     def layout(self, job_id: int) -> tuple[tuple[str, int], ...] | None:
         jobs = parse_scontrol_jobs(self.cmd.run("scontrol", "show", "job", "-o", "-d", str(job_id)))
         return jobs[0].cpus_by_node if jobs else None
+
+    def partition_max_time(self, partition: str) -> float | None:
+        """The partition's MaxTime in seconds (None: UNLIMITED)."""
+        text = self.cmd.run("scontrol", "show", "partition", partition, "-o")
+        for field in text.split():
+            if field.startswith("MaxTime="):
+                return duration_s(field.split("=", 1)[1])
+        raise ParseError(f"`scontrol show partition {partition} -o` has no MaxTime: {text[:120]!r}")
 
     def update(self, job_id: int, **fields: str) -> None:
         args = [f"{k}={v}" for k, v in fields.items()]

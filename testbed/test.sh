@@ -48,4 +48,31 @@ export PATH="$venv/bin:$PATH"
 if [ "$(id -u)" = 0 ]; then
     "$venv/bin/python" -m testbed.engine ensure || echo "test.sh: no Docker engine (see above)" >&2
 fi
-exec "$venv/bin/python" -m pytest "$@"
+status=0
+"$venv/bin/python" -m pytest "$@" || status=$?
+# The live Slurm tests again against the Slurm of other Debian releases (24.11 in trixie,
+# 26.05 in sid), each in a container built offline (testbed/slurm_releases.sh; cached after
+# the first run). They run after the whole suite when no pytest arguments were given, or
+# when COSCHED_SLURM_RELEASES names the suites; COSCHED_SLURM_RELEASES=none leaves them out
+# (said below, never counted as passed). A release that fails makes this command fail.
+releases="${COSCHED_SLURM_RELEASES-}"
+if [ -z "$releases" ] && [ $# -eq 0 ]; then releases="trixie sid"; fi
+if [ "$releases" = none ]; then
+    echo "test.sh: the Slurm releases in containers were left out (COSCHED_SLURM_RELEASES=none)" >&2
+elif [ -n "$releases" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        # like pytest's root-marked tests, which skip with their reason for other users
+        echo "test.sh: SKIPPED the Slurm releases in containers (they need root)" >&2
+    else
+        # shellcheck disable=SC2086
+        COSCHED_PYTHON="$venv/bin/python" bash testbed/slurm_releases.sh $releases || status=1
+        # Real cgroup v2 (this kernel has no cpu controller there): Slurm 24.11 with
+        # cgroup/v2 and the agent in a qemu VM (about 3 min; COSCHED_SLURM_VM=0 leaves it out)
+        if [ "${COSCHED_SLURM_VM:-1}" = 0 ]; then
+            echo "test.sh: the cgroup v2 VM run was left out (COSCHED_SLURM_VM=0)" >&2
+        else
+            bash testbed/slurm_vm.sh || { echo "test.sh: the cgroup v2 VM run FAILED" >&2; status=1; }
+        fi
+    fi
+fi
+exit $status

@@ -115,6 +115,14 @@ def test_rule_refuses_processes_in_the_agents_own_cgroup_unless_it_started_them(
     with pytest.raises(Refused, match="agent's own cgroup"):
         Admission(own_cgroup="/docker/abc/agent", top="/docker/abc",
                   cgroup_of=lambda pid: "/docker/abc/agent").check(_unrelated_pid())
+    # the host's cgroup tree mounted in a container: the container's cpu cgroup is not the
+    # root, and Slurm (no cpu cgroup of its own) leaves its jobs there; a process Slurm
+    # placed in the job's cgroup is the job's, the rest of the cgroup is still refused
+    in_container = Admission(own_cgroup="/docker/abc", top="/",
+                             cgroup_of=lambda pid: "/docker/abc")
+    in_container.check(_unrelated_pid(), placed_by_batch=True)
+    with pytest.raises(Refused, match="agent's own cgroup"):
+        in_container.check(_unrelated_pid())
 
 
 def _unrelated_pid() -> int:
@@ -172,10 +180,10 @@ def test_followed_processes_obey_the_same_rule_mimic(mimic, tmp_path, agent_tid,
     batch.mkdir()
     (batch / "cgroup.procs").write_text(f"{sleeper.pid}\n{agent_tid}\n2\n")
     agent = _agent(mimic, tmp_path)
+    agent._sample_only = lambda spec: False  # mimic is v2; move as on v1
     try:
         agent.register_job(JobSpec(job_id="b1", cores=1.0, pids=(sleeper.pid,),
                                    batch_cgroup=str(batch)))
-        agent._sample_only = lambda spec: False  # mimic is v2; move as on v1
         agent.tick()
         moved = _moved_anywhere(mimic)
         assert sleeper.pid in moved

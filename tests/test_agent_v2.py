@@ -192,20 +192,37 @@ def test_v2_real_cgroup2_quota_where_kernel_allows(procs, tmp_path):
         agent.close()
 
 
-def test_v2_mimic_slurm_discovery_is_sampled_not_moved(mimic, procs, tmp_path):
-    """MIMIC v2 directory holding a Slurm-like job cgroup: the agent finds the job by itself,
-    reads its cores from the cpuset and its CPU from cpu.stat, and never moves its processes
-    (on v2 that would take them out of Slurm's cgroup), so it refuses a quota, saying why."""
-    from monitoring.agent import Conflict
-
-    job = mimic.mount / "system.slice" / "slurmstepd.scope" / "job_42"
-    job.mkdir(parents=True)
-    p = procs(SLEEPY)
-    (job / "cgroup.procs").write_text(f"{p.pid}\n")
+def _slurm_v2_job(mimic, tmp_path, pid, job_id, folder, node="n1"):
+    """A MIMIC of Slurm's v2 layout: <scope>/<folder>/step_batch/user/task_0 holding ``pid``,
+    the cpu controller enabled down to the job (Slurm's cgroup/v2 does), and a fake /proc
+    entry for the process: its cgroup path and the environment slurmstepd gives a task."""
+    d = mimic.mount
+    for part in ("system.slice", "slurmstepd.scope", folder, "step_batch", "user", "task_0"):
+        mimic.write(d / "cgroup.subtree_control", "+cpu")
+        d = d / part
+        mimic.mkdir(d)
+    job = mimic.mount / "system.slice" / "slurmstepd.scope" / folder
+    (d / "cgroup.procs").write_text(f"{pid}\n")
     (job / "cpuset.cpus.effective").write_text("0-3\n")
     (job / "cpu.stat").write_text("usage_usec 5000000\n")
+    proc = tmp_path / "proc" / str(pid)
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text(f"0::/{d.relative_to(mimic.mount)}\n")
+    (proc / "environ").write_bytes(f"PATH=/bin\0SLURM_JOB_ID={job_id}\0SLURMD_NODENAME={node}\0".encode())
+    return job, d
+
+
+@pytest.mark.parametrize("folder", ["job_42", "0SLUID5K4V3NWH2Y8Q"])
+def test_v2_mimic_slurm_job_found_from_its_processes_and_quota_written_in_place(mimic, procs, tmp_path, folder):
+    """MIMIC v2 holding Slurm's layout (the job folder named job_42, or by SLUID as 26.05
+    does): the agent finds the job from its processes' /proc/PID/cgroup and environment,
+    reads its cores and CPU, never moves its task, and writes the quota in place, in the
+    job's own cgroup's cpu.max; a lapsed lease gives 'max' back."""
+    p = procs(SLEEPY)
+    job, task = _slurm_v2_job(mimic, tmp_path, p.pid, "42", folder)
     agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=True,
-                      state_dir=tmp_path / "s")
+                      slurm_node="n1", state_dir=tmp_path / "s")
+    agent.proc_root = str(tmp_path / "proc")
     try:
         agent.tick()
         j = agent.job("42")
@@ -213,9 +230,71 @@ def test_v2_mimic_slurm_discovery_is_sampled_not_moved(mimic, procs, tmp_path):
         (job / "cpu.stat").write_text("usage_usec 6000000\n")
         agent.tick()
         assert agent.job("42")["cpu_source"] == "batch"
-        assert (job / "cgroup.procs").read_text().split() == [str(p.pid)]  # not moved
+        agent.set_quota("42", 0.25, 10)
+        assert _read(job / "cpu.max") == "100000 100000"          # 0.25 of 4 cores
+        agent.tick()
+        assert (task / "cgroup.procs").read_text().split() == [str(p.pid)]   # not moved
         assert not (mimic.mount / "cosched" / "42").exists()
-        with pytest.raises(Conflict, match="cannot set its quota"):
-            agent.set_quota("42", 0.5, 10)
+        (job / "cpu.max").write_text("max 100000\n")              # changed behind our back
+        agent.tick()
+        assert _read(job / "cpu.max") == "100000 100000"          # re-asserted
     finally:
         agent.close()
+    assert _read(job / "cpu.max") == "max 100000"                 # no limit left behind
+
+
+def test_v2_another_nodes_job_is_not_discovered(mimic, procs, tmp_path):
+    p = procs(SLEEPY)
+    _slurm_v2_job(mimic, tmp_path, p.pid, "7", "job_7", node="n2")
+    agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=True,
+                      slurm_node="n1", state_dir=tmp_path / "s")
+    agent.proc_root = str(tmp_path / "proc")
+    try:
+        agent.tick()
+        assert agent.jobs() == [] or all(j["job_id"] != "7" for j in agent.jobs())
+    finally:
+        agent.close()
+
+
+def test_slurm_job_cgroup_is_read_from_the_path_never_built():
+    from monitoring.cgroupfs import slurm_job_cgroup_v2, slurm_jobs_v2, unified_path
+
+    assert slurm_job_cgroup_v2("/system.slice/slurmstepd.scope/job_5/step_batch/user/task_0") == \
+        "/system.slice/slurmstepd.scope/job_5"
+    assert slurm_job_cgroup_v2("/system.slice/n1_slurmstepd.scope/0SLUIDX/step_0.1/slurm") == \
+        "/system.slice/n1_slurmstepd.scope/0SLUIDX"
+    assert slurm_job_cgroup_v2("/system.slice/slurmd.service") is None
+    assert slurm_job_cgroup_v2("/step_0") is None
+    assert unified_path("12:cpu,cpuacct:/x\n0::/a/b\n") == "/a/b"
+    procs = [("/s/job_5/step_batch/user/task_0", {"SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1"}),
+             ("/s/job_5/step_batch/slurm", {}),                                 # slurmstepd
+             ("/s/X9/step_0/user/task_0", {"SLURM_JOB_ID": "6", "SLURMD_NODENAME": "n2"}),
+             ("/s/job_8/step_0/user/task_0", {"SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1"})]
+    assert slurm_jobs_v2(procs[:3]) == {"5": "/s/job_5", "6": "/s/X9"}
+    assert slurm_jobs_v2(procs[:3], "n2") == {"6": "/s/X9"}
+    assert "5" not in slurm_jobs_v2(procs)    # one id claimed by two cgroups: neither trusted
+
+
+def test_in_place_quota_writes_only_below_the_mount(mimic):
+    from monitoring.cgroupfs import UnsafePath
+    from monitoring.execute import InPlaceQuota
+
+    q = InPlaceQuota(mimic.mount, mimic)
+    with pytest.raises(UnsafePath):
+        q.set_quota(mimic.mount / ".." / "x", 1000)
+    with pytest.raises(UnsafePath):
+        q.set_quota(mimic.mount, 1000)
+    mimic.mkdir(mimic.mount / "j")
+    d = mimic.mount / "j" / "k"
+    mimic.mkdir(d)        # no +cpu in the parent's subtree_control: no cpu.max
+    with pytest.raises(CgroupError, match="cpu controller is not enabled"):
+        q.set_quota(d, 1000)
+
+
+def test_a_nodes_cpus_from_the_job_level_slurm_environment():
+    from monitoring.collect import cpus_of_node
+
+    assert cpus_of_node("4(x2)", "c1n[1-2]", "c1n2") == 4
+    assert cpus_of_node("4,2(x2)", "a1,b[07-08]", "b08") == 2
+    assert cpus_of_node("4", "n1", "n2") is None
+    assert cpus_of_node("4(x3)", "n[1-2]", "n1") is None     # lists that disagree: unknown

@@ -126,7 +126,12 @@ def kernel_quota_us(backend, node, jid) -> int:
 
 
 def step_until(ctl, pred, timeout=60.0, what="controller state"):
-    return wait_until(lambda: (ctl.step(), pred())[1], timeout, 0.3, what)
+    try:
+        return wait_until(lambda: (ctl.step(), pred())[1], timeout, 0.3, what)
+    except AssertionError as exc:
+        seen = [(r.job_id, r.allocation.nodes, r.host_job, r.quota_fraction)
+                for r in ctl.backend.running()] if hasattr(ctl, "backend") else "?"
+        raise AssertionError(f"{exc}; running: {seen}") from None
 
 
 # -- the submit hook ---------------------------------------------------------------------------
@@ -230,8 +235,10 @@ def test_asax_coallocates_a_guest_in_a_host_with_the_quotas_it_chose(state, slur
     node; the agents hold both kernel quotas and the measured CPU stays within them."""
     b = backend_for_cluster(state, lease_s=30)
     n1 = state.nodes[0]
-    host_id, filler_id = submit(state, [busy_job("host", 4, 60), busy_job("filler", 4, 60, cls="test/filler")])
-    (guest_id,) = submit(state, [busy_job("guest", 2, 60, cls="test/guest")])
+    # enough work that the host still runs through the measurement on a fast, idle machine
+    # (26.05's Python 3.14 finished 60 units before the window closed)
+    host_id, filler_id = submit(state, [busy_job("host", 4, 150), busy_job("filler", 4, 150, cls="test/filler")])
+    (guest_id,) = submit(state, [busy_job("guest", 2, 150, cls="test/guest")])
     forty = tuple(1.0 if k == 4 else 0.0 for k in range(10))
     rec = MemoryRecorder()
     ctl = Controller.from_recorder(b, rec, "asax", learner_config=LearnerConfig(seed=1),
@@ -560,3 +567,40 @@ def test_status_and_a_second_cluster_side_by_side(state):
     assert len(first["stopped"]) == 4 and not first["cgroups_left"]
     assert second["already_stopped"] and not second["stopped"]
     assert cl.status(state.dir)["running"]                  # the first one is untouched
+
+
+# -- walltime credit ------------------------------------------------------------------------------
+
+def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, slurm):
+    """A 4-core host with a 1-minute Slurm time limit and about a minute of work on its
+    emulated node's 1 CPU; Static lends part of its quota to a guest, so it runs past the
+    minute and Slurm would kill it (TIMEOUT). The backend sees the projected end in its
+    progress and adds the missing minutes (scontrol update TimeLimit=+M): the host runs
+    past its original limit and completes."""
+    from coscheduler.policies.coalloc import Static
+
+    b = backend_for_cluster(state, lease_s=30)
+    # two such hosts fill both nodes; the guest joins one of them, the other is cancelled
+    hosts = submit(state, [busy_job("whost", 4, 170, walltime=60, tasks=60),
+                           busy_job("whost2", 4, 170, walltime=60, tasks=60)])
+    (guest,) = submit(state, [busy_job("wguest", 2, 120, walltime=300, cls="test/guest")])
+    ctl = Controller(b, Static(0.5), MemoryRecorder())
+    before = cl.set_cpu_weight(state, 262144)    # a dedicated node's weight (see above)
+    try:
+        g = step_until(ctl, lambda: next((r for r in b.running() if r.job_id == guest and r.host_job),
+                                         None), 40, "the guest to be co-allocated")
+        host = g.host_job
+        slurm.run("scancel", *[h for h in hosts if h != host])
+        step_until(ctl, lambda: job(slurm, host)["JobState"] not in ("RUNNING", "COMPLETING"),
+                   240, "the host to end")
+    finally:
+        cl.set_cpu_weight(state, before)
+    info = job(slurm, host)
+    credits = [c for c in b.credits if c.job_id == host]
+    print(f"host {host}: {info['JobState']} after {info['RunTime']}, time limit {info['TimeLimit']}, "
+          f"credits {[(c.minutes, round(c.projected_end - c.time)) for c in credits]}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    assert credits and credits[0].limit_s == 60.0 and info["TimeLimit"] != "00:01:00"
+    assert info["JobState"] == "COMPLETED"
+    h, m, sec = (int(x) for x in info["RunTime"].split(":"))
+    assert h * 3600 + m * 60 + sec > 60, "the host did not run past its original limit"

@@ -1,5 +1,5 @@
 """Parsing Slurm's answers: recorded real output of Slurm 22.05 (Debian 12, this machine)
-and 24.11 (Debian 13, a container), the same scenario in both (tests/fixtures/slurm/record.sh):
+and 24.11 (Debian 13) and 26.05 (Debian sid), both in containers, the same scenario in each (tests/fixtures/slurm/record.sh):
 3 finished jobs (completed, failed with exit 3, cancelled), a 2-node job, a co-scheduled
 host and guest on one node, a held job, a held job waiting on it, a job whose dependency
 failed, and a job waiting for resources."""
@@ -16,7 +16,7 @@ from slurm_plugin.parse import (ParseError, dependency_state, duration_s, expand
                                 parse_scontrol_jobs, parse_scontrol_nodes)
 
 SLURM = FIXTURES / "slurm"
-VERSIONS = ("22.05", "24.11")
+VERSIONS = ("22.05", "24.11", "26.05")
 
 
 def by_name(jobs):
@@ -123,8 +123,9 @@ def test_hostlists_durations_dependencies():
 @pytest.mark.parametrize("text, match", [
     ("not json", "did not answer JSON"),
     ("[1, 2]", "not an object"),
-    ('{"meta": {}}', "without a 'jobs' list"),
-    ('{"jobs": [{"name": "x"}]}', "without job_id"),
+    ('{"meta": {}}', "without the field 'jobs'"),
+    ('{"jobs": [{"name": "x"}]}', "without the field 'job_id'"),
+    ('{"jobs": [{"job_id": 3}]}', "job 3 without the field 'job_state'"),
     ('{"jobs": [{"job_id": {"set": true, "number": "x"}}]}', "expected a number"),
     ('{"jobs": [], "errors": [{"error": "Unable to contact slurm controller"}]}', "Unable to contact"),
 ])

@@ -153,14 +153,15 @@ def test_runner_names_a_missing_program(tmp_path):
         SlurmCommands(bin_dir=str(tmp_path)).run("squeue")
 
 
-def test_source_falls_back_to_scontrol_text_on_a_release_without_json(tmp_path):
+def test_source_reads_scontrol_text_on_a_release_without_json(tmp_path):
     text = (SLURM / "22.05" / "scontrol_show_job.txt").read_text()
     fake_bin(tmp_path, "squeue", "import sys\nsys.stderr.write(\"squeue: unrecognized option '--json'\\n\")\nsys.exit(1)")
     (tmp_path / "jobs.txt").write_text(text)
-    fake_bin(tmp_path, "scontrol", f"import sys\nsys.stdout.write(open({str(tmp_path / 'jobs.txt')!r}).read())")
-    src = CommandLineSource(SlurmCommands(bin_dir=str(tmp_path), sleep=lambda s: None))
-    jobs = src.jobs()
-    assert len(jobs) == 10 and src._job_form == "scontrol-text"
+    fake_bin(tmp_path, "scontrol", "import sys\nif sys.argv[1:] == ['--version']: print('slurm 20.11.9')\n"
+             f"else: sys.stdout.write(open({str(tmp_path / 'jobs.txt')!r}).read())")
+    cmds = SlurmCommands(bin_dir=str(tmp_path), sleep=lambda s: None)
+    jobs = CommandLineSource(cmds).jobs()
+    assert len(jobs) == 10 and cmds.calls == 2      # scontrol --version, scontrol show job
 
 
 # -- priority ranking --------------------------------------------------------------------------
@@ -268,7 +269,7 @@ class RecordedCluster:
         self.writes.append(("cancel", job_id))
 
 
-@pytest.mark.parametrize("version", ("22.05", "24.11"))
+@pytest.mark.parametrize("version", ("22.05", "24.11", "26.05"))
 def test_backend_reads_a_recorded_cluster(version, tmp_path):
     src = RecordedCluster(version)
     b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "state.json")
@@ -352,7 +353,7 @@ def test_backend_state_file_survives_restarts_and_corruption(tmp_path):
 # -- the command line without a cluster ----------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
-    (["run", "--backend", "slurm", "--interval", "0"], "must be > 0"),
+    (["run", "--backend", "slurm", "--interval", "0"], "'--interval': 0.0 is not in the range x>0.0"),
     (["run", "--backend", "slurm", "--interval", "2", "--lease", "5"], "must exceed 3 x --interval"),
     (["run", "--backend", "slurm", "--queue-policy", "NOPE"], "unknown queue policy 'NOPE'"),
     (["run", "--backend", "nosuch"], "Invalid value for '--backend'"),

@@ -134,7 +134,8 @@ def test_a_failing_migration_changes_nothing(tmp_path):
     fill(path)
     broken = MIGRATIONS + (("ALTER TABLE decisions ADD COLUMN node TEXT",
                             "ALTER TABLE no_such_table ADD COLUMN x TEXT"),)
-    with pytest.raises(StoreError, match=rf"{path}: migrating the schema from version 1 to 2 failed"):
+    with pytest.raises(StoreError, match=rf"{path}: migrating the schema from version "
+                                         rf"{SCHEMA_VERSION} to {SCHEMA_VERSION + 1} failed"):
         SqliteStore(path, _migrations=broken)
     with SqliteStore(path) as s:
         cols = [r[1] for r in s.conn.execute("PRAGMA table_info(decisions)")]

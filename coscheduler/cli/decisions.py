@@ -61,6 +61,7 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
     mixture, the action, the quotas and the outcome."""
     with open_readonly(db) as store:
         detail = queries.decision_detail(store, decision_id)
+        credits = store.walltime_credits(decision_id) if detail is not None else []
         path = str(store.path)
         if detail is None:
             total = queries.decision_count(store)
@@ -81,6 +82,7 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
                 "host_runtime_s": out.host_runtime_s, "host_walltime_s": out.host_walltime_s,
                 "guest_runtime_s": out.guest_runtime_s, "note": out.note,
             },
+            "walltime_credits": credits,
         }})
         return
     s = d.state
@@ -114,6 +116,11 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
             echo(f"              runtimes: {', '.join(runtimes)}")
         if out.note:
             echo(clip(f"              note: {out.note}", 80))
+    for c in credits:
+        echo(clip(f"  walltime    +{c['minutes']} min to job {c['job_id']} at {fmt_time(c['time'])} "
+                  f"(limit was {c['limit_s'] / 60:g} min; its progress projected "
+                  f"{(c['projected_end'] - c['time']) / 60:.1f} min more"
+                  f"{'; capped by the partition MaxTime' if c['capped'] else ''})", 160))
     # The distributions, one row per action so that any number of actions fits in 80 columns.
     names = [clip(n, 7) for n in d.expert_names][:7]
     echo("")

@@ -80,6 +80,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
            )""",
         "CREATE INDEX alone_runtimes_by_class ON alone_runtimes (job_class)",
     ),
+    # 2: walltime given back to a host that lent (slurm_plugin/walltime.py), kept with the
+    # host's latest decision (NULL when the host had none recorded).
+    (
+        """CREATE TABLE walltime_credits (
+               id            INTEGER PRIMARY KEY,
+               decision_id   INTEGER REFERENCES decisions (id),
+               job_id        TEXT NOT NULL,
+               time          REAL NOT NULL,
+               minutes       INTEGER NOT NULL,
+               limit_s       REAL NOT NULL,
+               projected_end REAL NOT NULL,
+               capped        INTEGER NOT NULL DEFAULT 0
+           )""",
+        "CREATE INDEX walltime_credits_by_decision ON walltime_credits (decision_id)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,7 +30,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ..learner import ClassState, Decision, RoundClosed
 from ..learner.experts import HostState
@@ -478,6 +478,30 @@ class SqliteStore:
         row = self._outcome_row(outcome)
         with self.writing(f"record the outcome of decision {outcome.decision_id}") as conn:
             self._insert_outcome(conn, outcome, row)
+
+    def record_walltime_credit(self, credit: Mapping) -> int | None:
+        """Save walltime given back to a host (``slurm_plugin.walltime.WalltimeCredit.as_dict``)
+        with the host's latest decision; returns that decision's id (None: it had none)."""
+        job_id = str(credit["job_id"])
+        vals = [check_finite(credit[k], f"walltime credit {k}") for k in ("time", "limit_s", "projected_end")]
+        minutes = int(credit["minutes"])
+        if minutes < 1 or any(v is None for v in vals):
+            raise InvalidInput(f"walltime credit of job {job_id}: {dict(credit)} is not a credit")
+        with self.writing(f"record a walltime credit of job {job_id}") as conn:
+            row = conn.execute("SELECT id FROM decisions WHERE host_job = ? ORDER BY id DESC LIMIT 1",
+                               (job_id,)).fetchone()
+            did = row[0] if row else None
+            conn.execute("INSERT INTO walltime_credits (decision_id, job_id, time, minutes, limit_s, "
+                         "projected_end, capped) VALUES (?,?,?,?,?,?,?)",
+                         (did, job_id, vals[0], minutes, vals[1], vals[2], int(bool(credit.get("capped")))))
+        return did
+
+    def walltime_credits(self, decision_id: int) -> list[dict]:
+        with self.reading(f"read the walltime credits of decision {decision_id}") as conn:
+            rows = conn.execute("SELECT job_id, time, minutes, limit_s, projected_end, capped FROM "
+                                "walltime_credits WHERE decision_id = ? ORDER BY id", (decision_id,)).fetchall()
+        return [{"job_id": r[0], "time": r[1], "minutes": r[2], "limit_s": r[3],
+                 "projected_end": r[4], "capped": bool(r[5])} for r in rows]
 
     def record_round(self, closed: RoundClosed) -> None:
         row = self._round_row(closed)

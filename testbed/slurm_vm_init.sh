@@ -1,0 +1,122 @@
+#!/bin/sh
+# /init of the VM that testbed/slurm_vm.sh boots: real cgroup v2 with the cpu controller,
+# Slurm with CgroupPlugin=cgroup/v2 (no systemd: IgnoreSystemd=yes), the node agent, one
+# real job. Prints RESULT lines and VM-PASS or VM-FAIL on the serial console, then powers off.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/src HOME=/root
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm /run /tmp; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /run
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+T0=$(cut -d. -f1 /proc/uptime 2>/dev/null || echo 0)
+step() { echo "VM-STEP $(( $(cut -d. -f1 /proc/uptime) - T0 )) s: $*"; }
+finish() { echo "$1"; sync; echo o > /proc/sysrq-trigger; sleep 10; }
+fail() { echo "VM-FAIL: $*"; for f in /tmp/s/log/*.log /tmp/agent.log; do echo "== $f"; tail -n 15 "$f" 2>/dev/null; done; finish "VM-FAIL"; }
+echo "RESULT kernel $(uname -r), cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
+# the init process must leave the root cgroup before controllers are given to children
+mkdir -p /sys/fs/cgroup/init && echo $$ > /sys/fs/cgroup/init/cgroup.procs
+echo "+cpu +cpuset +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control || fail "cannot enable controllers"
+step "cgroup v2 ready"
+# a watchdog: whatever hangs, the logs come out and the VM stops
+( sleep "${VM_WATCHDOG_S:-480}"; fail "watchdog: nothing finished within ${VM_WATCHDOG_S:-480} s" ) &
+hostname vm; echo "127.0.0.1 vm localhost" > /etc/hosts
+ip link set lo up
+insmod /dummy.ko* && ip link add d0 type dummy && ip addr add 10.11.12.13/24 dev d0 && ip link set d0 up \
+    || fail "no dummy network interface (Slurm's getaddrinfo needs a non-loopback address)"
+D=/tmp/s; mkdir -p $D/munge $D/state $D/spool/vm $D/log; chmod 755 $D $D/munge
+dd if=/dev/urandom of=$D/munge/key bs=128 count=1 2>/dev/null; chmod 600 $D/munge/key
+munged -S $D/munge/sock --key-file=$D/munge/key --pid-file=$D/munge/pid --log-file=$D/log/munge.log \
+    --seed-file=$D/munge/seed || fail "munged"
+cat > $D/slurm.conf <<CONF
+ClusterName=vm
+SlurmctldHost=vm(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$D/munge/sock
+CredType=cred/munge
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool/%n
+SlurmctldPidFile=$D/ctld.pid
+SlurmdPidFile=$D/d.pid
+SlurmctldLogFile=$D/log/ctld.log
+SlurmdLogFile=$D/log/d.log
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+JobAcctGatherType=jobacct_gather/cgroup
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerParameters=bf_interval=1
+ReturnToService=2
+MpiDefault=none
+NodeName=vm NodeAddr=127.0.0.1 CPUs=2 RealMemory=1500 State=UNKNOWN
+PartitionName=cosched Nodes=vm Default=YES OverSubscribe=YES:4 MaxTime=INFINITE State=UP
+CONF
+cat > $D/cgroup.conf <<CONF
+CgroupPlugin=cgroup/v2
+IgnoreSystemd=yes
+EnableControllers=yes
+ConstrainCores=yes
+CONF
+step "munged started"
+export SLURM_CONF=$D/slurm.conf
+slurmctld -f $SLURM_CONF || fail "slurmctld"
+slurmd -f $SLURM_CONF -N vm || fail "slurmd"
+step "slurmctld and slurmd started"
+i=0; until sinfo -h -o %T 2>/dev/null | grep -q idle; do i=$((i+1)); [ $i -gt 40 ] && fail "node not idle"; sleep 2; done
+echo "RESULT $(sinfo -V) up, node idle after ${i} s"
+step "starting the agent"
+python3 -m coscheduler agent --listen 127.0.0.1:9137 --cgroup-root cosched --interval 0.5 \
+    --state-dir /tmp/agent --discover-slurm --slurm-node vm --log-level WARNING > /tmp/agent.json 2> /tmp/agent.log &
+i=0; until grep -q url /tmp/agent.json 2>/dev/null; do i=$((i+1)); [ $i -gt 120 ] && fail "agent did not start"; sleep 1; done
+echo "RESULT agent up after ${i} s: $(head -c 200 /tmp/agent.json)"
+JOB=$(sbatch --parsable -p cosched -c 1 -t 10 -o /tmp/job.out --wrap "exec python3 -c 'while True: pass'") || fail "sbatch"
+echo "RESULT job $JOB submitted"
+python3 - "$JOB" <<'PY' || fail "the checks (above)"
+import json, os, sys, time
+sys.path.insert(0, "/src")
+from monitoring.client import AgentClient
+from monitoring.cgroupfs import slurm_job_cgroup_v2, unified_path
+jid = sys.argv[1]
+info = json.loads(open("/tmp/agent.json").read().splitlines()[0])
+c = AgentClient(info["url"], token_file=info["token_file"], timeout=30)
+def wait(pred, what, t=120):
+    end = time.time() + t
+    while time.time() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise SystemExit(f"timed out waiting for {what}")
+view = wait(lambda: next((v for v in c.jobs() if v["job_id"] == jid and v.get("pids")), None), "the agent to find the job")
+pid = max(view["pids"])
+proc_cg = unified_path(open(f"/proc/{pid}/cgroup").read())
+job_cg = "/sys/fs/cgroup" + slurm_job_cgroup_v2(proc_cg)
+print(f"RESULT the job's task {pid} is in {proc_cg}; job cgroup {job_cg}; agent: batch cgroup {view.get('batch_cgroup')}, cores {view.get('cores')}")
+def usage():
+    for line in open(job_cg + "/cpu.stat"):
+        if line.startswith("usage_usec"):
+            return int(line.split()[1]) / 1e6
+def cpu_over(seconds):
+    u0, t0 = usage(), time.time()
+    time.sleep(seconds)
+    return (usage() - u0) / (time.time() - t0)
+time.sleep(2)
+free = cpu_over(6)
+print(f"RESULT unlimited: cpu.max {open(job_cg + '/cpu.max').read().strip()!r}, job CPU {free:.3f}")
+c.set_quota(jid, 0.25, 120)
+quota = open(job_cg + "/cpu.max").read().strip()
+time.sleep(1)
+limited = cpu_over(6)
+print(f"RESULT quota 0.25: cpu.max {quota!r}, job CPU {limited:.3f}")
+still = unified_path(open(f"/proc/{pid}/cgroup").read())
+ours = [e.name for e in os.scandir("/sys/fs/cgroup/cosched") if e.is_dir()] if os.path.isdir("/sys/fs/cgroup/cosched") else []
+print(f"RESULT the task is still in {still}; job cgroups in the agent's own tree: {ours}")
+c.clear_quota(jid)
+after = open(job_cg + "/cpu.max").read().strip()
+print(f"RESULT quota cleared: cpu.max {after!r}")
+ok = (quota == "25000 100000" and still == proc_cg and not ours and after.startswith("max")
+      and free > 0.6 and limited <= 0.25 * 1.2 and limited < free * 0.5)
+print(f"RESULT slowdown: {free / max(limited, 1e-9):.2f}x less CPU under the quota")
+sys.exit(0 if ok else 1)
+PY
+scancel "$JOB"
+finish "VM-PASS"
