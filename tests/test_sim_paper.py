@@ -105,9 +105,9 @@ def test_static_coallocates_at_half_quota(runs64):
 def test_asax_quotas_are_its_action_fractions(runs64):
     run = runs64["asax"]
     assert run.coallocations > 0
-    # Quotas are a_j = j/10 for j >= 1 (a_0 declines and never starts a guest).
-    assert all(1 <= round(q * 10) <= 9 and q == pytest.approx(round(q * 10) / 10)
-               for q in run.guest_quotas)
+    # Quotas are at most a_j = j/10 for j >= 1 (a_0 declines and never starts a guest);
+    # idle-only lending caps them at the host's idle share and the guest's need.
+    assert all(0 < q <= 0.9 + 1e-9 for q in run.guest_quotas)
     assert run.learning == "fresh"   # no recorder given: a fresh learner
 
 

@@ -46,8 +46,16 @@ class ControllerConfig:
     # beside its host's (and the host's other guests') on them. None: not checked.
     node_mem_mb: int | None = None
     node_bb_gb: int | None = None
+    # A policy that lends only idle CPU (``policy.idle_only``, ASA_X): the headroom kept
+    # above a host's measured use, as a share of its cores, and the hysteresis band of the
+    # per-tick revision (policies.lending).
+    lend_margin: float = 0.1
+    lend_hysteresis: float = 1.0
 
     def __post_init__(self) -> None:
+        from ..policies.lending import check_hysteresis, check_margin
+        check_margin(self.lend_margin, "controller lend_margin")
+        check_hysteresis(self.lend_hysteresis, "controller lend_hysteresis")
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
             v = getattr(self, name)
             if v is None and name != "max_start_attempts":

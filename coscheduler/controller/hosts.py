@@ -15,23 +15,26 @@ import bisect
 import heapq
 import math
 from itertools import islice
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from .. import happiness as hp
 from ..learner import HostState
 from ..model import InvalidInput, Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate
 from ..policies.gang import fits_beside, guest_placement
+from ..policies.lending import guest_need, loan
 from .config import ControllerConfig
 from .usage import ClassUsage, Expected
 
 
 def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
-               guest: Job | None = None, expected: Expected | None = None) -> HostState:
+               guest: Job | None = None, expected: Expected | None = None,
+               alone_runtime_s: float | None = None) -> HostState:
     """HostState of a host from its latest sample. Unknown metrics are read as a busy
     host (100 % CPU and memory, Hp None): with nothing known, lend little. With ``guest``
     and what its class usually uses (``expected``), the state also tells the guest's
-    usual CPU, memory and file I/O and its cores over the host's."""
+    usual CPU, memory and file I/O and its cores over the host's. With the host class's
+    runtime alone, Hp measures its speed against alone (``happiness.happiness_vs_alone``)."""
     job = rj.job
     elapsed = max(0.0, now - rj.start_time)
     happiness = None
@@ -48,8 +51,12 @@ def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
         cpu, mem = sample.cpu_percent, sample.mem_percent
         total = sample.tasks_total if sample.tasks_total is not None else job.tasks
         try:
-            happiness = hp.happiness(elapsed, job.walltime_s, sample.tasks_done, total,
-                                     sample.tasks_per_s)
+            if alone_runtime_s is not None and alone_runtime_s > 0:
+                happiness = hp.happiness_vs_alone(elapsed, job.walltime_s, alone_runtime_s,
+                                                  sample.tasks_done, total, sample.tasks_per_s)
+            else:
+                happiness = hp.happiness(elapsed, job.walltime_s, sample.tasks_done, total,
+                                         sample.tasks_per_s)
         except InvalidInput:
             happiness = None
     return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
@@ -127,8 +134,15 @@ class HostIndex:
                  samples: Mapping[str, MetricsSample], now: float, *,
                  running_by_id: Mapping[str, RunningJob], was_guest: set[str],
                  cooldown: Mapping[tuple[str, str], float], config: ControllerConfig,
-                 usage: ClassUsage | None = None):
+                 usage: ClassUsage | None = None, idle_only: bool = False,
+                 alone_runtime: Callable[[str], float | None] | None = None):
         self.samples = samples
+        # Lend only idle CPU (policies.lending): hosts without enough idle share for a
+        # guest are not handed over.
+        self.idle_only = idle_only
+        self.margin = config.lend_margin
+        self._alone_of = alone_runtime
+        self._alone: dict[str, float | None] = {}
         self.usage = usage
         self.now = now
         self.cooldown = cooldown
@@ -264,8 +278,40 @@ class HostIndex:
                     node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
                 continue  # its memory or burst buffer would not fit beside the host's
             sample = self.samples.get(host_id)
+            cap = need = None
+            if self.idle_only:
+                demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+                used = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
+                cap = loan(rj.job.cores, lent, used, guest.cores, demand, self.margin)
+                if cap is None:
+                    continue   # not enough idle CPU on this host for this guest
+                need = guest_need(guest.cores, demand, self.margin) / guest.cores
             yield HostCandidate(rj, placement, lent, sample,
-                                host_state(rj, sample, now, guest, expected))
+                                host_state(rj, sample, now, guest, expected,
+                                           self.alone_runtime(rj.job.job_class)),
+                                loan_cap=cap, guest_need=need)
+
+    def has_idle(self, guest: Job, rj: RunningJob) -> bool:
+        """Whether ``rj`` has idle CPU enough for half of ``guest``'s need (diagnostics)."""
+        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
+        demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+        sample = self.samples.get(rj.job_id)
+        used = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
+        lent = sum(self.running_by_id[g].quota_fraction * self.running_by_id[g].job.cores
+                   for g in rj.guest_jobs if g in self.running_by_id)
+        lent += self.taken.get(rj.job_id, (0, 0.0))[1]
+        return loan(rj.job.cores, lent, used, guest.cores, demand, self.margin) is not None
+
+    def alone_runtime(self, job_class: str) -> float | None:
+        """The class's runtime alone (cached for the pass), or None."""
+        if self._alone_of is None:
+            return None
+        if job_class not in self._alone:
+            try:
+                self._alone[job_class] = self._alone_of(job_class)
+            except Exception:  # noqa: BLE001 - a store error: Hp falls back to the walltime
+                self._alone[job_class] = None
+        return self._alone[job_class]
 
 
 # The rules a host candidate passes, in the order the index applies them; a guest that finds
@@ -280,6 +326,7 @@ REFUSALS: tuple[str, ...] = (
     "EASY reservation",       # ... or end before the guest would, past the shadow time
     "cooldown",               # ... or declined this guest within decline_cooldown_s
     "asked this pass",        # ... or were asked for another guest in this pass
+    "no idle CPU",            # ... or leave too little idle CPU for half the guest's need
     "declined",               # the policy was asked and did not co-allocate
 )
 
@@ -322,7 +369,9 @@ def why_not_hosted(guest: Job, running: list[RunningJob], *,
                                 stage = 7
                                 if rj.job_id not in index.asked:
                                     stage = 8
+                                    if not index.idle_only or index.has_idle(guest, rj):
+                                        stage = 9
         furthest = max(furthest, stage)
-        if furthest == 8:
+        if furthest == 9:
             break
     return REFUSALS[furthest]
