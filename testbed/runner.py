@@ -141,10 +141,26 @@ def run(a) -> int:
     if policy == "asax":
         from coscheduler.store import SqliteStore
 
+        from coscheduler.controller.usage import ClassUsage
+        from coscheduler.learner.classes import class_key
+
         recorder = SqliteStore(a.learner_db, create=True) if a.learner_db else MemoryRecorder()
+        # As ``cosched simulate paper`` does: seed each class's runtime alone and usual use
+        # (what a site's accounting of exclusive runs holds) before the first decision, so
+        # hosts' losses are degradations and the lending rule knows its guests' demand;
+        # each host's end closes its class's round (ControllerConfig.round_per_host).
+        usage = ClassUsage()
+        for s in stg:
+            cls = s.job.job_class
+            if recorder.alone_runtime(cls) is None:
+                recorder.record_alone_runtime(cls, s.profile.alone_runtime_s)
+            if usage.expected(cls) is None:
+                usage.add(cls, s.profile.cpu_util * 100.0, s.profile.mem_percent,
+                          s.profile.io_mb_s)
         controller = Controller.from_recorder(
             backend, recorder, "asax", learner_config=LearnerConfig(seed=a.seed + a.repeat_index),
-            queue_order=order, config=config)
+            queue_order=order, config=config,
+            class_of=class_key(paper_exp.CLASSES["stage"]), usage=usage)
     else:
         recorder = MemoryRecorder()
         controller = Controller(backend, make_policy(policy), recorder, order, config)

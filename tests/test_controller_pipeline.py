@@ -306,7 +306,7 @@ def test_pair_loss_at_the_guests_end_projects_the_host():
     # The host (u = 0.95) lends a = 0.5 of 4 cores to a short guest: slowed while it lasts.
     b, c = host_and_guest(fixed_asax({"h": 5}), host_profile=Profile(100.0, 0.95, 20),
                           guest_profile=Profile(10.0, 0.3, 20), recorder=rec,
-                          config=ControllerConfig(early_loss=False), host_walltime=400.0,
+                          config=ControllerConfig(early_loss=False, pair_loss=True), host_walltime=400.0,
                           guest_walltime=100.0)
     c.step()
     b.advance(10.0)
@@ -331,7 +331,7 @@ def test_pair_loss_counts_a_guest_slowed_by_its_quota():
     # A light host (u = 0.3) lends a = 0.5 to a CPU-bound guest (u = 1): only the guest slows.
     b, c = host_and_guest(fixed_asax({"h": 5}), host_profile=Profile(100.0, 0.3, 20),
                           guest_profile=Profile(100.0, 1.0, 20), recorder=rec,
-                          config=ControllerConfig(early_loss=False), host_walltime=400.0,
+                          config=ControllerConfig(early_loss=False, pair_loss=True), host_walltime=400.0,
                           guest_walltime=400.0)
     c.step()
     b.run_until_idle(c)

@@ -279,7 +279,7 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--scale-out", type=click.IntRange(min=1), default=1, show_default=True,
               help="Multiply the workflows and every cluster size by K (K copies of the 15 "
                    "workflows on K times the cores).")
-@click.option("--classes", type=click.Choice(tuple(paper_exp.CLASSES)), default="kind",
+@click.option("--classes", type=click.Choice(tuple(paper_exp.CLASSES)), default="stage",
               show_default=True,
               help="ASA_X's job classes (weights are kept per class): per workflow kind, per "
                    "stage, or per stage and size.")

@@ -29,12 +29,14 @@ class ControllerConfig:
     # walltime has passed (early progress rates are noisy).
     early_loss: bool = True
     early_loss_min_elapsed: float = 0.25
-    # A decision's loss is the larger of its host's and its guest's (each its degradation
-    # against its class's runtime alone, else its walltime loss), observed when the first of
-    # the two ends, the other's projected from its progress (from then on it runs without
-    # the other): a guest slowed by a small quota costs the experts that chose it.
-    # False: the host's loss only (the paper's section 3), observed when the host ends.
-    pair_loss: bool = True
+    # False (the paper's section 3): a decision's loss is its host's (degradation against
+    # its class's runtime alone, else its walltime loss), observed when the host ends.
+    # True: the larger of the host's and the guest's, observed when the first of the two
+    # ends (the other's projected from its progress).
+    pair_loss: bool = False
+    # Close the learner's round of a host's class when that host ends (each host job's
+    # co-allocations are one pass of Algorithm 1's inner loop), besides the risk threshold.
+    round_per_host: bool = True
     # Say why each job left queued was not co-allocated (PassReport.refused). O(queued x
     # running) per pass: a diagnostic for simulations and operators, off by default.
     explain: bool = False

@@ -86,6 +86,9 @@ class Controller:
         # Idle-only lending: each guest's quota at its start (what a revision may grow
         # it back to), and the quota revisions made (time, guest, old, new) for reports.
         self._loan_target: dict[str, float] = {}
+        # Hosts that lent under a learner's decision -> the class whose round closes when
+        # the host ends (ControllerConfig.round_per_host).
+        self._host_round: dict[str, str] = {}
         self.revisions: list[tuple[float, str, float, float]] = []
         self.passes = 0
         self._adopt_running()
@@ -95,6 +98,7 @@ class Controller:
                 self._by_guest[d.guest_job] = d.decision_id
                 # A restarted controller knows a guest's loan only as its decision's action.
                 self._loan_target[d.guest_job] = d.action_fraction
+                self._host_round[d.host_job] = d.job_class
                 self._shared.update((d.host_job, d.guest_job))
                 self._was_guest.add(d.guest_job)
 
@@ -131,6 +135,9 @@ class Controller:
                     ctl._cooldown[(decision.guest_job, decision.host_job)] = until
             else:
                 ctl._shared.update({decision.host_job, decision.guest_job} & running)
+                if decision.host_job in running:
+                    # Its losses came early (Hp): its round still closes when it ends.
+                    ctl._host_round[decision.host_job] = decision.job_class
                 if decision.guest_job in running:
                     ctl._was_guest.add(decision.guest_job)
         return ctl
@@ -225,6 +232,7 @@ class Controller:
         # As a host: every pending decision of this host gets its loss now: the host's, or
         # with ``config.pair_loss`` the worse of the host's and its guest's (the guest's
         # projected from its progress if it still runs: from now on it runs alone).
+        round_class = self._host_round.pop(o.job_id, None)
         for did in sorted(self._by_host.pop(o.job_id, ())):
             d = self.learner.pending.get(did) if self.learner else None
             if d is None:
@@ -238,6 +246,12 @@ class Controller:
                 self._observe_parts(d, self._loss_part(job, o, "host"), guest, when, report)
             else:
                 self._cancel(did, when, f"host {o.job_id} {o.state}: {o.reason}".rstrip(": "), report)
+        if round_class is not None and self.config.round_per_host and self.learner is not None:
+            # Its co-allocations' losses are in: the round of its class closes.
+            closed = self.learner.end_round(round_class, when)
+            if closed is not None:
+                self._record(lambda: self.recorder.record_round(closed), report)
+                self._save_class(round_class, report)
         if rj is not None and rj.guest_jobs:
             # The host ended first: its guests get full quota on the cores they hold.
             for g in rj.guest_jobs:
@@ -565,6 +579,7 @@ class Controller:
                                             decision_id=d.decision_id if d else None)
         self._loan_target[job.job_id] = ch.guest_quota
         if d is not None:
+            self._host_round[ch.host_job] = d.job_class
             self._by_host.setdefault(ch.host_job, set()).add(d.decision_id)
             self._by_guest[job.job_id] = d.decision_id
             self._record(lambda: self.recorder.record_decision(d, ch.host_quota, ch.guest_quota), report)

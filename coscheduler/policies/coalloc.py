@@ -160,8 +160,15 @@ class Asax:
     co_allocates = True
 
     def __init__(self, learner: AsaxLearner, class_of: Callable[[Job], str] | None = None,
-                 idle_only: bool = True):
+                 idle_only: bool = True, max_asks: int | None = 3):
         self.learner = learner
+        # Hosts asked per guest and pass: a few, not every host until one says yes (with
+        # enough asks some sampled action lends, whatever the learner has learned).
+        # None: no limit.
+        if max_asks is not None and (isinstance(max_asks, bool) or not isinstance(max_asks, int)
+                                     or max_asks < 1):
+            raise InvalidInput(f"ASA_X max_asks must be an integer >= 1 or None, got {max_asks!r}")
+        self.max_asks = max_asks
         # Lend only the host's measured idle share (policies.lending); the controller hands
         # over only hosts with enough of it, and revises the loans every tick.
         self.idle_only = idle_only
@@ -174,6 +181,8 @@ class Asax:
         declined: list[Decision] = []
         it: Iterator[HostCandidate] = iter(candidates)
         for cand in it:
+            if self.max_asks is not None and len(asked) >= self.max_asks:
+                break
             host_id = cand.host.job_id
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
