@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from .paper import POLICIES, WORKFLOW_KINDS, PaperRun
+from .paper import ALL_POLICIES as POLICIES, WORKFLOW_KINDS, PaperRun
 
 _COLOURS = {"space-sharing": "#4c72b0", "static": "#dd8452", "asax": "#55a868"}
 
