@@ -55,6 +55,11 @@ class _Seen:
     hosts: dict[str, str] = field(default_factory=dict)       # guest -> host
     start_quota: dict[str, float] = field(default_factory=dict)
     starts: list[tuple[float, str, str | None]] = field(default_factory=list)
+    use_log: list[tuple[float, str, float]] = field(default_factory=list)
+    quota_log: list[tuple[float, str, float]] = field(default_factory=list)
+    round_times: list[float] = field(default_factory=list)
+    revisions_seen: int = 0
+    rounds_seen: int = -1
 
 
 class _Measured:
@@ -175,6 +180,22 @@ def run(a) -> int:
             if _requested:
                 raise Stop(_requested[0])
             controller.step()
+            # For the timeline picture: what the controller saw each job use, its quota
+            # revisions, and when the learner closed a round (seconds since submission).
+            tick_t = time.time() - t0
+            for jid, smp in getattr(controller, "last_samples", {}).items():
+                if jid in name_of:
+                    seen.use_log.append((tick_t, name_of[jid], smp.cpu_percent / 100.0))
+            for _, jid, _, q in controller.revisions[seen.revisions_seen:]:
+                if jid in name_of:
+                    seen.quota_log.append((tick_t, name_of[jid], q))
+            seen.revisions_seen = len(controller.revisions)
+            if controller.learner is not None:
+                n = sum(controller.learner.class_state(c).rounds
+                        for c in controller.learner.known_classes())
+                if n > seen.rounds_seen >= 0:
+                    seen.round_times.append(tick_t)
+                seen.rounds_seen = n
             for o in backend.history:
                 if o.job_id in name_of and o.job_id not in done:
                     done[o.job_id] = o
@@ -226,6 +247,9 @@ def run(a) -> int:
     result = paper_exp.measure_run(stg, measured, len(cluster["nodes"]) * int(
         next(iter(cluster["nodes"].values()))["cpus"]), policy, a.repeat_index, a.seed, a.scale,
         "carried" if policy == "asax" else None)
+    result.start_quotas = dict(seen.start_quota)
+    result.quota_log, result.use_log = seen.quota_log, seen.use_log
+    result.round_times = seen.round_times
     data = run_to_json(result)
     data["slurm_ids"] = {name: int(sid) for sid, name in name_of.items()}
     data["reasons"] = {o.job_id: o.reason for o in history if o.state != "completed"}

@@ -188,11 +188,15 @@ def test_cli_json_shape():
                      "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
-    assert len(out["runs"]) == 6
+    # The three policies and the oracle (the default --policies since issue 19).
+    assert len(out["runs"]) == 8
     for run in out["runs"]:
         assert RUN_KEYS <= set(run)
         assert len(run["workflow_runtime_s"]) == 15
-    assert [(s["cores"], s["policy"]) for s in out["summary"]] == [(64, p) for p in POLICIES]
+    assert [(s["cores"], s["policy"]) for s in out["summary"]] == \
+        [(64, p) for p in POLICIES + ("oracle",)]
+    by = {s["policy"]: s for s in out["summary"]}
+    assert by["oracle"]["oracle_share"] is None and "oracle_share" in by["asax"]
     assert out["summary"][0]["paper"]["cpu_util"] == pytest.approx(0.53)
     assert out["settings"]["asax_learning"].startswith("carried")
     assert "virtual runs" in result.stderr
@@ -363,3 +367,27 @@ def test_cli_refuses_unknown_experts_and_models():
     assert r.exit_code != 0 and "unknown expert 'oracle'" in r.output
     r = cosched("simulate", "paper", "--model", "magic")
     assert r.exit_code != 0 and "magic" in r.output
+
+
+# -- the oracle (issue 19 item 4) -------------------------------------------------------------------
+
+from coscheduler.experiments import paper as paper_exp  # noqa: E402
+
+@pytest.mark.parametrize("cores", [64, 128, 256])
+@pytest.mark.parametrize("scale", [SCALE, 1.0])
+def test_the_oracle_never_loses_to_space_sharing(cores, scale):
+    """Lending true idle shares without interference can only start jobs earlier: the
+    oracle's makespan and mean response never exceed space sharing's, and it lends."""
+    ss = paper_exp.run_paper(cores, "space-sharing", scale=scale)
+    orc = paper_exp.run_paper(cores, "oracle", scale=scale)
+    assert orc.coallocations > 0 and orc.failed == 0 and orc.overruns == 0
+    assert orc.makespan_s <= ss.makespan_s * (1 + 1e-9)
+    assert orc.mean_response_s <= ss.mean_response_s * (1 + 1e-9)
+
+
+def test_the_oracle_refuses_a_bad_true_use():
+    from coscheduler.model import InvalidInput
+    from coscheduler.policies.oracle import Oracle
+
+    with pytest.raises(InvalidInput, match="true CPU use of job j"):
+        Oracle({"j": 0.0})

@@ -90,6 +90,7 @@ class Controller:
         # the host ends (ControllerConfig.round_per_host).
         self._host_round: dict[str, str] = {}
         self.revisions: list[tuple[float, str, float, float]] = []
+        self.last_samples: dict[str, MetricsSample] = {}
         self.passes = 0
         self._adopt_running()
         if self.learner is not None:
@@ -180,6 +181,7 @@ class Controller:
         self._resolve_vanished_hosts(now, report)
         self._reconcile_quotas(running, report)
         samples = self._read_metrics(report)
+        self.last_samples = samples     # what this pass saw (reports, the timeline picture)
         self.usage.observe(running, samples)
         if getattr(self.policy, "idle_only", False):
             self._revise_loans(samples, report)

@@ -235,11 +235,20 @@ class _RecordingBackend(VirtualBackend):
     def __init__(self, nodes: dict[str, int], kill_at_walltime: bool, model: InterferenceModel):
         super().__init__(nodes, kill_at_walltime=kill_at_walltime, model=model)
         self.start_quotas: dict[str, float] = {}
+        self.use_log: list[tuple[float, str, float]] = []
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
               host_job: str | None = None) -> None:
         super().start(job, allocation, quota_fraction, host_job)
         self.start_quotas[job.job_id] = float(quota_fraction)
+
+    def metrics(self):
+        out = super().metrics()
+        # What the controller saw of each job's CPU use, for the timeline picture.
+        for jid, s in out.items():
+            self.use_log.append((s.time, jid, s.cpu_percent / 100.0))
+        return out
+
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -304,6 +313,12 @@ class PaperRun:
     weight_history: list[dict] | None = None
     # The workload and the cluster were this many times the paper's (``--scale-out``).
     scale_out: int = 1
+    # For the timeline picture (not in the JSON): quota changes (time, job, quota), CPU use
+    # samples (time, job, share of its cores), quotas at start, and round closing times.
+    quota_log: list = field(default_factory=list, repr=False)
+    use_log: list = field(default_factory=list, repr=False)
+    start_quotas: dict = field(default_factory=dict, repr=False)
+    round_times: list = field(default_factory=list, repr=False)
 
     def as_json(self, refusals: bool = False) -> dict:
         """The run as docs/simulator.md documents it (no per-stage records)."""
@@ -400,8 +415,10 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     elif policy == "oracle":
         from ..policies.oracle import Oracle
 
-        controller = Controller(backend, Oracle({s.job.job_id: s.profile.cpu_util
-                                                 for s in stages}), recorder, order, config)
+        controller = Controller(backend, Oracle(
+            {s.job.job_id: s.profile.cpu_util for s in stages},
+            alone_runtime={s.job.job_id: s.profile.alone_runtime_s for s in stages}),
+            recorder, order, config)
     else:
         controller = Controller(backend, make_policy(policy, static_fraction=static_fraction),
                                 recorder, order, config)
@@ -410,6 +427,9 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     run = _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
                     learning_label if policy == "asax" else None, cluster_cores * scale_out)
     run.scale_out = scale_out
+    run.quota_log, run.use_log = list(backend.quota_log), backend.use_log
+    run.start_quotas = dict(backend.start_quotas)
+    run.round_times = [r.time for r in recorder.closed]
     if controller.learner is not None:
         learner = controller.learner
         run.rounds_closed = sum(learner.class_state(c).rounds for c in learner.known_classes())
