@@ -177,6 +177,11 @@ class HostIndex:
         self.buckets = [sorted(buckets[r], key=lambda e: e[0]) for r in self.rooms]
         self.trees = [MaxTree([e[1].start_time + e[1].job.walltime_s for e in b])
                       for b in self.buckets]
+        # Idle-only lending: per bucket, a max tree of each host's idle cores (its quota
+        # minus its measured use minus the margin; -inf unmeasured), so hosts with too little
+        # idle CPU for a guest are skipped in O(log n), not walked.
+        self.idle_trees = [MaxTree([self._idle_cores(e[1], e[3]) for e in b])
+                           for b in self.buckets] if idle_only else None
         self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
                       for i, e in enumerate(entries)}
         self.asked: set[str] = set()
@@ -206,6 +211,8 @@ class HostIndex:
         entry = self._leave(host_id)
         room = entry[1].allocation.cores - sum(used.values())
         full = self.max_guests is not None and len(entry[1].guest_jobs) + n + 1 >= self.max_guests
+        if self.idle_only and self._idle_cores(entry[1], entry[3] + extra + lent) < 0.5:
+            full = True   # its idle CPU is lent: no other guest could get a useful share
         if room >= 1 and not full:
             bisect.insort(self.moved.setdefault(room, []), entry, key=lambda e: e[0])
             self._moved_room[host_id] = room
@@ -220,7 +227,16 @@ class HostIndex:
             return lst.pop(i)
         b, i = self.where[host_id]
         self.trees[b].remove(i)
+        if self.idle_trees is not None:
+            self.idle_trees[b].remove(i)
         return self.buckets[b][i]
+
+    def _idle_cores(self, rj: RunningJob, lent: float) -> float:
+        sample = self.samples.get(rj.job_id)
+        if sample is None or not math.isfinite(sample.cpu_percent):
+            return -1e308
+        used = min(rj.job.cores, max(0.0, sample.cpu_percent / 100.0 * rj.job.cores))
+        return rj.job.cores - lent - used - self.margin * rj.job.cores
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
@@ -229,8 +245,24 @@ class HostIndex:
                     self._leave(h)
                 self.asked.add(h)
 
-    def _bucket_iter(self, b: int, min_end: float):
+    def _bucket_iter(self, b: int, min_end: float, min_idle: float | None = None):
         bucket, tree = self.buckets[b], self.trees[b]
+        if min_idle is not None and self.idle_trees is not None:
+            idle = self.idle_trees[b]
+            if min_end <= -1e308:
+                # No reservation to respect: walk the hosts with idle CPU enough.
+                i = idle.first_at_least(0, min_idle)
+                while i != -1:
+                    yield bucket[i]
+                    i = idle.first_at_least(i + 1, min_idle)
+                return
+            # Under a reservation: walk the hosts that end late enough, idle CPU inline.
+            i = tree.first_at_least(0, min_end)
+            while i != -1:
+                if idle.tree[idle.size + i] >= min_idle:
+                    yield bucket[i]
+                i = tree.first_at_least(i + 1, min_end)
+            return
         i = tree.first_at_least(0, min_end)
         while i != -1:
             yield bucket[i]
@@ -245,11 +277,19 @@ class HostIndex:
         # reserved cores: only hosts that end after the guest qualify then.
         # (-1e308, not -inf: removed hosts hold -inf and must never match.)
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
-        iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
+        min_idle = None
+        if self.idle_only:
+            expected = self.usage.expected(guest.job_class) if self.usage is not None else None
+            demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+            min_idle = 0.5 * guest_need(guest.cores, demand, self.margin) - 1e-9
+        iters = [self._bucket_iter(b, min_end, min_idle) for b in range(first, len(self.rooms))]
         for room, entries in self.moved.items():
             if room >= guest.cores and entries:
                 iters.append(e for e in entries
-                             if e[1].start_time + e[1].job.walltime_s >= min_end)
+                             if e[1].start_time + e[1].job.walltime_s >= min_end
+                             and (min_idle is None or self._idle_cores(
+                                 e[1], e[3] + self.taken.get(e[1].job_id, (0, 0.0))[1])
+                                 >= min_idle))
         merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
         found = self._filter(guest, merged)
         return found if self.max_candidates is None else islice(found, self.max_candidates)

@@ -189,10 +189,15 @@ class Asax:
                                     job_class=self.class_of(cand.host.job))
             short = cand.guest_need is not None and \
                 d.action_fraction < 0.5 * cand.guest_need - 1e-12
-            if d.action_index == 0 or d.action_fraction <= 0.0 or short:
-                # a_0, or an action under half the guest's need (no loan is made then):
-                # observed now, loss 0 adds no risk (lending nothing cannot hurt the host).
+            if d.action_index == 0 or d.action_fraction <= 0.0:
+                # a_0: observed now, loss 0 adds no risk (lending nothing cannot hurt the host).
                 self.learner.observe(d.decision_id, 0.0, now)
+                declined.append(d)
+                continue
+            if short:
+                # An action under half the guest's need: no loan is made. It was not carried
+                # out, so nothing is learned from it (no loss to observe); it counts as a decline.
+                self.learner.forget(d.decision_id)
                 declined.append(d)
                 continue
             return CoallocationResult(_choice(guest, cand, d.action_fraction, d), tuple(asked),
