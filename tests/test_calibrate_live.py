@@ -30,17 +30,22 @@ def test_calibrate_refits_saved_figures_without_measuring(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert set(out) >= {"mode", "measurements", "fitted", "in_use", "check_fitted",
-                        "check_in_use", "max_error_fitted", "max_error_in_use"}
+                        "check_in_use", "max_error_fitted", "max_error_in_use",
+                        "rms_log_error_fitted", "rms_log_error_in_use", "held_out"}
     assert out["fitted"] == pytest.approx(out["in_use"], abs=0.02)
+    held = out["held_out"]
+    assert held["method"] == "leave-one-pair-out" and held["points"] == len(held["rows"]) >= 25
+    assert 0 < held["rms_log_error"] <= 0.12
     text = cosched("calibrate", "--from", str(MEASURED))
     assert text.exit_code == 0 and "cpu at 50%" in text.output and "in use" in text.output
+    assert "held-out rms log error" in text.output
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     r = cosched("calibrate", "--from", str(bad))
     assert r.exit_code != 0 and "not a calibration file" in r.output
     bad.write_text('{"alone": {}, "quota": [{"probe": "cpu"}], "pairs": []}')
     r = cosched("calibrate", "--from", str(bad))
-    assert r.exit_code != 0 and "shape" in r.output
+    assert r.exit_code != 0 and f"{bad}: quota[0] has no 'quota'" in r.output
 
 
 @pytest.mark.root

@@ -44,22 +44,26 @@ def test_quota_term_by_hand():
 
 def test_contention_terms_by_hand():
     m = InterferenceModel(timeslice=0.5, cache=0.3, bandwidth=0.2, io=0.4)
-    waiting = JobDemand(cpu=0.2, io=0.6)          # waits 80 % of its time, 60 % on files
+    waiting = JobDemand(cpu=0.2, io=0.6)          # computes 20 % of its time, 60 % on files
     streamer = JobDemand(cpu=0.9, membw=0.9)
     disk = JobDemand(cpu=0.1, io=0.8)
-    # A streamer using 0.5 of the same cores: waking up to a busy core (0.5 x 0.8 x 0.5)
-    # and losing its cached data to the streaming (0.3 x (0.2 - 0) x 0.9).
+    # A streamer using 0.5 of the same cores: computing beside a busy core (0.5 x 0.2 x
+    # 0.5) and losing its cached data to the streaming (0.3 x (0.2 - 0) x 0.9).
     assert m.contention(waiting, 1.0, [(streamer, 0.5, 1.0)]) == pytest.approx(
-        1 + 0.5 * 0.8 * 0.5 + 0.3 * 0.2 * 0.9)
-    # On a quarter of its cores only: a quarter of the waking-up cost.
+        (1 + 0.5 * 0.2 * 0.5) * (1 + 0.3 * 0.2 * 0.9))
+    # On a quarter of its cores only: a quarter of the shared-core cost.
     assert m.contention(waiting, 1.0, [(streamer, 0.5, 0.25)]) == pytest.approx(
-        1 + 0.5 * 0.8 * 0.5 * 0.25 + 0.3 * 0.2 * 0.9)
+        (1 + 0.5 * 0.2 * 0.5 * 0.25) * (1 + 0.3 * 0.2 * 0.9))
     # On other cores, a disk-bound co-runner: only the shared disk counts.
     assert m.contention(waiting, 1.0, [(disk, 1.0, 0.0)]) == pytest.approx(1 + 0.4 * 0.6 * 0.8)
     # Two streamers share the bandwidth wherever they run (a streamer has no cached data
     # to lose: cpu - membw = 0).
     assert m.contention(streamer, 1.0, [(streamer, 1.0, 0.0)]) == pytest.approx(1 + 0.2 * 0.81)
     assert m.capacity_factor(0.9) == 1.0 and m.capacity_factor(1.5) == pytest.approx(1 / 2.0)
+    # Under a binding quota the shared core costs only what exceeds the quota's slowdown:
+    # the streamer at 0.3 is 3x slower by its quota alone, 1 + 0.5 x 0.9 x 0.7 < 3.
+    assert m.rate(streamer, 0.3, [(streamer, 0.7, 1.0)]) == pytest.approx(
+        m.quota_term(streamer, 0.3) / (1 + 0.2 * 0.81))
 
 
 def test_bad_parameters_are_refused_with_names():
@@ -100,18 +104,36 @@ def measured():
     return json.loads(MEASURED.read_text())
 
 
-def test_the_calibrated_model_reproduces_the_measured_slowdowns_within_10_percent(measured):
-    """Every point the model was fitted on: within 10 % of the median of its repetitions,
-    or (two points on the noisy shared machine, 11-12 % off) inside the range its
-    repetitions spanned; and within 5 % at the median. docs/calibration.md lists them all,
-    with the one point that is reported but not fitted."""
+def test_the_calibrated_model_reproduces_the_measured_slowdowns(measured):
+    """Every point the model was fitted on lies within 10 % of the median of its
+    repetitions or inside the range its repetitions spanned (on the noisy shared machine
+    four points are 11-35 % off, all inside their range); 36 of 40 within 10 %, the median
+    error under 5 %, the rms log error under 0.10. docs/calibration.md lists them all."""
     rows = [r for r in fitting.check(measured, CALIBRATED) if r["fitted"]]
-    assert len(rows) >= 25
+    assert len(rows) >= 35
     for r in rows:
         assert abs(r["error"]) <= 0.10 or r["low"] <= r["model"] <= r["high"], r
-    assert sum(abs(r["error"]) <= 0.10 for r in rows) >= len(rows) - 2
+    assert sum(abs(r["error"]) <= 0.10 for r in rows) >= len(rows) - 4
     errors = sorted(abs(r["error"]) for r in rows)
     assert errors[len(errors) // 2] <= 0.05
+    assert fitting.rms_log_error(rows) <= 0.10
+
+
+def test_pairs_left_out_of_the_fit_are_predicted_within_the_target(measured):
+    """Issue 19's target: rms log error <= 0.12 on pairs the fit did not see."""
+    out = fitting.held_out(measured)
+    assert out["points"] >= 25
+    assert out["rms_log_error"] <= 0.12, out
+
+
+def test_a_waiting_host_beside_a_cpu_guest_at_50_50_as_measured(measured):
+    """The two cases the old model got wrong (issue 19): a host waiting on the disk, and a
+    host waiting in sleeps (about 40 % CPU), each beside a CPU-bound guest, 50/50 on one
+    core: the model within 10 % of what was measured here."""
+    rows = {r["point"]: r for r in fitting.check(measured, CALIBRATED)}
+    for point in ("io at 50% beside cpu at 50%, same CPU",
+                  "mixed at 50% beside cpu at 50%, same CPU"):
+        assert abs(rows[point]["error"]) <= 0.10, rows[point]
 
 
 def test_fitting_the_saved_figures_gives_the_calibrated_parameters(measured):

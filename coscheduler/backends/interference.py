@@ -10,7 +10,8 @@ A job is described by shares of its runtime alone (``JobDemand``):
 - ``cpu``: u, the share of its cores it keeps busy (CPU time / (cores x runtime));
 - ``wait``: the share of the time its processes wait off the CPU (default 1 - u; less for
   a job that holds more cores than it has processes, such as a sequential stage holding
-  its workflow's cores);
+  its workflow's cores); 1 - wait is how much of its time it computes, which is when a
+  busy co-runner on its cores slows it;
 - ``membw``: the share of its runtime spent streaming memory (a working set larger than the
   caches), which contends for the memory bandwidth of the node;
 - ``io``: the share of its runtime spent waiting on the disk / file system, which contends
@@ -20,12 +21,14 @@ A job is described by shares of its runtime alone (``JobDemand``):
 A job's speed relative to alone (1.0 = as fast as alone) when it shares a host's cores
 with others (the host and its guests; ``others``) is
 
-    rate = quota_term / (1 + k_ts * wait * sum(busy_o)                same cores: waking up
-                                                                         to a busy core
-                           + k_cache * (u - membw) * sum(membw_o)       a streaming co-runner
+    rate = min(quota_term, 1 / (1 + (k_ts * (1 - wait) + k_wake * io)   same cores: its
+                                    * sum(busy_o)))                      computing shares a
+                                                                         busy core, and each
+                                                                         disk wait ends behind it
+           / (1 + k_cache * (u - membw) * sum(membw_o)                  a streaming co-runner
                                                                          evicts our cached data
-                           + k_bw * membw * sum(membw_o)                memory bandwidth
-                           + k_io * io * sum(io_o))                     disk
+              + k_bw * membw * sum(membw_o)                             memory bandwidth
+              + k_io * io * sum(io_o))                                  disk
            x capacity_factor                                            memory capacity
 
 - quota_term = 1 / max(1, x (1 + throttle)) where x = u / q + (1 - overlap) x (1 - u), and
@@ -34,20 +37,30 @@ with others (the host and its guests; ``others``) is
   and waiting cannot always hide its waits behind the throttled computing (overlap = 1: a
   fluid job that can, as one with many workers; a single worker measures lower), and
   throttled runs cost a little more or less CPU per unit of work (throttle);
-- busy_o = min(u_o, q_o): the CPU share a co-runner on the same cores really uses; a job
-  that waits (wait) wakes up to find its core busy that often (k_ts, summed over the
-  co-runners on its cores, each weighted by the share of its cores it runs on: a guest
-  fills its own cores, a host's cores only in part); a job computing on cached data
-  (u - membw) loses the shared cache to co-runners that stream memory (k_cache), and the
-  memory bandwidth and the disk are shared by every job of the group (k_bw, k_io);
+- busy_o = min(u_o, q_o): the CPU share a co-runner on the same cores really uses, summed
+  over the co-runners on the job's cores, each weighted by the share of its cores it runs
+  on (a guest fills its own cores, a host's cores only in part). A job pays for it only
+  while it computes, (1 - wait) of its time (u for most jobs): then the co-runner, when
+  not throttled, takes its turns on the core (k_ts near 1: computing at half speed for as
+  long as the co-runner is busy; less, since a job waking from a wait preempts the busy
+  co-runner and runs first). A job that waits in long sleeps (emulated storage, a
+  message) barely notices a busy sibling: after a long sleep it preempts at once. A job
+  that waits on the disk wakes up after every short I/O, too often to earn that
+  precedence, and waits behind the co-runner's turn each time: a cost per wake-up, so in
+  proportion to its disk-waiting share io (k_wake). A job whose own quota binds is
+  already paced by it: the co-runner uses the time the quota leaves, hence the min (the
+  worse of the two, not their product);
+- a job computing on cached data (u - membw) loses the shared cache to co-runners that
+  stream memory (k_cache), and the memory bandwidth and the disk are shared by every job
+  of the group, whatever its cores (k_bw, k_io);
 - capacity_factor = 1 / (1 + memory_penalty x (S - 1)) when the group wants S > 1 of the
   host's memory (S = mem_host + sum mem_guest x cores_guest / cores_host), else 1:
   swapping and page-cache thrashing. Not measured here (filling a shared 24 GiB machine's
   memory would hurt everyone on it): a documented assumption.
 
 A job alone at full quota pays nothing; a job whose quota is at or above its demand
-(``InterferenceModel.demand``: its CPU use u when overlap = 1) and that shares no memory
-bandwidth, disk or memory capacity with a busy co-runner is not slowed.
+(``InterferenceModel.demand``: its CPU use u when overlap = 1), with no busy co-runner on
+its cores and sharing no memory bandwidth, disk or memory capacity with one, is not slowed.
 """
 
 from __future__ import annotations
@@ -84,7 +97,8 @@ class InterferenceModel:
 
     throttle: float = 0.0          # relative extra CPU cost of running throttled
     overlap: float = 1.0           # share of a job's waiting hidden behind throttled computing
-    timeslice: float = 0.0         # k_ts: a waiting job waking up to a busy shared core
+    timeslice: float = 0.0         # k_ts: a computing job sharing its core with a busy one
+    wakeup: float = 0.0            # k_wake: a disk-waiting job waking up behind a busy one
     cache: float = 0.0             # k_cache: a cached job beside a streaming one
     bandwidth: float = 0.0         # k_bw: two memory-streaming jobs
     io: float = 0.0                # k_io: two disk-bound jobs on the same storage
@@ -121,15 +135,19 @@ class InterferenceModel:
         """The slowdown factor (>= 1) from co-runners ``others`` = (demand, quota, share of
         this job's cores it runs on: 1 for a guest seen from its host's cores it fills, a
         guest's cores over its host's seen from the host, 0 on other cores) for a job with
-        ``demand`` under ``quota``."""
-        ts = bw = io = 0.0
+        ``demand`` under ``quota``; ``quota_term / contention`` is the job's rate."""
+        busy = bw = io = 0.0
         for o, q, same_cores in others:
-            ts += float(same_cores) * min(o.cpu, q)
+            busy += float(same_cores) * min(o.cpu, max(0.0, q))
             bw += o.membw
             io += o.io
-        return (1.0 + self.timeslice * demand.wait * ts
-                + self.cache * max(0.0, demand.cpu - demand.membw) * bw
-                + self.bandwidth * demand.membw * bw + self.io * demand.io * io)
+        computing = 1.0 - float(demand.wait)
+        shared = 1.0 + (self.timeslice * computing + self.wakeup * float(demand.io)) * busy
+        # The worse of the quota and the shared core, not both: under a binding quota the
+        # co-runner runs in the time that quota leaves.
+        cores = max(1.0, shared * self.quota_term(demand, quota))
+        return cores * (1.0 + self.cache * max(0.0, demand.cpu - demand.membw) * bw
+                        + self.bandwidth * demand.membw * bw + self.io * demand.io * io)
 
     def capacity_factor(self, share: float) -> float:
         """Speed factor of every job of a group wanting ``share`` of the host's memory."""
@@ -150,10 +168,11 @@ class InterferenceModel:
 
 
 # Fitted (coscheduler.calibration.fit) to coscheduler/calibration/measured.json: a full
-# ``cosched calibrate`` on the shared 2-core development machine; docs/calibration.md gives
-# the figures and the fit's errors. memory_penalty is the assumed one (not measured).
-CALIBRATED = InterferenceModel(throttle=0.0026, overlap=0.6965, timeslice=0.9075, cache=0.0825,
-                               bandwidth=0.0303, io=1.0037, memory_penalty=2.0)
+# ``cosched calibrate`` on the shared 2-core development machine (load average 2-8);
+# docs/calibration.md gives the figures, the fit's errors and its error on pairs left out
+# of it. memory_penalty is the assumed one (not measured).
+CALIBRATED = InterferenceModel(throttle=0.0359, overlap=0.6254, timeslice=1.2013, wakeup=1.5217,
+                               cache=0.0231, bandwidth=0.0887, io=0.0, memory_penalty=2.0)
 
 # No interference beyond what quotas do (for tests that want the pure quota model).
 QUOTA_ONLY = InterferenceModel(memory_penalty=0.0)

@@ -10,8 +10,12 @@ seconds over wall seconds; the memory probe streams memory whenever it computes 
 cpu); the disk probe's time off the CPU is disk I/O (io = 1 - cpu); the other probes' waits
 are the testbed's emulated waits (sleeps), which contend for nothing.
 
-The model's parameters are fitted by least squares on log slowdowns (scipy), bounded, and
-``check`` returns model against measurement for every point.
+The model's parameters are fitted by least squares on log slowdowns (scipy), bounded;
+``check`` returns model against measurement for every point, and ``held_out`` checks the
+fit on pairs it did not see: each pair point in turn is left out, the model refitted on
+the rest and asked to predict it (leave-one-pair-out). ``validate`` refuses a file that
+lacks what the fit needs (the pair measurements, a probe's reference runs) or holds a
+value that is not a positive finite number, naming the file and the entry.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from typing import Mapping
 from ..backends.interference import InterferenceModel, JobDemand
 from ..model import InvalidInput
 
-FITTED = ("throttle", "overlap", "timeslice", "cache", "bandwidth", "io")
+FITTED = ("throttle", "overlap", "timeslice", "wakeup", "cache", "bandwidth", "io")
 BOUNDS = {"throttle": (-0.3, 1.0), "overlap": (0.0, 1.0), "timeslice": (0.0, 3.0),
+          "wakeup": (0.0, 5.0),
           "cache": (0.0, 3.0), "bandwidth": (0.0, 3.0), "io": (0.0, 5.0)}
 
 
@@ -51,6 +56,64 @@ class Point:
         q = f" at {self.quota:.0%}" if self.quota < 1 else ""
         oq = f" at {self.other_quota:.0%}" if self.other_quota is not None and self.other_quota < 1 else ""
         return f"{self.target}{q} beside {self.other}{oq}, {where}"
+
+
+_QUOTA_FIELDS = ("probe", "quota", "elapsed_s", "ref_elapsed_s")
+_PAIR_FIELDS = ("target", "other", "placement", "target_quota", "other_quota", "elapsed_s",
+                "ref_elapsed_s")
+_NUMBERS = ("quota", "elapsed_s", "ref_elapsed_s", "target_quota", "other_quota", "cpu_s")
+
+
+def validate(raw: object, source: str = "calibration data") -> None:
+    """InvalidInput (naming ``source`` and the entry) unless ``raw`` holds what ``fit``
+    needs: reference runs of every probe it uses, quota points, pair points on the same CPU
+    (the host/guest arrangement), every number positive and finite."""
+    def bad(msg: str) -> InvalidInput:
+        return InvalidInput(f"{source}: {msg}")
+
+    if not isinstance(raw, Mapping):
+        raise bad("not a calibration file (expected a JSON object with 'alone', 'quota' and "
+                  "'pairs')")
+    for key, kind in (("alone", Mapping), ("quota", list), ("pairs", list)):
+        if key not in raw:
+            raise bad(f"'{key}' is missing (the {'pair' if key == 'pairs' else key} "
+                      f"measurements)")
+        if not isinstance(raw[key], kind):
+            raise bad(f"'{key}' must be a JSON {'object' if kind is Mapping else 'list'}")
+
+    def number(where: str, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            raise bad(f"{where} must be a positive finite number, got {value!r}")
+
+    for probe, runs in raw["alone"].items():
+        if not isinstance(runs, list) or not runs:
+            raise bad(f"alone.{probe} holds no reference run")
+        for i, r in enumerate(runs):
+            for f in ("elapsed_s", "cpu_s"):
+                if not isinstance(r, Mapping) or f not in r:
+                    raise bad(f"alone.{probe}[{i}] has no '{f}'")
+                number(f"alone.{probe}[{i}].{f}", r[f])
+    for key, fields, names in (("quota", _QUOTA_FIELDS, ("probe",)),
+                               ("pairs", _PAIR_FIELDS, ("target", "other"))):
+        for i, r in enumerate(raw[key]):
+            if not isinstance(r, Mapping):
+                raise bad(f"{key}[{i}] is not an object")
+            missing = [f for f in fields if f not in r]
+            if missing:
+                raise bad(f"{key}[{i}] has no {', '.join(repr(f) for f in missing)}")
+            for f in _NUMBERS:
+                if f in r:
+                    number(f"{key}[{i}].{f}", r[f])
+            for n in names:
+                if r[n] not in raw["alone"]:
+                    raise bad(f"{key}[{i}]: probe {r[n]!r} has no reference run in 'alone'")
+    if not raw["quota"]:
+        raise bad("holds no quota point (a probe alone under a quota): the quota terms "
+                  "cannot be fitted")
+    if not any(isinstance(p, Mapping) and p.get("placement") == "same-cpu" for p in raw["pairs"]):
+        raise bad("holds no pair on the same CPU (a host beside a guest under quotas): the "
+                  "co-runner terms cannot be fitted")
 
 
 def demands(raw: Mapping) -> dict[str, JobDemand]:
@@ -101,20 +164,24 @@ def predict(model: InterferenceModel, d: Mapping[str, JobDemand], p: Point) -> f
     return 1.0 / rate
 
 
-def fit(raw: Mapping, base: InterferenceModel | None = None) -> InterferenceModel:
-    """The model whose slowdowns best match the measured ones (least squares on logs)."""
+def fit(raw: Mapping, base: InterferenceModel | None = None,
+        leave_out: Point | None = None) -> InterferenceModel:
+    """The model whose slowdowns best match the measured ones (least squares on logs),
+    without the point ``leave_out`` (for ``held_out``)."""
     from scipy.optimize import least_squares  # scipy comes with scikit-learn
 
     base = base or InterferenceModel()
     d = demands(raw)
     pts = [p for p in points(raw) if p.target in d and (p.other is None or p.other in d)
-           and fitted_on(p, d)]
+           and fitted_on(p, d) and p != leave_out]
     if not pts:
         raise InvalidInput("calibration data holds no usable point")
     # Only fit what the data can tell: a parameter no point depends on keeps its value.
     used = {"throttle", "overlap"} if any(p.kind == "quota" for p in pts) else set()
     if any(p.kind == "pair" and p.same_cpu for p in pts):
         used |= {"timeslice", "throttle", "overlap"}
+    if any(p.kind == "pair" and p.same_cpu and d[p.target].io > 0 for p in pts):
+        used.add("wakeup")
     if any(p.kind == "pair" and d[p.other].membw > 0 and d[p.target].cpu > d[p.target].membw
            for p in pts):
         used.add("cache")
@@ -141,6 +208,38 @@ def fit(raw: Mapping, base: InterferenceModel | None = None) -> InterferenceMode
     return replace(m, **{n: round(getattr(m, n), 4) for n in names})
 
 
+def held_out(raw: Mapping, base: InterferenceModel | None = None) -> dict:
+    """Leave-one-pair-out: every pair point in turn is left out of the fit (all its
+    rounds), the model refitted on the rest predicts it (a point ``fitted_on`` excludes is
+    never in the fit: the full fit predicts it). Returns the rows (point, measured,
+    predicted, log error, fitted) and the rms of log(predicted / measured) over them.
+
+    A parameter that no remaining point tells keeps its value in ``base``, by default the
+    model without interference (not ``CALIBRATED``, which was fitted on the left-out point
+    too): a point that is the only one of its kind is predicted as if its term were 0."""
+    base = base or InterferenceModel(memory_penalty=InterferenceModel().memory_penalty)
+    d = demands(raw)
+    rows = []
+    for p in points(raw):
+        if p.kind != "pair" or p.target not in d or p.other not in d:
+            continue
+        m = fit(raw, base, leave_out=p)
+        pred = predict(m, d, p)
+        rows.append({"point": p.label(), "measured": round(p.slowdown, 3),
+                     "predicted": round(pred, 3),
+                     "log_error": round(math.log(pred / p.slowdown), 4),
+                     "fitted": fitted_on(p, d)})
+    rms = math.sqrt(sum(r["log_error"] ** 2 for r in rows) / len(rows)) if rows else None
+    return {"method": "leave-one-pair-out", "points": len(rows),
+            "rms_log_error": None if rms is None else round(rms, 4), "rows": rows}
+
+
+def rms_log_error(rows: list[dict]) -> float:
+    """The rms of log(model / measured) over ``check`` rows."""
+    logs = [math.log(r["model"] / r["measured"]) for r in rows]
+    return math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0
+
+
 def check(raw: Mapping, model: InterferenceModel) -> list[dict]:
     """Every point: measured and modelled slowdown and the relative error."""
     d = demands(raw)
@@ -156,4 +255,5 @@ def check(raw: Mapping, model: InterferenceModel) -> list[dict]:
     return out
 
 
-__all__ = ["FITTED", "Point", "check", "demands", "fit", "fitted_on", "points", "predict"]
+__all__ = ["FITTED", "Point", "check", "demands", "fit", "fitted_on", "held_out", "points",
+           "predict", "rms_log_error", "validate"]

@@ -99,13 +99,20 @@ class Settings:
 
     @classmethod
     def full(cls) -> "Settings":
+        # The host/guest arrangement at three quota splits, in both orders where the two
+        # probes differ in kind (a waiting host beside a busy guest is what co-allocation
+        # does most), and every kind of probe beside the CPU- and memory-bound ones.
         q = (0.75, 0.5, 0.25, 0.1)
+        splits = (0.25, 0.5, 0.75)
+        same = tuple((t, o, s) for t, o in (("io", "cpu"), ("mixed", "cpu"), ("cpu", "mixed"))
+                     for s in splits)
+        same += (("cpu", "io", 0.5), ("cpu", "cpu", 0.5), ("cpu", "cpu", 0.75),
+                 ("mixed", "mixed", 0.5), ("io", "mixed", 0.5), ("mixed", "io", 0.5),
+                 ("mem", "cpu", 0.5), ("cpu", "mem", 0.5), ("mem", "mem", 0.5),
+                 ("io", "mem", 0.5), ("mixed", "mem", 0.5), ("io", "io", 0.5))
         return cls(repeats=5,
-                   quotas={"cpu": q, "mem": q, "io": q, "mixed": q},
-                   same_core=(("cpu", "cpu", 0.5), ("cpu", "cpu", 0.7), ("cpu", "mixed", 0.5),
-                              ("mixed", "cpu", 0.5), ("mixed", "mixed", 0.5),
-                              ("mem", "mem", 0.5), ("io", "io", 0.5), ("cpu", "mem", 0.5),
-                              ("mem", "cpu", 0.5)),
+                   quotas={"cpu": q, "mem": q[:3], "io": q, "mixed": q},
+                   same_core=same,
                    cross_core=(("io", "io"), ("mem", "mem"), ("cpu", "cpu"), ("mixed", "io"),
                                ("cpu", "mem")))
 
@@ -225,6 +232,7 @@ class Measurements:
     quota: list[dict] = field(default_factory=list)
     pairs: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
+    load: list[dict] = field(default_factory=list)    # 1-minute load average, each round
 
     def to_dict(self) -> dict:
         return {"layout": self.layout, "cpus": len(os.sched_getaffinity(0)),
@@ -233,7 +241,7 @@ class Measurements:
                 "probes": {k: {"workflow": p.workflow, "stage": p.stage, "tasks": p.tasks,
                                "scale": p.scale, "what": p.what} for k, p in PROBES.items()},
                 "alone": self.alone, "quota": self.quota, "pairs": self.pairs,
-                "wall_s": round(self.wall_s, 1)}
+                "wall_s": round(self.wall_s, 1), "load": self.load}
 
 
 def _short(r: dict) -> dict:
@@ -289,6 +297,8 @@ def measure(settings: Settings, progress: Callable[[str], None] | None = None) -
                             pass
 
         for k in range(settings.repeats):
+            m.load.append({"round": k, "at_s": round(time.monotonic() - t0, 1),
+                           "load_avg_1min": round(os.getloadavg()[0], 2)})
             for probe, quotas in settings.quotas.items():
                 for q in quotas:
                     say(f"round {k + 1}/{settings.repeats}: {probe} at quota {q:.0%}")
@@ -316,6 +326,8 @@ def measure(settings: Settings, progress: Callable[[str], None] | None = None) -
         shutil.rmtree(work, ignore_errors=True)
         remove_leftovers()
     m.wall_s = time.monotonic() - t0
+    m.load.append({"round": settings.repeats, "at_s": round(m.wall_s, 1),
+                   "load_avg_1min": round(os.getloadavg()[0], 2)})
     return m
 
 

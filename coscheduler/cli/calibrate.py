@@ -6,7 +6,9 @@ Runs the testbed's stage programs for real under real cgroup CPU quotas, alone a
 pairs (coscheduler/calibration/measure.py), fits the virtual backend's interference model
 to what was measured (calibration/fit.py) and prints, for every measured point, the measured
 slowdown beside the freshly fitted model's and beside the model the simulator uses
-(``interference.CALIBRATED``). ``--from FILE`` refits saved raw figures without measuring.
+(``interference.CALIBRATED``), and the fit's error on pairs left out of it (leave-one-pair-
+out: the rms of log(predicted / measured)). ``--from FILE`` refits saved raw figures
+without measuring.
 docs/calibration.md describes the method and holds the development machine's figures.
 """
 
@@ -51,6 +53,7 @@ def calibrate(quick: bool, as_json: bool, save: Path | None, from_file: Path | N
         except (OSError, ValueError) as exc:
             raise click.ClickException(f"{from_file}: not a calibration file ({exc})") from None
         mode = f"from {from_file}"
+        source = str(from_file)
     else:
         from ..calibration.measure import CalibrationUnavailable, Settings, measure
 
@@ -66,21 +69,27 @@ def calibrate(quick: bool, as_json: bool, save: Path | None, from_file: Path | N
         except CalibrationUnavailable as exc:
             raise click.ClickException(f"cannot calibrate here: {exc}") from None
         mode = "quick" if quick else "full"
+        source = "this calibration's measurements"
         if save is not None:
             save.write_text(json.dumps(raw, indent=1) + "\n")
     try:
+        fitting.validate(raw, source)
         fitted = fitting.fit(raw, CALIBRATED)
         check_fitted = fitting.check(raw, fitted)
         check_used = fitting.check(raw, CALIBRATED)
+        held = fitting.held_out(raw)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     worst = (lambda rows: max((abs(r["error"]) for r in rows), default=0.0))
+    in_sample = (lambda rows: round(fitting.rms_log_error([r for r in rows if r["fitted"]]), 4))
     if as_json:
         click.echo(json.dumps({
             "mode": mode, "measurements": raw, "fitted": fitted.as_dict(),
             "in_use": CALIBRATED.as_dict(), "check_fitted": check_fitted,
             "check_in_use": check_used, "max_error_fitted": round(worst(check_fitted), 3),
-            "max_error_in_use": round(worst(check_used), 3)}, indent=2))
+            "max_error_in_use": round(worst(check_used), 3),
+            "rms_log_error_fitted": in_sample(check_fitted),
+            "rms_log_error_in_use": in_sample(check_used), "held_out": held}, indent=2))
         return
     d = fitting.demands(raw)
     click.echo(f"Calibration ({mode}): {raw.get('cpus', '?')} CPUs, load average "
@@ -104,6 +113,16 @@ def calibrate(quick: bool, as_json: bool, save: Path | None, from_file: Path | N
     click.echo(f"fitted here: {fmt(fitted)} (largest error {_pct(worst(check_fitted))})")
     click.echo(f"in use (coscheduler/backends/interference.py CALIBRATED): {fmt(CALIBRATED)} "
                f"(largest error here {_pct(worst(check_used))})")
+    click.echo("")
+    click.echo(f"pairs left out of the fit ({held['method']}: each refitted without it, then "
+               f"predicted):")
+    for r in held["rows"]:
+        click.echo(f"  {r['point']:<44} measured {r['measured']:5.2f}  predicted "
+                   f"{r['predicted']:5.2f}  log error {r['log_error']:+.3f}")
+    rms = held["rms_log_error"]
+    click.echo(f"held-out rms log error: {'-' if rms is None else f'{rms:.3f}'} over "
+               f"{held['points']} pairs (in-sample: fitted {in_sample(check_fitted):.3f}, "
+               f"in use {in_sample(check_used):.3f})")
     if sys.stdout.isatty() and from_file is None and save is None:
         click.echo("(--save FILE keeps the raw figures; docs/calibration.md says how they become "
                    "CALIBRATED)")

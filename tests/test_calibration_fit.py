@@ -1,0 +1,135 @@
+"""The calibration fit (coscheduler/calibration/fit.py): it recovers known parameters from
+measurements the model itself generated, checks itself on pairs left out, and refuses a
+calibration file that lacks what it needs, naming the file and the entry."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.backends.interference import InterferenceModel, JobDemand
+from coscheduler.calibration import fit as fitting
+from coscheduler.calibration.measure import Settings
+from coscheduler.cli import main
+from coscheduler.model import InvalidInput
+
+# Probes as the development machine measures them alone (CPU use u): the fit derives
+# membw (mem) and io (io) from u and the probe's name.
+PROBE_CPU = {"cpu": 0.97, "mem": 0.98, "io": 0.21, "mixed": 0.40}
+TRUE = InterferenceModel(throttle=0.03, overlap=0.75, timeslice=0.45, wakeup=1.3, cache=0.12,
+                         bandwidth=0.08, io=0.9, memory_penalty=2.0)
+
+
+def synthetic(model: InterferenceModel, settings: Settings, noise: float = 0.0,
+              seed: int = 1) -> dict:
+    """Raw figures in ``measure``'s shape whose slowdowns are the model's (times a log-normal
+    noise of ``noise``), over the experiments of ``settings``."""
+    rnd = random.Random(seed)
+    alone = {p: [{"elapsed_s": 1.0, "cpu_s": u}] for p, u in PROBE_CPU.items()}
+    d = fitting.demands({"alone": alone})
+    raw: dict = {"alone": alone, "quota": [], "pairs": []}
+
+    def wall(p: fitting.Point) -> float:
+        return fitting.predict(model, d, p) * math.exp(rnd.gauss(0.0, noise))
+
+    for k in range(settings.repeats):
+        for probe, quotas in settings.quotas.items():
+            for q in quotas:
+                p = fitting.Point("quota", probe, q, None, None, False, 1, 0.0)
+                raw["quota"].append({"probe": probe, "quota": q, "elapsed_s": wall(p),
+                                     "cpu_s": 1.0, "ref_elapsed_s": 1.0, "round": k})
+        pairs = [(t, o, q, 1.0 - q, True) for t, o, q in settings.same_core]
+        pairs += [(t, o, 1.0, 1.0, False) for t, o in settings.cross_core]
+        for t, o, q, oq, same in pairs:
+            p = fitting.Point("pair", t, q, o, oq, same, 1, 0.0)
+            raw["pairs"].append({"target": t, "other": o,
+                                 "placement": "same-cpu" if same else "other-cpu",
+                                 "target_quota": q, "other_quota": oq, "elapsed_s": wall(p),
+                                 "cpu_s": 1.0, "ref_elapsed_s": 1.0, "round": k})
+    return raw
+
+
+def test_the_fit_recovers_known_parameters_from_the_models_own_measurements():
+    raw = synthetic(TRUE, Settings.full())
+    fitting.validate(raw, "synthetic")
+    got = fitting.fit(raw, InterferenceModel())      # started far away: no interference
+    for name in fitting.FITTED:
+        assert getattr(got, name) == pytest.approx(getattr(TRUE, name), abs=0.01), name
+    # ...and with 5 % noise per round, medians of five rounds still land close.
+    noisy = fitting.fit(synthetic(TRUE, Settings.full(), noise=0.05, seed=3), InterferenceModel())
+    assert noisy.timeslice == pytest.approx(TRUE.timeslice, abs=0.15)
+    assert noisy.overlap == pytest.approx(TRUE.overlap, abs=0.1)
+    assert noisy.io == pytest.approx(TRUE.io, abs=0.3)
+
+
+def test_held_out_pairs_are_predicted_exactly_when_the_model_is_true_and_worse_when_not():
+    exact = fitting.held_out(synthetic(TRUE, Settings.full()))
+    assert exact["method"] == "leave-one-pair-out" and exact["points"] >= 20
+    # io beside io on the other CPU is the only point of its kind (disk contention): left
+    # out, nothing tells the disk term, which then predicts 1.0.
+    only = [r for r in exact["rows"] if r["point"] == "io beside io, other CPU"]
+    assert only and only[0]["predicted"] == pytest.approx(1.0)
+    others = [r for r in exact["rows"] if r["point"] != "io beside io, other CPU"]
+    assert max(abs(r["log_error"]) for r in others) < 0.01
+    # Measurements the model cannot produce (a waiting probe slowed 1.5x beside a busy one
+    # whatever the quotas) give a held-out error the in-sample fit does not show.
+    raw = synthetic(TRUE, Settings.full())
+    for r in raw["pairs"]:
+        if r["target"] == "mixed" and r["other"] == "cpu" and r["target_quota"] == 0.75:
+            r["elapsed_s"] *= 1.5
+    worse = fitting.held_out(raw)
+    assert worse["rms_log_error"] > exact["rms_log_error"] + 0.02
+
+
+def test_a_waiting_host_barely_notices_a_busy_guest_and_a_quota_bound_one_pays_its_quota():
+    m = InterferenceModel(timeslice=0.45)
+    io_host, sleepy, cpu = JobDemand(cpu=0.2), JobDemand(cpu=0.43), JobDemand(cpu=1.0)
+    # 50/50 on one core: the guest busy 0.5 of the time; the host computes 20 % (43 %) of it.
+    assert 1 / m.rate(io_host, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(1 + 0.45 * 0.2 * 0.5)
+    assert 1 / m.rate(sleepy, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(1 + 0.45 * 0.43 * 0.5)
+    # A CPU-bound job under a binding quota: the quota's 2x, not 2x times the shared core.
+    assert 1 / m.rate(cpu, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(2.0)
+    # A job holding more cores than busy processes (a sequential stage: wait 0) pays for
+    # its one busy process, on the share of its cores the guest fills.
+    seq = JobDemand(cpu=0.125, wait=0.0)
+    assert 1 / m.rate(seq, 1.0, [(cpu, 0.5, 0.5)]) == pytest.approx(1 + 0.45 * 1.0 * 0.25)
+
+
+def _good() -> dict:
+    return synthetic(TRUE, Settings.quick())
+
+
+@pytest.mark.parametrize("breaking, message", [
+    (lambda r: r.pop("pairs"), "'pairs' is missing"),
+    (lambda r: r.update(pairs=[]), "no pair on the same CPU"),
+    (lambda r: r.update(quota=[]), "no quota point"),
+    (lambda r: r["alone"].pop("mixed"), "probe 'mixed' has no reference run"),
+    (lambda r: r["pairs"][0].update(elapsed_s=float("nan")), "pairs[0].elapsed_s must be a positive finite"),
+    (lambda r: r["quota"][1].update(ref_elapsed_s=0), "quota[1].ref_elapsed_s must be a positive"),
+    (lambda r: r["alone"]["cpu"][0].update(cpu_s=float("nan")), "alone.cpu[0].cpu_s"),
+    (lambda r: r["pairs"][0].pop("other_quota"), "pairs[0] has no 'other_quota'"),
+])
+def test_a_calibration_file_missing_pairs_or_holding_nan_is_refused_by_name(tmp_path, breaking, message):
+    raw = _good()
+    fitting.validate(raw, "ok")
+    breaking(raw)
+    with pytest.raises(InvalidInput) as exc:
+        fitting.validate(raw, "some.json")
+    assert str(exc.value).startswith("some.json: ") and message in str(exc.value)
+    # The command line says the same in one line, naming the file, with no traceback.
+    bad = tmp_path / "broken.json"
+    bad.write_text(json.dumps(raw))          # NaN is written as JSON NaN
+    r = CliRunner().invoke(main, ["calibrate", "--from", str(bad)])
+    assert r.exit_code != 0 and str(bad) in r.output and message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_quick_settings_are_a_subset_the_fit_and_held_out_check_can_use():
+    raw = synthetic(TRUE, Settings.quick())
+    fitting.validate(raw, "quick")
+    out = fitting.held_out(raw)
+    assert out["points"] == 1 and out["rms_log_error"] is not None
