@@ -534,8 +534,12 @@ class Controller:
             host = self._last.get(d.host_job)
             hq = host.quota_fraction if host is not None else 1.0
             self._record(lambda: self.recorder.record_decision(d, hq, 0.0), report)
+            if d.action_index == 0:
+                kind, note = "declined", "a_0: not on this host"
+            else:   # forgotten by the learner: closed like a decision never carried out
+                kind, note = "cancelled", "action under half the guest's need: no loan"
             self._record(lambda: self.recorder.record_outcome(OutcomeRecord(
-                d.decision_id, now, 0.0, "declined", note="a_0: not on this host")), report)
+                d.decision_id, now, 0.0, kind, note=note)), report)
             self._dirty_classes.add(d.job_class)
         for item in plan:
             if isinstance(item, Start):
