@@ -182,6 +182,8 @@ class HostIndex:
         # idle CPU for a guest are skipped in O(log n), not walked.
         self.idle_trees = [MaxTree([self._idle_cores(e[1], e[3]) for e in b])
                            for b in self.buckets] if idle_only else None
+        self._both: dict[tuple[int, float], MaxTree] = {}
+        self._both_keys: dict[int, list[float]] = {}
         self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
                       for i, e in enumerate(entries)}
         self.asked: set[str] = set()
@@ -229,6 +231,8 @@ class HostIndex:
         self.trees[b].remove(i)
         if self.idle_trees is not None:
             self.idle_trees[b].remove(i)
+            for e in self._both_keys.get(b, ()):
+                self._both[(b, e)].remove(i)
         return self.buckets[b][i]
 
     def _idle_cores(self, rj: RunningJob, lent: float) -> float:
@@ -256,7 +260,23 @@ class HostIndex:
                     yield bucket[i]
                     i = idle.first_at_least(i + 1, min_idle)
                 return
-            # Under a reservation: walk the hosts that end late enough, idle CPU inline.
+            # Under a reservation a host must also end late enough. Guests' walltimes take
+            # few distinct values, so per (bucket, least end) a max tree of the idle cores of
+            # the hosts that end late enough answers both rules in O(log n); past a few
+            # such trees per bucket, walk the end tree and check idle CPU inline.
+            both = self._both.get((b, min_end))
+            if both is None and len(self._both_keys.get(b, ())) < 8:
+                size = tree.size
+                both = MaxTree([idle.tree[size + k] if tree.tree[size + k] >= min_end
+                                else -math.inf for k in range(len(bucket))])
+                self._both[(b, min_end)] = both
+                self._both_keys.setdefault(b, []).append(min_end)
+            if both is not None:
+                i = both.first_at_least(0, min_idle)
+                while i != -1:
+                    yield bucket[i]
+                    i = both.first_at_least(i + 1, min_idle)
+                return
             i = tree.first_at_least(0, min_end)
             while i != -1:
                 if idle.tree[idle.size + i] >= min_idle:
