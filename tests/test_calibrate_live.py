@@ -23,6 +23,8 @@ def test_calibrate_without_root_says_what_it_needs(monkeypatch):
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     r = cosched("calibrate", "--quick")
     assert r.exit_code != 0 and "needs root" in r.output and "Traceback" not in r.output
+    r = cosched("calibrate", "--quick", "--waiting")
+    assert r.exit_code != 0 and "choose one" in r.output
 
 
 def test_calibrate_refits_saved_figures_without_measuring(tmp_path):
@@ -64,6 +66,10 @@ def test_quick_calibration_measures_real_quotas_and_leaves_no_cgroup(tmp_path):
     assert points["mixed at 50%"]["measured"] <= 1.4, points["mixed at 50%"]
     assert points["mixed at 20%"]["measured"] > points["mixed at 50%"]["measured"]
     assert raw["alone"]["cpu"] and all(x["cpu_s"] > 0 for x in raw["alone"]["cpu"])
+    # The one pair (the sleepy probe beside a CPU-bound one) is checked left out of the fit,
+    # and the load was recorded at every round.
+    assert out["held_out"]["points"] == 1 and out["held_out"]["rms_log_error"] >= 0
+    assert len(raw["load"]) == raw["repeats"] + 1
     # Every calibration cgroup is gone.
     for base in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
         assert not list(base.glob(f"cosched-calib-{os.getpid()}-*"))

@@ -85,12 +85,19 @@ def test_held_out_pairs_are_predicted_exactly_when_the_model_is_true_and_worse_w
     assert worse["rms_log_error"] > exact["rms_log_error"] + 0.02
 
 
-def test_a_waiting_host_barely_notices_a_busy_guest_and_a_quota_bound_one_pays_its_quota():
-    m = InterferenceModel(timeslice=0.45)
-    io_host, sleepy, cpu = JobDemand(cpu=0.2), JobDemand(cpu=0.43), JobDemand(cpu=1.0)
+def test_a_waiting_host_pays_for_its_computing_not_its_waiting_and_a_quota_bound_one_its_quota():
+    m = InterferenceModel(timeslice=0.45, wakeup=1.0)
+    sleepy_20, sleepy, cpu = JobDemand(cpu=0.2), JobDemand(cpu=0.43), JobDemand(cpu=1.0)
     # 50/50 on one core: the guest busy 0.5 of the time; the host computes 20 % (43 %) of it.
-    assert 1 / m.rate(io_host, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(1 + 0.45 * 0.2 * 0.5)
+    assert 1 / m.rate(sleepy_20, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(1 + 0.45 * 0.2 * 0.5)
     assert 1 / m.rate(sleepy, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(1 + 0.45 * 0.43 * 0.5)
+    # Waiting on the disk instead (all its waits): each short I/O ends behind the guest's
+    # turn, a cost per wake-up, so also per unit of its computing (k_wake x io / wait = 1).
+    disk = JobDemand(cpu=0.2, io=0.8)
+    assert 1 / m.rate(disk, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(1 + (0.45 + 1.0) * 0.2 * 0.5)
+    # Half its waits on the disk: half the wake-up cost.
+    half = JobDemand(cpu=0.2, io=0.4)
+    assert 1 / m.rate(half, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(1 + (0.45 + 0.5) * 0.2 * 0.5)
     # A CPU-bound job under a binding quota: the quota's 2x, not 2x times the shared core.
     assert 1 / m.rate(cpu, 0.5, [(cpu, 0.5, 1.0)]) == pytest.approx(2.0)
     # A job holding more cores than busy processes (a sequential stage: wait 0) pays for

@@ -21,9 +21,9 @@ A job is described by shares of its runtime alone (``JobDemand``):
 A job's speed relative to alone (1.0 = as fast as alone) when it shares a host's cores
 with others (the host and its guests; ``others``) is
 
-    rate = min(quota_term, 1 / (1 + (k_ts * (1 - wait) + k_wake * io)   same cores: its
-                                    * sum(busy_o)))                      computing shares a
-                                                                         busy core, and each
+    rate = min(quota_term,                                              same cores: its
+               1 / (1 + (k_ts + k_wake * io / wait) * (1 - wait)         computing shares a
+                        * sum(busy_o)))                                  busy core, and each
                                                                          disk wait ends behind it
            / (1 + k_cache * (u - membw) * sum(membw_o)                  a streaming co-runner
                                                                          evicts our cached data
@@ -41,13 +41,15 @@ with others (the host and its guests; ``others``) is
   over the co-runners on the job's cores, each weighted by the share of its cores it runs
   on (a guest fills its own cores, a host's cores only in part). A job pays for it only
   while it computes, (1 - wait) of its time (u for most jobs): then the co-runner, when
-  not throttled, takes its turns on the core (k_ts near 1: computing at half speed for as
-  long as the co-runner is busy; less, since a job waking from a wait preempts the busy
-  co-runner and runs first). A job that waits in long sleeps (emulated storage, a
-  message) barely notices a busy sibling: after a long sleep it preempts at once. A job
+  not throttled, takes its turns on the core (k_ts about 1: computing at half speed for
+  as long as the co-runner is busy; fitted 1.2, as a short burst can lose the core for a
+  whole turn of the co-runner). Its waiting costs it nothing more: after a long sleep
+  (emulated storage, a message) a job preempts the busy co-runner at once. A job
   that waits on the disk wakes up after every short I/O, too often to earn that
-  precedence, and waits behind the co-runner's turn each time: a cost per wake-up, so in
-  proportion to its disk-waiting share io (k_wake). A job whose own quota binds is
+  precedence, and waits behind the co-runner's turn each time: a cost per wake-up. A
+  program wakes up a fixed number of times per unit of its work, so that cost too scales
+  with its computing share, by how much of its waiting is on the disk (io / wait: k_wake).
+  A job whose own quota binds is
   already paced by it: the co-runner uses the time the quota leaves, hence the min (the
   worse of the two, not their product);
 - a job computing on cached data (u - membw) loses the shared cache to co-runners that
@@ -142,7 +144,8 @@ class InterferenceModel:
             bw += o.membw
             io += o.io
         computing = 1.0 - float(demand.wait)
-        shared = 1.0 + (self.timeslice * computing + self.wakeup * float(demand.io)) * busy
+        disk = min(1.0, float(demand.io) / float(demand.wait)) if demand.wait > 0 else 0.0
+        shared = 1.0 + (self.timeslice + self.wakeup * disk) * computing * busy
         # The worse of the quota and the shared core, not both: under a binding quota the
         # co-runner runs in the time that quota leaves.
         cores = max(1.0, shared * self.quota_term(demand, quota))
@@ -171,7 +174,7 @@ class InterferenceModel:
 # ``cosched calibrate`` on the shared 2-core development machine (load average 2-8);
 # docs/calibration.md gives the figures, the fit's errors and its error on pairs left out
 # of it. memory_penalty is the assumed one (not measured).
-CALIBRATED = InterferenceModel(throttle=0.0359, overlap=0.6254, timeslice=1.2013, wakeup=1.5217,
+CALIBRATED = InterferenceModel(throttle=0.0359, overlap=0.6254, timeslice=1.2013, wakeup=2.3306,
                                cache=0.0231, bandwidth=0.0887, io=0.0, memory_penalty=2.0)
 
 # No interference beyond what quotas do (for tests that want the pure quota model).

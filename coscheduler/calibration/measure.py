@@ -18,8 +18,10 @@ drifting load of a shared machine hits both alike; ratios are summarised by medi
 
 The calibration cgroups get a high ``cpu.shares`` (default 65536, 64x a default job's): on a
 machine shared with other work, a quota only shows when the program could otherwise use
-the whole CPU. Runs are short (one to a few seconds each): a quick calibration takes about
-half a minute, a full one about a quarter of an hour on the 2-core development machine.
+the whole CPU, and the 1-minute load average is recorded at every round. Runs are short
+(one to a few seconds each): a quick calibration takes about half a minute, the waiting
+hosts alone (``Settings.waiting``) about four minutes, a full one about 17 minutes on the
+2-core development machine.
 
 Needs root and a writable cgroup cpu controller (v1 ``cpu.cfs_quota_us`` or v2
 ``cpu.max``); ``CalibrationUnavailable`` says what is missing. Every cgroup made is removed.
@@ -95,6 +97,17 @@ class Settings:
         return cls(repeats=2,
                    quotas={"cpu": (0.5,), "mixed": (0.5, 0.2)},
                    same_core=(("mixed", "cpu", 0.5),),
+                   cross_core=())
+
+    @classmethod
+    def waiting(cls) -> "Settings":
+        """The co-allocation case alone: the waiting hosts (disk, sleepy) beside a CPU-bound
+        guest at 50/50 and 75/25, seven rounds (about four minutes): a second session
+        whose pairs check a fitted model out of sample."""
+        return cls(repeats=7,
+                   quotas={"cpu": (0.5,), "io": (0.5,), "mixed": (0.5,)},
+                   same_core=(("io", "cpu", 0.5), ("mixed", "cpu", 0.5), ("io", "cpu", 0.75),
+                              ("mixed", "cpu", 0.75)),
                    cross_core=())
 
     @classmethod

@@ -1,6 +1,6 @@
 """``cosched calibrate``: measure interference on this machine and fit the simulator's model.
 
-``cosched calibrate [--quick] [--json] [--save FILE] [--from FILE] [--shares N]``
+``cosched calibrate [--quick | --waiting] [--json] [--save FILE] [--from FILE] [--shares N]``
 
 Runs the testbed's stage programs for real under real cgroup CPU quotas, alone and in
 pairs (coscheduler/calibration/measure.py), fits the virtual backend's interference model
@@ -30,8 +30,12 @@ def _pct(x: float) -> str:
 
 @click.command()
 @click.option("--quick", is_flag=True,
-              help="Four points, two rounds (about half a minute); default: 29 points, five "
-                   "rounds (about a quarter of an hour on two cores).")
+              help="Four points, two rounds (about half a minute); default: 41 points, five "
+                   "rounds (about 17 minutes on two cores).")
+@click.option("--waiting", is_flag=True,
+              help="Only the waiting hosts (disk, sleepy) beside a CPU-bound guest at 50/50 and "
+                   "75/25, seven rounds (about four minutes): checks a model on a second "
+                   "session.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/cli-json.md).")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the raw figures (JSON) to this file.")
@@ -40,7 +44,7 @@ def _pct(x: float) -> str:
 @click.option("--shares", type=click.IntRange(2, 262144), default=65536, show_default=True,
               help="cpu.shares of the calibration cgroups (high: other load on the machine "
                    "must not hide what the quotas do).")
-def calibrate(quick: bool, as_json: bool, save: Path | None, from_file: Path | None,
+def calibrate(quick: bool, waiting: bool, as_json: bool, save: Path | None, from_file: Path | None,
               shares: int) -> None:
     """Measure how co-located real jobs slow each other under CPU quotas, and fit the
     simulator's interference model to it."""
@@ -57,7 +61,9 @@ def calibrate(quick: bool, as_json: bool, save: Path | None, from_file: Path | N
     else:
         from ..calibration.measure import CalibrationUnavailable, Settings, measure
 
-        settings = Settings.quick() if quick else Settings.full()
+        if quick and waiting:
+            raise click.ClickException("--quick and --waiting: choose one")
+        settings = Settings.quick() if quick else Settings.waiting() if waiting else Settings.full()
         settings.shares = shares
         t0 = time.monotonic()
 
@@ -68,7 +74,7 @@ def calibrate(quick: bool, as_json: bool, save: Path | None, from_file: Path | N
             raw = measure(settings, progress).to_dict()
         except CalibrationUnavailable as exc:
             raise click.ClickException(f"cannot calibrate here: {exc}") from None
-        mode = "quick" if quick else "full"
+        mode = "quick" if quick else "waiting" if waiting else "full"
         source = "this calibration's measurements"
         if save is not None:
             save.write_text(json.dumps(raw, indent=1) + "\n")
