@@ -23,6 +23,7 @@ from typing import Callable
 
 from .backends.local import LocalBackend
 from .controller import Controller
+from .controller.usage import ClassUsage
 from .learner import LearnerConfig
 from .model import Job
 from .policies.coalloc import make_policy
@@ -46,10 +47,11 @@ class PolicyRun:
     coallocations: int
     # Completed jobs' runtimes by job class (job ids differ between runs; classes repeat).
     runtimes: dict[str, list[float]] = field(default_factory=dict)
+    # The run for the timeline picture (experiments.timeline.Timeline), not in the JSON.
+    timeline: object | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
-        d = asdict(self)
-        del d["runtimes"]
+        d = {k: v for k, v in asdict(self).items() if k not in ("runtimes", "timeline")}
         return d
 
 
@@ -68,25 +70,62 @@ def demo_jobs(scale: float, workdir: Path, nodes: dict[str, int] = DEMO_NODES,
 def run_policy(policy: str, jobs: list[Job], workdir: Path, *,
                nodes: dict[str, int] = DEMO_NODES, recorder: Recorder | None = None,
                seed: int = 0, tick_s: float = 0.5, cpus: float | None = None,
-               on_tick: Callable[[str, LocalBackend, Controller], None] | None = None) -> PolicyRun:
-    """Run ``jobs`` live under ``policy`` until every job ended; returns the measurements."""
+               on_tick: Callable[[str, LocalBackend, Controller], None] | None = None,
+               usage: ClassUsage | None = None) -> PolicyRun:
+    """Run ``jobs`` live under ``policy`` until every job ended; returns the measurements.
+    ``usage``: what each job class uses alone, shared between runs (space sharing, which
+    runs first, teaches ASA_X's lending rule its guests' demand)."""
     recorder = recorder if recorder is not None else MemoryRecorder()
     workdir.mkdir(parents=True, exist_ok=True)
+    use_log: list[tuple[float, str, float]] = []
+    round_times: list[float] = []
     with LocalBackend(nodes, workdir, cpus=cpus) as backend:
         for job in jobs:
             backend.submit(job)
         if policy in ("asax", "asa_x"):
             controller = Controller.from_recorder(backend, recorder, "asax",
-                                                  learner_config=LearnerConfig(seed=seed))
+                                                  learner_config=LearnerConfig(seed=seed),
+                                                  usage=usage)
         else:
-            controller = Controller(backend, make_policy(policy), recorder)
+            controller = Controller(backend, make_policy(policy), recorder, usage=usage)
+        learner = controller.learner
+
+        def rounds() -> int:
+            return 0 if learner is None else sum(learner.class_state(c).rounds
+                                                 for c in learner.known_classes())
+        seen = rounds()
         while not backend.idle():
             controller.step()
+            for jid, smp in controller.last_samples.items():
+                use_log.append((smp.time, jid, smp.cpu_percent / 100.0))
+            if rounds() > seen:
+                seen = rounds()
+                round_times.append(backend.now())
             if on_tick is not None:
                 on_tick(policy, backend, controller)
             time.sleep(tick_s)
         controller.step()   # drain the last outcomes into the learner
-        return _measure(policy, jobs, backend)
+        if rounds() > seen:
+            round_times.append(backend.now())
+        run = _measure(policy, jobs, backend)
+        run.timeline = _timeline(policy, jobs, backend, use_log, round_times)
+        return run
+
+
+def _timeline(policy: str, jobs: list[Job], backend: LocalBackend,
+              use_log: list[tuple[float, str, float]], round_times: list[float]):
+    """The run as plain data for the timeline picture (experiments.timeline)."""
+    from .experiments.timeline import TimelineJob, from_records
+
+    outcomes = {o.job_id: o for o in backend.history}
+    hosts = {jid: host for _, jid, host in backend.starts}
+    tl_jobs = [TimelineJob(j.job_id, j.job_class.split("/", 1)[0], outcomes[j.job_id].start_time,
+                           outcomes[j.job_id].end_time, j.cores, hosts.get(j.job_id))
+               for j in jobs if j.job_id in outcomes and j.job_id in hosts
+               and outcomes[j.job_id].end_time > outcomes[j.job_id].start_time]
+    # The local backend logs each job's quota at its start too (quota_log).
+    return from_records(f"demo, {policy}", tl_jobs, sum(n.cores for n in backend.nodes()),
+                        backend.quota_log, None, use_log, round_times)
 
 
 def _measure(policy: str, jobs: list[Job], backend: LocalBackend) -> PolicyRun:

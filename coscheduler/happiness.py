@@ -51,6 +51,29 @@ def happiness(elapsed_s: float, walltime_s: float, tasks_done: int, tasks_total:
     return time_left * tasks_per_s / remaining
 
 
+# Hp against the runtime alone: a job is "in time" while it runs no more than this much
+# slower than alone (so a host running as fast as alone has Hp >= 1.1, the experts' slack bin).
+HAPPY_SLOWDOWN = 0.1
+
+
+def happiness_vs_alone(elapsed_s: float, walltime_s: float, alone_runtime_s: float,
+                       tasks_done: int, tasks_total: int, tasks_per_s: float | None,
+                       tolerance: float = HAPPY_SLOWDOWN) -> float | None:
+    """Hp from the job's speed relative to alone: the paper's form with the time budget
+    taken from its runtime alone instead of the (generous) walltime request,
+
+        Hp(t) = (min(walltime, (1 + tolerance) x T_alone) - t) x rate / remaining_tasks.
+
+    A job running as fast as alone from its start has Hp = 1 + tolerance at t = 0 and
+    more later; one that runs ``tolerance`` slower than alone sits near 1; slower, below.
+    (The walltime form is inert where walltimes are 1.75x the runtime: Hp >= 1.1 almost
+    always.) None when it cannot be known yet."""
+    ta = _positive(alone_runtime_s, "alone_runtime_s")
+    tol = check_finite(tolerance, "happiness tolerance", minimum=0.0)
+    wt = _positive(walltime_s, "walltime_s")
+    return happiness(elapsed_s, min(wt, (1.0 + tol) * ta), tasks_done, tasks_total, tasks_per_s)
+
+
 def walltime_loss(runtime_s: float, walltime_s: float) -> float:
     """0 when the job finished within its walltime, else min(1, overrun / walltime)."""
     rt = check_finite(runtime_s, "runtime_s", minimum=0.0)

@@ -46,6 +46,11 @@ def run_to_json(run: PaperRun) -> dict:
     d["held_core_seconds"] = round(run.held_core_seconds, 3)
     d["stages"] = [{f.name: (list(v) if isinstance(v := getattr(s, f.name), tuple) else v)
                     for f in fields(StageRecord)} for s in run.stages]
+    # For the timeline picture.
+    d["start_quotas"] = dict(run.start_quotas)
+    d["quota_log"] = [list(x) for x in run.quota_log]
+    d["use_log"] = [[round(t, 3), j, round(u, 4)] for t, j, u in run.use_log]
+    d["round_times"] = list(run.round_times)
     return d
 
 
@@ -270,6 +275,14 @@ def write_plots(runs: Sequence[PaperRun], sim_runs: Sequence[PaperRun], out: Pat
         fig.savefig(path)
         plt.close(fig)
         paths.append(path)
+    # A timeline per policy: its last testbed run, jobs on cores over time.
+    from coscheduler.experiments.paper import instance_kinds
+    from coscheduler.experiments.plots import plot_timeline
+
+    last = {r.policy: r for r in runs}
+    for policy, r in last.items():
+        if any(s.end > s.start for s in r.stages):
+            paths.append(plot_timeline(r, out / f"timeline-{policy}.png", instance_kinds()))
     return paths
 
 

@@ -55,6 +55,11 @@ class _Seen:
     hosts: dict[str, str] = field(default_factory=dict)       # guest -> host
     start_quota: dict[str, float] = field(default_factory=dict)
     starts: list[tuple[float, str, str | None]] = field(default_factory=list)
+    use_log: list[tuple[float, str, float]] = field(default_factory=list)
+    quota_log: list[tuple[float, str, float]] = field(default_factory=list)
+    round_times: list[float] = field(default_factory=list)
+    revisions_seen: int = 0
+    rounds_seen: int = -1
 
 
 class _Measured:
@@ -141,10 +146,26 @@ def run(a) -> int:
     if policy == "asax":
         from coscheduler.store import SqliteStore
 
+        from coscheduler.controller.usage import ClassUsage
+        from coscheduler.learner.classes import class_key
+
         recorder = SqliteStore(a.learner_db, create=True) if a.learner_db else MemoryRecorder()
+        # As ``cosched simulate paper`` does: seed each class's runtime alone and usual use
+        # (what a site's accounting of exclusive runs holds) before the first decision, so
+        # hosts' losses are degradations and the lending rule knows its guests' demand;
+        # each host's end closes its class's round (ControllerConfig.round_per_host).
+        usage = ClassUsage()
+        for s in stg:
+            cls = s.job.job_class
+            if recorder.alone_runtime(cls) is None:
+                recorder.record_alone_runtime(cls, s.profile.alone_runtime_s)
+            if usage.expected(cls) is None:
+                usage.add(cls, s.profile.cpu_util * 100.0, s.profile.mem_percent,
+                          s.profile.io_mb_s)
         controller = Controller.from_recorder(
             backend, recorder, "asax", learner_config=LearnerConfig(seed=a.seed + a.repeat_index),
-            queue_order=order, config=config)
+            queue_order=order, config=config,
+            class_of=class_key(paper_exp.CLASSES["stage"]), usage=usage)
     else:
         recorder = MemoryRecorder()
         controller = Controller(backend, make_policy(policy), recorder, order, config)
@@ -159,6 +180,22 @@ def run(a) -> int:
             if _requested:
                 raise Stop(_requested[0])
             controller.step()
+            # For the timeline picture: what the controller saw each job use, its quota
+            # revisions, and when the learner closed a round (seconds since submission).
+            tick_t = time.time() - t0
+            for jid, smp in getattr(controller, "last_samples", {}).items():
+                if jid in name_of:
+                    seen.use_log.append((tick_t, name_of[jid], smp.cpu_percent / 100.0))
+            for _, jid, _, q in controller.revisions[seen.revisions_seen:]:
+                if jid in name_of:
+                    seen.quota_log.append((tick_t, name_of[jid], q))
+            seen.revisions_seen = len(controller.revisions)
+            if controller.learner is not None:
+                n = sum(controller.learner.class_state(c).rounds
+                        for c in controller.learner.known_classes())
+                if n > seen.rounds_seen >= 0:
+                    seen.round_times.append(tick_t)
+                seen.rounds_seen = n
             for o in backend.history:
                 if o.job_id in name_of and o.job_id not in done:
                     done[o.job_id] = o
@@ -210,6 +247,9 @@ def run(a) -> int:
     result = paper_exp.measure_run(stg, measured, len(cluster["nodes"]) * int(
         next(iter(cluster["nodes"].values()))["cpus"]), policy, a.repeat_index, a.seed, a.scale,
         "carried" if policy == "asax" else None)
+    result.start_quotas = dict(seen.start_quota)
+    result.quota_log, result.use_log = seen.quota_log, seen.use_log
+    result.round_times = seen.round_times
     data = run_to_json(result)
     data["slurm_ids"] = {name: int(sid) for sid, name in name_of.items()}
     data["reasons"] = {o.job_id: o.reason for o in history if o.state != "completed"}

@@ -33,9 +33,14 @@ def test_demo_short_live_run(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(private_tmp))
     r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.002",
                                   "--db", str(tmp_path / "demo.db"),
+                                  "--out", str(tmp_path / "pictures"),
                                   "--policies", "space-sharing,static,asax"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
+    # A timeline picture per policy (a PNG's first bytes).
+    for policy in ("space-sharing", "static", "asax"):
+        png = tmp_path / "pictures" / f"timeline-{policy}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out["mode"] == "live"
     assert out["workdir"] is None and list(private_tmp.iterdir()) == []
     by = {x["policy"]: x for x in out["results"]}

@@ -118,7 +118,8 @@ def test_the_whole_report_and_its_plots(tmp_path, sim_runs):
     assert "TESTBED (real Slurm in containers)" in out and "SIMULATOR" in out
     assert "testbed vs simulator" in out and "load average" in out
     paths = report.write_plots(rep["runs"], rep["sim_runs"], tmp_path / "plots", "t")
-    assert [p.name for p in paths] == ["makespan.png", "mean-response.png", "cpu-util.png"]
+    assert [p.name for p in paths][:3] == ["makespan.png", "mean-response.png", "cpu-util.png"]
+    assert {p.name for p in paths[3:]} == {f"timeline-{r.policy}.png" for r in sim_runs}
     for p in paths:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
 

@@ -82,9 +82,11 @@ def _progress(stream):
 @click.option("--repeat", type=click.IntRange(1, 20), default=1, show_default=True,
               help="Rounds of all policies (each about a minute); figures are then medians, "
                    "with their range.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write a timeline PNG per policy (its last round) into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, keep_workdir: bool,
-         seed: int, repeat: int, as_json: bool) -> None:
+         seed: int, repeat: int, out_dir: Path | None, as_json: bool) -> None:
     """Co-schedule real workloads live on this machine under each policy (about a minute)."""
     try:
         check_local_support()
@@ -135,6 +137,8 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
     # SIGTERM unwinds like Ctrl-C, so every backend kills its jobs and gives quotas back.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     rounds: list[list] = []
+    from ..controller.usage import ClassUsage
+    usage = ClassUsage()   # what space sharing sees each class use alone teaches ASA_X
     try:
         for k in range(repeat):
             runs = []
@@ -142,7 +146,8 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
                 where = workdir / (policy if repeat == 1 else f"round{k + 1}-{policy}")
                 jobs = demo_jobs(scale, where, tag=f"{run_tag}-{k + 1}-{policy}")
                 runs.append(run_policy(policy, jobs, where, recorder=store, seed=seed,
-                                       on_tick=None if as_json else _progress(err)))
+                                       on_tick=None if as_json else _progress(err),
+                                       usage=usage))
                 if not as_json:
                     r = runs[-1]
                     label = policy if repeat == 1 else f"{policy} ({k + 1}/{repeat})"
@@ -157,6 +162,16 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
         if temp_workdir and not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
     results = summarise_rounds(rounds)
+    if out_dir is not None:
+        from ..experiments.timeline import draw_timeline
+
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            files = [draw_timeline(r.timeline, out_dir / f"timeline-{r.policy}.png")
+                     for r in rounds[-1] if r.timeline is not None and r.timeline.jobs]
+        except OSError as exc:
+            raise click.ClickException(f"cannot write into {out_dir}: {exc}") from None
+        click.echo(f"wrote {', '.join(str(f) for f in files)}", err=True)
     if as_json:
         echo_json({"mode": "live", "workdir": str(workdir) if not temp_workdir or keep_workdir else None,
                    "db": str(db), "repeat": repeat, "results": results})

@@ -244,8 +244,10 @@ def _positive_scale(ctx, param, value: float) -> float:
 @simulate.command("paper")
 @click.option("--cores", "cores_text", default="64,128,256", show_default=True,
               help="Cluster sizes in cores, separated by commas (each >= 64, the largest job).")
-@click.option("--policies", "policies_text", default="space-sharing,static,asax",
-              show_default=True, help="Co-allocation policies: space-sharing, static, asax.")
+@click.option("--policies", "policies_text", default="space-sharing,static,asax,oracle",
+              show_default=True, help="Co-allocation policies: space-sharing, static, asax, "
+                                      "and the yardstick oracle (true idle shares lent without "
+                                      "interference).")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repetitions of the workload per cluster size and policy.")
 @click.option("--scale", type=float, default=1.0, show_default=True, callback=_positive_scale,
@@ -269,7 +271,7 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--scale-out", type=click.IntRange(min=1), default=1, show_default=True,
               help="Multiply the workflows and every cluster size by K (K copies of the 15 "
                    "workflows on K times the cores).")
-@click.option("--classes", type=click.Choice(tuple(paper_exp.CLASSES)), default="kind",
+@click.option("--classes", type=click.Choice(tuple(paper_exp.CLASSES)), default="stage",
               show_default=True,
               help="ASA_X's job classes (weights are kept per class): per workflow kind, per "
                    "stage, or per stage and size.")

@@ -29,12 +29,14 @@ class ControllerConfig:
     # walltime has passed (early progress rates are noisy).
     early_loss: bool = True
     early_loss_min_elapsed: float = 0.25
-    # A decision's loss is the larger of its host's and its guest's (each its degradation
-    # against its class's runtime alone, else its walltime loss), observed when the first of
-    # the two ends, the other's projected from its progress (from then on it runs without
-    # the other): a guest slowed by a small quota costs the experts that chose it.
-    # False: the host's loss only (the paper's section 3), observed when the host ends.
-    pair_loss: bool = True
+    # False (the paper's section 3): a decision's loss is its host's (degradation against
+    # its class's runtime alone, else its walltime loss), observed when the host ends.
+    # True: the larger of the host's and the guest's, observed when the first of the two
+    # ends (the other's projected from its progress).
+    pair_loss: bool = False
+    # Close the learner's round of a host's class when that host ends (each host job's
+    # co-allocations are one pass of Algorithm 1's inner loop), besides the risk threshold.
+    round_per_host: bool = True
     # Say why each job left queued was not co-allocated (PassReport.refused). O(queued x
     # running) per pass: a diagnostic for simulations and operators, off by default.
     explain: bool = False
@@ -46,8 +48,16 @@ class ControllerConfig:
     # beside its host's (and the host's other guests') on them. None: not checked.
     node_mem_mb: int | None = None
     node_bb_gb: int | None = None
+    # A policy that lends only idle CPU (``policy.idle_only``, ASA_X): the headroom kept
+    # above a host's measured use, as a share of its cores, and the hysteresis band of the
+    # per-tick revision (policies.lending).
+    lend_margin: float = 0.1
+    lend_hysteresis: float = 1.0
 
     def __post_init__(self) -> None:
+        from ..policies.lending import check_hysteresis, check_margin
+        check_margin(self.lend_margin, "controller lend_margin")
+        check_hysteresis(self.lend_hysteresis, "controller lend_hysteresis")
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
             v = getattr(self, name)
             if v is None and name != "max_start_attempts":

@@ -15,23 +15,26 @@ import bisect
 import heapq
 import math
 from itertools import islice
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from .. import happiness as hp
 from ..learner import HostState
 from ..model import InvalidInput, Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate
 from ..policies.gang import fits_beside, guest_placement
+from ..policies.lending import guest_need, loan
 from .config import ControllerConfig
 from .usage import ClassUsage, Expected
 
 
 def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
-               guest: Job | None = None, expected: Expected | None = None) -> HostState:
+               guest: Job | None = None, expected: Expected | None = None,
+               alone_runtime_s: float | None = None) -> HostState:
     """HostState of a host from its latest sample. Unknown metrics are read as a busy
     host (100 % CPU and memory, Hp None): with nothing known, lend little. With ``guest``
     and what its class usually uses (``expected``), the state also tells the guest's
-    usual CPU, memory and file I/O and its cores over the host's."""
+    usual CPU, memory and file I/O and its cores over the host's. With the host class's
+    runtime alone, Hp measures its speed against alone (``happiness.happiness_vs_alone``)."""
     job = rj.job
     elapsed = max(0.0, now - rj.start_time)
     happiness = None
@@ -48,8 +51,12 @@ def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
         cpu, mem = sample.cpu_percent, sample.mem_percent
         total = sample.tasks_total if sample.tasks_total is not None else job.tasks
         try:
-            happiness = hp.happiness(elapsed, job.walltime_s, sample.tasks_done, total,
-                                     sample.tasks_per_s)
+            if alone_runtime_s is not None and alone_runtime_s > 0:
+                happiness = hp.happiness_vs_alone(elapsed, job.walltime_s, alone_runtime_s,
+                                                  sample.tasks_done, total, sample.tasks_per_s)
+            else:
+                happiness = hp.happiness(elapsed, job.walltime_s, sample.tasks_done, total,
+                                         sample.tasks_per_s)
         except InvalidInput:
             happiness = None
     return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
@@ -127,8 +134,15 @@ class HostIndex:
                  samples: Mapping[str, MetricsSample], now: float, *,
                  running_by_id: Mapping[str, RunningJob], was_guest: set[str],
                  cooldown: Mapping[tuple[str, str], float], config: ControllerConfig,
-                 usage: ClassUsage | None = None):
+                 usage: ClassUsage | None = None, idle_only: bool = False,
+                 alone_runtime: Callable[[str], float | None] | None = None):
         self.samples = samples
+        # Lend only idle CPU (policies.lending): hosts without enough idle share for a
+        # guest are not handed over.
+        self.idle_only = idle_only
+        self.margin = config.lend_margin
+        self._alone_of = alone_runtime
+        self._alone: dict[str, float | None] = {}
         self.usage = usage
         self.now = now
         self.cooldown = cooldown
@@ -163,6 +177,13 @@ class HostIndex:
         self.buckets = [sorted(buckets[r], key=lambda e: e[0]) for r in self.rooms]
         self.trees = [MaxTree([e[1].start_time + e[1].job.walltime_s for e in b])
                       for b in self.buckets]
+        # Idle-only lending: per bucket, a max tree of each host's idle cores (its quota
+        # minus its measured use minus the margin; -inf unmeasured), so hosts with too little
+        # idle CPU for a guest are skipped in O(log n), not walked.
+        self.idle_trees = [MaxTree([self._idle_cores(e[1], e[3]) for e in b])
+                           for b in self.buckets] if idle_only else None
+        self._both: dict[tuple[int, float], MaxTree] = {}
+        self._both_keys: dict[int, list[float]] = {}
         self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
                       for i, e in enumerate(entries)}
         self.asked: set[str] = set()
@@ -192,6 +213,8 @@ class HostIndex:
         entry = self._leave(host_id)
         room = entry[1].allocation.cores - sum(used.values())
         full = self.max_guests is not None and len(entry[1].guest_jobs) + n + 1 >= self.max_guests
+        if self.idle_only and self._idle_cores(entry[1], entry[3] + extra + lent) < 0.5:
+            full = True   # its idle CPU is lent: no other guest could get a useful share
         if room >= 1 and not full:
             bisect.insort(self.moved.setdefault(room, []), entry, key=lambda e: e[0])
             self._moved_room[host_id] = room
@@ -206,7 +229,18 @@ class HostIndex:
             return lst.pop(i)
         b, i = self.where[host_id]
         self.trees[b].remove(i)
+        if self.idle_trees is not None:
+            self.idle_trees[b].remove(i)
+            for e in self._both_keys.get(b, ()):
+                self._both[(b, e)].remove(i)
         return self.buckets[b][i]
+
+    def _idle_cores(self, rj: RunningJob, lent: float) -> float:
+        sample = self.samples.get(rj.job_id)
+        if sample is None or not math.isfinite(sample.cpu_percent):
+            return -1e308
+        used = min(rj.job.cores, max(0.0, sample.cpu_percent / 100.0 * rj.job.cores))
+        return rj.job.cores - lent - used - self.margin * rj.job.cores
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
@@ -215,8 +249,40 @@ class HostIndex:
                     self._leave(h)
                 self.asked.add(h)
 
-    def _bucket_iter(self, b: int, min_end: float):
+    def _bucket_iter(self, b: int, min_end: float, min_idle: float | None = None):
         bucket, tree = self.buckets[b], self.trees[b]
+        if min_idle is not None and self.idle_trees is not None:
+            idle = self.idle_trees[b]
+            if min_end <= -1e308:
+                # No reservation to respect: walk the hosts with idle CPU enough.
+                i = idle.first_at_least(0, min_idle)
+                while i != -1:
+                    yield bucket[i]
+                    i = idle.first_at_least(i + 1, min_idle)
+                return
+            # Under a reservation a host must also end late enough. Guests' walltimes take
+            # few distinct values, so per (bucket, least end) a max tree of the idle cores of
+            # the hosts that end late enough answers both rules in O(log n); past a few
+            # such trees per bucket, walk the end tree and check idle CPU inline.
+            both = self._both.get((b, min_end))
+            if both is None and len(self._both_keys.get(b, ())) < 8:
+                size = tree.size
+                both = MaxTree([idle.tree[size + k] if tree.tree[size + k] >= min_end
+                                else -math.inf for k in range(len(bucket))])
+                self._both[(b, min_end)] = both
+                self._both_keys.setdefault(b, []).append(min_end)
+            if both is not None:
+                i = both.first_at_least(0, min_idle)
+                while i != -1:
+                    yield bucket[i]
+                    i = both.first_at_least(i + 1, min_idle)
+                return
+            i = tree.first_at_least(0, min_end)
+            while i != -1:
+                if idle.tree[idle.size + i] >= min_idle:
+                    yield bucket[i]
+                i = tree.first_at_least(i + 1, min_end)
+            return
         i = tree.first_at_least(0, min_end)
         while i != -1:
             yield bucket[i]
@@ -231,11 +297,19 @@ class HostIndex:
         # reserved cores: only hosts that end after the guest qualify then.
         # (-1e308, not -inf: removed hosts hold -inf and must never match.)
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
-        iters = [self._bucket_iter(b, min_end) for b in range(first, len(self.rooms))]
+        min_idle = None
+        if self.idle_only:
+            expected = self.usage.expected(guest.job_class) if self.usage is not None else None
+            demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+            min_idle = 0.5 * guest_need(guest.cores, demand, self.margin) - 1e-9
+        iters = [self._bucket_iter(b, min_end, min_idle) for b in range(first, len(self.rooms))]
         for room, entries in self.moved.items():
             if room >= guest.cores and entries:
                 iters.append(e for e in entries
-                             if e[1].start_time + e[1].job.walltime_s >= min_end)
+                             if e[1].start_time + e[1].job.walltime_s >= min_end
+                             and (min_idle is None or self._idle_cores(
+                                 e[1], e[3] + self.taken.get(e[1].job_id, (0, 0.0))[1])
+                                 >= min_idle))
         merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
         found = self._filter(guest, merged)
         return found if self.max_candidates is None else islice(found, self.max_candidates)
@@ -264,8 +338,40 @@ class HostIndex:
                     node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
                 continue  # its memory or burst buffer would not fit beside the host's
             sample = self.samples.get(host_id)
+            cap = need = None
+            if self.idle_only:
+                demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+                used = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
+                cap = loan(rj.job.cores, lent, used, guest.cores, demand, self.margin)
+                if cap is None:
+                    continue   # not enough idle CPU on this host for this guest
+                need = guest_need(guest.cores, demand, self.margin) / guest.cores
             yield HostCandidate(rj, placement, lent, sample,
-                                host_state(rj, sample, now, guest, expected))
+                                host_state(rj, sample, now, guest, expected,
+                                           self.alone_runtime(rj.job.job_class)),
+                                loan_cap=cap, guest_need=need)
+
+    def has_idle(self, guest: Job, rj: RunningJob) -> bool:
+        """Whether ``rj`` has idle CPU enough for half of ``guest``'s need (diagnostics)."""
+        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
+        demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+        sample = self.samples.get(rj.job_id)
+        used = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
+        lent = sum(self.running_by_id[g].quota_fraction * self.running_by_id[g].job.cores
+                   for g in rj.guest_jobs if g in self.running_by_id)
+        lent += self.taken.get(rj.job_id, (0, 0.0))[1]
+        return loan(rj.job.cores, lent, used, guest.cores, demand, self.margin) is not None
+
+    def alone_runtime(self, job_class: str) -> float | None:
+        """The class's runtime alone (cached for the pass), or None."""
+        if self._alone_of is None:
+            return None
+        if job_class not in self._alone:
+            try:
+                self._alone[job_class] = self._alone_of(job_class)
+            except Exception:  # noqa: BLE001 - a store error: Hp falls back to the walltime
+                self._alone[job_class] = None
+        return self._alone[job_class]
 
 
 # The rules a host candidate passes, in the order the index applies them; a guest that finds
@@ -280,6 +386,7 @@ REFUSALS: tuple[str, ...] = (
     "EASY reservation",       # ... or end before the guest would, past the shadow time
     "cooldown",               # ... or declined this guest within decline_cooldown_s
     "asked this pass",        # ... or were asked for another guest in this pass
+    "no idle CPU",            # ... or leave too little idle CPU for half the guest's need
     "declined",               # the policy was asked and did not co-allocate
 )
 
@@ -322,7 +429,9 @@ def why_not_hosted(guest: Job, running: list[RunningJob], *,
                                 stage = 7
                                 if rj.job_id not in index.asked:
                                     stage = 8
+                                    if not index.idle_only or index.has_idle(guest, rj):
+                                        stage = 9
         furthest = max(furthest, stage)
-        if furthest == 8:
+        if furthest == 9:
             break
     return REFUSALS[furthest]

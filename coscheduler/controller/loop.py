@@ -26,6 +26,7 @@ from .config import ControllerConfig, PassReport
 from .hosts import HostIndex, host_state, why_not_hosted
 from .order import QueueOrder, fcfs
 from .placement import CoStart, EasyBackfill, Start, easy_reservation, free_cores
+from ..policies.lending import Loan, revise
 from .quotas import quota_without_guest, wanted_quota
 from .usage import ClassUsage
 
@@ -82,12 +83,23 @@ class Controller:
         self._attempts: dict[str, int] = {}
         self._unplaceable: set[str] = set()
         self._dirty_classes: set[str] = set()
+        # Idle-only lending: each guest's quota at its start (what a revision may grow
+        # it back to), and the quota revisions made (time, guest, old, new) for reports.
+        self._loan_target: dict[str, float] = {}
+        # Hosts that lent under a learner's decision -> the class whose round closes when
+        # the host ends (ControllerConfig.round_per_host).
+        self._host_round: dict[str, str] = {}
+        self.revisions: list[tuple[float, str, float, float]] = []
+        self.last_samples: dict[str, MetricsSample] = {}
         self.passes = 0
         self._adopt_running()
         if self.learner is not None:
             for d in self.learner.pending.values():
                 self._by_host.setdefault(d.host_job, set()).add(d.decision_id)
                 self._by_guest[d.guest_job] = d.decision_id
+                # A restarted controller knows a guest's loan only as its decision's action.
+                self._loan_target[d.guest_job] = d.action_fraction
+                self._host_round[d.host_job] = d.job_class
                 self._shared.update((d.host_job, d.guest_job))
                 self._was_guest.add(d.guest_job)
 
@@ -99,7 +111,8 @@ class Controller:
                       static_fraction: float = 0.5,
                       expert_factory: Callable[[], list] | None = None,
                       class_of: Callable[[Job], str] | None = None,
-                      usage: ClassUsage | None = None) -> "Controller":
+                      usage: ClassUsage | None = None,
+                      idle_only: bool = True) -> "Controller":
         """Rebuild a controller after a restart: the learner from ``recorder.load()``
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
@@ -112,7 +125,7 @@ class Controller:
                                   next_decision_id=loaded.next_decision_id)
             for decision, loss in loaded.observed:
                 learner.teach(decision, loss)
-        ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of), recorder,
+        ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of, idle_only), recorder,
                   queue_order, config, usage)
         now = backend.now()
         running = set(ctl._last)
@@ -123,6 +136,9 @@ class Controller:
                     ctl._cooldown[(decision.guest_job, decision.host_job)] = until
             else:
                 ctl._shared.update({decision.host_job, decision.guest_job} & running)
+                if decision.host_job in running:
+                    # Its losses came early (Hp): its round still closes when it ends.
+                    ctl._host_round[decision.host_job] = decision.job_class
                 if decision.guest_job in running:
                     ctl._was_guest.add(decision.guest_job)
         return ctl
@@ -165,7 +181,10 @@ class Controller:
         self._resolve_vanished_hosts(now, report)
         self._reconcile_quotas(running, report)
         samples = self._read_metrics(report)
+        self.last_samples = samples     # what this pass saw (reports, the timeline picture)
         self.usage.observe(running, samples)
+        if getattr(self.policy, "idle_only", False):
+            self._revise_loans(samples, report)
         self._early_losses(samples, now, report)
         waiting = [j for j in queued if j.job_id not in self._last]
         if getattr(self.queue_order, "wants_machine", False):  # a selector's order
@@ -215,6 +234,7 @@ class Controller:
         # As a host: every pending decision of this host gets its loss now: the host's, or
         # with ``config.pair_loss`` the worse of the host's and its guest's (the guest's
         # projected from its progress if it still runs: from now on it runs alone).
+        round_class = self._host_round.pop(o.job_id, None)
         for did in sorted(self._by_host.pop(o.job_id, ())):
             d = self.learner.pending.get(did) if self.learner else None
             if d is None:
@@ -228,6 +248,12 @@ class Controller:
                 self._observe_parts(d, self._loss_part(job, o, "host"), guest, when, report)
             else:
                 self._cancel(did, when, f"host {o.job_id} {o.state}: {o.reason}".rstrip(": "), report)
+        if round_class is not None and self.config.round_per_host and self.learner is not None:
+            # Its co-allocations' losses are in: the round of its class closes.
+            closed = self.learner.end_round(round_class, when)
+            if closed is not None:
+                self._record(lambda: self.recorder.record_round(closed), report)
+                self._save_class(round_class, report)
         if rj is not None and rj.guest_jobs:
             # The host ended first: its guests get full quota on the cores they hold.
             for g in rj.guest_jobs:
@@ -257,6 +283,7 @@ class Controller:
             except Exception as exc:  # noqa: BLE001
                 report.errors.append(f"recording the alone runtime of {o.job_id}: {exc}")
         self._shared.discard(o.job_id)
+        self._loan_target.pop(o.job_id, None)
         self._was_guest.discard(o.job_id)
         self._unplaceable.discard(o.job_id)
         self._attempts.pop(o.job_id, None)
@@ -430,7 +457,9 @@ class Controller:
         if self.policy.co_allocates:
             index = HostIndex(running, capacity, samples, now, running_by_id=by_id,
                               was_guest=self._was_guest, cooldown=self._cooldown,
-                              config=self.config, usage=self.usage)
+                              config=self.config, usage=self.usage,
+                              idle_only=getattr(self.policy, "idle_only", False),
+                              alone_runtime=self.recorder.alone_runtime)
         plan: list[Start | CoStart] = []
         declined: list[Decision] = []
         host_quota: dict[str, float] = {}   # hosts' quotas after this pass's co-starts
@@ -505,8 +534,12 @@ class Controller:
             host = self._last.get(d.host_job)
             hq = host.quota_fraction if host is not None else 1.0
             self._record(lambda: self.recorder.record_decision(d, hq, 0.0), report)
+            if d.action_index == 0:
+                kind, note = "declined", "a_0: not on this host"
+            else:   # forgotten by the learner: closed like a decision never carried out
+                kind, note = "cancelled", "action under half the guest's need: no loan"
             self._record(lambda: self.recorder.record_outcome(OutcomeRecord(
-                d.decision_id, now, 0.0, "declined", note="a_0: not on this host")), report)
+                d.decision_id, now, 0.0, kind, note=note)), report)
             self._dirty_classes.add(d.job_class)
         for item in plan:
             if isinstance(item, Start):
@@ -550,7 +583,9 @@ class Controller:
                                                guest_jobs=host.guest_jobs + (job.job_id,))
         self._last[job.job_id] = RunningJob(job, ch.placement, now, ch.guest_quota, ch.host_job,
                                             decision_id=d.decision_id if d else None)
+        self._loan_target[job.job_id] = ch.guest_quota
         if d is not None:
+            self._host_round[ch.host_job] = d.job_class
             self._by_host.setdefault(ch.host_job, set()).add(d.decision_id)
             self._by_guest[job.job_id] = d.decision_id
             self._record(lambda: self.recorder.record_decision(d, ch.host_quota, ch.guest_quota), report)
@@ -654,6 +689,50 @@ class Controller:
             if abs(rj.quota_fraction - want) > 1e-9:
                 self._set_quota(rj.job_id, want, report)
                 self._last[rj.job_id] = replace(rj, quota_fraction=want)
+
+    def _revise_loans(self, samples: dict[str, MetricsSample], report: PassReport) -> None:
+        """Idle-only lending, every tick: a host whose measured use left it less headroom
+        than the margin gets CPU back from its guests first; a host with ample headroom
+        lets its guests grow back to their loans (policies.lending.revise, with hysteresis).
+        Guests shrink before the host's quota rises, and the host's quota falls before its
+        guests grow, so host and guests never claim more than the host's cores."""
+        by_id = self._last
+        for host in list(by_id.values()):
+            if not host.guest_jobs or host.host_job is not None:
+                continue
+            s = samples.get(host.job_id)
+            if s is None:
+                continue
+            loans = []
+            for g in host.guest_jobs:
+                grj = by_id.get(g)
+                if grj is None or grj.host_job != host.job_id:
+                    continue
+                loans.append(Loan(g, grj.job.cores, grj.quota_fraction,
+                                  self._loan_target.get(g, grj.quota_fraction)))
+            try:
+                new = revise(host.job.cores, s.cpu_percent / 100.0 * host.job.cores, loans,
+                             self.config.lend_margin, self.config.lend_hysteresis)
+            except Exception as exc:  # noqa: BLE001 - a bad sample must not stop the pass
+                report.errors.append(f"revising the loans of host {host.job_id}: {exc}")
+                continue
+            if not new:
+                continue
+            shrink = {g: q for g, q in new.items() if q < by_id[g].quota_fraction}
+            grow = {g: q for g, q in new.items() if g not in shrink}
+            now = report.time
+            for g, q in new.items():
+                self.revisions.append((now, g, by_id[g].quota_fraction, q))
+            for g, q in shrink.items():
+                self._set_quota(g, q, report)
+            for g, q in new.items():
+                by_id[g] = replace(by_id[g], quota_fraction=q)
+            want = wanted_quota(by_id[host.job_id], by_id)
+            if abs(want - by_id[host.job_id].quota_fraction) > 1e-12:
+                self._set_quota(host.job_id, want, report)
+                by_id[host.job_id] = replace(by_id[host.job_id], quota_fraction=want)
+            for g, q in grow.items():
+                self._set_quota(g, q, report)
 
     def _expire_cooldowns(self, now: float) -> None:
         if len(self._cooldown) > 4096 or self.passes % 64 == 0:

@@ -70,6 +70,11 @@ from ..recorder import MemoryRecorder, Recorder
 PAPER_CLUSTER_CORES: tuple[int, ...] = (64, 128, 256)
 PAPER_LOAD = {64: "8x", 128: "4x", 256: "2x"}
 POLICIES: tuple[str, ...] = ("space-sharing", "static", "asax")
+# With the yardstick: the oracle knows every stage's true CPU use and lends exactly the
+# idle share, without interference (policies/oracle.py).
+ALL_POLICIES: tuple[str, ...] = POLICIES + ("oracle",)
+# The oracle's runs: quotas only, no interference between co-located jobs.
+NO_INTERFERENCE = InterferenceModel(memory_penalty=0.0)
 WORKFLOW_KINDS: tuple[str, ...] = ("montage", "blast", "statistics", "synthetic")
 
 # The paper's Table 3: (mean waiting time h, CPU utilisation %, mean response time h).
@@ -199,12 +204,18 @@ def cluster_nodes(cluster_cores: object, node_cores: object | None = None,
 
 
 def canonical_policy(name: object) -> str:
-    """``space-sharing`` (alias slurm), ``static`` or ``asax`` (alias asa_x); else a named error."""
-    pol = make_policy(name) if isinstance(name, str) else None
+    """``space-sharing`` (alias slurm), ``static``, ``asax`` (alias asa_x) or ``oracle``;
+    else a named error."""
+    if isinstance(name, str) and name.strip().lower() == "oracle":
+        return "oracle"
+    try:
+        pol = make_policy(name) if isinstance(name, str) else None
+    except InvalidInput:
+        pol = None
     for cls, key in ((SpaceSharing, "space-sharing"), (Static, "static"), (Asax, "asax")):
         if isinstance(pol, cls):
             return key
-    raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(POLICIES)}")
+    raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(ALL_POLICIES)}")
 
 
 def submission_order(stages: Sequence[PaperStage]):
@@ -224,11 +235,20 @@ class _RecordingBackend(VirtualBackend):
     def __init__(self, nodes: dict[str, int], kill_at_walltime: bool, model: InterferenceModel):
         super().__init__(nodes, kill_at_walltime=kill_at_walltime, model=model)
         self.start_quotas: dict[str, float] = {}
+        self.use_log: list[tuple[float, str, float]] = []
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
               host_job: str | None = None) -> None:
         super().start(job, allocation, quota_fraction, host_job)
         self.start_quotas[job.job_id] = float(quota_fraction)
+
+    def metrics(self):
+        out = super().metrics()
+        # What the controller saw of each job's CPU use, for the timeline picture.
+        for jid, s in out.items():
+            self.use_log.append((s.time, jid, s.cpu_percent / 100.0))
+        return out
+
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -289,9 +309,16 @@ class PaperRun:
     # ASA_X: learning rounds closed so far, summed over its classes (None for the others),
     # and the weight updates closed during this run (class, round, weights before/after).
     rounds_closed: int | None = None
+    rounds_in_run: int | None = None
     weight_history: list[dict] | None = None
     # The workload and the cluster were this many times the paper's (``--scale-out``).
     scale_out: int = 1
+    # For the timeline picture (not in the JSON): quota changes (time, job, quota), CPU use
+    # samples (time, job, share of its cores), quotas at start, and round closing times.
+    quota_log: list = field(default_factory=list, repr=False)
+    use_log: list = field(default_factory=list, repr=False)
+    start_quotas: dict = field(default_factory=dict, repr=False)
+    round_times: list = field(default_factory=list, repr=False)
 
     def as_json(self, refusals: bool = False) -> dict:
         """The run as docs/simulator.md documents it (no per-stage records)."""
@@ -305,6 +332,7 @@ class PaperRun:
             "peak_held_cores": self.peak_held_cores,
             "coallocations": self.coallocations,
             "mean_slowdown": round(self.mean_slowdown, 4), "rounds_closed": self.rounds_closed,
+            "rounds_in_run": self.rounds_in_run,
             "io_pairs": self.io_pairs,
             "io_pair_slowdown": (None if self.io_pair_slowdown is None
                                  else round(self.io_pair_slowdown, 4)),
@@ -325,7 +353,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               learning: str | None = None, sequential_cores: str = "workflow",
               kill_at_walltime: bool = False, static_fraction: float = 0.5,
               mix: Sequence[tuple[str, int]] | None = None,
-              explain: bool = False, classes: str = "kind", prior_runs: bool = True,
+              explain: bool = False, classes: str = "stage", prior_runs: bool = True,
               experts: Sequence[str] = DEFAULT_EXPERTS, model: InterferenceModel = CALIBRATED,
               usage: ClassUsage | None = None, scale_out: int = 1,
               old_rules: bool = False, queue_policy=None) -> PaperRun:
@@ -355,7 +383,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     stages = paper_workload(scale, tag, sequential_cores, copies=scale_out, mix=mix)
     largest = max(s.job.cores for s in stages)
     nodes = cluster_nodes(cluster_cores * scale_out, node_cores, largest)
-    backend = _RecordingBackend(nodes, kill_at_walltime, model)
+    backend = _RecordingBackend(nodes, kill_at_walltime,
+                                NO_INTERFERENCE if policy == "oracle" else model)
     for s in stages:
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
@@ -383,6 +412,13 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
             backend, recorder, "asax",
             learner_config=LearnerConfig(seed=seed + repeat_index, extra_experts=tuple(experts)),
             queue_order=order, config=config, class_of=class_key(CLASSES[classes]), usage=usage)
+    elif policy == "oracle":
+        from ..policies.oracle import Oracle
+
+        controller = Controller(backend, Oracle(
+            {s.job.job_id: s.profile.cpu_util for s in stages},
+            alone_runtime={s.job.job_id: s.profile.alone_runtime_s for s in stages}),
+            recorder, order, config)
     else:
         controller = Controller(backend, make_policy(policy, static_fraction=static_fraction),
                                 recorder, order, config)
@@ -391,9 +427,13 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     run = _measure(stages, backend, cluster_cores, policy, repeat_index, seed, scale,
                     learning_label if policy == "asax" else None, cluster_cores * scale_out)
     run.scale_out = scale_out
+    run.quota_log, run.use_log = list(backend.quota_log), backend.use_log
+    run.start_quotas = dict(backend.start_quotas)
+    run.round_times = [r.time for r in recorder.closed]
     if controller.learner is not None:
         learner = controller.learner
         run.rounds_closed = sum(learner.class_state(c).rounds for c in learner.known_classes())
+        run.rounds_in_run = len(recorder.closed)
         run.weight_history = [
             {"class": r.job_class, "round": r.round, "time": r.time,
              "experts": list(learner.class_state(r.job_class).expert_names),
@@ -551,7 +591,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    node_cores: int | None = None, tag: str | None = None,
                    sequential_cores: str = "workflow", kill_at_walltime: bool = False,
                    on_run=None, mix: Sequence[tuple[str, int]] | None = None, *,
-                   classes: str = "kind",
+                   classes: str = "stage",
                    experts: Sequence[str] = DEFAULT_EXPERTS,
                    model: InterferenceModel = CALIBRATED, explain: bool = False,
                    prior_runs: bool = True, scale_out: int = 1,
@@ -645,14 +685,27 @@ def summarise(runs: Sequence[PaperRun]) -> list[dict]:
         for f in SUMMARY_FIELDS:
             row[f] = round(statistics.median(getattr(r, f) for r in rs), 4)
         row["rounds_closed"] = rs[-1].rounds_closed   # so far: after the last repetition
+        row["rounds_in_run"] = (None if rs[0].rounds_in_run is None else
+                                statistics.median(r.rounds_in_run for r in rs))
         row["workflow_runtime_s"] = {
             w: round(statistics.median(r.workflow_runtime_s[w] for r in rs), 3)
             for w in rs[0].workflow_runtime_s}
         paper = PAPER_TABLE3.get((policy, cores))
+        row["oracle_share"] = None
         row["paper"] = None if paper is None else {
             "load": PAPER_LOAD[cores], "mean_wait_h": paper[0], "cpu_util": paper[1] / 100.0,
             "mean_response_h": paper[2]}
         out.append(row)
+    # Each co-allocating policy's share of the oracle's mean-response gain over space
+    # sharing (1: all of what co-allocation could give on this workload; < 0: a loss).
+    by = {(r["cores"], r["policy"]): r for r in out}
+    for r in out:
+        base, orc = by.get((r["cores"], "space-sharing")), by.get((r["cores"], "oracle"))
+        if base is None or orc is None or r["policy"] in ("space-sharing", "oracle"):
+            continue
+        gain = base["mean_response_s"] - orc["mean_response_s"]
+        if gain > 1e-9:
+            r["oracle_share"] = round((base["mean_response_s"] - r["mean_response_s"]) / gain, 4)
     return out
 
 
@@ -722,7 +775,7 @@ def paper_normalised_runtimes(cores: int) -> dict[str, dict[str, float]] | None:
 
 
 __all__ = [
-    "PAPER_CLUSTER_CORES", "PAPER_LOAD", "PAPER_TABLE2_RUNTIME_H", "PAPER_TABLE3", "POLICIES",
+    "ALL_POLICIES", "PAPER_CLUSTER_CORES", "PAPER_LOAD", "PAPER_TABLE2_RUNTIME_H", "PAPER_TABLE3", "POLICIES",
     "PaperRun", "PaperStage", "StageRecord", "WORKFLOW_KINDS", "canonical_policy", "cluster_nodes",
     "measure_run",
     "normalised_runtimes", "paper_normalised_runtimes", "paper_workload", "run_experiment",

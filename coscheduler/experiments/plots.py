@@ -5,7 +5,10 @@
 - ``runtime.png``: like Fig. 3(b): each workflow kind's mean total runtime per cluster size
   and policy, same bars;
 - ``weights-<cores>.png``: ASA_X's expert weights per job class after every learning round
-  closed, over the repetitions of that cluster size (one panel per class).
+  closed, over the repetitions of that cluster size (one panel per class);
+- ``timeline-<cores>-<policy>.png``: the last repetition as a Gantt chart (jobs on cores
+  over time, guests' quotas and hosts' measured use shaded, loans and rounds marked;
+  ``experiments.timeline``).
 
 The figures are drawn from the runs' plain data (``PaperRun``); nothing is recomputed.
 """
@@ -16,7 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from .paper import POLICIES, WORKFLOW_KINDS, PaperRun
+from .paper import ALL_POLICIES as POLICIES, WORKFLOW_KINDS, PaperRun
 
 _COLOURS = {"space-sharing": "#4c72b0", "static": "#dd8452", "asax": "#55a868"}
 
@@ -143,7 +146,27 @@ def write_plots(runs: Sequence[PaperRun], out: Path, kinds_of: dict[str, str]) -
         p = plot_weights(runs, cores, out / f"weights-{cores}.png")
         if p is not None:
             files.append(p)
+    last: dict[tuple[int, str], PaperRun] = {}
+    for r in runs:
+        last[(r.cores, r.policy)] = r
+    for (cores, policy), r in last.items():
+        files.append(plot_timeline(r, out / f"timeline-{cores}-{policy}.png", kinds_of))
     return files
 
 
-__all__ = ["plot_makespan", "plot_runtime", "plot_weights", "write_plots"]
+def plot_timeline(run: PaperRun, path: Path, kinds_of: dict[str, str]) -> Path:
+    """One run as a Gantt chart (``experiments.timeline``)."""
+    from .timeline import TimelineJob, draw_timeline, from_records
+
+    jobs = [TimelineJob(s.job_id, kinds_of.get(s.workflow, s.workflow.split("-", 1)[0]),
+                        s.start, s.end, s.cores, s.host)
+            for s in run.stages if s.eligible is not None and s.end > s.start]
+    title = (f"{run.policy}, {run.cores} cores, repetition {run.repeat + 1}: makespan "
+             f"{run.makespan_s:.0f} s, {run.coallocations} loans"
+             + (f", {len(run.round_times)} rounds closed" if run.policy == "asax" else ""))
+    tl = from_records(title, jobs, run.cores * run.scale_out, run.quota_log, run.start_quotas,
+                      run.use_log, run.round_times)
+    return draw_timeline(tl, path)
+
+
+__all__ = ["plot_makespan", "plot_runtime", "plot_timeline", "plot_weights", "write_plots"]

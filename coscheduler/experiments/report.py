@@ -88,9 +88,14 @@ def cluster_table(rows: Sequence[dict], unit: tuple[str, float]) -> str:
     lines.append(_row("co-allocations", [(f"{r['coallocations']:g}", "") for r in rows]))
     lines.append(_row("mean slowdown", [(_pct(r["mean_slowdown"]) if r["coallocations"] else "-", "")
                                         for r in rows]))
-    if any(r.get("rounds_closed") is not None for r in rows):
-        lines.append(_row("rounds closed", [
-            ("-" if r.get("rounds_closed") is None else f"{r['rounds_closed']}", "") for r in rows]))
+    if any(r.get("rounds_in_run") is not None for r in rows):
+        lines.append(_row("rounds closed/run", [
+            ("-" if r.get("rounds_in_run") is None else f"{r['rounds_in_run']:g}", "")
+            for r in rows]))
+    if any(r.get("oracle_share") is not None for r in rows):
+        lines.append(_row("oracle's gain taken", [
+            ("-" if r.get("oracle_share") is None else f"{100 * r['oracle_share']:.0f} %", "")
+            for r in rows]))
     lines.append(_row("timeouts", [(f"{r['timeouts']:g}", "") for r in rows]))
     lines.append(_row("walltime overruns", [(f"{r['overruns']:g}", "") for r in rows]))
     return "\n".join(lines)

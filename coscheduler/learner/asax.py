@@ -356,6 +356,18 @@ class AsaxLearner:
             return self._close_round(st, now)
         return None
 
+    def end_round(self, job_class: str, now: float) -> RoundClosed | None:
+        """A host of ``job_class`` whose co-allocations were all observed has ended: close
+        the class's round (Algorithm 1 line 12) if it observed any loss since the last
+        close. Each host job's co-allocations are one pass of the inner loop; the paper's
+        round ends once its losses are in, or earlier when max_i r_i exceeds the threshold
+        (``observe``). Without this, rounds close only on that threshold, which losses
+        that small (lending only idle CPU) may take many runs to reach."""
+        st = self._classes.get(job_class)
+        if st is None or st.round_observations == 0:
+            return None
+        return self._close_round(st, now)
+
     def teach(self, decision: Decision, loss: float) -> None:
         """Replay a recorded outcome into the experts only (no risk, no weights): how a
         restarted learner's fitted experts regain what they had learned."""

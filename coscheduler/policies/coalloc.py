@@ -62,6 +62,11 @@ class HostCandidate:
     lent: float                      # core-equivalents already lent to other guests
     sample: MetricsSample | None
     state: HostState
+    # With the idle-only lending rule (policies.lending): the largest quota fraction the
+    # guest may get from this host (its idle share, capped by the guest's usual demand)
+    # and the guest's need as a fraction of its cores. None: the rule is off.
+    loan_cap: float | None = None
+    guest_need: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,8 @@ class CoallocationPolicy(Protocol):
 
 
 def _choice(guest: Job, cand: HostCandidate, a: float, decision: Decision | None) -> Choice:
+    if cand.loan_cap is not None:
+        a = min(a, cand.loan_cap)
     host_q = host_quota_fraction(cand.host.job.cores, cand.lent + lent_share(a, guest.cores))
     return Choice(cand.host.job_id, cand.placement, a, host_q, decision)
 
@@ -114,6 +121,7 @@ class SpaceSharing:
     name = "space-sharing"
     co_allocates = False
     learner = None
+    idle_only = False
 
     def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
         return NO_COALLOCATION
@@ -124,6 +132,8 @@ class Static:
 
     co_allocates = True
     learner = None
+    # The paper's Static lends half whatever the host uses.
+    idle_only = False
 
     def __init__(self, fraction: float = 0.5):
         f = check_finite(fraction, "static quota fraction")
@@ -149,8 +159,19 @@ class Asax:
     name = "asax"
     co_allocates = True
 
-    def __init__(self, learner: AsaxLearner, class_of: Callable[[Job], str] | None = None):
+    def __init__(self, learner: AsaxLearner, class_of: Callable[[Job], str] | None = None,
+                 idle_only: bool = True, max_asks: int | None = 3):
         self.learner = learner
+        # Hosts asked per guest and pass: a few, not every host until one says yes (with
+        # enough asks some sampled action lends, whatever the learner has learned).
+        # None: no limit.
+        if max_asks is not None and (isinstance(max_asks, bool) or not isinstance(max_asks, int)
+                                     or max_asks < 1):
+            raise InvalidInput(f"ASA_X max_asks must be an integer >= 1 or None, got {max_asks!r}")
+        self.max_asks = max_asks
+        # Lend only the host's measured idle share (policies.lending); the controller hands
+        # over only hosts with enough of it, and revises the loans every tick.
+        self.idle_only = idle_only
         # The learner keeps weights per class; which jobs share a class is a choice
         # (``coscheduler.learner.classes``): by default the host's own job class.
         self.class_of = class_of or job_class_of
@@ -160,13 +181,23 @@ class Asax:
         declined: list[Decision] = []
         it: Iterator[HostCandidate] = iter(candidates)
         for cand in it:
+            if self.max_asks is not None and len(asked) >= self.max_asks:
+                break
             host_id = cand.host.job_id
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
                                     job_class=self.class_of(cand.host.job))
+            short = cand.guest_need is not None and \
+                d.action_fraction < 0.5 * cand.guest_need - 1e-12
             if d.action_index == 0 or d.action_fraction <= 0.0:
-                # Observed now: loss 0 adds no risk, so this never closes a round.
+                # a_0: observed now, loss 0 adds no risk (lending nothing cannot hurt the host).
                 self.learner.observe(d.decision_id, 0.0, now)
+                declined.append(d)
+                continue
+            if short:
+                # An action under half the guest's need: no loan is made. It was not carried
+                # out, so nothing is learned from it (no loss to observe); it counts as a decline.
+                self.learner.forget(d.decision_id)
                 declined.append(d)
                 continue
             return CoallocationResult(_choice(guest, cand, d.action_fraction, d), tuple(asked),
@@ -179,16 +210,18 @@ POLICY_NAMES = ("space-sharing", "static", "asax")
 
 def make_policy(name: str, learner: AsaxLearner | None = None,
                 static_fraction: float = 0.5,
-                class_of: Callable[[Job], str] | None = None) -> CoallocationPolicy:
+                class_of: Callable[[Job], str] | None = None,
+                idle_only: bool = True) -> CoallocationPolicy:
     """A policy by name: ``space-sharing`` (alias ``slurm``), ``static``, ``asax``
-    (``class_of``: the learner's class of a host job, default its job class)."""
+    (``class_of``: the learner's class of a host job, default its job class;
+    ``idle_only``: ASA_X lends only the host's idle share)."""
     key = name.strip().lower() if isinstance(name, str) else name
     if key in ("space-sharing", "spacesharing", "slurm"):
         return SpaceSharing()
     if key == "static":
         return Static(static_fraction)
     if key in ("asax", "asa_x"):
-        return Asax(learner or AsaxLearner(), class_of)
+        return Asax(learner or AsaxLearner(), class_of, idle_only)
     raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
 
 

@@ -1,0 +1,153 @@
+"""Lend only what the host leaves idle (pure; DESIGN.md "Lend only what the host leaves idle").
+
+A guest's CPU comes out of its host's quota. Lending a share the host is using slows the
+host (issue #19 found half of the loans left the host a quota below its own use), so:
+
+- ``loan``: when a guest joins, its quota in core units is at most the host's idle share,
+  ``host quota - host's measured use - margin`` (margin = ``margin`` x the host's cores),
+  never above the guest's own usual demand, and no loan at all when that is under half of
+  what the guest needs. Without a measured use of the host nothing is lent (we do not
+  guess: an unmeasured host may be busy).
+- ``revise``: every controller tick, with the host's newest use. When the host's headroom
+  (its quota minus its use) falls below the margin, its guests shrink first, so the host
+  gets back at least its use plus the margin, with room to spare (``hysteresis``); guests
+  grow back towards what they were lent only once the headroom exceeds the margin by
+  twice that, so a host whose use wobbles does not make its guests' quotas flap.
+
+Plain numbers in, plain numbers out; every quantity in cores unless it says fraction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..model import InvalidInput
+
+# A guest never shrinks below this quota fraction of its own cores: a quota of 0 is not a
+# quota (cgroups refuse it) and a guest must never be lost, only slowed.
+MIN_GUEST_QUOTA = 0.01
+# Default headroom above a host's measured use, as a share of its cores.
+DEFAULT_MARGIN = 0.1
+DEFAULT_HYSTERESIS = 1.0
+
+
+def check_margin(margin: object, name: str = "lending margin") -> float:
+    """The margin as a share of the host's cores in [0, 1); else a named error."""
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or math.isnan(margin) \
+            or not 0.0 <= margin < 1.0:
+        raise InvalidInput(f"{name} must be a share of the host's cores in [0, 1), got {margin!r}")
+    return float(margin)
+
+
+def check_hysteresis(h: object, name: str = "lending hysteresis") -> float:
+    if isinstance(h, bool) or not isinstance(h, (int, float)) or math.isnan(h) \
+            or not 0.0 <= h <= 10.0:
+        raise InvalidInput(f"{name} must lie in [0, 10], got {h!r}")
+    return float(h)
+
+
+def _used(host_cores: int, host_used_cores: float | None) -> float | None:
+    if host_used_cores is None:
+        return None
+    if isinstance(host_used_cores, bool) or not isinstance(host_used_cores, (int, float)) \
+            or not math.isfinite(host_used_cores) or host_used_cores < 0:
+        raise InvalidInput(f"host's measured use must be a finite number of cores >= 0, "
+                           f"got {host_used_cores!r}")
+    return min(float(host_used_cores), float(host_cores))
+
+
+def guest_need(guest_cores: int, guest_demand_cores: float | None,
+               margin: float = DEFAULT_MARGIN) -> float:
+    """What a guest needs in cores: its usual demand plus the margin (a quota at its mean
+    use would throttle its bursts), or all its cores when its demand is unknown."""
+    if guest_demand_cores is None or not math.isfinite(guest_demand_cores) \
+            or guest_demand_cores <= 0:
+        return float(guest_cores)
+    return min(float(guest_cores), float(guest_demand_cores) + margin * guest_cores)
+
+
+def loan(host_cores: int, lent_cores: float, host_used_cores: float | None, guest_cores: int,
+         guest_demand_cores: float | None, margin: float = DEFAULT_MARGIN,
+         wanted_fraction: float = 1.0) -> float | None:
+    """The guest's quota fraction (of its own cores) for a new loan, or None: no loan.
+
+    ``lent_cores``: what the host already lends to other guests (its quota is
+    ``host_cores - lent_cores``); ``host_used_cores``: its measured use (None: unknown,
+    no loan); ``guest_demand_cores``: the guest's usual use (its need is that plus the margin; None:
+    it needs all its cores);
+    ``wanted_fraction``: at most this share of the guest's cores (the learner's action)."""
+    m = check_margin(margin)
+    if host_cores < 1 or guest_cores < 1:
+        raise InvalidInput(f"cores must be >= 1, got host {host_cores!r}, guest {guest_cores!r}")
+    used = _used(host_cores, host_used_cores)
+    if used is None:
+        return None
+    need = guest_need(guest_cores, guest_demand_cores, m)
+    idle = host_cores - lent_cores - used - m * host_cores
+    give = min(idle, need, wanted_fraction * guest_cores)
+    if give < 0.5 * need or give <= 0:
+        return None
+    return max(MIN_GUEST_QUOTA, min(1.0, give / guest_cores))
+
+
+@dataclass(frozen=True)
+class Loan:
+    """One guest on a host: its cores, its quota fraction now, and the most it may have
+    (``target``: what it was lent at the start, capped by its usual demand)."""
+
+    guest_job: str
+    cores: int
+    quota: float
+    target: float
+
+
+def revise(host_cores: int, host_used_cores: float | None, loans: Sequence[Loan],
+           margin: float = DEFAULT_MARGIN, hysteresis: float = DEFAULT_HYSTERESIS
+           ) -> dict[str, float]:
+    """New quota fractions for the guests whose quota should change (others are left out).
+
+    Shrink: when the host's headroom (``host_cores - lent - used``) is below
+    ``margin x host_cores``, take back enough from the guests (the largest loans first,
+    none below ``MIN_GUEST_QUOTA``) to give the host ``margin x (1 + hysteresis)`` of
+    headroom. Grow: only when the headroom is above ``margin x (1 + 2 x hysteresis)``, give
+    guests back up to their target while keeping ``margin x (1 + hysteresis)``. Between
+    the two, nothing changes. Unknown use: nothing changes."""
+    m = check_margin(margin) * host_cores
+    h = check_hysteresis(hysteresis)
+    used = _used(host_cores, host_used_cores)
+    if used is None or not loans:
+        return {}
+    lent = sum(x.quota * x.cores for x in loans)
+    headroom = host_cores - lent - used
+    keep = m * (1.0 + h)
+    out: dict[str, float] = {}
+    if headroom < m - 1e-9:
+        take = keep - headroom
+        # Largest loans first: the fewest guests change, and small guests keep running.
+        for x in sorted(loans, key=lambda x: (-(x.quota * x.cores), x.guest_job)):
+            if take <= 1e-12:
+                break
+            spare = (x.quota - MIN_GUEST_QUOTA) * x.cores
+            if spare <= 1e-12:
+                continue
+            cut = min(spare, take)
+            out[x.guest_job] = x.quota - cut / x.cores
+            take -= cut
+    elif headroom > m * (1.0 + 2.0 * h) + 1e-9:
+        give = headroom - keep
+        for x in sorted(loans, key=lambda x: x.guest_job):
+            if give <= 1e-12:
+                break
+            room = (min(1.0, x.target) - x.quota) * x.cores
+            if room <= 1e-12:
+                continue
+            add = min(room, give)
+            out[x.guest_job] = x.quota + add / x.cores
+            give -= add
+    return out
+
+
+__all__ = ["DEFAULT_HYSTERESIS", "DEFAULT_MARGIN", "Loan", "MIN_GUEST_QUOTA", "check_hysteresis",
+           "check_margin", "guest_need", "loan", "revise"]
