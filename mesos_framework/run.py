@@ -52,7 +52,8 @@ class MesosRun:
                  config: FrameworkConfig | None = None, quotas: NodeQuotas | None = None,
                  controller_config: ControllerConfig | None = None,
                  pass_interval_s: float = 0.25, driver_options: dict[str, Any] | None = None,
-                 learner_config: Any = None, expert_factory: Callable[[], list] | None = None):
+                 learner_config: Any = None, expert_factory: Callable[[], list] | None = None,
+                 idle_only: bool = True):
         self.backend = MesosBackend(config, quotas)
         self.driver = MesosSchedulerDriver(self.backend, self.backend.framework_info(), master,
                                            **(driver_options or {}))
@@ -62,7 +63,8 @@ class MesosRun:
         cc = controller_config or ControllerConfig(**MesosBackend.controller_options)
         self.controller = Controller.from_recorder(self.backend, self.recorder, policy, config=cc,
                                                    learner_config=learner_config,
-                                                   expert_factory=expert_factory)
+                                                   expert_factory=expert_factory,
+                                                   idle_only=idle_only)
         self.pass_interval_s = pass_interval_s
         self.reports: list[PassReport] = []
         self._stop = threading.Event()

@@ -195,8 +195,10 @@ def test_asax_coallocation_through_the_emulator_applies_the_quotas_it_chose(emul
     emu = emulator(agents=1, cpus=2)
     forty = tuple(1.0 if k == 4 else 0.0 for k in range(10))
     rec = MemoryRecorder()
+    # The quota mechanics at the expert's exact fraction: the host is busy, so idle-only
+    # lending (tests/test_lending.py) would lend it nothing.
     mr = MesosRun(emu.url, "asax", recorder=rec, config=quick(), learner_config=LearnerConfig(seed=1),
-                  expert_factory=lambda: [ConstantExpert("lend40", forty)])
+                  expert_factory=lambda: [ConstantExpert("lend40", forty)], idle_only=False)
     # one emulated core = one real CPU here (2 cpus offered on a machine of 2 or more)
     mr.backend.quotas = LocalNodeAgents(tmp_path, cpu_per_core=1.0)
     mr.submit([Job("host", 2, 60.0, "test/host", command=_burn(11, 2)),

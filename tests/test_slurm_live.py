@@ -241,8 +241,11 @@ def test_asax_coallocates_a_guest_in_a_host_with_the_quotas_it_chose(state, slur
     (guest_id,) = submit(state, [busy_job("guest", 2, 150, cls="test/guest")])
     forty = tuple(1.0 if k == 4 else 0.0 for k in range(10))
     rec = MemoryRecorder()
+    # The quota mechanics at the expert's exact fraction: the host is busy, so idle-only
+    # lending (tests/test_lending.py) would lend it nothing.
     ctl = Controller.from_recorder(b, rec, "asax", learner_config=LearnerConfig(seed=1),
-                                   expert_factory=lambda: [ConstantExpert("lend40", forty)])
+                                   expert_factory=lambda: [ConstantExpert("lend40", forty)],
+                                   idle_only=False)
     # host and filler take both nodes; the guest does not fit free cores: co-allocated
     step_until(ctl, lambda: {r.job_id for r in b.running()} >= {host_id, filler_id}, 30,
                "host and filler to start")
