@@ -15,6 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -156,6 +157,27 @@ def _rl_episode(jobs, cluster, max_procs, task, norm, params, rng, start) -> Tra
                       metric_value(ep.metrics, task.metric))
 
 
+def _slot_filler(env, jobs, starts: list[int], sequence: int, episode: list[int],
+                 results: dict) -> Callable[[int], None]:
+    """``fill(slot)``: load the next sequence that asks a question into ``slot`` of a batched
+    environment (``episode[slot]`` = its index in ``starts``; -1 when none is left); a
+    sequence that ends without a question is scored at once into ``results``."""
+    following = 0
+
+    def fill(slot: int) -> None:
+        nonlocal following
+        while following < len(starts):
+            e = following
+            following += 1
+            if env.load(slot, trace_window(jobs, starts[e], sequence)):
+                episode[slot] = e
+                return
+            results[e] = env.reward(slot)   # finished without a question
+        episode[slot] = -1
+
+    return fill
+
+
 def _rl_batched(trace, cluster, task, norm, params, rng) -> list[Trajectory]:
     """``_rl_episode`` for all of ``task.starts`` at once in ``BatchSchedulingEnv``:
     up to ``BATCH_SLOTS`` sequences step together (a finished one's slot takes the next
@@ -169,18 +191,7 @@ def _rl_batched(trace, cluster, task, norm, params, rng) -> list[Trajectory]:
                              mask=task.mask, norm=norm)
     episode = [-1] * slots     # which start each slot plays
     results: dict[int, tuple[float, float]] = {}
-    following = 0
-
-    def fill(slot: int) -> None:
-        nonlocal following
-        while following < len(starts):
-            e = following
-            following += 1
-            if env.load(slot, trace_window(trace.jobs, starts[e], task.sequence)):
-                episode[slot] = e
-                return
-            results[e] = env.reward(slot)   # finished without a question
-        episode[slot] = -1
+    fill = _slot_filler(env, trace.jobs, starts, task.sequence, episode, results)
 
     for slot in range(slots):
         fill(slot)
@@ -259,18 +270,7 @@ def _inspector_batched(trace, cluster, task, norm, params, rng) -> list[Trajecto
     episode = [-1] * slots
     results: dict[int, tuple] = {}
     logged: dict[int, list] = {e: [] for e in range(len(starts))}
-    following = 0
-
-    def fill(slot: int) -> None:
-        nonlocal following
-        while following < len(starts):
-            e = following
-            following += 1
-            if env.load(slot, trace_window(trace.jobs, starts[e], task.sequence)):
-                episode[slot] = e
-                return
-            results[e] = env.reward(slot)
-        episode[slot] = -1
+    fill = _slot_filler(env, trace.jobs, starts, task.sequence, episode, results)
 
     for slot in range(slots):
         fill(slot)
