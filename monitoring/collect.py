@@ -243,6 +243,22 @@ def read_progress_file(path: str | None) -> Progress | None:
 
 
 # ---- batch-system discovery ----------------------------------------------------------------
+def read_environ(path: str, keys: tuple[bytes, ...]) -> dict[str, str] | None:
+    """The variables ``keys`` of a process's environment (``/proc/PID/environ``, read up to
+    1 MiB), or None when it cannot be read (the process is gone, or not ours to read)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.partition(b"=")
+        if sep and k in keys:
+            env[k.decode()] = v.decode(errors="replace")
+    return env
+
+
 def discover_slurm_jobs(acct_mount: Path, node: str | None = None) -> dict[str, Path]:
     """Slurm job cgroups under a cpuacct (v1) or unified (v2) hierarchy, by Slurm job id.
 
@@ -289,16 +305,9 @@ def discover_slurm_jobs_v2(mount: Path, node: str | None = None,
         path = unified_path(raw.decode(errors="replace")) if raw else None
         if path is None or slurm_job_cgroup_v2(path) is None:
             continue
-        try:
-            with open(f"{proc}/{pid}/environ", "rb") as f:
-                env_raw = f.read(1 << 20)
-        except OSError:
+        env = read_environ(f"{proc}/{pid}/environ", (b"SLURM_JOB_ID", b"SLURMD_NODENAME"))
+        if env is None:
             continue
-        env = {}
-        for item in env_raw.split(b"\0"):
-            k, sep, v = item.partition(b"=")
-            if sep and k in (b"SLURM_JOB_ID", b"SLURMD_NODENAME"):
-                env[k.decode()] = v.decode(errors="replace")
         entries.append((path, env))
     out = {}
     for jid, rel in slurm_jobs_v2(entries, node).items():
@@ -388,17 +397,10 @@ def slurm_cpus_from_environ(pids) -> int | None:
     ``SLURM_CPUS_ON_NODE`` any of its processes sees."""
     best = None
     for pid in sorted(pids):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env_raw = f.read(1 << 20)
-        except OSError:
+        env = read_environ(f"/proc/{pid}/environ", (b"SLURM_CPUS_ON_NODE", b"SLURM_JOB_CPUS_PER_NODE",
+                                                    b"SLURM_JOB_NODELIST", b"SLURMD_NODENAME"))
+        if env is None:
             continue
-        env = {}
-        for item in env_raw.split(b"\0"):
-            k, sep, v = item.partition(b"=")
-            if sep and k in (b"SLURM_CPUS_ON_NODE", b"SLURM_JOB_CPUS_PER_NODE",
-                             b"SLURM_JOB_NODELIST", b"SLURMD_NODENAME"):
-                env[k.decode()] = v.decode(errors="replace")
         if {"SLURM_JOB_CPUS_PER_NODE", "SLURM_JOB_NODELIST", "SLURMD_NODENAME"} <= set(env):
             n = cpus_of_node(env["SLURM_JOB_CPUS_PER_NODE"], env["SLURM_JOB_NODELIST"],
                              env["SLURMD_NODENAME"])
