@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .stream import CHUNKING_MODES, Subscription, b64, mesos_id
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .master import Framework
+    from .state import Framework
 
 
 class FaultInjection:
