@@ -177,9 +177,13 @@ def test_run_with_a_node_killed_mid_run_then_report_and_down(tmp_path):
     inst = up["instance"]
     env = dict(os.environ, COSCHED_TESTBED_HOME=str(tmp_path))
     try:
-        proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "static",
-                                           "--scale", "0.02", "--timeout", "400", "--json"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # stdout (the run's JSON, often over a pipe's 64 KiB) goes to a file: read through a
+        # pipe only after stderr's end, it filled the pipe and both sides waited forever.
+        out_path = tmp_path / "run.json"
+        with open(out_path, "w") as out_file:
+            proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "static",
+                                               "--scale", "0.02", "--timeout", "400", "--json"],
+                                    env=env, stdout=out_file, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         seen, killed = [], False
         for line in proc.stderr:
@@ -189,8 +193,8 @@ def test_run_with_a_node_killed_mid_run_then_report_and_down(tmp_path):
                 subprocess.run(["docker", "kill", f"cosched-testbed-{inst}-node2"], check=True,
                                capture_output=True)
                 killed = True
-        out = proc.stdout.read() if proc.stdout else ""
         assert proc.wait(timeout=60) == 0, "".join(seen)
+        out = out_path.read_text()
         assert killed, "".join(seen)
         res = json.loads(out)
         (st,) = res["runs"]
@@ -228,7 +232,7 @@ def test_ctrl_c_during_run_cancels_the_jobs_and_gives_quotas_back(tmp_path):
     try:
         proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "static",
                                            "--scale", "0.02", "--timeout", "400"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         seen = []
         for line in proc.stderr:
