@@ -583,6 +583,11 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
     from coscheduler.policies.coalloc import Static
 
     b = backend_for_cluster(state, lease_s=30)
+    # Both nodes idle first: a node resumed after an earlier test may take a while to come
+    # back, and then neither host could start (a CI run saw nothing running after 40 s).
+    wait_until(lambda: all(line.split()[1].rstrip("*~#$@+") == "idle"
+                           for line in slurm.run("sinfo", "-h", "-N", "-o", "%N %t").splitlines()
+                           if line.strip()), 90, 0.5, "both nodes to be idle")
     # two such hosts fill both nodes; the guest joins one of them, the other is cancelled
     hosts = submit(state, [busy_job("whost", 4, 170, walltime=60, tasks=60),
                            busy_job("whost2", 4, 170, walltime=60, tasks=60)])
@@ -591,7 +596,7 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
     before = cl.set_cpu_weight(state, 262144)    # a dedicated node's weight (see above)
     try:
         g = step_until(ctl, lambda: next((r for r in b.running() if r.job_id == guest and r.host_job),
-                                         None), 40, "the guest to be co-allocated")
+                                         None), 90, "the guest to be co-allocated")
         host = g.host_job
         slurm.run("scancel", *[h for h in hosts if h != host])
         step_until(ctl, lambda: job(slurm, host)["JobState"] not in ("RUNNING", "COMPLETING"),
