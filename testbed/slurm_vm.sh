@@ -22,7 +22,12 @@ say() { echo "slurm_vm: $*" >&2; }
 
 command -v qemu-system-x86_64 >/dev/null || {
     say "installing qemu-system-x86 and cpio"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends qemu-system-x86 cpio >/dev/null || exit 1; }
+    pkgs="qemu-system-x86 cpio"
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >/dev/null \
+    || { apt-get update -q >/dev/null \
+         && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >/dev/null; } \
+    || exit 1; }
 docker image inspect "$BASE" >/dev/null 2>&1 || {
     say "no $BASE image: run testbed/slurm_releases.sh trixie first (it debootstraps it)"; exit 1; }
 if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
