@@ -11,6 +11,7 @@ drops the strings, a translation keeps the brackets: the Python loop runs per br
 from __future__ import annotations
 
 import json
+import math
 import re
 from itertools import accumulate
 from typing import Any
@@ -26,6 +27,19 @@ _STEP = (-1, 1)
 
 class JSONUnusable(ValueError):
     """The text is not plain, bounded JSON; the message says why, without echoing it."""
+
+
+def is_finite_number(value: Any) -> bool:
+    """True for an int or float that is finite as a float (bools are not numbers here).
+
+    JSON integers are unbounded: ``math.isfinite`` raises OverflowError on one past 1e308,
+    so a peer's 400-digit "time" must be answered as "not a finite number", not a crash."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _no_constant(name: str) -> Any:

@@ -9,7 +9,6 @@ the agent also scans its own cgroup root, which finds leftovers without the file
 from __future__ import annotations
 
 import errno
-import math
 import os
 import stat
 import time
@@ -59,9 +58,8 @@ def _check_document(doc: Any) -> SavedState:
     pid, saved_at = doc.get("pid"), doc.get("saved_at")
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 22):
         raise ValueError(f"'pid' is not a process id: {str(pid)[:40]}")
-    if saved_at is not None and (isinstance(saved_at, bool) or not isinstance(saved_at, (int, float))
-                                 or not math.isfinite(saved_at)):
-        raise ValueError(f"'saved_at' is not a finite time: {str(saved_at)[:40]}")
+    if saved_at is not None and not boundedjson.is_finite_number(saved_at):
+        raise ValueError(f"'saved_at' is not a finite time: {repr(saved_at)[:40] if not isinstance(saved_at, int) else 'an integer too large'}")
     version, root = doc.get("cgroup_version"), doc.get("cgroup_root")
     if version not in (None, 1, 2) or isinstance(version, bool):
         raise ValueError(f"'cgroup_version' is not 1 or 2: {str(version)[:40]}")

@@ -85,6 +85,15 @@ def test_a_symlinked_state_file_is_not_followed_nor_moved(tmp_path):
     assert target.exists() and link.is_symlink()
 
 
+@pytest.mark.parametrize("saved_at", ["1" + "0" * 400, "-1" + "0" * 400, "true", '"now"'])
+def test_a_state_file_with_an_absurd_time_is_reported_not_raised(tmp_path, saved_at):
+    # A CI fuzz run found a 400-digit saved_at crashing load() with OverflowError.
+    f = tmp_path / "state.json"
+    f.write_text('{"format": "cosched-agent-state/1", "jobs": {}, "saved_at": %s}' % saved_at)
+    st = StateFile(f).load()
+    assert st.problem and "saved_at" in st.problem and not st.jobs
+
+
 def test_a_recovered_job_can_be_registered_again_after_a_corrupt_state_file(mimic, tmp_path, sleeper):
     first = make(mimic, tmp_path)
     first.register_job({"job_id": "j1", "pids": [sleeper.pid], "cores": 2})

@@ -32,7 +32,7 @@ from monitoring.recovery import StateFile
 
 TOKEN = "fuzz-token-0123456789abcdef"
 SLEEPY = [sys.executable, "-c", "import time; time.sleep(300)"]
-FUZZ = settings(max_examples=250, deadline=None, derandomize=False, database=None,
+FUZZ = settings(max_examples=250, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much])
 

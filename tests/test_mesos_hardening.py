@@ -190,3 +190,11 @@ def test_kill_9_of_the_framework_leaves_no_job_throttled_past_a_lease_and_a_rest
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
         emu.stop()
+
+
+def test_is_finite_number_answers_for_json_integers_past_a_float():
+    from coscheduler.boundedjson import is_finite_number
+    assert is_finite_number(3) and is_finite_number(2.5) and is_finite_number(10 ** 300)
+    assert not is_finite_number(10 ** 400) and not is_finite_number(-(10 ** 400))
+    assert not is_finite_number(float("nan")) and not is_finite_number(True)
+    assert not is_finite_number("5") and not is_finite_number(None)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..boundedjson import is_finite_number
 from ..model import InvalidInput
 from .cluster import Cluster
 from .engine import Schedule
@@ -68,7 +69,7 @@ class Workload:
 
 
 def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if not is_finite_number(v):
         return None
     return float(v)
 

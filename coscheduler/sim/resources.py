@@ -27,17 +27,17 @@ one capacity per active global pool and, per job, what it takes from each.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from ..boundedjson import is_finite_number
 from ..model import InvalidInput
 
 POOL_NAMES = ("burst_buffer", "power")
 
 
 def _check_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise InvalidInput(f"{what} must be a finite number, got {value!r}")
     if value < 0:
         raise InvalidInput(f"{what} must be >= 0, got {value!r}")

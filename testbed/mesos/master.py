@@ -50,7 +50,6 @@ levers are in ``faults.py``; processes and cgroups in ``runtime.py``; what the m
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import socket
@@ -60,6 +59,8 @@ import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable
+
+from coscheduler.boundedjson import is_finite_number
 
 from .allocation import Candidate, Refusal, plan_offers
 from .calls import refuse_seconds
@@ -1073,7 +1074,7 @@ def _framework_info_problem(info: dict[str, Any], suppressed: list[str]) -> str 
     if extra:
         return f"Suppressed roles {extra} are not contained in the framework's roles {roles}"
     ft = info.get("failover_timeout")
-    if ft is not None and (not math.isfinite(float(ft)) or float(ft) < 0):
+    if ft is not None and (not is_finite_number(ft) or ft < 0):
         return f"'FrameworkInfo.failover_timeout' must be a finite number >= 0, got {ft!r}"
     return None
 

@@ -12,9 +12,10 @@ Only unreserved resources (role ``*``) exist in the emulator: a resource with an
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from coscheduler.boundedjson import is_finite_number
 
 # The hierarchical allocator's default minimum to offer (master flag
 # --min_allocatable_resources, default "cpus:0.01|mem:32").
@@ -164,7 +165,7 @@ def parse_resources(items: Any, where: str) -> Resources:
             if not isinstance(sc, dict) or "value" not in sc:
                 raise ResourceError(f"{at}: a SCALAR resource needs 'scalar': {{'value': number}}")
             v = sc["value"]
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            if not is_finite_number(v):
                 raise ResourceError(f"{at}: scalar value must be a finite number, got {v!r}")
             if v < 0:
                 raise ResourceError(f"{at}: scalar value must be >= 0, got {v!r}")

@@ -7,13 +7,14 @@ the master itself.
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from coscheduler.boundedjson import is_finite_number
 
 from .resources import Resources, agent_resources
 from .runtime import AgentRuntime
@@ -174,7 +175,7 @@ class Framework:
     @property
     def failover_timeout(self) -> float:
         v = self.info.get("failover_timeout", 0.0)
-        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else 0.0
+        return float(v) if is_finite_number(v) and v > 0 else 0.0
 
     def view(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.info.get("name"), "user": self.info.get("user"),
