@@ -139,7 +139,8 @@ run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's st
 run_logged() {   # SUITE: run_suite with each output line prefixed by the suite
     local suite=$1 t0 rc
     t0=$(date +%s)
-    run_suite "$suite" 2>&1 | sed -u "s/^/[$suite] /"
+    # also kept whole in the cache: a CI log shows only its tail
+    run_suite "$suite" 2>&1 | sed -u "s/^/[$suite] /" | tee "$CACHE/last-run-$suite.log"
     rc=${PIPESTATUS[0]}
     echo "$rc $(( $(date +%s) - t0 ))" > "$CACHE/result-$suite-$$"
 }
