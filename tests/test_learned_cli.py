@@ -148,3 +148,24 @@ def test_simulate_paper_takes_a_learned_queue_policy(tmp_path):
     assert json.loads(r.stdout)["settings"]["queue_policy"].startswith("SJF+inspector:")
     r = run("simulate", "paper", "--queue-policy", "rl:nosuchmodel")
     assert r.exit_code == 2 and "unknown model" in r.stderr
+
+
+def test_simulate_learned_in_parallel_gives_the_serial_report():
+    # one task of each kind: lublin's tables with its model, an HPC2N model on lublin's
+    # windows (cross-trace), and an inspector of lublin
+    from coscheduler.learned.report import build_report
+
+    rows = list_models()
+    pick = [next(r for r in rows if r["trace"] == "lublin_256.swf" and r["kind"] == "rlscheduler"),
+            next(r for r in rows if r["trace"] != "lublin_256.swf" and r["kind"] == "rlscheduler"),
+            next(r for r in rows if r["trace"] == "lublin_256.swf" and r["kind"] == "inspector")]
+    traces = [swf_dir() / "lublin_256.swf"]
+    done: list[str] = []
+    serial = build_report(traces, pick, workers=1)
+    parallel = build_report(traces, pick, workers=2, progress=done.append)
+    serial.pop("seconds"), parallel.pop("seconds")
+    assert json.dumps(parallel) == json.dumps(serial)
+    assert serial["cross_trace"][pick[1]["backfill"]][f"rl:{pick[1]['name']}"]["lublin_256.swf"] > 0
+    assert len(serial["inspectors"]) == 1
+    assert done == ["lublin_256.swf, backfill none", "lublin_256.swf, backfill easy",
+                    f"rl:{pick[1]['name']} on lublin_256.swf", f"inspector {pick[2]['name']}"]

@@ -1,4 +1,5 @@
-"""``cosched simulate learned [--traces T,...] [--json] [--out DIR]``: the shipped learned
+"""``cosched simulate learned [--traces T,...] [--workers N] [--cluster ADDRESS] [--json]
+[--out DIR]``: the shipped learned
 models beside the heuristics (tables of ``coscheduler/learned/report.py``)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..model import InvalidInput
+from ..sweep import SweepError
 
 BUNDLED = ("lublin_256.swf", "HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz")
 
@@ -31,9 +33,17 @@ def _default_data_dir() -> Path:
               help="Folder for the training-curve PNGs and report.json.")
 @click.option("--models", "models_text", default=None,
               help="Only these shipped models (names separated by commas) [default: all].")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Local processes for the independent evaluations (a trace's table per "
+                   "backfilling, a model on another trace, an inspector) [default: this "
+                   "machine's cores; 1: serial]. Same report.")
+@click.option("--cluster", default=None, metavar="ADDRESS",
+              help="Run the evaluations on this Dask scheduler (tcp://HOST:8786) instead; "
+                   "needs the 'cluster' extra.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
-            models_text: str | None, as_json: bool) -> None:
+            models_text: str | None, workers: int | None, cluster: str | None,
+            as_json: bool) -> None:
     """RLScheduler's table per trace (mean bsld over the ten seed-1 windows, with and
     without EASY), the cross-trace table, each inspector's improvement and rejection ratio
     over its base, and PNG training curves, for the shipped models."""
@@ -69,11 +79,12 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
         click.echo("no learned models are shipped: only the heuristics are shown", err=True)
 
     def progress(what: str) -> None:
-        click.echo(f"evaluating {what} ...", err=True)
+        click.echo(f"evaluated {what}", err=True)
 
     try:
-        report = build_report(paths, models, progress=None if as_json else progress)
-    except InvalidInput as exc:
+        report = build_report(paths, models, progress=None if as_json else progress,
+                              workers=workers, cluster=cluster)
+    except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     report["curves"] = draw_curves(models, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

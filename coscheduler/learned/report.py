@@ -11,8 +11,10 @@ drawn from the curves the model files keep, when matplotlib is present).
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from pathlib import Path
 
+from ..model import InvalidInput
 from ..sim.swf import SwfTrace, read_swf
 from .evaluate import HEURISTICS, inspector_figures, rl_table, window_bsld
 from .modelfile import load_model
@@ -32,56 +34,68 @@ def trace_key(name: str) -> str:
 
 
 def build_report(traces: list[Path], models: list[dict] | None = None,
-                 progress=None) -> dict:
-    """Evaluate every shipped model (``list_models`` rows) on ``traces``; plain data out."""
+                 progress=None, workers: int | None = 1, cluster: str | None = None) -> dict:
+    """Evaluate every shipped model (``list_models`` rows) on ``traces``; plain data out.
+
+    The evaluations are independent (a trace's table per backfilling, a model on another
+    trace's windows, an inspector on its trace), so they run as one sweep
+    (``coscheduler/sweep.py``): ``workers`` local processes (None: every core) or a Dask
+    ``cluster``; the report is the same as a serial one. ``progress(what)`` is called as
+    each evaluation is done, in order."""
+    from .. import sweep
+
     models = list_models() if models is None else models
-    loaded: dict[str, SwfTrace] = {}
     t0 = time.perf_counter()
-    for path in traces:
-        loaded[path.name] = read_swf(path)
+    paths = {p.name: str(p) for p in traces}
+    if len(paths) < len(traces):
+        raise InvalidInput("two traces share a file name: "
+                           f"{', '.join(sorted(str(p) for p in traces))}")
     rl = [m for m in models if m.get("kind") == "rlscheduler"]
-    insp = [m for m in models if m.get("kind") == "inspector"]
+    insp = [m for m in models if m.get("kind") == "inspector" and m["trace"] in paths]
+    tasks = [sweep.Task(f"{name}, backfill {backfill}",
+                        ("table", path, backfill,
+                         [m for m in rl if m["trace"] == name and m["backfill"] == backfill]))
+             for name, path in paths.items() for backfill in BACKFILLS]
+    tasks += [sweep.Task(f"rl:{m['name']} on {name}", ("cross", path, m["backfill"], [m]))
+              for m in rl for name, path in paths.items() if m["trace"] != name]
+    tasks += [sweep.Task(f"inspector {m['name']}", ("inspector", paths[m["trace"]],
+                                                    m["backfill"], [m])) for m in insp]
+    on_result = (lambda task, _r: progress(task.name)) if progress else None
+    try:
+        results = dict(zip((t.name for t in tasks),
+                           sweep.run_tasks(_evaluate, tasks, workers=workers, cluster=cluster,
+                                           on_result=on_result)))
+    except sweep.TaskFailed as exc:
+        if isinstance(exc.cause, InvalidInput):
+            raise exc.cause from None
+        raise
     out: dict = {"traces": {}, "cross_trace": {b: {} for b in BACKFILLS}, "inspectors": []}
-    for name, trace in loaded.items():
-        entry = {"jobs": len(trace.jobs), "windows": eval_starts(len(trace.jobs)),
-                 "mean_bsld": {}, "models": {}}
+    for name in paths:
+        entry = {"jobs": results[f"{name}, backfill {BACKFILLS[0]}"]["jobs"],
+                 "windows": None, "mean_bsld": {}, "models": {}}
         for backfill in BACKFILLS:
-            own = {f"rl:{m['name']}": LearnedScorer(load_model(m["path"], "rlscheduler"),
-                                                    name=f"rl:{m['name']}")
-                   for m in rl if m["trace"] == name and m["backfill"] == backfill}
-            if progress:
-                progress(f"{name}, backfill {backfill}")
-            table = rl_table(trace, own, backfill)
+            r = results[f"{name}, backfill {backfill}"]
+            entry["windows"] = r["windows"]
+            table = r["table"]
             entry["mean_bsld"][backfill] = table["mean_bsld"]
             heur = {k: v for k, v in table["mean_bsld"].items() if k in HEURISTICS}
             best = min(heur, key=heur.get)
-            for label in own:
+            for label in r["labels"]:
                 entry["models"][label] = {
                     "backfill": backfill, "mean_bsld": table["mean_bsld"][label],
                     "best_heuristic": best, "best_heuristic_bsld": heur[best],
                     "vs_best": table["mean_bsld"][label] / heur[best] - 1.0}
         out["traces"][name] = entry
     for m in rl:
-        scorer = LearnedScorer(load_model(m["path"], "rlscheduler"), name=f"rl:{m['name']}")
-        row = {}
-        for name, trace in loaded.items():
-            if progress:
-                progress(f"rl:{m['name']} on {name}")
+        label, row = f"rl:{m['name']}", {}
+        for name in paths:
             if m["trace"] == name:
-                row[name] = out["traces"][name]["mean_bsld"][m["backfill"]][scorer.name]
+                row[name] = out["traces"][name]["mean_bsld"][m["backfill"]][label]
             else:
-                starts = eval_starts(len(trace.jobs))
-                values = window_bsld(trace, scorer, m["backfill"], starts)
-                row[name] = sum(values) / len(values)
-        out["cross_trace"].setdefault(m["backfill"], {})[scorer.name] = row
+                row[name] = results[f"{label} on {name}"]
+        out["cross_trace"].setdefault(m["backfill"], {})[label] = row
     for m in insp:
-        trace = loaded.get(m["trace"])
-        if trace is None:
-            continue
-        if progress:
-            progress(f"inspector {m['name']}")
-        inspector = LearnedInspector(load_model(m["path"], "inspector"))
-        f = inspector_figures(trace, inspector, m["backfill"])
+        f = results[f"inspector {m['name']}"]
         out["inspectors"].append({"model": m["name"], "trace": m["trace"], "base": f["base"],
                                   "backfill": m["backfill"], "base_bsld": f["base_bsld"],
                                   "inspected_bsld": f["inspected_bsld"],
@@ -90,6 +104,29 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
                                   "windows": f["windows"]})
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+@lru_cache(maxsize=4)
+def _trace(path: str) -> SwfTrace:
+    # a worker evaluates several things on one trace: read it once per process
+    return read_swf(Path(path))
+
+
+def _evaluate(what: str, path: str, backfill: str, models: list[dict]):
+    """One evaluation of a report (a sweep task: plain arguments, a plain result)."""
+    trace = _trace(path)
+    if what == "table":
+        own = {f"rl:{m['name']}": LearnedScorer(load_model(m["path"], "rlscheduler"),
+                                                name=f"rl:{m['name']}") for m in models}
+        return {"jobs": len(trace.jobs), "windows": eval_starts(len(trace.jobs)),
+                "labels": list(own), "table": rl_table(trace, own, backfill)}
+    (m,) = models
+    if what == "cross":
+        scorer = LearnedScorer(load_model(m["path"], "rlscheduler"), name=f"rl:{m['name']}")
+        values = window_bsld(trace, scorer, backfill, eval_starts(len(trace.jobs)))
+        return sum(values) / len(values)
+    return inspector_figures(trace, LearnedInspector(load_model(m["path"], "inspector")),
+                             backfill)
 
 
 def draw_curves(models: list[dict], directory: Path) -> list[str]:
