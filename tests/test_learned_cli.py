@@ -85,6 +85,13 @@ def test_simulate_learned_puts_models_beside_heuristics(tmp_path):
         if row["kind"] == "rlscheduler":
             assert f"rl:{name}" in table[row["backfill"]]
     assert all(Path(p).stat().st_size > 1000 for p in rep["curves"])
+    # each window's bsld per policy, their mean the table's, and a plot per backfilling
+    per_window = rep["traces"]["lublin_256.swf"]["window_bsld"]["none"]
+    assert len(per_window["FCFS"]) == len(rep["traces"]["lublin_256.swf"]["windows"]) == 10
+    assert abs(sum(per_window["FCFS"]) / 10 - table["none"]["FCFS"]) < 1e-6
+    assert sorted(Path(p).name for p in rep["window_plots"]) == \
+        ["windows-lublin_256-easy.png", "windows-lublin_256-none.png"]
+    assert all(Path(p).stat().st_size > 1000 for p in rep["window_plots"])
     assert (tmp_path / "rep" / "report.json").is_file()
     text = run("simulate", "learned", "--traces", "lublin_256.swf", "--models", names[0],
                "--out", str(tmp_path / "rep2"))

@@ -48,7 +48,7 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
     without EASY), the cross-trace table, each inspector's improvement and rejection ratio
     over its base, and PNG training curves, for the shipped models."""
     from ..learned.registry import list_models
-    from ..learned.report import build_report, draw_curves, render
+    from ..learned.report import build_report, draw_curves, draw_windows, render
 
     data_dir = data_dir or _default_data_dir()
     names = [t.strip() for t in traces_text.split(",")] if traces_text else list(BUNDLED)
@@ -87,11 +87,13 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     report["curves"] = draw_curves(models, out_dir)
+    report["window_plots"] = draw_windows(report, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2))
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
     click.echo(render(report))
-    click.echo(f"training curves and report.json in {out_dir}/ ({len(report['curves'])} PNG); "
+    click.echo(f"training curves, per-window plots and report.json in {out_dir}/ "
+               f"({len(report['curves'])} + {len(report['window_plots'])} PNG); "
                f"{report['seconds']:.0f} s", err=False)

@@ -55,14 +55,16 @@ def window_bsld(trace: SwfTrace, policy, backfill: str, starts: list[int],
 
 def rl_table(trace: SwfTrace, scorers: dict, backfill: str,
              heuristics=HEURISTICS) -> dict:
-    """{policy name: mean bsld} over the seed-1 windows, heuristics then scorers."""
+    """{policy name: mean bsld} over the seed-1 windows, heuristics then scorers, and each
+    window's bsld per policy (``window_bsld``, in window order)."""
     starts = eval_starts(len(trace.jobs))
-    row = {}
-    for name in heuristics:
-        row[name] = statistics.fmean(window_bsld(trace, get_policy(name), backfill, starts))
+    per_window = {name: window_bsld(trace, get_policy(name), backfill, starts)
+                  for name in heuristics}
     for name, scorer in scorers.items():
-        row[name] = statistics.fmean(window_bsld(trace, scorer, backfill, starts))
-    return {"windows": starts, "mean_bsld": row}
+        per_window[name] = window_bsld(trace, scorer, backfill, starts)
+    return {"windows": starts,
+            "mean_bsld": {name: statistics.fmean(v) for name, v in per_window.items()},
+            "window_bsld": per_window}
 
 
 def inspector_figures(trace: SwfTrace, inspector, backfill: str) -> dict:

@@ -1,4 +1,4 @@
-"""Training curves as PNG (matplotlib, from the rl extra)."""
+"""Training curves and per-window comparisons as PNG (matplotlib, from the rl extra)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,31 @@ def plot_curve(curve: list[dict], kind: str, path: Path, title: str = "") -> Pat
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_windows(windows: list[int], per_policy: dict[str, list[float]], path: Path,
+                 title: str = "") -> Path:
+    """Grouped bars: one group per evaluation window, one bar per policy (learned models
+    hatched), on a log scale (a window's bsld spans orders of magnitude across policies)."""
+    names = list(per_policy)
+    width = 0.8 / max(len(names), 1)
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(windows) + 2), 4), dpi=100)
+    for k, name in enumerate(names):
+        xs = [i + (k - (len(names) - 1) / 2) * width for i in range(len(windows))]
+        ax.bar(xs, [max(v, 1.0) for v in per_policy[name]], width, label=name,
+               hatch="//" if name.startswith("rl:") else None, edgecolor="0.2", linewidth=0.3)
+    ax.set_xticks(range(len(windows)), [str(w) for w in windows], fontsize=7)
+    ax.set_xlabel("window (first job's position in the trace)")
+    ax.set_ylabel("bounded slowdown (log)")
+    ax.set_yscale("log")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=min(len(names), 4))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)

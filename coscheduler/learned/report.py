@@ -72,12 +72,13 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
     out: dict = {"traces": {}, "cross_trace": {b: {} for b in BACKFILLS}, "inspectors": []}
     for name in paths:
         entry = {"jobs": results[f"{name}, backfill {BACKFILLS[0]}"]["jobs"],
-                 "windows": None, "mean_bsld": {}, "models": {}}
+                 "windows": None, "mean_bsld": {}, "window_bsld": {}, "models": {}}
         for backfill in BACKFILLS:
             r = results[f"{name}, backfill {backfill}"]
             entry["windows"] = r["windows"]
             table = r["table"]
             entry["mean_bsld"][backfill] = table["mean_bsld"]
+            entry["window_bsld"][backfill] = table["window_bsld"]
             heur = {k: v for k, v in table["mean_bsld"].items() if k in HEURISTICS}
             best = min(heur, key=heur.get)
             for label in r["labels"]:
@@ -127,6 +128,24 @@ def _evaluate(what: str, path: str, backfill: str, models: list[dict]):
         return sum(values) / len(values)
     return inspector_figures(trace, LearnedInspector(load_model(m["path"], "inspector")),
                              backfill)
+
+
+def draw_windows(report: dict, directory: Path) -> list[str]:
+    """One PNG per trace and backfilling: each seed-1 window's bsld per policy (the
+    heuristics and the learned models side by side); [] without matplotlib."""
+    try:
+        from .plots import plot_windows
+    except ImportError:
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, entry in report["traces"].items():
+        for backfill, per_policy in entry.get("window_bsld", {}).items():
+            path = directory / f"windows-{trace_key(name)}-{backfill}.png"
+            plot_windows(entry["windows"], per_policy, path,
+                         title=f"{name}, backfill {backfill}: bounded slowdown per seed-1 window")
+            paths.append(str(path))
+    return paths
 
 
 def draw_curves(models: list[dict], directory: Path) -> list[str]:
