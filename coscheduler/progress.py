@@ -16,7 +16,11 @@ from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import boundedjson
+
 ENV_VAR = "COSCHED_PROGRESS_FILE"
+# a progress record is three numbers; anything longer is not one
+MAX_PROGRESS_BYTES = 65536
 
 
 def write_json_atomic(path: str | os.PathLike, doc: Any, prefix: str = ".tmp-") -> Path:
@@ -59,15 +63,26 @@ def write_progress(done: int, total: int | None, path: str | os.PathLike | None 
 
 
 def read_progress(path: str | os.PathLike) -> Progress | None:
-    """Read a progress file; None when absent or unreadable (a job may not report)."""
+    """Read a progress file; None when absent or unusable (a job may not report, and a
+    job's own file is never trusted: bounded in size and nesting, numbers checked)."""
     try:
-        with open(path) as f:
-            rec = json.load(f)
-        done = rec["done"]
-        total = rec.get("total")
-        t = float(rec.get("time", 0.0))
-        if not isinstance(done, int) or done < 0:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROGRESS_BYTES + 1)
+        rec = boundedjson.loads(raw, max_bytes=MAX_PROGRESS_BYTES, max_depth=4,
+                                what=f"progress file {path}")
+        if not isinstance(rec, dict):
             return None
+        done, total, t = rec.get("done"), rec.get("total"), rec.get("time", 0.0)
+        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+            return None
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)
+                                  or total < 0):
+            return None
+        if not boundedjson.is_finite_number(t):
+            return None
+        return Progress(done=done, total=total, time=float(t))
+    except (OSError, ValueError):
+        return None
         if total is not None and (not isinstance(total, int) or total < 0):
             return None
         return Progress(done=done, total=total, time=t)

@@ -78,3 +78,16 @@ def test_progress_round_trip_and_garbage(tmp_path, monkeypatch):
 def test_cli_version():
     r = CliRunner().invoke(main, ["--version"])
     assert r.exit_code == 0 and __version__ in r.output
+
+
+def test_a_hostile_progress_file_reads_as_no_progress(tmp_path):
+    # a job writes its own progress file; the agent (root) and the controller read it
+    f = tmp_path / "p.json"
+    for text in ("[" * 60000 + "]" * 60000,                       # once a RecursionError
+                 '{"done": 1, "total": 2, "time": 1' + "0" * 400 + "}",  # once an OverflowError
+                 '{"done": true, "total": 2, "time": 1}', '[1, 2, 3]', '{"done": 1, "time": "x"}',
+                 '{"done": 1, "total": null, "time": 1, "pad": "' + "x" * 70000 + '"}'):
+        f.write_text(text)
+        assert read_progress(f) is None, text[:40]
+    f.write_text('{"done": 3, "total": null, "time": 5}')
+    assert read_progress(f).done == 3
