@@ -1,6 +1,6 @@
 """Submitting workflows to Slurm: one job per stage, chained with ``afterok``.
 
-``sbatch_args`` (pure) turns one stage ``Job`` (from ``testbed.workloads.workflow_jobs``)
+``sbatch_args`` (pure) turns one stage ``Job`` (from ``coscheduler.workloads.workflow_jobs``)
 into sbatch options and a batch script; ``submit_jobs`` runs ``sbatch --parsable`` for
 each stage in order, each depending on the previous stage's Slurm job. With ``cosched``
 the jobs go to the co-scheduling partition with their metadata in ``--comment``;

@@ -1,6 +1,6 @@
 """The ASA_X paper's evaluation (section 4) in virtual time, with the real controller.
 
-What runs: the paper's 15 workflows as 46 stage jobs (testbed/workloads: 4 Montage, 4 BLAST,
+What runs: the paper's 15 workflows as 46 stage jobs (coscheduler/workloads: 4 Montage, 4 BLAST,
 4 Statistics at 8/16/32/64 cores, 3 Synthetic at 16/32/64 cores), all submitted at t = 0,
 on a ``VirtualBackend`` cluster driven by ``Controller`` with one of the co-allocation
 policies (space sharing with EASY backfilling, Static 50 %, ASA_X). Nothing here decides
@@ -11,7 +11,7 @@ Modelling choices (each one is a parameter or documented in docs/simulator.md):
 - The cluster is one node of ``cluster_cores`` cores by default: the paper's NumaScale
   machine (6 x 48 cores) appears to jobs as a single server. ``node_cores`` splits it into
   equal nodes; every job (at most 64 cores, one node each) must fit one node.
-- A stage's profile comes from ``testbed.workloads.profile.stage_profile``: its runtime
+- A stage's profile comes from ``coscheduler.workloads.profile.stage_profile``: its runtime
   alone and its CPU use u (CPU time over cores x runtime). Its memory use is the paper's
   Table 2 memory share of the allocation for its workflow (``mem_share``: Montage 10 %,
   BLAST 44 %, Statistics 5 %, Synthetic 95 %), because the virtual backend's interference
@@ -160,8 +160,8 @@ def paper_workload(scale: float = 1.0, tag: str | None = None,
                            f"got {sequential_cores!r}")
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
         raise InvalidInput(f"copies (scale-out) must be an integer >= 1, got {copies!r}")
-    from testbed.workloads.jobs import PAPER_MIX, workflow_jobs   # workloads live in the testbed
-    from testbed.workloads.profile import workflow_profiles
+    from coscheduler.workloads.jobs import PAPER_MIX, workflow_jobs 
+    from coscheduler.workloads.profile import workflow_profiles
 
     base_mix = tuple(PAPER_MIX if mix is None else mix)
     profiles_of = {(kind, cores): workflow_profiles(kind, cores, scale) for kind, cores in base_mix}
@@ -368,7 +368,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     shows as a longer runtime (counted in ``overruns``) rather than a killed workflow.
     ``static_fraction``: the guest's quota under Static (the paper's 50 %).
     """
-    from testbed.workloads.profile import check_scale
+    from coscheduler.workloads.profile import check_scale
 
     scale = check_scale(scale)
     if classes not in CLASSES:
@@ -711,7 +711,7 @@ def summarise(runs: Sequence[PaperRun]) -> list[dict]:
 
 def instance_kinds(copies: int = 1) -> dict[str, str]:
     """Workflow instance name -> kind (``montage-8.3`` -> ``montage``)."""
-    from testbed.workloads.jobs import PAPER_MIX
+    from coscheduler.workloads.jobs import PAPER_MIX
 
     return {(f"{k}-{c}" if i == 0 else f"{k}-{c}.{i}"): k
             for i in range(copies) for k, c in PAPER_MIX}
