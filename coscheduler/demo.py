@@ -1,8 +1,10 @@
-"""The live demo: the same small workflow mix run for real under each co-allocation policy.
+"""The live demo's jobs and figures: the same small workflow mix under each co-allocation policy.
 
-Each policy gets a fresh local backend (real processes on emulated nodes, quotas through
-the node agents) and the same jobs, all queued at t = 0. What is reported comes from what
-was measured, never from the policy's expectations:
+The runs themselves are the local testbed's (testbed/live.py: a fresh local backend per
+policy, real processes on emulated nodes, quotas through the node agents), with the same
+jobs, all queued at t = 0; here is what the demo runs and how its figures are summarised
+(also for the Slurm experiment, slurm_plugin/experiment.py). What is reported comes from
+what was measured, never from the policy's expectations:
 
 - makespan_s: first submit to last end (backend clock);
 - mean_wait_s: mean of start - the time a stage became eligible (its parents done);
