@@ -71,9 +71,9 @@ print(f"wheel smoke: coscheduler {coscheduler.__version__} from {coscheduler.__f
 # Every body the wheel registers (entry points) loads from the wheel.
 from coscheduler import plugins
 for group in plugins.GROUPS:
-    for name in plugins.names(group):
-        obj = plugins.load(group, name)
-        if sys.modules[obj.__module__].__file__.startswith(sys.argv[1]):
+    for name, target in plugins.targets(group).items():
+        plugins.load(group, name)
+        if sys.modules[target.split(":")[0]].__file__.startswith(sys.argv[1]):
             sys.exit(f"wheel smoke: entry point {group}:{name} loaded from the checkout")
 print(f"wheel smoke: {sum(len(plugins.names(g)) for g in plugins.GROUPS)} entry points load",
       file=sys.stderr)
