@@ -617,7 +617,8 @@ class NodeAgent:
             self._light[jid] = {"members": frozenset(in_cg), "totals": totals, "io": io}
         else:
             self._light.pop(jid, None)
-        return {"members": live - set(refused), "to_move": to_move, "refused": new_refusals, "totals": totals, "io": io, "usage_ns": usage_ns,
+        return {"members": live - set(refused), "to_move": to_move, "refused": new_refusals, "totals": totals,
+                "io": io, "usage_ns": usage_ns,
                 "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
                 "throttling": thr, "time": time.monotonic(), "wall": now}
 

@@ -605,7 +605,8 @@ class SlurmBackend:
         if j.exit_signal:
             detail = f"signal {j.exit_signal}"
         return Outcome(str(j.job_id), start, end, "failed",
-                       f"{j.state}" + (f": {detail}" if detail else "") + (f" ({j.reason})" if j.reason and j.reason != "None" else ""))
+                       f"{j.state}" + (f": {detail}" if detail else "")
+                       + (f" ({j.reason})" if j.reason and j.reason != "None" else ""))
 
     def _give_up(self, j: SlurmJob, reason: str) -> None:
         """Cancel one of our pending jobs and report it failed with ``reason``."""

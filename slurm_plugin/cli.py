@@ -301,7 +301,9 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, dedicated,
     if not 0 < scale <= 1:
         raise click.BadParameter(f"must lie in (0, 1], got {scale}", param_hint="--scale")
     d = directory or default_dir()
-    say = (lambda m: click.echo(m, err=True))
+    def say(m):
+        click.echo(m, err=True)
+
     started_here = False
     try:
         state = load_state(d)

@@ -445,7 +445,6 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
 
 def _start_all(state: ClusterState, config: ClusterConfig, paths: dict[str, Path],
                agent_interval_s: float, timeout_s: float, say: Callable[[str], None]) -> None:
-    d = Path(state.dir)
     key = paths["munge"] / "munge.key"
     if not key.exists():
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -61,7 +61,8 @@ def job_script(job: Job, opts: SubmitOptions) -> str:
         cmd = wrap + ["--"] + cmd
     lines = ["#!/bin/sh", f"# coscheduler stage {job.job_id} ({job.job_class})"]
     if opts.progress_dir and not opts.usage_dir:
-        lines.append(f'export COSCHED_PROGRESS_FILE="${{COSCHED_PROGRESS_FILE:-{opts.progress_dir}/$SLURM_JOB_ID.json}}"')
+        lines.append("export COSCHED_PROGRESS_FILE="
+                     f'"${{COSCHED_PROGRESS_FILE:-{opts.progress_dir}/$SLURM_JOB_ID.json}}"')
     lines.append("exec " + shlex.join(cmd))
     return "\n".join(lines) + "\n"
 

@@ -160,7 +160,7 @@ def paper_workload(scale: float = 1.0, tag: str | None = None,
                            f"got {sequential_cores!r}")
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
         raise InvalidInput(f"copies (scale-out) must be an integer >= 1, got {copies!r}")
-    from coscheduler.workloads.jobs import PAPER_MIX, workflow_jobs 
+    from coscheduler.workloads.jobs import PAPER_MIX, workflow_jobs
     from coscheduler.workloads.profile import workflow_profiles
 
     base_mix = tuple(PAPER_MIX if mix is None else mix)
