@@ -1,7 +1,7 @@
 """``cosched workload submit``: one workflow to Slurm, one job per stage with ``afterok``.
 
 The options live here; the submitting is the body's (a ``coscheduler.submitters`` entry
-point: ``slurm`` from slurm_plugin/cli.py, ``mesos`` with ``--mesos`` from mesos_framework/cli.py).
+point: ``slurm`` in slurm_plugin/cli.py, ``mesos`` with ``--mesos`` in mesos_framework/cli.py).
 
     cosched workload submit montage|blast|stats|statistics|synthetic --cores C [--scale S]
         [--cosched] [--dir D | --slurm-conf F --progress-dir P --usage-dir U] [--json]
