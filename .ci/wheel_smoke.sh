@@ -68,6 +68,15 @@ for m in (coscheduler, slurm_plugin):
         sys.exit(f"wheel smoke: {m.__name__} was imported from the checkout ({m.__file__})")
 print(f"wheel smoke: coscheduler {coscheduler.__version__} from {coscheduler.__file__}",
       file=sys.stderr)
+# Every body the wheel registers (entry points) loads from the wheel.
+from coscheduler import plugins
+for group in plugins.GROUPS:
+    for name, target in plugins.targets(group).items():
+        plugins.load(group, name)
+        if sys.modules[target.split(":")[0]].__file__.startswith(sys.argv[1]):
+            sys.exit(f"wheel smoke: entry point {group}:{name} loaded from the checkout")
+print(f"wheel smoke: {sum(len(plugins.names(g)) for g in plugins.GROUPS)} entry points load",
+      file=sys.stderr)
 PY
 
 step "cosched models list"

@@ -103,9 +103,10 @@ class Job:
     ``cores`` is the total request; ``nodes`` how many nodes it spans (cores split evenly,
     the remainder on the first nodes). ``mem_mb`` and ``bb_gb`` are its memory and
     node-local burst buffer (SSD) per node it spans, None when it states none; the
-    co-allocation check keeps a guest's beside its host's within a node's capacity. ``walltime_s`` is the user's limit, which is also what
-    the loss is measured against. ``job_class`` groups repeated jobs (for example
-    ``montage/mProject``) so that what the learner learns carries over between them.
+    co-allocation check keeps a guest's beside its host's within a node's capacity.
+    ``walltime_s`` is the user's limit, which is also what the loss is measured against.
+    ``job_class`` groups repeated jobs (for example ``montage/mProject``) so that what the
+    learner learns carries over between them.
     """
 
     job_id: str

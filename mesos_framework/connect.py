@@ -56,7 +56,7 @@ def make_quotas(kind: str, *, node_agents: Iterable[str] = (), token_file: str |
         return lambda backend: agents
     if kind != "local":
         raise InvalidInput(f"--quotas {kind!r}: choose local, remote or none")
-    from coscheduler.backends.local import check_local_support
+    from monitoring.support import check_local_support
     check_local_support()
     # A stable folder (beside the framework state file) lets a restarted framework find
     # what a killed one left; without a state file there is no restart to prepare for.

@@ -6,7 +6,7 @@ included) and ``close()``. ``MesosBackend.add_feed`` attaches one.
 
 - ``QueueFeed``: the queue folder (``queue.JobQueue``): ``cosched workload submit
   --mesos``, or any program, drops job files there; outcomes go to its ``done/``.
-- ``WorkloadFeed``: the four workflows (``testbed.workloads.small_mix``) put into a queue
+- ``WorkloadFeed``: the four workflows (``coscheduler.workloads.small_mix``) put into a queue
   once the master's first offers show the cluster's size (their walltimes depend on what
   an emulated core is worth on this machine).
 - ``slurm_feed.SlurmFeed``: jobs the Slurm submit hook marked for Mesos.
@@ -111,7 +111,7 @@ class WorkloadFeed:
         self._since = self._since or now
         if now - self._since < self.wait_s:
             return
-        from testbed.workloads.jobs import (DEMO_CORES, DEMO_NODE_CORES, DEMO_NODES, DEMO_SCALE,
+        from coscheduler.workloads.jobs import (DEMO_CORES, DEMO_NODE_CORES, DEMO_NODES, DEMO_SCALE,
                                             small_mix)
 
         speed = min(1.0, len(os.sched_getaffinity(0)) / cores) if self.local_cores else 1.0

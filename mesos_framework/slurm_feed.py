@@ -334,8 +334,10 @@ def slurm_feed_from_options(options: Mapping[str, Any]) -> SlurmFeed:
     """For ``cosched run --backend mesos --from-slurm``: ``slurm_dir`` (a cluster of
     ``cosched slurm up``, whose Mesos partition is used) or ``slurm_conf``; ``mesos_partition``."""
     from slurm_plugin.commands import SlurmCommands
+    from slurm_plugin.connect import with_default_cluster
     from slurm_plugin.source import make_source
 
+    options = with_default_cluster(options)
     partition = options.get("mesos_partition")
     conf = options.get("slurm_conf")
     if options.get("slurm_dir") and not conf:

@@ -1,7 +1,9 @@
 """The node agent as a library object: register jobs, sample them, set leased CPU quotas.
 
-``NodeAgent`` ties the layers together (collect -> state -> execute) and is what the HTTP
-server wraps and what the local backend uses in-process::
+``NodeAgent`` ties the layers together (collect -> state -> execute, leases in lease.py)
+and is what the HTTP server wraps and what the local backend uses in-process. This file
+holds its public calls and its loop; a tick's work per job is observing.py's, discovery,
+recovery and saving the state file restore.py's (both mixins of ``NodeAgent``)::
 
     agent = NodeAgent(cgroup_root="cosched/n1", node_cpus=1.0, state_dir="/tmp/a")
     agent.register_job({"job_id": "j1", "pids": [pid], "cores": 4})
@@ -17,7 +19,6 @@ so that a quota request never waits for a whole sampling pass.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -27,32 +28,22 @@ from typing import Any, Mapping
 
 import psutil
 
-from coscheduler.happiness import happiness
 from coscheduler.model import InvalidInput, validate_job_id
 from coscheduler.progress import Progress
 
 from . import collect
 from .admission import Admission, JobContext, Refused, uid_of
 from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
-                       raise_open_file_limit, validate_cgroup_name)
+                       raise_open_file_limit)
 from .execute import Actuator, InPlaceQuota, make_actuator
 from .lease import DEFAULT_MAX_LEASE_S, LeaseKeeper
 from .recovery import StateFile
-from .state import (JobSpec, JobState, check_fraction, finite_happiness, job_quota_us,
+from .state import (JobSpec, JobState, check_fraction, job_quota_us,
                     node_quota_us, parse_registration, validate_agent_job_id)
+from .observing import JobObservation
+from .restore import Restore
 
 log = logging.getLogger("monitoring.agent")
-
-
-def _exists(pid: int) -> bool:
-    """The process exists (signal 0: one system call, no file read)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class UnknownJob(KeyError):
@@ -72,7 +63,7 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "cosched-agent"
 
 
-class NodeAgent:
+class NodeAgent(JobObservation, Restore):
     def __init__(self, cgroup_root: str = "cosched", *, interval_s: float = 1.0,
                  node_cpus: float | None = None, cpu_per_core: float = 1.0,
                  state_dir: str | os.PathLike | None = None,
@@ -538,362 +529,6 @@ class NodeAgent:
         self.events.append({"time": round(time.time(), 3), "event": what})
         del self.events[:-100]
 
-    def _observe(self, jid: str, spec: JobSpec, now: float, quota_set: bool) -> dict[str, Any]:
-        """Read a job's processes and counters (no lock: only reads).
-
-        A job whose processes all live in its cgroup is sampled from the cgroup alone on
-        most ticks (a light tick): its CPU counter, and one signal-0 probe per process
-        (cgroup v1 keeps a held-open cgroup.procs list as it was, so a process that ended
-        is found by the probe). A process the job forks is in the cgroup, under its quota,
-        from birth; it shows in the figures at the next full tick. Every ``io_every``
-        ticks, and whenever a process ended or the list changed, every process is read
-        again (/proc stat, children, I/O): memory and I/O figures are that fresh."""
-        in_cg = self.actuator.job_pids(jid)
-        light = self._light.get(jid)
-        if (light is not None and in_cg and in_cg == light["members"]
-                and self.counters["ticks"] % self.io_every != 0 and not spec.batch_cgroup
-                and all(map(_exists, in_cg))):
-            usage = self.actuator.usage_ns(jid)
-            if usage is not None:
-                return {"members": set(in_cg), "to_move": set(), "refused": {},
-                        "totals": light["totals"], "io": light["io"], "usage_ns": usage,
-                        "usage_src": "cgroup", "progress": collect.read_progress_file(spec.progress_file),
-                        "throttling": self.actuator.throttling(jid) if quota_set else None,
-                        "time": time.monotonic(), "wall": now}
-        batch: set[int] = set()
-        if spec.batch_cgroup:
-            batch = collect.cgroup_tree_pids(Path(spec.batch_cgroup))
-        # Every process that would enter the job's cgroup passes the admission rule first
-        # (a batch system's cgroup may list anything; so may a pid reused by the kernel).
-        known = self._refused.get(jid, {})
-        refused: dict[int, str] = {}
-
-        def admitted(pids: set[int]) -> set[int]:
-            ok = set()
-            for pid in pids:
-                if pid in known:
-                    refused[pid] = known[pid]
-                    continue
-                try:
-                    ok.add(self.admission.check(pid, placed_by_batch=pid in batch))
-                except Refused as e:
-                    refused[pid] = str(e)
-            return ok
-
-        # the registered processes, those in our cgroup or the batch system's, and every
-        # descendant of them: a process the job started later is found here
-        procs = collect.job_processes(in_cg | set(spec.pids) | admitted(batch - in_cg), self._files)
-        for pid in refused:
-            procs.pop(pid, None)
-        live = set(procs)
-        io = self._io.get(jid, {})
-        fresh = self.counters["ticks"] % self.io_every == 0
-        io = {pid: (collect.proc_io(pid, self._files) if fresh or pid not in io else io[pid])
-              for pid in live}
-        totals = collect.totals(procs, io)
-        usage_ns, usage_src = None, None
-        if spec.batch_cgroup:
-            usage_ns = collect.batch_usage_ns(Path(spec.batch_cgroup))
-            usage_src = "batch"
-        elif live:
-            # The cgroup counter is exact (it keeps the time of processes that exited) but
-            # only when the job's processes are all in it; re-checked when membership changes.
-            key = frozenset(live)
-            covered = self._covered.get(jid)
-            if covered is None or covered[0] != key:
-                acct = self.actuator.acct_pids(jid)
-                covered = (key, live <= (acct if acct is not None else in_cg))
-                self._covered[jid] = covered
-            if covered[1]:
-                usage_ns, usage_src = self.actuator.usage_ns(jid), "cgroup"
-        prog = collect.read_progress_file(spec.progress_file)
-        # throttling happens only under a limit: skip the read for unlimited jobs
-        thr = self.actuator.throttling(jid) if quota_set else None
-        to_move = set() if self._sample_only(spec) else admitted(live - in_cg)
-        new_refusals = {p: why for p, why in refused.items() if p not in known}
-        self._refused[jid] = refused
-        covered = usage_src == "cgroup" and usage_ns is not None and not refused
-        if covered and live == in_cg:   # every process in our cgroup: light ticks may follow
-            self._light[jid] = {"members": frozenset(in_cg), "totals": totals, "io": io}
-        else:
-            self._light.pop(jid, None)
-        return {"members": live - set(refused), "to_move": to_move, "refused": new_refusals, "totals": totals, "io": io, "usage_ns": usage_ns,
-                "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
-                "throttling": thr, "time": time.monotonic(), "wall": now}
-
-    def _reconcile(self, js: JobState, obs: dict[str, Any], now: float) -> bool:
-        jid = js.spec.job_id
-        changed = False
-        if obs["to_move"]:
-            res = self.actuator.move(jid, obs["to_move"])
-            if res.moved:
-                js.event(now, f"followed new process(es) {sorted(res.moved)}")
-            for pid, why in res.failed.items():
-                js.event(now, f"could not move pid {pid}: {why}")
-        for pid, why in obs["refused"].items():
-            js.event(now, f"not moved: {why}")
-            log.warning("job %s: pid %s not moved: %s", jid, pid, why)
-        for pid in js.members - obs["members"]:
-            self._files.forget(f"/proc/{pid}/")
-        js.members = set(obs["members"])
-        self._io[jid] = obs["io"]
-        if js.members:
-            js.seen_processes = True
-        elif js.seen_processes or now - js.registered_at > self.start_grace_s:
-            self._finish(js, now)
-            return True
-        else:
-            return changed  # still waiting for the job to start in its cgroup
-        try:
-            self._apply(js, verify=True)  # re-assert: writes only when the kernel drifted
-        except CgroupError as e:
-            log.error("job %s: quota not applied: %s", jid, e)
-        self._update_sample(js, obs)
-        return changed
-
-    def _update_sample(self, js: JobState, obs: dict[str, Any]) -> None:
-        jid = js.spec.job_id
-        t: collect.ProcTotals = obs["totals"]
-        prev = self._prev.get(jid)
-        cpu_pct = js.sample.get("cpu_percent")
-        if prev is not None:
-            wall = obs["time"] - prev["time"]
-            if obs["usage_src"] == prev["usage_src"] and obs["usage_src"] != "proc":
-                cpu_s = max(0, obs["usage_ns"] - prev["usage_ns"]) / 1e9
-            else:
-                cpu_s = collect.per_process_cpu_delta(prev["cpu_by_pid"], t.cpu_s_by_pid,
-                                                 t.create_by_pid, prev["wall"])
-            # Of the job's allocated cores: on an emulated node a core is cpu_per_core CPUs
-            # (a busy 4-core job on a 0.25-CPU-per-core node reads 100 %, not 25 %).
-            cpu_pct = collect.cpu_percent(cpu_s, wall, js.spec.cores * self.cpu_per_core)
-        self._prev[jid] = {"time": obs["time"], "wall": obs["wall"], "usage_ns": obs["usage_ns"],
-                           "usage_src": obs["usage_src"], "cpu_by_pid": t.cpu_s_by_pid}
-        hist = self._progress.setdefault(jid, [])
-        prog: Progress | None = obs["progress"]
-        if prog is not None and (not hist or prog.time != hist[-1].time):
-            hist.append(prog)
-            cutoff = prog.time - 4 * self.progress_window_s
-            while len(hist) > 2 and hist[1].time < cutoff:
-                hist.pop(0)
-        last = hist[-1] if hist else None
-        rate = collect.progress_rate(hist, obs["wall"], self.progress_window_s)
-        total = last.total if last is not None and last.total is not None else js.spec.tasks_total
-        done = last.done if last is not None else 0
-        hp = None
-        if js.spec.walltime_s and js.spec.start_time is not None and total is not None:
-            elapsed = max(0.0, obs["wall"] - js.spec.start_time)
-            hp = finite_happiness(happiness(elapsed, js.spec.walltime_s, done, total, rate))
-        mem_alloc = js.spec.mem_mb * 2**20 if js.spec.mem_mb else self._mem_total
-        thr = obs["throttling"] or (js.sample.get("nr_throttled"), js.sample.get("throttled_s"))
-        if thr[0] is None:
-            thr = None
-        js.sample = {
-            "sample_time": round(obs["wall"], 3),
-            "cpu_percent": None if cpu_pct is None else round(cpu_pct, 2),
-            "cpu_source": obs["usage_src"],
-            "mem_percent": round(100.0 * t.rss_bytes / mem_alloc, 3),
-            "rss_bytes": t.rss_bytes, "io_read_bytes": t.io_read_bytes,
-            "io_write_bytes": t.io_write_bytes, "nprocs": t.nprocs,
-            "tasks_done": done, "tasks_total": total,
-            "tasks_per_s": None if rate is None else round(rate, 6),
-            "happiness": None if hp is None else round(hp, 4),
-            "nr_throttled": thr[0] if thr else None,
-            "throttled_s": round(thr[1], 3) if thr else None,
-        }
-
-    def _finish(self, js: JobState, now: float) -> None:
-        jid = js.spec.job_id
-        js.status = "finished"
-        js.finished_at = now
-        self.leases.revoke(jid)
-        js.lease_deadline = None
-        removed = self.actuator.remove_job(jid)
-        js.event(now, "all processes gone: finished" + ("; cgroup removed" if removed else
-                                                        "; cgroup not yet removable"))
-        self.counters["jobs_finished"] += 1
-        self._prev.pop(jid, None)
-        self._covered.pop(jid, None)
-        self._io.pop(jid, None)
-        self._light.pop(jid, None)
-        self._refused.pop(jid, None)
-
-    def _retire(self, now: float) -> bool:
-        """Forget finished jobs after the retention time; remove released cgroups once empty."""
-        changed = False
-        for jid, js in list(self._jobs.items()):
-            if js.status == "running":
-                continue
-            if self.actuator.has_job(jid) and self.actuator.remove_job(jid):
-                js.event(now, "cgroup removed")
-                changed = True
-            if (js.finished_at or now) + self.finished_retention_s <= now and not self.actuator.has_job(jid):
-                del self._jobs[jid]
-                self._progress.pop(jid, None)
-                changed = True
-        return changed
-
-    proc_root = "/proc"   # where v2 discovery reads processes (tests give a fake one)
-
-    def _discover(self) -> None:
-        """Register Slurm jobs found in the accounting hierarchy (read only there)."""
-        mount = self.layout.acct_mount or self.layout.cpu_mount
-        found = (collect.discover_slurm_jobs_v2(Path(mount), self.slurm_node, self.proc_root)
-                 if self.layout.version == 2 else collect.discover_slurm_jobs(Path(mount), self.slurm_node))
-        for slurm_id, d in found.items():
-            known = self._jobs.get(slurm_id)
-            if known is not None:
-                if known.status == "running" and known.spec.batch_cgroup is None:
-                    # registered by the controller before Slurm made its cgroup: follow it now
-                    known.spec = dataclasses.replace(known.spec, batch_cgroup=str(d))
-                    known.event(time.time(), f"found in {d}")
-                continue  # running, or finished: not again
-            pids = sorted(collect.cgroup_tree_pids(d))
-            if not pids:
-                continue
-            if self.layout.version == 2:
-                cores = collect.cpuset_cores(d)
-            else:  # v1: the job's cpuset lives in the cpuset hierarchy, same relative path
-                cpuset = Path(str(mount)).parent / "cpuset" / d.relative_to(mount)
-                cores = collect.cpuset_cores(cpuset)
-            cores = cores or collect.slurm_cpus_from_environ(pids) or 1
-            spec = JobSpec(job_id=slurm_id, cores=float(cores), pids=tuple(pids), source="slurm",
-                           batch_cgroup=str(d),
-                           progress_file=str(Path(os.path.realpath(self.progress_dir)) / f"{slurm_id}.json"))
-            js = JobState(spec=spec, registered_at=time.time())
-            js.event(time.time(), f"discovered in {d}")
-            self._jobs[slurm_id] = js
-            try:
-                if not self._sample_only(spec):
-                    self.actuator.ensure_job(slurm_id)
-                self._apply(js)
-            except CgroupError as e:
-                js.apply_error = str(e)
-
-    def _recover(self) -> dict[str, Any]:
-        """Clean what a previous run left: every job cgroup under our root gets its full
-        quota back; empty ones are removed; ones with processes are adopted."""
-        saved = self.state_file.load()
-        report: dict[str, Any] = {"state_file": "absent" if saved is None else "read",
-                                  "restored": [], "removed": [], "adopted": [], "problem": None}
-        jobs_saved: dict[str, Any] = {}
-        problems: list[str] = []
-        if saved is not None:
-            report.update(previous_pid=saved.pid, clean_exit=saved.clean_exit,
-                          problem=saved.problem)
-            if saved.problem:
-                log.error("%s", saved.problem)
-                problems.append(saved.problem)
-            if saved.cgroup_root not in (None, self.cgroup_root):
-                problems.append(f"state file was written for cgroup root {saved.cgroup_root}, "
-                                f"this agent uses {self.cgroup_root}: its jobs are ignored")
-            else:
-                jobs_saved = saved.jobs
-        names = set(self.actuator.job_dirs())
-        dropped: dict[str, str] = {}  # state file entries not brought back, and why
-        for name in jobs_saved:
-            shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:60]}..."
-            try:
-                validate_agent_job_id(name)
-            except InvalidInput:
-                dropped[shown] = "not a valid job id (a cgroup name under the agent's root)"
-                continue
-            if name not in names:
-                dropped[shown] = "its cgroup is gone (the job ended while the agent was down)"
-        for name in sorted(names):
-            try:
-                validate_cgroup_name(name)
-            except UnsafePath:
-                continue
-            try:
-                self.actuator.set_quota(name, None)  # fail safe first: no limit at all
-                report["restored"].append(name)
-            except CgroupError as e:
-                log.error("leftover cgroup %s: cannot lift its quota: %s", name, e)
-            pids = self.actuator.job_pids(name)
-            if not pids:
-                if self.actuator.remove_job(name):
-                    report["removed"].append(name)
-                if name in jobs_saved:
-                    dropped[name] = "no process left in its cgroup: removed"
-                continue
-            now = time.time()
-            spec = None
-            if name in jobs_saved:
-                try:
-                    spec = self._saved_spec(name, jobs_saved[name])
-                except InvalidInput as e:
-                    problems.append(f"state file entry of job {name} refused: {e}")
-                    dropped[name] = f"refused: {str(e)[:300]}; kept as an adopted job"
-            if spec is None:
-                spec = JobSpec(job_id=name, cores=1.0, pids=tuple(sorted(pids)), source="adopted")
-                status = "released"  # unknown allocation: not managed, removed once empty
-            else:
-                status = "running"
-            js = JobState(spec=spec, registered_at=now, status=status,
-                          quota_reason="full quota restored after agent restart")
-            js.members = set(pids)
-            js.seen_processes = True
-            js.event(now, f"adopted after restart (previous agent pid {report.get('previous_pid')})")
-            if status == "released":
-                js.finished_at = now
-            self._jobs[name] = js
-            report["adopted"].append(name)
-        report["dropped"] = dropped
-        for name, why in dropped.items():
-            if why.startswith("not a valid"):
-                problems.append(f"state file entry {name!r} dropped: {why}")
-            else:
-                self._event(f"recovery: state file entry {name!r} dropped: {why}")
-        report["problem"] = "; ".join(problems) or None
-        for p in problems:
-            self._event(f"recovery: {p}")
-        if report["restored"] or report["problem"]:
-            self._event(f"recovery: {report}")
-            log.warning("recovered from previous run: %s", report)
-        return report
-
-    def _saved_spec(self, name: str, raw: Any) -> JobSpec:
-        """A job read back from the state file, through the same validation as a registration
-        over HTTP (the file may have been damaged or edited): InvalidInput if unusable.
-        Processes that ended while the agent was down are dropped; a pid the admission rule
-        refuses makes the whole entry unusable, as it would a registration."""
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("spec"), Mapping):
-            raise InvalidInput("not an object with a 'spec' object")
-        d = raw["spec"]
-        fields = ("job_id", "pids", "cores", "walltime_s", "start_time", "tasks_total",
-                  "job_class", "progress_file", "mem_mb")
-        body = {k: d[k] for k in fields if k in d and d[k] is not None}
-        if body.get("job_id") != name:
-            raise InvalidInput(f"its job_id {body.get('job_id')!r} is not its cgroup's name {name!r}")
-        spec = parse_registration(body, self.progress_dir)
-        pids = []
-        for pid in spec.pids:
-            try:
-                pids.append(self.admission.check(pid))
-            except Refused as e:
-                if e.rule != "not running":
-                    raise
-        source = d.get("source", "pids")
-        if source not in ("pids", "slurm", "adopted"):
-            raise InvalidInput(f"unknown source {source!r}")
-        batch = d.get("batch_cgroup")
-        if batch is not None:
-            mount = str(self.layout.acct_mount or self.layout.cpu_mount)
-            if not isinstance(batch, str) or not os.path.normpath(batch).startswith(mount + os.sep):
-                raise InvalidInput(f"batch_cgroup {batch!r} is not a cgroup under {mount}")
-            batch = os.path.normpath(batch)
-        return JobSpec(**{**spec.to_dict(), "pids": tuple(pids), "source": source,
-                          "batch_cgroup": batch})
-
-    def _save(self, clean_exit: bool = False) -> None:
-        jobs = {jid: {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
-                      "quota_us": js.quota_us}
-                for jid, js in self._jobs.items() if self.actuator.has_job(jid)}
-        try:
-            self.state_file.save(cgroup_version=self.layout.version, cgroup_root=self.cgroup_root,
-                                 jobs=jobs, clean_exit=clean_exit)
-        except OSError as e:
-            log.error("cannot write state file %s: %s", self.state_file.path, e)
 
     def _view(self, js: JobState) -> dict[str, Any]:
         lease = self.leases.get(js.spec.job_id)

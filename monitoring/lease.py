@@ -75,15 +75,15 @@ class LeaseKeeper:
     def expired(self) -> list[Lease]:
         """Remove and return the leases whose deadline has passed."""
         now = self._clock()
-        gone = [l for l in self._leases.values() if l.deadline_mono <= now]
-        for l in gone:
-            del self._leases[l.job_id]
+        gone = [lease for lease in self._leases.values() if lease.deadline_mono <= now]
+        for lease in gone:
+            del self._leases[lease.job_id]
         return gone
 
     def seconds_to_next_expiry(self) -> float | None:
         if not self._leases:
             return None
-        return max(0.0, min(l.deadline_mono for l in self._leases.values()) - self._clock())
+        return max(0.0, min(lease.deadline_mono for lease in self._leases.values()) - self._clock())
 
     def __len__(self) -> int:
         return len(self._leases)

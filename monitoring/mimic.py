@@ -84,7 +84,7 @@ class MimicV2FS(CgroupFS):
                     usage += t.user + t.system
                 except psutil.Error:
                     pass
-            lines = [l for l in path.read_text().splitlines() if not l.startswith("usage_usec")]
+            lines = [ln for ln in path.read_text().splitlines() if not ln.startswith("usage_usec")]
             return f"usage_usec {int(usage * 1e6)}\n" + "\n".join(lines) + "\n"
         return path.read_text()
 

@@ -59,7 +59,8 @@ def _check_document(doc: Any) -> SavedState:
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 22):
         raise ValueError(f"'pid' is not a process id: {str(pid)[:40]}")
     if saved_at is not None and not boundedjson.is_finite_number(saved_at):
-        raise ValueError(f"'saved_at' is not a finite time: {repr(saved_at)[:40] if not isinstance(saved_at, int) else 'an integer too large'}")
+        shown = repr(saved_at)[:40] if not isinstance(saved_at, int) else "an integer too large"
+        raise ValueError(f"'saved_at' is not a finite time: {shown}")
     version, root = doc.get("cgroup_version"), doc.get("cgroup_root")
     if version not in (None, 1, 2) or isinstance(version, bool):
         raise ValueError(f"'cgroup_version' is not 1 or 2: {str(version)[:40]}")

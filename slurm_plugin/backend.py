@@ -34,6 +34,10 @@ How it acts.
   stderr (after retries with backoff for an unreachable slurmctld); the controller keeps
   running and tries again next pass. Leases are renewed before Slurm is asked anything, so
   a slurmctld outage does not drop quotas.
+
+Files: this one holds the Backend interface and the state file; reading Slurm's jobs and
+nodes is reading.py's, the calls to the node agents agent_calls.py's (mixins of
+``SlurmBackend``).
 """
 
 from __future__ import annotations
@@ -48,22 +52,21 @@ from typing import Callable, Mapping
 
 from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
-                               RunningJob, StageType, check_finite)
+                               RunningJob, check_finite)
 
-from .metadata import (AdminMark, default_class, format_admin_comment,
-                       parse_admin_comment, parse_comment)
+from .metadata import (AdminMark, format_admin_comment)
 from .parse import ParseError, SlurmJob, dependency_state, parse_jobcomp
 from .source import SlurmSource
+from .agent_calls import AgentCalls
+from .reading import _RUNNING, SlurmReading
 from .walltime import WalltimeCredit, credit_minutes, projected_end
 
 log = logging.getLogger("slurm_plugin.backend")
 
-_RUNNING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
-_FOREIGN_WALLTIME_S = 365 * 86400.0   # a job without a time limit holds its cores "forever"
 _CLOSED_NODE_S = 60.0                 # how soon a closed node is expected back (per pass)
 
 
-class SlurmBackend:
+class SlurmBackend(SlurmReading, AgentCalls):
     """See the module docstring. ``agents`` maps node name -> ``monitoring.client.AgentClient``
     (nodes without an agent are run without quotas and without metrics)."""
 
@@ -135,99 +138,6 @@ class SlurmBackend:
             os.replace(tmp, self.state_file)
         except OSError as exc:
             log.error("cannot write Slurm backend state %s: %s", self.state_file, exc)
-
-    # -- reading Slurm --------------------------------------------------------------------------
-    def now(self) -> float:
-        return self._clock()
-
-    def _refresh(self, force: bool = False) -> None:
-        if not force and self._clock() - self._snap_time < self.refresh_s:
-            return
-        try:
-            jobs = self.source.jobs()
-            nodes = self.source.nodes()
-        except BackendError:
-            raise
-        except ParseError as exc:
-            raise BackendError(f"Slurm answered something unreadable: {exc}") from None
-        self._jobs = {j.job_id: j for j in jobs}
-        self._nodes = {n.name: n for n in nodes}
-        self._snap_time = self._clock()
-
-    def _ours(self, j: SlurmJob) -> bool:
-        return j.partition == self.partition
-
-    def _partition_nodes(self) -> list:
-        return [n for n in self._nodes.values() if self.partition in n.partitions]
-
-    def _blocked_nodes(self) -> set[str]:
-        """Nodes where a running job may not share cores: Slurm places no sharing job there."""
-        out: set[str] = set()
-        for j in self._jobs.values():
-            if j.state in _RUNNING and j.shared is not True:
-                out.update(j.nodes)
-        return out
-
-    def _job(self, j: SlurmJob) -> Job:
-        """Our Slurm job as the controller's Job (raises InvalidInput naming the problem)."""
-        cached = self._job_cache.get(j.job_id)
-        if cached is not None:
-            return cached
-        if j.time_limit_s is None:
-            raise InvalidInput(f"job {j.job_id} has no time limit; co-scheduled jobs need --time")
-        meta = parse_comment(j.comment, j.time_limit_s)
-        cores = j.cpus
-        if not cores:
-            raise InvalidInput(f"job {j.job_id}: Slurm reports no CPU count")
-        if j.nodes:
-            nodes = len(j.nodes)
-        else:   # pending: what it asked for
-            nodes = min(x for x in (j.max_nodes, j.node_count, cores) if x)
-        stage = meta.stage_type or (StageType.PARALLEL if cores > 1 else StageType.SEQUENTIAL)
-        job = Job(job_id=str(j.job_id), cores=int(cores), nodes=min(int(nodes), int(cores)),
-                  walltime_s=meta.walltime_s or j.time_limit_s,
-                  job_class=meta.job_class or default_class(j.user, j.name),
-                  submit_time=j.submit_time or 0.0, stage_type=stage, tasks=meta.tasks or 1,
-                  workflow=meta.workflow, user=j.user)
-        self._job_cache[j.job_id] = job
-        return job
-
-    def _foreign_job(self, j: SlurmJob) -> Job:
-        cores = max(1, j.cpus or len(j.nodes) or 1)
-        return Job(job_id=str(j.job_id), cores=cores, nodes=max(1, min(len(j.nodes) or 1, cores)),
-                   walltime_s=j.time_limit_s or _FOREIGN_WALLTIME_S,
-                   job_class=f"foreign/{j.partition or 'none'}".replace(",", "_"),
-                   submit_time=j.submit_time or 0.0, user=j.user)
-
-    def _allocation(self, j: SlurmJob, job: Job) -> Allocation | None:
-        planned = self._planned.get(j.job_id)
-        if j.state == "PENDING":
-            if planned is not None:
-                return planned[0]
-            if j.required_nodes:
-                return _even(str(j.job_id), j.required_nodes, job.cores)
-            return None
-        nodes = j.nodes
-        if not nodes:
-            return None
-        if len(nodes) == 1:
-            return Allocation(str(j.job_id), ((nodes[0], job.cores),))
-        layout = j.cpus_by_node or self._layouts.get(j.job_id)
-        if layout is None and planned is not None and planned[0].nodes == tuple(nodes):
-            layout = planned[0].cores_by_node
-        if layout is None:
-            try:
-                layout = self.source.layout(j.job_id)
-            except Exception as exc:  # noqa: BLE001 - an even split is the next best guess
-                log.warning("job %s: CPU layout unknown (%s); assuming an even split", j.job_id, exc)
-            if layout:
-                self._layouts[j.job_id] = layout
-        if layout:
-            return Allocation(str(j.job_id), tuple(layout))
-        return _even(str(j.job_id), nodes, job.cores)
-
-    def _mark(self, j: SlurmJob) -> AdminMark:
-        return parse_admin_comment(j.admin_comment) or AdminMark()
 
     # -- Backend interface ----------------------------------------------------------------------
     def nodes(self) -> list[Node]:
@@ -605,7 +515,8 @@ class SlurmBackend:
         if j.exit_signal:
             detail = f"signal {j.exit_signal}"
         return Outcome(str(j.job_id), start, end, "failed",
-                       f"{j.state}" + (f": {detail}" if detail else "") + (f" ({j.reason})" if j.reason and j.reason != "None" else ""))
+                       f"{j.state}" + (f": {detail}" if detail else "")
+                       + (f" ({j.reason})" if j.reason and j.reason != "None" else ""))
 
     def _give_up(self, j: SlurmJob, reason: str) -> None:
         """Cancel one of our pending jobs and report it failed with ``reason``."""
@@ -640,111 +551,6 @@ class SlurmBackend:
             return None
         return data if isinstance(data, dict) else None
 
-    # -- node agents ----------------------------------------------------------------------------
-    def _register(self, node: str, rj: RunningJob, cores: int, strict: bool = False) -> dict | None:
-        client = self.agents.get(node)
-        if client is None:
-            return None
-        job = rj.job
-        self._on_agents.setdefault(int(job.job_id), set()).add(node)
-        try:
-            return client.register_job(job.job_id, [], float(cores), walltime_s=job.walltime_s,
-                                       start_time=rj.start_time, tasks_total=job.tasks,
-                                       job_class=job.job_class)
-        except Exception as exc:  # noqa: BLE001
-            if strict:
-                raise BackendError(f"agent of {node}: registering job {job.job_id}: {exc}") from None
-            self._note(f"agent of {node}: registering job {job.job_id}: {exc}")
-            return None
-
-    def _agent_quota(self, node: str, job_id: str, q: float) -> None:
-        try:
-            self.agents[node].set_quota(job_id, q, self.lease_s)
-        except Exception as exc:  # noqa: BLE001
-            raise BackendError(f"agent of {node}: quota {q:.3f} for job {job_id}: {exc}") from None
-
-    def _agent_clear(self, node: str, job_id: str) -> None:
-        try:
-            self.agents[node].clear_quota(job_id)
-        except Exception as exc:  # noqa: BLE001
-            if getattr(exc, "status", None) == 404:
-                return  # the agent does not know it: nothing is limited
-            raise BackendError(f"agent of {node}: full quota for job {job_id}: {exc}") from None
-
-    def _renew_leases(self) -> None:
-        now = self._clock()
-        for jid, (q, nodes) in list(self._quotas.items()):
-            if q >= 1.0 or now - self._renewed.get(jid, 0.0) < self.lease_s / 3:
-                continue
-            ok = True
-            for node in nodes:
-                if node in self.agents:
-                    try:
-                        self.agents[node].set_quota(str(jid), q, self.lease_s)
-                    except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
-                        ok = False
-                        if getattr(exc, "status", None) in (404, 409):
-                            self._quotas.pop(jid, None)   # the job ended: nothing to renew
-                            break
-                        self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
-            if ok:
-                self._renewed[jid] = now
-
-    def restore_quotas(self) -> list[str]:
-        """Give every job this backend throttled its full CPU back (controller shutdown):
-        the agents lift the quota and the job's mark says 1.0, also for a guest Slurm has not
-        started yet, so that nobody re-applies it later."""
-        done: set[str] = set()
-        try:
-            self._refresh(force=True)
-            for rj in self.running():
-                j = self._jobs.get(int(rj.job_id)) if rj.job_id.isdigit() else None
-                if j is None or not self._ours(j) or rj.quota_fraction >= 1.0:
-                    continue
-                for node in rj.allocation.nodes:
-                    if node in self.agents:
-                        try:
-                            self._agent_clear(node, rj.job_id)
-                        except BackendError as exc:
-                            self._note(str(exc))
-                try:
-                    self.source.update(j.job_id, AdminComment=format_admin_comment(
-                        AdminMark(1.0, self._mark(j).host)))
-                except BackendError as exc:
-                    self._note(f"job {j.job_id}: marking its full quota: {exc}")
-                self._quotas.pop(j.job_id, None)
-                done.add(rj.job_id)
-        except BackendError as exc:
-            self._note(f"restoring quotas without a view of Slurm: {exc}")
-        for jid, (q, nodes) in list(self._quotas.items()):   # what Slurm could not tell us
-            if q < 1.0:
-                for node in nodes:
-                    if node in self.agents:
-                        try:
-                            self._agent_clear(node, str(jid))
-                        except BackendError as exc:
-                            self._note(str(exc))
-                done.add(str(jid))
-            self._quotas.pop(jid, None)
-        self._snap_time = -math.inf
-        return sorted(done)
-
-    def release_held(self) -> list[str]:
-        """Hand every held job of ours back to Slurm's own scheduling (controller shutdown):
-        they run without sharing (``OverSubscribe=no``), like any other job."""
-        done = []
-        self._refresh(force=True)
-        for j in self._jobs.values():
-            if self._ours(j) and j.state == "PENDING" and j.held:
-                try:
-                    self.source.update(j.job_id, OverSubscribe="no")
-                    self.source.release(j.job_id)
-                    done.append(str(j.job_id))
-                except BackendError as exc:
-                    self._note(f"releasing job {j.job_id}: {exc}")
-        self._snap_time = -math.inf
-        return done
-
     def _note(self, msg: str) -> None:
         log.warning("%s", msg)
         self.errors.append(msg)
@@ -765,13 +571,6 @@ def _slurm_id(job_id: str) -> int:
     if not isinstance(job_id, str) or not job_id.isdigit():
         raise BackendError(f"{job_id!r} is not a Slurm job id")
     return int(job_id)
-
-
-def _even(job_id: str, nodes, cores: int) -> Allocation:
-    nodes = list(nodes)
-    base, extra = divmod(cores, len(nodes))
-    return Allocation(job_id, tuple((n, base + (1 if i < extra else 0)) for i, n in enumerate(nodes)
-                                    if base + (1 if i < extra else 0) > 0))
 
 
 __all__ = ["SlurmBackend"]

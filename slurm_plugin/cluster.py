@@ -26,7 +26,6 @@ import logging
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +43,8 @@ from .conf import (ClusterConfig, NodeConfig, render_cgroup_conf, render_job_sub
                    render_slurm_conf)
 from .contract import read_jobs, read_nodes
 from .parse import ParseError
+from .daemons import (CGROUP_V1, Daemon, _cgroup_pids, _reap, _rmdir_tree,  # noqa: F401 - re-exported
+                      _spawn, _stop, slurm_cgroups)
 
 log = logging.getLogger("slurm_plugin.cluster")
 
@@ -52,7 +53,6 @@ BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "sca
 LUA_PLUGIN = Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so")
 STATE_FILE = "cluster.json"
 STATE_VERSION = 1
-CGROUP_V1 = Path("/sys/fs/cgroup")
 AGENT_ROOT_PREFIX = "cosched-slurm-"
 
 
@@ -104,86 +104,6 @@ def ensure_installed(say: Callable[[str], None] = print) -> list[str]:
     if still:
         raise ClusterError(f"after installing {' '.join(PACKAGES)}, still missing: {', '.join(still)}")
     return list(PACKAGES)
-
-
-# -- processes --------------------------------------------------------------------------------
-
-@dataclass
-class Daemon:
-    """A process ``up`` started: identified by pid AND start time (pids are reused)."""
-
-    role: str            # munged | slurmctld | slurmd | agent
-    name: str            # node name for slurmd/agent, else the role
-    pid: int
-    create_time: float
-    argv: list[str]
-    log: str
-
-    def process(self) -> psutil.Process | None:
-        try:
-            p = psutil.Process(self.pid)
-            if abs(p.create_time() - self.create_time) > 0.5:
-                return None
-            if p.status() == psutil.STATUS_ZOMBIE:
-                _reap(self.pid)
-                return None
-            return p
-        except psutil.Error:
-            return None
-
-    def alive(self) -> bool:
-        return self.process() is not None
-
-
-_children: dict[int, subprocess.Popen] = {}   # started by this process: reaped on stop
-
-
-def _reap(pid: int) -> None:
-    popen = _children.pop(pid, None)
-    if popen is not None:
-        try:
-            popen.wait(timeout=0.1)
-        except subprocess.TimeoutExpired:
-            _children[pid] = popen
-
-
-def _spawn(role: str, name: str, argv: list[str], log_path: Path, env: dict | None = None,
-           stdout: Path | None = None) -> Daemon:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as err, open(stdout or log_path, "ab") as out:
-        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 start_new_session=True, env=env, close_fds=True)
-    _children[popen.pid] = popen
-    try:
-        ct = psutil.Process(popen.pid).create_time()
-    except psutil.Error:
-        ct = time.time()
-    return Daemon(role, name, popen.pid, ct, argv, str(log_path))
-
-
-def _stop(d: Daemon, grace_s: float = 10.0) -> str:
-    """SIGTERM, wait, SIGKILL. Returns what happened."""
-    p = d.process()
-    if p is None:
-        _reap(d.pid)
-        return "not running"
-    try:
-        p.send_signal(signal.SIGTERM)
-    except psutil.Error:
-        return "not running"
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        _reap(d.pid)
-        if d.process() is None:
-            return "stopped"
-        time.sleep(0.05)
-    try:
-        p.kill()
-    except psutil.Error:
-        pass
-    psutil.wait_procs([p], timeout=5)
-    _reap(d.pid)
-    return "killed"
 
 
 # -- state ------------------------------------------------------------------------------------
@@ -285,35 +205,6 @@ def free_ports(n: int, low: int = 20000, high: int = 32000, rng: random.Random |
         if p not in out and _port_free(p):
             out.append(p)
     return out
-
-
-def slurm_cgroups(node: str) -> list[Path]:
-    """The cgroup folders slurmd makes for ``node`` (MULTIPLE_SLURMD: ``slurm_<node>``)."""
-    if not CGROUP_V1.is_dir():
-        return []
-    return [c / f"slurm_{node}" for c in sorted(CGROUP_V1.iterdir())
-            if (c / f"slurm_{node}").is_dir()]
-
-
-def _cgroup_pids(root: Path) -> set[int]:
-    pids: set[int] = set()
-    for dirpath, _dirs, files in os.walk(root):
-        if "cgroup.procs" in files:
-            try:
-                pids.update(int(x) for x in Path(dirpath, "cgroup.procs").read_text().split())
-            except (OSError, ValueError):
-                pass
-    return pids
-
-
-def _rmdir_tree(root: Path) -> bool:
-    """Remove an (empty of processes) cgroup tree bottom-up; True when gone."""
-    for dirpath, _dirs, _files in sorted(os.walk(root), key=lambda t: -len(t[0])):
-        try:
-            os.rmdir(dirpath)
-        except OSError:
-            pass
-    return not root.exists()
 
 
 # -- up ---------------------------------------------------------------------------------------
@@ -445,7 +336,6 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
 
 def _start_all(state: ClusterState, config: ClusterConfig, paths: dict[str, Path],
                agent_interval_s: float, timeout_s: float, say: Callable[[str], None]) -> None:
-    d = Path(state.dir)
     key = paths["munge"] / "munge.key"
     if not key.exists():
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

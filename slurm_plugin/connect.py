@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from coscheduler.model import InvalidInput
 
 from .backend import SlurmBackend
-from .cluster import ClusterState, load_state
+from .cluster import ClusterState, default_dir, load_state
 from .commands import SlurmCommands
 from .source import make_source
 
@@ -70,10 +70,19 @@ def backend_for_cluster(state: ClusterState | str | Path, *, lease_s: float = 20
                         jobcomp_file=d / "log" / "jobcomp.txt", usage_dir=state.usage_dir)
 
 
+def with_default_cluster(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Neither ``slurm_dir`` nor ``slurm_conf``: the cluster of `cosched slurm up` in its
+    default folder."""
+    if options.get("slurm_dir") or options.get("slurm_conf"):
+        return options
+    return {**options, "slurm_dir": str(default_dir())}
+
+
 def backend_from_options(options: Mapping[str, Any]) -> SlurmBackend:
     """For ``cosched run --backend slurm``: ``slurm_dir`` (a local cluster), or
     ``slurm_conf`` + ``agents`` (a site's), plus ``partition``, ``lease_s``, ``state_file``."""
     lease = float(options.get("lease_s") or 20.0)
+    options = with_default_cluster(options)
     if options.get("slurm_dir") and not options.get("slurm_conf"):
         b = backend_for_cluster(options["slurm_dir"], lease_s=lease,
                                 source=options.get("slurm_source") or "auto")

@@ -38,7 +38,7 @@ POLICIES = ("space-sharing", "static", "asax")
 
 def mix_jobs(state: ClusterState, scale: float, tag: str, workflows: dict[str, int] | None = None) -> list[Job]:
     """The small mix sized for the cluster's nodes, on its emulated cores."""
-    from testbed.workloads.jobs import small_mix
+    from coscheduler.workloads.jobs import small_mix
 
     return small_mix(scale=scale, cores=workflows, node_cores=state.cpus,
                      workdir=Path(state.dir) / "work" / tag, core_speed=min(1.0, state.cpu_per_core),

@@ -24,8 +24,8 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from coscheduler.model import InvalidInput
 

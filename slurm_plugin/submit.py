@@ -1,6 +1,6 @@
 """Submitting workflows to Slurm: one job per stage, chained with ``afterok``.
 
-``sbatch_args`` (pure) turns one stage ``Job`` (from ``testbed.workloads.workflow_jobs``)
+``sbatch_args`` (pure) turns one stage ``Job`` (from ``coscheduler.workloads.workflow_jobs``)
 into sbatch options and a batch script; ``submit_jobs`` runs ``sbatch --parsable`` for
 each stage in order, each depending on the previous stage's Slurm job. With ``cosched``
 the jobs go to the co-scheduling partition with their metadata in ``--comment``;
@@ -61,7 +61,8 @@ def job_script(job: Job, opts: SubmitOptions) -> str:
         cmd = wrap + ["--"] + cmd
     lines = ["#!/bin/sh", f"# coscheduler stage {job.job_id} ({job.job_class})"]
     if opts.progress_dir and not opts.usage_dir:
-        lines.append(f'export COSCHED_PROGRESS_FILE="${{COSCHED_PROGRESS_FILE:-{opts.progress_dir}/$SLURM_JOB_ID.json}}"')
+        lines.append("export COSCHED_PROGRESS_FILE="
+                     f'"${{COSCHED_PROGRESS_FILE:-{opts.progress_dir}/$SLURM_JOB_ID.json}}"')
     lines.append("exec " + shlex.join(cmd))
     return "\n".join(lines) + "\n"
 

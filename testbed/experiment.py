@@ -30,7 +30,7 @@ class ScaledWorkload:
     about: str
 
     def mix(self) -> tuple[tuple[str, int], ...]:
-        from testbed.workloads.jobs import PAPER_MIX
+        from coscheduler.workloads.jobs import PAPER_MIX
 
         return tuple((kind, max(1, cores // self.factor)) for kind, cores in PAPER_MIX)
 

@@ -121,7 +121,6 @@ def run(a) -> int:
     policy = paper_exp.canonical_policy(a.policy)
     w = get_workload(a.workload)
     stg = make_stages(w, a.scale, a.tag, cpu_per_core)
-    by_id = {s.job.job_id: s for s in stg}
     out_dir = SHARED / "runs" / a.tag
     usage_dir = SHARED / "usage" / a.tag
     for d in (out_dir, usage_dir):

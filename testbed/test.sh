@@ -48,6 +48,11 @@ export PATH="$venv/bin:$PATH"
 if [ "$(id -u)" = 0 ]; then
     "$venv/bin/python" -m testbed.engine ensure || echo "test.sh: no Docker engine (see above)" >&2
 fi
+# COSCHED_LINT=1 (.ci/run sets it): ruff, from the test extra, before the tests; its
+# rules are pyproject.toml's [tool.ruff]. A finding fails the run before any test runs.
+if [ "${COSCHED_LINT:-0}" = 1 ]; then
+    "$venv/bin/ruff" check --no-cache . || { echo "test.sh: ruff found the problems above" >&2; exit 1; }
+fi
 status=0
 "$venv/bin/python" -m pytest "$@" || status=$?
 # The live Slurm tests again against the Slurm of other Debian releases (24.11 in trixie,

@@ -34,7 +34,8 @@ def cgroup_v1_cpu_writable() -> bool:
 def pytest_collection_modifyitems(config, items):
     skip_root = pytest.mark.skip(reason="needs root with a writable cgroup cpu controller")
     for item in items:
-        if "root" in item.keywords and not (is_root() and (cgroup_v1_cpu_writable() or os.path.exists("/sys/fs/cgroup/cgroup.controllers"))):
+        cgroups = cgroup_v1_cpu_writable() or os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+        if "root" in item.keywords and not (is_root() and cgroups):
             item.add_marker(skip_root)
 
 

@@ -214,7 +214,7 @@ def test_recovery_validates_the_state_file_like_the_api_mimic(mimic, tmp_path, s
     def poison(text):
         doc = json.loads(text)
         doc["jobs"]["j1"]["spec"]["pids"] = [1, sleeper.pid]
-        return json.dumps(doc).replace(f'"cores": 2.0', '"cores": 1e999').replace(
+        return json.dumps(doc).replace('"cores": 2.0', '"cores": 1e999').replace(
             '"cores": 2', '"cores": 1e999')
 
     _leave_state(mimic, tmp_path, sleeper, poison)

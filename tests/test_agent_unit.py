@@ -180,7 +180,7 @@ def test_lease_keeper_with_fake_clock():
     assert k.expired() == []
     now[0] = 10.0
     gone = k.expired()
-    assert [l.job_id for l in gone] == ["b", "a"] or sorted(l.job_id for l in gone) == ["a", "b"]
+    assert [g.job_id for g in gone] == ["b", "a"] or sorted(g.job_id for g in gone) == ["a", "b"]
     assert "not renewed" in gone[0].expiry_reason()
     assert len(k) == 0 and k.seconds_to_next_expiry() is None
 

@@ -121,7 +121,8 @@ def test_url_without_hash_is_kept_and_reported_unverified(server, tmp_path):
 
 
 def test_bad_names_and_urls(server, tmp_path):
-    run = lambda *a: CliRunner().invoke(main, ["data", "fetch", *a, "--data-dir", str(tmp_path)])
+    def run(*a):
+        return CliRunner().invoke(main, ["data", "fetch", *a, "--data-dir", str(tmp_path)])
     r = run("no-such-trace")
     assert r.exit_code == 1 and "unknown trace 'no-such-trace'" in r.stderr and "hpc2n" in r.stderr
     r = run("ftp://example.org/x.swf")

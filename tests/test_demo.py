@@ -79,7 +79,7 @@ def test_rounds_are_summarised_by_medians_with_every_round_kept():
 
 def test_demo_table_with_rounds_shows_medians_ranges_and_completed_jobs(tmp_path, monkeypatch):
     """The human output of --repeat, with the live runs replaced by fixed figures."""
-    from coscheduler.cli import demo as demo_cli
+    from testbed import demo_cli
     from coscheduler.demo import PolicyRun
 
     figures = iter([20.0, 15.0, 24.0, 31.0])

@@ -119,7 +119,7 @@ def test_host_state_keeps_the_new_fields_through_its_record():
 
 def _blast_pairs(policy, recorder, run: int, jobs: int = 16):
     """16-core BLAST-map stages (CPU-bound, streaming memory), 4 at a time on 32 cores."""
-    from testbed.workloads.profile import stage_profile
+    from coscheduler.workloads.profile import stage_profile
 
     p = stage_profile("blast", "blastall", 16, 0.2)
     prof = Profile(p.runtime_s, p.cpu_util, p.mem_share * 100, membw_share=p.membw_share,

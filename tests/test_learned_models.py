@@ -14,13 +14,13 @@ from coscheduler.data import swf_dir
 
 from coscheduler.learned.features import RL_FEATURES, Normalisation, rl_observation
 from coscheduler.learned.modelfile import MAGIC, Model, ModelError, load_model, save_model
-from coscheduler.learned.nets import inspector_init, kernel_scores, rl_init
+from coscheduler.learned.nets import inspector_init, rl_init
 from coscheduler.learned.selectors import LearnedInspector, LearnedScorer
 from coscheduler.learned.windows import eval_starts, legacy_rng
 from coscheduler.policies import get_policy
 from coscheduler.policies.selection import (AcceptAll, KeyScorer, action_mask, machine_view,
                                             order_by_scores)
-from coscheduler.sim import Cluster, TraceJob, read_swf, simulate
+from coscheduler.sim import Cluster, read_swf, simulate
 from coscheduler.sim.metrics import compute_metrics
 from coscheduler.sim.replay import window
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coscheduler.backend import BackendError
-from coscheduler.backends.local import LocalBackend, check_local_support
+from testbed.local import LocalBackend, check_local_support
 from coscheduler.controller import Controller
 from coscheduler.model import Allocation, InvalidInput, Job
 
@@ -179,7 +179,7 @@ def test_jobs_die_with_the_backend_process(tmp_path):
     script = f"""
 import json, sys, time
 sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-from coscheduler.backends.local import LocalBackend
+from testbed.local import LocalBackend
 from coscheduler.model import Allocation, Job
 b = LocalBackend({{"n1": 1}}, {str(tmp_path / "w")!r}, cpus=1.0)
 job = Job("long", 1, 600.0, "test/busy", tasks=1000,

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from coscheduler.bench.mesos import bench_scripted
+from mesos_framework.bench import bench_scripted
 from coscheduler.cli import main
 
 

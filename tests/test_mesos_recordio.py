@@ -13,7 +13,8 @@ from mesos_framework.recordio import RecordIODecoder, RecordIOError, decode, enc
 
 
 def test_doc_example_stream_decodes():
-    sub = b'{"type": "SUBSCRIBED","subscribed": {"framework_id": {"value":"12220-3440-12532-2345"},"heartbeat_interval_seconds":15.0}}'
+    sub = (b'{"type": "SUBSCRIBED","subscribed": {"framework_id": {"value":"12220-3440-12532-2345"},'
+           b'"heartbeat_interval_seconds":15.0}}')
     hb = b'{"type":"HEARTBEAT"}'
     stream = encode(sub) + encode(hb)
     records, rest = decode(stream)

@@ -162,7 +162,6 @@ def test_window_optimiser_backfills_without_delaying_the_head(seed):
 
 
 def test_window_optimiser_gets_backfill_views_on_lublin(lublin_swf):
-    from pathlib import Path
 
     from coscheduler.multi import report
     from coscheduler.multi import workload as mw

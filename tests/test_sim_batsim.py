@@ -83,7 +83,8 @@ def test_round_trip_swf_batsim_same_schedule(lublin_swf, tmp_path, start, count,
         _, ra = _csv(tmp_path / "swf" / f"{p}_jobs.csv")
         _, rb = _csv(tmp_path / "bat" / f"{p}_jobs.csv")
         assert len(ra) == count
-        strip = lambda rows: [{k: v for k, v in r.items() if k != "workload_name"} for r in rows]
+        def strip(rows):
+            return [{k: v for k, v in r.items() if k != "workload_name"} for r in rows]
         assert strip(ra) == strip(rb)
 
 

@@ -5,7 +5,6 @@ and a naive vector reference written from the rules agrees with the engine."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -1,5 +1,6 @@
 """Parsing Slurm's answers: recorded real output of Slurm 22.05 (Debian 12, this machine)
-and 24.11 (Debian 13) and 26.05 (Debian sid), both in containers, the same scenario in each (tests/fixtures/slurm/record.sh):
+and 24.11 (Debian 13) and 26.05 (Debian sid), both in containers, the same scenario in each
+(tests/fixtures/slurm/record.sh):
 3 finished jobs (completed, failed with exit 3, cancelled), a 2-node job, a co-scheduled
 host and guest on one node, a held job, a held job waiting on it, a job whose dependency
 failed, and a job waiting for resources."""

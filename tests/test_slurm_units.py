@@ -4,7 +4,6 @@ cluster states (tests/fixtures/slurm: Slurm 22.05 and 24.11)."""
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 import time
@@ -20,8 +19,7 @@ from slurm_plugin.backend import SlurmBackend
 from slurm_plugin.commands import SlurmCommandError, SlurmCommands
 from slurm_plugin.conf import (ClusterConfig, NodeConfig, render_cgroup_conf, render_job_submit,
                                render_slurm_conf)
-from slurm_plugin.parse import (SlurmJob, parse_jobs_json, parse_nodes_json,
-                                parse_scontrol_nodes)
+from slurm_plugin.parse import (SlurmJob, parse_jobs_json, parse_nodes_json)
 from slurm_plugin.priority import eligible, rank_jobs
 from slurm_plugin.pyslurm_source import (_dependency_text, job_from_pyslurm, node_from_pyslurm,
                                          pyslurm_unavailable)
@@ -155,7 +153,8 @@ def test_runner_names_a_missing_program(tmp_path):
 
 def test_source_reads_scontrol_text_on_a_release_without_json(tmp_path):
     text = (SLURM / "22.05" / "scontrol_show_job.txt").read_text()
-    fake_bin(tmp_path, "squeue", "import sys\nsys.stderr.write(\"squeue: unrecognized option '--json'\\n\")\nsys.exit(1)")
+    fake_bin(tmp_path, "squeue",
+             "import sys\nsys.stderr.write(\"squeue: unrecognized option '--json'\\n\")\nsys.exit(1)")
     (tmp_path / "jobs.txt").write_text(text)
     fake_bin(tmp_path, "scontrol", "import sys\nif sys.argv[1:] == ['--version']: print('slurm 20.11.9')\n"
              f"else: sys.stdout.write(open({str(tmp_path / 'jobs.txt')!r}).read())")

@@ -7,7 +7,6 @@ under /root, which nobody cannot enter).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

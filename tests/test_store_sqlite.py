@@ -85,8 +85,8 @@ def test_reopen_after_close_rebuilds_the_same_learner(tmp_path):
     assert [d.decision_id for d in loaded.pending] == sorted(uninterrupted.pending)
     assert loaded.next_decision_id == uninterrupted.next_decision_id
     mem_loaded = mem.load()
-    assert sorted((d.decision_id, l) for d, l in loaded.observed) == \
-        sorted((d.decision_id, l) for d, l in mem_loaded.observed)
+    assert sorted((d.decision_id, loss) for d, loss in loaded.observed) == \
+        sorted((d.decision_id, loss) for d, loss in mem_loaded.observed)
     # The restarted learner decides exactly as the one that never stopped.
     again = restart(loaded)
     for k, job_class in enumerate(("montage/mProject", "blast/blastall")):

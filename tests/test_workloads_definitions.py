@@ -8,12 +8,12 @@ import sys
 import pytest
 
 from coscheduler.model import InvalidInput, Job, StageType
-from testbed.workloads import (DEMO_NODE_CORES, DEMO_NODES, DEMO_SCALE, WORKFLOWS, paper_mix,
+from coscheduler.workloads import (DEMO_NODE_CORES, DEMO_NODES, DEMO_SCALE, WORKFLOWS, paper_mix,
                                small_mix, stage_profile, workflow_jobs, workflow_profiles)
-from testbed.workloads.definitions import BLAST_TASK_TIME_FACTOR, TASKS_FACTOR, get_workflow
-from testbed.workloads.profile import file_bytes, split_tasks, walltime_request
-from testbed.workloads.stage import build_parser
-from testbed.workloads.summary import EMBEDDED, INSTANCE_FILES, summarize_instance
+from coscheduler.workloads.definitions import BLAST_TASK_TIME_FACTOR, TASKS_FACTOR, get_workflow
+from coscheduler.workloads.profile import file_bytes, split_tasks, walltime_request
+from coscheduler.workloads.stage import build_parser
+from coscheduler.workloads.summary import EMBEDDED, INSTANCE_FILES, summarize_instance
 
 
 @pytest.mark.parametrize("workflow", list(WORKFLOWS))
@@ -35,7 +35,7 @@ def test_workflow_jobs_are_a_dependency_chain_of_valid_jobs(workflow):
         # a user-style overestimate: 1.75x the expected runtime, or 5 s more for tiny stages
         assert prof.runtime_s * 1.5 <= job.walltime_s <= max(2 * prof.runtime_s, prof.runtime_s + 6)
         # the command runs the stage program with this interpreter and parses
-        assert job.command[:3] == (sys.executable, "-m", "testbed.workloads.stage")
+        assert job.command[:3] == (sys.executable, "-m", "coscheduler.workloads.stage")
         args = build_parser().parse_args(list(job.command[3:]))
         assert (args.workflow, args.stage, args.tasks) == (workflow, stage.name, stage.tasks)
         assert args.workers == job.cores and args.scale == 0.05

@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.workloads.definitions import StageSpec, WorkflowSpec, get_workflow
-from testbed.workloads.recipes import RECIPES, recipe_edges, stage_order_problems
+from coscheduler.workloads.definitions import StageSpec, WorkflowSpec, get_workflow
+from coscheduler.workloads.recipes import RECIPES, recipe_edges, stage_order_problems
 
 
 @pytest.mark.parametrize("workflow", sorted(RECIPES))

@@ -21,11 +21,11 @@ from coscheduler.model import InvalidInput
 
 from coscheduler.model import StageType
 from coscheduler.progress import read_progress
-from testbed.workloads import WORKFLOWS, stage_profile
-from testbed.workloads import stage as stage_mod
-from testbed.workloads import tasks as tasks_mod
-from testbed.workloads.pool import TaskFailed
-from testbed.workloads.profile import STARTUP_S
+from coscheduler.workloads import WORKFLOWS, stage_profile
+from coscheduler.workloads import stage as stage_mod
+from coscheduler.workloads import tasks as tasks_mod
+from coscheduler.workloads.pool import TaskFailed
+from coscheduler.workloads.profile import STARTUP_S
 
 TINY = 0.002
 
@@ -68,7 +68,7 @@ def test_stage_program_writes_the_progress_file_named_by_the_environment(tmp_pat
     env = dict(os.environ, COSCHED_PROGRESS_FILE=str(progress))
     seen: list[int] = []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "statistics",
+        [sys.executable, "-m", "coscheduler.workloads.stage", "--workflow", "statistics",
          "--stage", "partial", "--tasks", "12", "--workers", "2", "--scale", "0.005",
          "--report"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while proc.poll() is None:
@@ -124,7 +124,7 @@ def test_blast_merge_consumes_the_map_outputs_through_a_shared_workdir(tmp_path)
 
 def test_a_workflows_job_commands_run_end_to_end(tmp_path):
     """The Job commands themselves, in dependency order, sharing a workdir (BLAST hand-off)."""
-    from testbed.workloads import workflow_jobs
+    from coscheduler.workloads import workflow_jobs
     jobs = workflow_jobs("blast", 2, 0.0005, workdir=tmp_path, id_prefix="b1")
     for job in jobs:
         progress = tmp_path / f"{job.job_id}.progress"
@@ -142,7 +142,7 @@ def test_a_workflows_job_commands_run_end_to_end(tmp_path):
 def test_killing_the_stage_kills_its_workers(tmp_path):
     import psutil
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "synthetic",
+        [sys.executable, "-m", "coscheduler.workloads.stage", "--workflow", "synthetic",
          "--stage", "compute", "--workers", "2", "--scale", "0.05", "--workdir", str(tmp_path)])
     try:
         deadline = time.time() + 20
@@ -162,7 +162,7 @@ def test_sigterm_stops_the_stage_and_cleans_up(tmp_path):
     progress = tmp_path / "p.json"
     work = tmp_path / "w"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "montage", "--stage",
+        [sys.executable, "-m", "coscheduler.workloads.stage", "--workflow", "montage", "--stage",
          "mProject", "--workers", "2", "--scale", "0.05", "--workdir", str(work),
          "--progress-file", str(progress)], stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 20
@@ -193,7 +193,7 @@ def test_a_failing_task_fails_the_stage_with_its_traceback(tmp_path, monkeypatch
 
 def test_bad_arguments_get_a_clear_message():
     proc = subprocess.run(
-        [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "montage",
+        [sys.executable, "-m", "coscheduler.workloads.stage", "--workflow", "montage",
          "--stage", "mShrink"], capture_output=True, text=True)
     assert proc.returncode == 2 and "mShrink" in proc.stderr and "mProject" in proc.stderr
 
@@ -237,7 +237,7 @@ def test_core_speed_shrinks_the_cpu_work_only(tmp_path):
 
 _BURN = """
 import sys, time
-from testbed.workloads.burn import Burner, new_buffer
+from coscheduler.workloads.burn import Burner, new_buffer
 b = Burner(new_buffer(2**20))
 b.iterations(2000)  # warm up
 sys.stdin.readline()  # wait until placed (affinity, cgroup)
@@ -318,7 +318,7 @@ def test_a_cgroup_quota_slows_cpu_bound_work(tmp_path):
 
         def run(place=None):
             proc = subprocess.Popen(
-                [sys.executable, "-m", "testbed.workloads.stage", "--workflow", "blast",
+                [sys.executable, "-m", "coscheduler.workloads.stage", "--workflow", "blast",
                  "--stage", "blastall", "--tasks", "3", "--scale", "0.02", "--report",
                  "--workdir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
             if place:
@@ -343,7 +343,7 @@ def test_a_cgroup_quota_slows_cpu_bound_work(tmp_path):
 def test_parts_of_a_stage_split_its_tasks_and_together_run_each_once(tmp_path):
     """A job that spans several agents (Mesos: one task per part, $COSCHED_PART/PARTS) runs
     each task of the stage in exactly one part."""
-    from testbed.workloads.stage import parse_part, part_tasks
+    from coscheduler.workloads.stage import parse_part, part_tasks
 
     assert parse_part(None, {}) is None and parse_part(None, {"COSCHED_PARTS": "1", "COSCHED_PART": "0"}) is None
     assert parse_part(None, {"COSCHED_PART": "1", "COSCHED_PARTS": "3"}) == (1, 3)

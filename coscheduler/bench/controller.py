@@ -1,8 +1,8 @@
 """``cosched bench controller``: one controller pass over 1,000 pending x 1,000 running jobs.
 
 DESIGN.md's budget: under 100 ms per pass. The cluster (running / 4 nodes x 32 cores:
-250 nodes for the default) is full of 1,000 running 8-core jobs with varied metrics; 1,000 jobs of 1-32 cores (some on two
-nodes) wait. Nothing fits on free cores, so every pass computes an EASY reservation and,
+250 nodes for the default) is full of 1,000 running 8-core jobs with varied metrics; 1,000
+jobs of 1-32 cores (some on two nodes) wait. Nothing fits on free cores, so every pass computes an EASY reservation and,
 for the co-allocating policies, searches candidate hosts for every waiting job.
 
 Two figures per policy, medians over ``--repeat`` runs measured side by side:

@@ -1,6 +1,6 @@
 """Measure interference for real: the testbed's stage programs under real cgroup CPU quotas.
 
-Every run is a real process (``python -m testbed.workloads.stage ... --report``) pinned to
+Every run is a real process (``python -m coscheduler.workloads.stage ... --report``) pinned to
 one CPU, in its own cgroup under the cpu controller with its own quota, started by a shell
 that moves itself into the cgroup before it execs the program (so no instruction of it
 runs outside the quota). What is measured is the program's own report: wall-clock seconds
@@ -63,7 +63,7 @@ class Probe:
     what: str
 
     def argv(self, workdir: str) -> list[str]:
-        return [sys.executable, "-m", "testbed.workloads.stage", "--workflow", self.workflow,
+        return [sys.executable, "-m", "coscheduler.workloads.stage", "--workflow", self.workflow,
                 "--stage", self.stage, "--tasks", str(self.tasks), "--workers", "1",
                 "--scale", repr(self.scale), "--workdir", workdir, "--report"]
 

@@ -2,6 +2,9 @@
 
 Each command group lives in its own module and is loaded only when used, so that
 ``cosched --help`` stays fast and a part under construction cannot break the others.
+The core's own groups are listed in COMMANDS; a body's groups (``cosched slurm``,
+``mesos``, ``testbed``, ``agent``, ``demo``) come from the ``coscheduler.commands`` entry
+points of the installed distributions (coscheduler/plugins.py), so the core imports no body.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import importlib.util
 
 import click
 
-from .. import __version__
+from .. import __version__, plugins
 from ._types import harden
 
 # command name -> "module:attribute" (modules relative to coscheduler.cli)
@@ -20,35 +23,35 @@ COMMANDS: dict[str, str] = {
     "decisions": "decisions:decisions",
     "bench": "bench:bench",
     "simulate": "simulate:simulate",
-    "agent": "agent:agent",
     "progress": "progress:progress",
-    "demo": "demo:demo",
     "run": "run:run",
     "workload": "workload:workload",
     "train": "train:train",
     "models": "models:models",
-    "testbed": "testbed:testbed",
-    "mesos": "mesos:mesos",
-    "slurm": "slurm:slurm",
     "calibrate": "calibrate:calibrate",
     "data": "data:data",
 }
 
 
 class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use."""
+    """A click group whose subcommands are imported on first use: the core's own
+    (``lazy``: name -> "module:attribute" relative to ``package``) and those that bodies
+    register in the entry-point group ``entry_group`` (absolute "module:attribute")."""
 
-    def __init__(self, *args, lazy: dict[str, str], package: str, **kwargs):
+    def __init__(self, *args, lazy: dict[str, str], package: str, entry_group: str | None = None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self._lazy = lazy
         self._package = package
+        self._entry_group = entry_group
 
     def _available(self) -> dict[str, str]:
-        out = {}
+        # a body's entry point never shadows a core command of the same name
+        out = plugins.targets(self._entry_group) if self._entry_group else {}
         for name, target in self._lazy.items():
             module = target.split(":")[0]
             if importlib.util.find_spec(f"{self._package}.{module}") is not None:
-                out[name] = target
+                out[name] = f"{self._package}.{target}"
         return out
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -63,11 +66,11 @@ class LazyGroup(click.Group):
             return None
         module, attr = target.split(":")
         # every numeric option bounded at parse time (_types.py)
-        return harden(getattr(importlib.import_module(f"{self._package}.{module}"), attr))
+        return harden(getattr(importlib.import_module(module), attr))
 
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, package=__name__,
+@click.group(cls=LazyGroup, lazy=COMMANDS, package=__name__, entry_group="coscheduler.commands",
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 80})
 @click.version_option(__version__, prog_name="cosched")
 def main() -> None:

@@ -72,19 +72,3 @@ def clip(text: str, width: int) -> str:
 
 def fmt_loss(loss: float | None) -> str:
     return "pending" if loss is None else f"{loss:.3f}"
-
-
-def running_slurm_cluster(directory: Path | None, otherwise: str = ""):
-    """The state of the running `cosched slurm up` cluster in ``directory`` (default folder
-    when None), or a one-line error saying how to start one (``otherwise``: another way)."""
-    from slurm_plugin.cluster import ClusterError, default_dir, load_state
-
-    d = directory or default_dir()
-    try:
-        state = load_state(d)
-    except ClusterError as exc:
-        raise click.ClickException(str(exc)) from None
-    if state is None or state.stopped is not None:
-        raise click.ClickException(f"no running cluster in {d}: start one with "
-                                   f"`cosched slurm up --dir {d}`{otherwise}")
-    return state

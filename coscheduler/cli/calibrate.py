@@ -86,8 +86,12 @@ def calibrate(quick: bool, waiting: bool, as_json: bool, save: Path | None, from
         held = fitting.held_out(raw)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
-    worst = (lambda rows: max((abs(r["error"]) for r in rows), default=0.0))
-    in_sample = (lambda rows: round(fitting.rms_log_error([r for r in rows if r["fitted"]]), 4))
+    def worst(rows):
+        return max((abs(r["error"]) for r in rows), default=0.0)
+
+    def in_sample(rows):
+        return round(fitting.rms_log_error([r for r in rows if r["fitted"]]), 4)
+
     if as_json:
         click.echo(json.dumps({
             "mode": mode, "measurements": raw, "fitted": fitted.as_dict(),
@@ -115,7 +119,9 @@ def calibrate(quick: bool, waiting: bool, as_json: bool, save: Path | None, from
                    f"{_pct(r['error']):>6} {u.get('model', float('nan')):>7.2f} "
                    f"{_pct(u.get('error', float('nan'))):>6}")
     click.echo("")
-    fmt = (lambda m: ", ".join(f"{k} {v:g}" for k, v in m.as_dict().items()))
+    def fmt(m):
+        return ", ".join(f"{k} {v:g}" for k, v in m.as_dict().items())
+
     click.echo(f"fitted here: {fmt(fitted)} (largest error {_pct(worst(check_fitted))})")
     click.echo(f"in use (coscheduler/backends/interference.py CALIBRATED): {fmt(CALIBRATED)} "
                f"(largest error here {_pct(worst(check_used))})")

@@ -143,10 +143,7 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
     if backend_name != "mesos" and (master or workload or queue_file or from_slurm):
         raise click.BadParameter("--master, --workload, --queue-file and --from-slurm are "
                                  "options of --backend mesos")
-    if (backend_name == "slurm" or from_slurm) and slurm_dir is None and slurm_conf is None:
-        from slurm_plugin.cluster import default_dir
-
-        slurm_dir = default_dir()
+    # neither --slurm-dir nor --slurm-conf: the Slurm body picks its default cluster folder
     db_path = resolve_db(db)
     options = {"slurm_dir": str(slurm_dir) if slurm_dir else None, "slurm_conf": slurm_conf,
                "agents": agents, "slurm_source": slurm_source, "partition": partition,

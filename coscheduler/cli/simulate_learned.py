@@ -5,7 +5,6 @@ models beside the heuristics (tables of ``coscheduler/learned/report.py``)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click

@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from testbed.workloads import (DEMO_SCALE, WORKFLOWS, get_workflow, paper_mix, small_mix,
+from coscheduler.workloads import (DEMO_SCALE, WORKFLOWS, get_workflow, paper_mix, small_mix,
                                workflow_jobs, workflow_profiles)
-from testbed.workloads.burn import REF_RATE_CACHED, REF_RATE_STREAMING, measure_rates
-from testbed.workloads.pool import TaskFailed
-from testbed.workloads.stage import run_stage
+from coscheduler.workloads.burn import REF_RATE_CACHED, REF_RATE_STREAMING, measure_rates
+from coscheduler.workloads.pool import TaskFailed
+from coscheduler.workloads.stage import run_stage
 
 from ..model import InvalidInput, Job
 

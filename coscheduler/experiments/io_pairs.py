@@ -55,8 +55,8 @@ class IoRun:
 
 def io_workload(jobs: int = 24, scale: float = 1.0, tag: str = "io") -> list[tuple[Job, Profile]]:
     """Alternating Montage mProject and Statistics partial stage jobs on 16 cores."""
-    from testbed.workloads.jobs import workflow_jobs
-    from testbed.workloads.profile import stage_profile
+    from coscheduler.workloads.jobs import workflow_jobs
+    from coscheduler.workloads.profile import stage_profile
 
     out = []
     kinds = (("montage", "mProject"), ("statistics", "partial"))

@@ -15,7 +15,7 @@ Needs the ``rl`` extra (``pip install .[rl]``); nothing else imports this module
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp

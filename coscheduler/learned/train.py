@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import platform
 import time
 from dataclasses import asdict, dataclass, field

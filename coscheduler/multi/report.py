@@ -15,8 +15,8 @@ Evaluation jobs (docs/multi-resource.md, "Evaluation protocol"): the held-out la
 the trace (``train.split``), with the set's requests drawn from the whole trace for the
 given seed; by default ten 1,024-job windows of it drawn with seed 1 as the learned
 schedulers' held-out windows (``evaluation_windows``), each replayed from an empty machine,
-figures averaged over the windows; or the whole held-out stretch once (``evaluation_part``). Models come from ``--models``
-(default: the shipped ``coscheduler/multi/models``), named ``mrsch-<trace>-<set>.model``
+figures averaged over the windows; or the whole held-out stretch once (``evaluation_part``).
+Models come from ``--models`` (default: the shipped ``coscheduler/multi/models``), named ``mrsch-<trace>-<set>.model``
 and ``scalar-<trace>-<set>.model``.
 """
 

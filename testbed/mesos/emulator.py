@@ -35,7 +35,7 @@ class EmulatorUnavailable(RuntimeError):
 def check_cgroups() -> None:
     """Raise EmulatorUnavailable unless this process can make cgroups with CPU quotas."""
     try:
-        from coscheduler.backends.local import CgroupsUnavailable, check_local_support
+        from monitoring.support import CgroupsUnavailable, check_local_support
     except ImportError as e:  # pragma: no cover
         raise EmulatorUnavailable(str(e)) from None
     try:

@@ -36,7 +36,7 @@ DEMO_CORES: dict[str, int] = {"montage": 2, "blast": 4, "statistics": 2, "synthe
 def stage_command(workflow: str, stage: str, tasks: int, workers: int, scale: float,
                   workdir: str | None = None, core_speed: float = 1.0) -> tuple[str, ...]:
     """The argv that runs one stage program with this interpreter."""
-    argv = [sys.executable, "-m", "testbed.workloads.stage", "--workflow", workflow,
+    argv = [sys.executable, "-m", "coscheduler.workloads.stage", "--workflow", workflow,
             "--stage", stage, "--tasks", str(tasks), "--workers", str(workers),
             "--scale", repr(float(scale))]
     if core_speed != 1.0:

@@ -37,10 +37,13 @@ from typing import Callable, Iterable
 
 import psutil
 
-from ..backend import BackendError, check_quota_fraction
-from ..model import Allocation, InvalidInput, Job, MetricsSample, Node
-from ..progress import ENV_VAR as PROGRESS_ENV
-from .book import JobBook
+from coscheduler.backend import BackendError, check_quota_fraction
+from coscheduler.backends.book import JobBook
+from coscheduler.model import Allocation, InvalidInput, Job, MetricsSample, Node
+from coscheduler.progress import ENV_VAR as PROGRESS_ENV
+from monitoring.agent import NodeAgent
+from monitoring.recovery import remove_orphaned_roots
+from monitoring.support import CgroupsUnavailable, check_local_support  # noqa: F401 - re-exported
 
 # `kill -STOP $$` holds the job until the agent has moved it into its cgroup. setpriv's
 # parent-death signal kills the job if this process dies, so no job outlives the backend
@@ -51,31 +54,6 @@ _LAUNCHER = ((_SETPRIV, "--pdeathsig", "KILL") + _BARRIER) if _SETPRIV else _BAR
 _STOP_WAIT_S = 5.0
 _CGROUP_PREFIX = "cosched-local-"
 _KILL_GRACE_S = 3.0
-
-
-class CgroupsUnavailable(RuntimeError):
-    """This machine (or user) cannot run the local backend; the message says what is needed."""
-
-
-def check_local_support() -> None:
-    """Raise CgroupsUnavailable with a plain reason when live co-scheduling cannot run here."""
-    if os.name != "posix" or not Path("/proc/self/stat").exists():
-        raise CgroupsUnavailable("the local backend needs Linux (/proc and cgroups)")
-    if os.geteuid() != 0:
-        raise CgroupsUnavailable(
-            "the local backend writes CPU quotas into cgroups, which needs root: run it as root "
-            "(for example `sudo cosched demo`)")
-    v1 = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
-    v2 = Path("/sys/fs/cgroup/cgroup.controllers")
-    if v1.exists():
-        if not os.access(v1.parent, os.W_OK):
-            raise CgroupsUnavailable(f"{v1.parent} is not writable (read-only cgroup mount?)")
-        return
-    if v2.exists():
-        if "cpu" not in v2.read_text().split():
-            raise CgroupsUnavailable("the cgroup v2 hierarchy has no cpu controller enabled")
-        return
-    raise CgroupsUnavailable("no cgroup cpu controller found (neither v1 cpu.cfs_quota_us nor v2 cpu.max)")
 
 
 @dataclass
@@ -115,9 +93,6 @@ class LocalBackend(JobBook):
             raise InvalidInput(f"local backend: overtime_factor must be >= 0, got {overtime_factor!r}")
         self.overtime_factor = float(overtime_factor)
         check_local_support()
-        from monitoring.agent import NodeAgent  # the node side: imported only when used
-        from monitoring.recovery import remove_orphaned_roots
-
         # A backend killed with -9 took its jobs with it but left empty cgroups: tidy them.
         remove_orphaned_roots(_CGROUP_PREFIX)
 

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -237,10 +235,7 @@ def bench_offers(agents: int, seconds: float, refuse_s: float = 0.0, profile: bo
         while mr.backend.counters["declined"] < agents and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)                                   # warm up
-        prof = None
         if profile:
-            import cProfile
-            prof = cProfile.Profile()
             threading.setprofile(lambda *a: None)
         c0, t0 = dict(mr.backend.counters), time.monotonic()
         cpu0, ecpu0 = time.process_time(), emu.cpu_s()

@@ -11,7 +11,7 @@ import time
 
 import click
 
-from ._common import echo_json
+from coscheduler.cli._common import echo_json
 
 
 def _say(quiet: bool = False):

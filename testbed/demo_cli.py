@@ -17,13 +17,14 @@ from pathlib import Path
 
 import click
 
-from ..backends.local import CgroupsUnavailable, check_local_support
-from ..demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs, run_policy, summarise_rounds
-from ..model import InvalidInput
-from ._common import echo_json
-
+from coscheduler.cli._common import echo_json
+from coscheduler.demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs, summarise_rounds
+from coscheduler.model import InvalidInput
 # The workloads' own demo scale (a whole demo in about a minute on two cores).
-from testbed.workloads.jobs import DEMO_SCALE as DEFAULT_SCALE  # noqa: E402
+from coscheduler.workloads.jobs import DEMO_SCALE as DEFAULT_SCALE
+from monitoring.support import CgroupsUnavailable, check_local_support
+
+from .live import run_policy
 WORKDIR_PREFIX = "cosched-demo-"
 
 
@@ -103,8 +104,8 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
                                  param_hint="--policies")
     if not 0 < scale <= 1:
         raise click.BadParameter(f"must lie in (0, 1], got {scale}", param_hint="--scale")
-    from ..store import SqliteStore
-    from ..store.paths import default_db_path
+    from coscheduler.store import SqliteStore
+    from coscheduler.store.paths import default_db_path
 
     _tidy_old_workdirs()
     err = sys.stderr
@@ -137,7 +138,7 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
     # SIGTERM unwinds like Ctrl-C, so every backend kills its jobs and gives quotas back.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     rounds: list[list] = []
-    from ..controller.usage import ClassUsage
+    from coscheduler.controller.usage import ClassUsage
     usage = ClassUsage()   # what space sharing sees each class use alone teaches ASA_X
     try:
         for k in range(repeat):
@@ -163,7 +164,7 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
             shutil.rmtree(workdir, ignore_errors=True)
     results = summarise_rounds(rounds)
     if out_dir is not None:
-        from ..experiments.timeline import draw_timeline
+        from coscheduler.experiments.timeline import draw_timeline
 
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -200,7 +201,7 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
                "slowdown: runtime against the same job under space sharing.\n"
                "done: jobs completed (a job running past twice its walltime is killed).")
     if "asax" in chosen:
-        from .experts import show
+        from coscheduler.cli.experts import show
 
         click.echo(f"\nWhere ASA_X's expert weights went (cosched experts show --db {db}):")
         click.echo("")

@@ -1,6 +1,6 @@
 """The stage program: runs one workflow stage's tasks for real and reports progress.
 
-    python -m testbed.workloads.stage --workflow montage --stage mProject \\
+    python -m coscheduler.workloads.stage --workflow montage --stage mProject \\
         --tasks 198 --workers 8 --scale 0.05 [--workdir D] [--part K/N] [--report]
 
 Runs the stage's task groups in order, each over ``--workers`` processes, and after every
@@ -149,7 +149,7 @@ def _terminate(signum: int, _frame: object) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m testbed.workloads.stage",
+        prog="python -m coscheduler.workloads.stage",
         description="Run one workflow stage's tasks for real and report progress.")
     p.add_argument("--workflow", required=True)
     p.add_argument("--stage", required=True)

@@ -11,7 +11,7 @@ category in first-seen order: the task count, the mean ``runtimeInSeconds``, the
 ``avgCPU`` (percent of one core), the mean memory (MB; ``memoryInBytes`` or ``memory`` in
 KB), the mean number and total size of input and output files, and the parent categories.
 ``EMBEDDED`` below is its output for the two instances, rounded by ``_round`` (regenerate
-with ``python -m testbed.workloads.summary`` on the bundled instances, or PATH...), so
+with ``python -m coscheduler.workloads.summary`` on the bundled instances, or PATH...), so
 nothing parses the instances at run time; a test checks the copy against the bundled data.
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ._types import FiniteRange, positive
+from coscheduler.cli._types import FiniteRange, positive
 
 
 def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:

@@ -22,8 +22,75 @@ from pathlib import Path
 
 import click
 
-from ..model import InvalidInput
-from ._common import echo_json, running_slurm_cluster
+from coscheduler.model import InvalidInput
+from coscheduler.cli._common import echo_json
+
+
+def running_slurm_cluster(directory: Path | None, otherwise: str = ""):
+    """The state of the running `cosched slurm up` cluster in ``directory`` (default folder
+    when None), or a one-line error saying how to start one (``otherwise``: another way)."""
+    from slurm_plugin.cluster import ClusterError, default_dir, load_state
+
+    d = directory or default_dir()
+    try:
+        state = load_state(d)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    if state is None or state.stopped is not None:
+        raise click.ClickException(f"no running cluster in {d}: start one with "
+                                   f"`cosched slurm up --dir {d}`{otherwise}")
+    return state
+
+
+def submit_workflow(name: str, tag: str, opts: dict) -> None:
+    """``cosched workload submit NAME`` (a ``coscheduler.submitters`` entry point): one Slurm
+    job per stage, each ``afterok`` the previous one; prints the jobs (or JSON)."""
+    from coscheduler.workloads import workflow_jobs
+    from slurm_plugin.commands import SlurmCommandError, SlurmCommands
+    from slurm_plugin.submit import SubmitOptions, submit_jobs
+
+    cores, scale, cosched, as_json = opts["cores"], opts["scale"], opts["cosched"], opts["as_json"]
+    slurm_conf, partition, workdir = opts["slurm_conf"], opts["partition"], opts["workdir"]
+    progress_dir, usage_dir, time_factor = opts["progress_dir"], opts["usage_dir"], opts["time_factor"]
+    speed, node_cores, default_part = 1.0, None, None
+    if slurm_conf is None:
+        state = running_slurm_cluster(opts["directory"], ", or give --slurm-conf for a site's Slurm")
+        slurm_conf = state.slurm_conf
+        partition = partition or state.partition
+        default_part = state.default_partition
+        progress_dir = progress_dir or state.progress_dir
+        usage_dir = usage_dir or state.usage_dir
+        workdir = workdir or str(Path(state.dir) / "work" / tag)
+        out_dir = state.jobs_dir
+        speed = min(1.0, state.cpu_per_core)   # emulated cores are slower than real ones
+        node_cores = state.cpus
+        total = state.cpus * len(state.nodes)
+        if cores > total:   # such a job would wait at the head of the queue forever
+            raise click.BadParameter(f"{cores} cores: the cluster in {state.dir} has {total} "
+                                     f"({len(state.nodes)} nodes of {state.cpus})",
+                                     param_hint="'--cores'")
+    else:
+        out_dir = None
+    try:
+        jobs = workflow_jobs(name, cores, scale, id_prefix=tag, workdir=workdir,
+                             node_cores=node_cores, core_speed=speed)
+        subs = submit_jobs(SlurmCommands(slurm_conf), jobs, SubmitOptions(
+            partition=partition or "cosched", default_partition=default_part, cosched=cosched,
+            output_dir=out_dir, usage_dir=usage_dir, progress_dir=progress_dir,
+            time_limit_factor=time_factor))
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+    except SlurmCommandError as exc:
+        raise click.ClickException(str(exc)) from None
+    out = {"workflow": tag, "cosched": cosched,
+           "partition": (partition or "cosched") if cosched else default_part,
+           "jobs": [{"stage": s.stage, "name": s.name, "slurm_job_id": s.slurm_job_id} for s in subs]}
+    if as_json:
+        echo_json(out)
+        return
+    for s in subs:
+        click.echo(f"{s.slurm_job_id:>8}  {s.name}")
+    click.echo(f"submitted {len(subs)} stage jobs of {tag}" + (" (co-scheduled)" if cosched else ""))
 
 
 def _dir_option(fn):
@@ -224,7 +291,7 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, dedicated,
     (starts a cluster in --dir if none runs there, and stops it after)."""
     from slurm_plugin.cluster import ClusterError, down, load_state, up, default_dir
     from slurm_plugin.experiment import POLICIES, run_policies
-    from ..store import SqliteStore
+    from coscheduler.store import SqliteStore
 
     chosen = [p.strip() for p in policies.split(",") if p.strip()]
     bad = [p for p in chosen if p not in POLICIES]
@@ -234,7 +301,9 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, dedicated,
     if not 0 < scale <= 1:
         raise click.BadParameter(f"must lie in (0, 1], got {scale}", param_hint="--scale")
     d = directory or default_dir()
-    say = (lambda m: click.echo(m, err=True))
+    def say(m):
+        click.echo(m, err=True)
+
     started_here = False
     try:
         state = load_state(d)
@@ -244,7 +313,7 @@ def run_paper_small_cmd(policies, scale, seed, interval, timeout, db, dedicated,
     except (ClusterError, InvalidInput) as exc:
         raise click.ClickException(str(exc)) from None
     db = db or Path(state.dir) / "paper-small.db"
-    from ..store import StoreError
+    from coscheduler.store import StoreError
 
     try:
         store = SqliteStore(db, create=True)

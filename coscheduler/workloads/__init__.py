@@ -4,7 +4,7 @@
 - summary: the measured WfCommons instances they are sized from (embedded copy)
 - profile: expected runtime, CPU use, memory and walltime of a stage (for jobs, simulators)
 - jobs: workflow_jobs / paper_mix / small_mix -> coscheduler.model.Job lists
-- stage (``python -m testbed.workloads.stage``): runs one stage for real, reporting progress
+- stage (``python -m coscheduler.workloads.stage``): runs one stage for real, reporting progress
 - burn, tasks, pool: the CPU, memory, file and message work, and the worker processes
 """
 

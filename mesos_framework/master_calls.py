@@ -1,0 +1,188 @@
+"""The Mesos backend's calls to the master (DECLINE with filters, REVIVE, RECONCILE) and its
+failover state file (the framework id and its tasks, adopted by the next instance).
+
+A mixin of ``framework.MesosBackend``; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from coscheduler import boundedjson
+from coscheduler.backend import BackendError
+from coscheduler.model import Allocation, Job
+
+from . import messages as msg
+from .offers import HeldOffer
+from .records import MAX_STATE_BYTES, _not_processed, _Run, _Task
+
+log = logging.getLogger("mesos_framework.framework")
+
+
+class MasterCalls:
+    """Calls to the master (DECLINE, REVIVE, RECONCILE) and the failover state file."""
+
+    def _problem(self, text: str) -> None:
+        log.warning("%s", text)
+        self.problems = (self.problems + [text])[-200:]
+
+    def _fid(self) -> str:
+        fid = self._saved.get("framework_id") or getattr(self.driver, "framework_id", None)
+        if not fid:
+            raise BackendError("not registered with a master yet")
+        return fid
+
+    def _call(self, body: dict[str, Any]) -> None:
+        if self.driver is None:
+            raise BackendError("no driver attached")
+        self.driver.call(body)
+
+    def _safe_call(self, build: Callable[[str], dict[str, Any]]) -> bool:
+        try:
+            self._call(build(self._fid()))
+            return True
+        except Exception as exc:  # noqa: BLE001 - logged; state converges by reconciliation
+            log.warning("call failed: %s", exc)
+            return False
+
+    def _decline(self, offers: list[HeldOffer], refuse_s: float) -> None:
+        """DECLINE with a refuse filter. If the master did not take the call (5xx, no
+        answer), the offers are still outstanding there: they are held again and declined
+        on a later pass (else they would stay offered to nobody)."""
+        ids = [h.offer_id for h in offers]
+        try:
+            self._call(msg.decline(self._fid(), ids, refuse_s))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("DECLINE of %d offer(s) failed: %s", len(ids), exc)
+            if _not_processed(exc):
+                with self._lock:
+                    self._repool(offers)
+            return
+        with self._lock:
+            self.counters["declined"] += len(ids)
+
+    def _repool(self, offers: Iterable[HeldOffer]) -> None:
+        """Offers whose ACCEPT or DECLINE the master never processed: held again (lock held),
+        unless the subscription they came with has ended."""
+        if self._subscribed_at is None:
+            return
+        now = self.now()
+        for h in offers:
+            self._pool.setdefault(h.offer_id, replace(h, hold_until=min(h.hold_until, now + 1.0)))
+
+    def _revive(self, force: bool = False) -> None:
+        """REVIVE after a SUPPRESS; ``force``: also to clear the refuse filters (at most
+        once a second), so that declined resources are offered again at once. A REVIVE the
+        master did not get leaves the framework marked suppressed: ``after_pass`` retries."""
+        with self._lock:
+            now = self._clock()
+            was = self._suppressed
+            if not was and not (force and now - self._last_revive >= 1.0):
+                return
+            self._suppressed = False
+            self._last_revive = now
+        if not self._safe_call(lambda fid: msg.revive(fid, [self.config.role] if self.config.role else ())):
+            with self._lock:
+                self._suppressed = was or self._suppressed
+                self._last_revive = -math.inf
+
+    def _reconcile(self) -> None:
+        with self._lock:
+            known = [(t.task_id, t.agent_id) for r in self._runs.values() if r.waiting_since is None
+                     for t in r.tasks.values()]
+            known += [(tid, aid) for tid, aid in self._saved.get("tasks", {}).items()
+                      if tid not in {k for k, _ in known}]
+        # Explicit for what we launched, then implicit (every task the master knows).
+        if known:
+            self._safe_call(lambda fid: msg.reconcile(fid, known))
+        self._safe_call(lambda fid: msg.reconcile(fid))
+
+    # -- failover state -----------------------------------------------------------------------
+    def _load_state(self) -> dict[str, Any]:
+        path = self.config.state_file
+        if not path or not os.path.exists(path):
+            return {}
+        try:
+            with open(path, "rb") as f:
+                data = boundedjson.loads(f.read(MAX_STATE_BYTES + 1), max_bytes=MAX_STATE_BYTES,
+                                         what="framework state")
+            # "framework_id": null is what a framework that never registered writes: not
+            # registered yet, not damage
+            fid = data.get("framework_id") if isinstance(data, dict) else 0
+            if not isinstance(data, dict) or not (fid is None or isinstance(fid, str)):
+                raise ValueError("not a framework state object")
+            tasks = data.get("tasks", {})
+            if not isinstance(tasks, dict):
+                raise ValueError("'tasks' is not an object")
+            return {"framework_id": data.get("framework_id") or None,
+                    "tasks": {str(k): str(v) for k, v in tasks.items()},
+                    "runs": data.get("runs", {}) if isinstance(data.get("runs"), dict) else {}}
+        except (OSError, ValueError) as exc:
+            aside = f"{path}.broken-{int(time.time())}"
+            log.error("framework state %s unreadable (%s): set aside as %s; subscribing as a new "
+                      "framework", path, exc, aside)
+            try:
+                os.replace(path, aside)
+            except OSError:
+                pass
+            return {}
+
+    def _save_state(self) -> None:
+        path = self.config.state_file
+        if not path:
+            return
+        launched = {jid: r for jid, r in self._runs.items() if r.waiting_since is None}
+        data = {"framework_id": self._saved.get("framework_id"),
+                "tasks": {t.task_id: t.agent_id for r in launched.values() for t in r.tasks.values()},
+                "runs": {jid: {"attempt": r.attempt, "start_wall": time.time() - (self.now() - r.start),
+                               "host": r.host, "quota": r.quota,
+                               "tasks": {t.task_id: [t.agent_id, t.hostname, t.cores] for t in r.tasks.values()}}
+                         for jid, r in launched.items()}}
+        self._saved["tasks"] = data["tasks"]
+        self._saved["runs"] = data["runs"]
+        tmp = f"{path}.tmp-{os.getpid()}"
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.error("saving the framework state to %s failed: %s", path, exc)
+
+    def _adopt(self, job: Job) -> bool:
+        """After a failover: a submitted job whose tasks the saved state lists is adopted as
+        running (reconciliation then confirms them, or reports them lost: requeued)."""
+        saved = self._saved.get("runs", {}).get(job.job_id)
+        if not isinstance(saved, dict):
+            return False
+        try:
+            tasks = {tid: _Task(tid, a, h, int(c)) for tid, (a, h, c) in saved["tasks"].items()}
+            attempt = int(saved["attempt"])
+            start = self.now() - max(0.0, time.time() - float(saved["start_wall"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("saved run of job %s unusable (%s): it is queued again", job.job_id, exc)
+            return False
+        by_node: dict[str, int] = {}
+        for t in tasks.values():
+            if t.agent_id not in self._agents:
+                self._add_agent(t.agent_id, t.hostname)
+            node = self._node_of[t.agent_id]
+            by_node[node] = by_node.get(node, 0) + t.cores
+        host = saved.get("host")
+        self._runs[job.job_id] = _Run(job, Allocation(job.job_id, tuple(by_node.items())), start,
+                                      float(saved.get("quota", 1.0)),
+                                      host if host in self._runs else None, attempt, tasks)
+        if host in self._runs:
+            self._runs[host].guests.append(job.job_id)
+        self._attempts[job.job_id] = attempt
+        log.info("job %s adopted from the previous framework instance (%d tasks)", job.job_id, len(tasks))
+        return True

@@ -1,0 +1,190 @@
+"""The node agent's start and saves: discover Slurm jobs in the accounting hierarchy, recover
+the jobs and quotas a previous agent left in its state file (recovery.StateFile), save it.
+
+A mixin of ``agent.NodeAgent`` (called with the lock held unless said otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from coscheduler.model import InvalidInput
+
+from . import collect
+from .admission import Refused
+from .cgroupfs import CgroupError, UnsafePath, validate_cgroup_name
+from .state import JobSpec, JobState, parse_registration, validate_agent_job_id
+
+log = logging.getLogger("monitoring.agent")
+
+
+class Restore:
+    """Jobs found at start: Slurm's accounting hierarchy, and the state file a previous agent left."""
+
+    proc_root = "/proc"   # where v2 discovery reads processes (tests give a fake one)
+
+    def _discover(self) -> None:
+        """Register Slurm jobs found in the accounting hierarchy (read only there)."""
+        mount = self.layout.acct_mount or self.layout.cpu_mount
+        found = (collect.discover_slurm_jobs_v2(Path(mount), self.slurm_node, self.proc_root)
+                 if self.layout.version == 2 else collect.discover_slurm_jobs(Path(mount), self.slurm_node))
+        for slurm_id, d in found.items():
+            known = self._jobs.get(slurm_id)
+            if known is not None:
+                if known.status == "running" and known.spec.batch_cgroup is None:
+                    # registered by the controller before Slurm made its cgroup: follow it now
+                    known.spec = dataclasses.replace(known.spec, batch_cgroup=str(d))
+                    known.event(time.time(), f"found in {d}")
+                continue  # running, or finished: not again
+            pids = sorted(collect.cgroup_tree_pids(d))
+            if not pids:
+                continue
+            if self.layout.version == 2:
+                cores = collect.cpuset_cores(d)
+            else:  # v1: the job's cpuset lives in the cpuset hierarchy, same relative path
+                cpuset = Path(str(mount)).parent / "cpuset" / d.relative_to(mount)
+                cores = collect.cpuset_cores(cpuset)
+            cores = cores or collect.slurm_cpus_from_environ(pids) or 1
+            spec = JobSpec(job_id=slurm_id, cores=float(cores), pids=tuple(pids), source="slurm",
+                           batch_cgroup=str(d),
+                           progress_file=str(Path(os.path.realpath(self.progress_dir)) / f"{slurm_id}.json"))
+            js = JobState(spec=spec, registered_at=time.time())
+            js.event(time.time(), f"discovered in {d}")
+            self._jobs[slurm_id] = js
+            try:
+                if not self._sample_only(spec):
+                    self.actuator.ensure_job(slurm_id)
+                self._apply(js)
+            except CgroupError as e:
+                js.apply_error = str(e)
+
+    def _recover(self) -> dict[str, Any]:
+        """Clean what a previous run left: every job cgroup under our root gets its full
+        quota back; empty ones are removed; ones with processes are adopted."""
+        saved = self.state_file.load()
+        report: dict[str, Any] = {"state_file": "absent" if saved is None else "read",
+                                  "restored": [], "removed": [], "adopted": [], "problem": None}
+        jobs_saved: dict[str, Any] = {}
+        problems: list[str] = []
+        if saved is not None:
+            report.update(previous_pid=saved.pid, clean_exit=saved.clean_exit,
+                          problem=saved.problem)
+            if saved.problem:
+                log.error("%s", saved.problem)
+                problems.append(saved.problem)
+            if saved.cgroup_root not in (None, self.cgroup_root):
+                problems.append(f"state file was written for cgroup root {saved.cgroup_root}, "
+                                f"this agent uses {self.cgroup_root}: its jobs are ignored")
+            else:
+                jobs_saved = saved.jobs
+        names = set(self.actuator.job_dirs())
+        dropped: dict[str, str] = {}  # state file entries not brought back, and why
+        for name in jobs_saved:
+            shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:60]}..."
+            try:
+                validate_agent_job_id(name)
+            except InvalidInput:
+                dropped[shown] = "not a valid job id (a cgroup name under the agent's root)"
+                continue
+            if name not in names:
+                dropped[shown] = "its cgroup is gone (the job ended while the agent was down)"
+        for name in sorted(names):
+            try:
+                validate_cgroup_name(name)
+            except UnsafePath:
+                continue
+            try:
+                self.actuator.set_quota(name, None)  # fail safe first: no limit at all
+                report["restored"].append(name)
+            except CgroupError as e:
+                log.error("leftover cgroup %s: cannot lift its quota: %s", name, e)
+            pids = self.actuator.job_pids(name)
+            if not pids:
+                if self.actuator.remove_job(name):
+                    report["removed"].append(name)
+                if name in jobs_saved:
+                    dropped[name] = "no process left in its cgroup: removed"
+                continue
+            now = time.time()
+            spec = None
+            if name in jobs_saved:
+                try:
+                    spec = self._saved_spec(name, jobs_saved[name])
+                except InvalidInput as e:
+                    problems.append(f"state file entry of job {name} refused: {e}")
+                    dropped[name] = f"refused: {str(e)[:300]}; kept as an adopted job"
+            if spec is None:
+                spec = JobSpec(job_id=name, cores=1.0, pids=tuple(sorted(pids)), source="adopted")
+                status = "released"  # unknown allocation: not managed, removed once empty
+            else:
+                status = "running"
+            js = JobState(spec=spec, registered_at=now, status=status,
+                          quota_reason="full quota restored after agent restart")
+            js.members = set(pids)
+            js.seen_processes = True
+            js.event(now, f"adopted after restart (previous agent pid {report.get('previous_pid')})")
+            if status == "released":
+                js.finished_at = now
+            self._jobs[name] = js
+            report["adopted"].append(name)
+        report["dropped"] = dropped
+        for name, why in dropped.items():
+            if why.startswith("not a valid"):
+                problems.append(f"state file entry {name!r} dropped: {why}")
+            else:
+                self._event(f"recovery: state file entry {name!r} dropped: {why}")
+        report["problem"] = "; ".join(problems) or None
+        for p in problems:
+            self._event(f"recovery: {p}")
+        if report["restored"] or report["problem"]:
+            self._event(f"recovery: {report}")
+            log.warning("recovered from previous run: %s", report)
+        return report
+
+    def _saved_spec(self, name: str, raw: Any) -> JobSpec:
+        """A job read back from the state file, through the same validation as a registration
+        over HTTP (the file may have been damaged or edited): InvalidInput if unusable.
+        Processes that ended while the agent was down are dropped; a pid the admission rule
+        refuses makes the whole entry unusable, as it would a registration."""
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("spec"), Mapping):
+            raise InvalidInput("not an object with a 'spec' object")
+        d = raw["spec"]
+        fields = ("job_id", "pids", "cores", "walltime_s", "start_time", "tasks_total",
+                  "job_class", "progress_file", "mem_mb")
+        body = {k: d[k] for k in fields if k in d and d[k] is not None}
+        if body.get("job_id") != name:
+            raise InvalidInput(f"its job_id {body.get('job_id')!r} is not its cgroup's name {name!r}")
+        spec = parse_registration(body, self.progress_dir)
+        pids = []
+        for pid in spec.pids:
+            try:
+                pids.append(self.admission.check(pid))
+            except Refused as e:
+                if e.rule != "not running":
+                    raise
+        source = d.get("source", "pids")
+        if source not in ("pids", "slurm", "adopted"):
+            raise InvalidInput(f"unknown source {source!r}")
+        batch = d.get("batch_cgroup")
+        if batch is not None:
+            mount = str(self.layout.acct_mount or self.layout.cpu_mount)
+            if not isinstance(batch, str) or not os.path.normpath(batch).startswith(mount + os.sep):
+                raise InvalidInput(f"batch_cgroup {batch!r} is not a cgroup under {mount}")
+            batch = os.path.normpath(batch)
+        return JobSpec(**{**spec.to_dict(), "pids": tuple(pids), "source": source,
+                          "batch_cgroup": batch})
+
+    def _save(self, clean_exit: bool = False) -> None:
+        jobs = {jid: {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
+                      "quota_us": js.quota_us}
+                for jid, js in self._jobs.items() if self.actuator.has_job(jid)}
+        try:
+            self.state_file.save(cgroup_version=self.layout.version, cgroup_root=self.cgroup_root,
+                                 jobs=jobs, clean_exit=clean_exit)
+        except OSError as e:
+            log.error("cannot write state file %s: %s", self.state_file.path, e)

@@ -1,0 +1,127 @@
+"""The Slurm backend's calls to the node agents (monitoring/ over HTTP): register a job,
+set and clear its leased quota, renew leases each pass, restore full quotas on exit.
+
+A mixin of ``backend.SlurmBackend``; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from coscheduler.backend import BackendError
+from coscheduler.model import RunningJob
+
+from .metadata import AdminMark, format_admin_comment
+
+log = logging.getLogger("slurm_plugin.backend")
+
+
+class AgentCalls:
+    """Calls to the node agents: register a job's processes, set and clear leased quotas,
+    renew leases, give quotas back."""
+
+    # -- node agents ----------------------------------------------------------------------------
+    def _register(self, node: str, rj: RunningJob, cores: int, strict: bool = False) -> dict | None:
+        client = self.agents.get(node)
+        if client is None:
+            return None
+        job = rj.job
+        self._on_agents.setdefault(int(job.job_id), set()).add(node)
+        try:
+            return client.register_job(job.job_id, [], float(cores), walltime_s=job.walltime_s,
+                                       start_time=rj.start_time, tasks_total=job.tasks,
+                                       job_class=job.job_class)
+        except Exception as exc:  # noqa: BLE001
+            if strict:
+                raise BackendError(f"agent of {node}: registering job {job.job_id}: {exc}") from None
+            self._note(f"agent of {node}: registering job {job.job_id}: {exc}")
+            return None
+
+    def _agent_quota(self, node: str, job_id: str, q: float) -> None:
+        try:
+            self.agents[node].set_quota(job_id, q, self.lease_s)
+        except Exception as exc:  # noqa: BLE001
+            raise BackendError(f"agent of {node}: quota {q:.3f} for job {job_id}: {exc}") from None
+
+    def _agent_clear(self, node: str, job_id: str) -> None:
+        try:
+            self.agents[node].clear_quota(job_id)
+        except Exception as exc:  # noqa: BLE001
+            if getattr(exc, "status", None) == 404:
+                return  # the agent does not know it: nothing is limited
+            raise BackendError(f"agent of {node}: full quota for job {job_id}: {exc}") from None
+
+    def _renew_leases(self) -> None:
+        now = self._clock()
+        for jid, (q, nodes) in list(self._quotas.items()):
+            if q >= 1.0 or now - self._renewed.get(jid, 0.0) < self.lease_s / 3:
+                continue
+            ok = True
+            for node in nodes:
+                if node in self.agents:
+                    try:
+                        self.agents[node].set_quota(str(jid), q, self.lease_s)
+                    except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
+                        ok = False
+                        if getattr(exc, "status", None) in (404, 409):
+                            self._quotas.pop(jid, None)   # the job ended: nothing to renew
+                            break
+                        self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
+            if ok:
+                self._renewed[jid] = now
+
+    def restore_quotas(self) -> list[str]:
+        """Give every job this backend throttled its full CPU back (controller shutdown):
+        the agents lift the quota and the job's mark says 1.0, also for a guest Slurm has not
+        started yet, so that nobody re-applies it later."""
+        done: set[str] = set()
+        try:
+            self._refresh(force=True)
+            for rj in self.running():
+                j = self._jobs.get(int(rj.job_id)) if rj.job_id.isdigit() else None
+                if j is None or not self._ours(j) or rj.quota_fraction >= 1.0:
+                    continue
+                for node in rj.allocation.nodes:
+                    if node in self.agents:
+                        try:
+                            self._agent_clear(node, rj.job_id)
+                        except BackendError as exc:
+                            self._note(str(exc))
+                try:
+                    self.source.update(j.job_id, AdminComment=format_admin_comment(
+                        AdminMark(1.0, self._mark(j).host)))
+                except BackendError as exc:
+                    self._note(f"job {j.job_id}: marking its full quota: {exc}")
+                self._quotas.pop(j.job_id, None)
+                done.add(rj.job_id)
+        except BackendError as exc:
+            self._note(f"restoring quotas without a view of Slurm: {exc}")
+        for jid, (q, nodes) in list(self._quotas.items()):   # what Slurm could not tell us
+            if q < 1.0:
+                for node in nodes:
+                    if node in self.agents:
+                        try:
+                            self._agent_clear(node, str(jid))
+                        except BackendError as exc:
+                            self._note(str(exc))
+                done.add(str(jid))
+            self._quotas.pop(jid, None)
+        self._snap_time = -math.inf
+        return sorted(done)
+
+    def release_held(self) -> list[str]:
+        """Hand every held job of ours back to Slurm's own scheduling (controller shutdown):
+        they run without sharing (``OverSubscribe=no``), like any other job."""
+        done = []
+        self._refresh(force=True)
+        for j in self._jobs.values():
+            if self._ours(j) and j.state == "PENDING" and j.held:
+                try:
+                    self.source.update(j.job_id, OverSubscribe="no")
+                    self.source.release(j.job_id)
+                    done.append(str(j.job_id))
+                except BackendError as exc:
+                    self._note(f"releasing job {j.job_id}: {exc}")
+        self._snap_time = -math.inf
+        return done

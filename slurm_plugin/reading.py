@@ -1,0 +1,125 @@
+"""The Slurm backend reading Slurm: one refresh per pass from its source (source.py), each
+Slurm job as a ``Job`` (ours from its metadata, a foreign one as a whole-walltime holder),
+its allocation, the nodes that are closed.
+
+A mixin of ``backend.SlurmBackend``; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from coscheduler.backend import BackendError
+from coscheduler.model import Allocation, InvalidInput, Job, StageType
+
+from .metadata import AdminMark, default_class, parse_admin_comment, parse_comment
+from .parse import ParseError, SlurmJob
+
+log = logging.getLogger("slurm_plugin.backend")
+
+_RUNNING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
+_FOREIGN_WALLTIME_S = 365 * 86400.0   # a job without a time limit holds its cores "forever"
+
+
+class SlurmReading:
+    """What Slurm says, as the core's records: refreshed jobs and nodes, ours or foreign, their allocations."""
+
+    # -- reading Slurm --------------------------------------------------------------------------
+    def now(self) -> float:
+        return self._clock()
+
+    def _refresh(self, force: bool = False) -> None:
+        if not force and self._clock() - self._snap_time < self.refresh_s:
+            return
+        try:
+            jobs = self.source.jobs()
+            nodes = self.source.nodes()
+        except BackendError:
+            raise
+        except ParseError as exc:
+            raise BackendError(f"Slurm answered something unreadable: {exc}") from None
+        self._jobs = {j.job_id: j for j in jobs}
+        self._nodes = {n.name: n for n in nodes}
+        self._snap_time = self._clock()
+
+    def _ours(self, j: SlurmJob) -> bool:
+        return j.partition == self.partition
+
+    def _partition_nodes(self) -> list:
+        return [n for n in self._nodes.values() if self.partition in n.partitions]
+
+    def _blocked_nodes(self) -> set[str]:
+        """Nodes where a running job may not share cores: Slurm places no sharing job there."""
+        out: set[str] = set()
+        for j in self._jobs.values():
+            if j.state in _RUNNING and j.shared is not True:
+                out.update(j.nodes)
+        return out
+
+    def _job(self, j: SlurmJob) -> Job:
+        """Our Slurm job as the controller's Job (raises InvalidInput naming the problem)."""
+        cached = self._job_cache.get(j.job_id)
+        if cached is not None:
+            return cached
+        if j.time_limit_s is None:
+            raise InvalidInput(f"job {j.job_id} has no time limit; co-scheduled jobs need --time")
+        meta = parse_comment(j.comment, j.time_limit_s)
+        cores = j.cpus
+        if not cores:
+            raise InvalidInput(f"job {j.job_id}: Slurm reports no CPU count")
+        if j.nodes:
+            nodes = len(j.nodes)
+        else:   # pending: what it asked for
+            nodes = min(x for x in (j.max_nodes, j.node_count, cores) if x)
+        stage = meta.stage_type or (StageType.PARALLEL if cores > 1 else StageType.SEQUENTIAL)
+        job = Job(job_id=str(j.job_id), cores=int(cores), nodes=min(int(nodes), int(cores)),
+                  walltime_s=meta.walltime_s or j.time_limit_s,
+                  job_class=meta.job_class or default_class(j.user, j.name),
+                  submit_time=j.submit_time or 0.0, stage_type=stage, tasks=meta.tasks or 1,
+                  workflow=meta.workflow, user=j.user)
+        self._job_cache[j.job_id] = job
+        return job
+
+    def _foreign_job(self, j: SlurmJob) -> Job:
+        cores = max(1, j.cpus or len(j.nodes) or 1)
+        return Job(job_id=str(j.job_id), cores=cores, nodes=max(1, min(len(j.nodes) or 1, cores)),
+                   walltime_s=j.time_limit_s or _FOREIGN_WALLTIME_S,
+                   job_class=f"foreign/{j.partition or 'none'}".replace(",", "_"),
+                   submit_time=j.submit_time or 0.0, user=j.user)
+
+    def _allocation(self, j: SlurmJob, job: Job) -> Allocation | None:
+        planned = self._planned.get(j.job_id)
+        if j.state == "PENDING":
+            if planned is not None:
+                return planned[0]
+            if j.required_nodes:
+                return _even(str(j.job_id), j.required_nodes, job.cores)
+            return None
+        nodes = j.nodes
+        if not nodes:
+            return None
+        if len(nodes) == 1:
+            return Allocation(str(j.job_id), ((nodes[0], job.cores),))
+        layout = j.cpus_by_node or self._layouts.get(j.job_id)
+        if layout is None and planned is not None and planned[0].nodes == tuple(nodes):
+            layout = planned[0].cores_by_node
+        if layout is None:
+            try:
+                layout = self.source.layout(j.job_id)
+            except Exception as exc:  # noqa: BLE001 - an even split is the next best guess
+                log.warning("job %s: CPU layout unknown (%s); assuming an even split", j.job_id, exc)
+            if layout:
+                self._layouts[j.job_id] = layout
+        if layout:
+            return Allocation(str(j.job_id), tuple(layout))
+        return _even(str(j.job_id), nodes, job.cores)
+
+    def _mark(self, j: SlurmJob) -> AdminMark:
+        return parse_admin_comment(j.admin_comment) or AdminMark()
+
+
+def _even(job_id: str, nodes, cores: int) -> Allocation:
+    nodes = list(nodes)
+    base, extra = divmod(cores, len(nodes))
+    return Allocation(job_id, tuple((n, base + (1 if i < extra else 0)) for i, n in enumerate(nodes)
+                                    if base + (1 if i < extra else 0) > 0))
