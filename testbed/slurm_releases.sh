@@ -41,6 +41,7 @@ mirror() {
 # Debian packages installed in the image: Slurm and munge, the tools the tests call, and
 # the project's heavier dependencies where Debian has them (fewer wheels to fetch).
 PKGS="python3-venv python3-pip python3-setuptools procps slurm-wlm slurmctld slurmd slurm-client munge \
+slurmrestd slurm-wlm-jwt-plugin \
 python3-numpy python3-sklearn python3-psutil python3-click python3-yaml python3-urllib3 \
 python3-prometheus-client python3-pytest python3-hypothesis python3-matplotlib"
 

@@ -18,6 +18,7 @@ from ..model import InvalidInput
 # name -> "module:function"
 BACKENDS: dict[str, str] = {
     "slurm": "slurm_plugin.connect:backend_from_options",
+    "slurmrestd": "slurm_plugin.rest:backend_from_options",
     "mesos": "mesos_framework.connect:backend_from_options",
 }
 
