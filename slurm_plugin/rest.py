@@ -15,6 +15,7 @@ method, the URL and what went wrong: the controller notes it and carries on.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -34,8 +35,9 @@ from coscheduler.model import InvalidInput
 from .commands import _TRANSIENT
 from .contract import Release
 from .parse import ParseError, SlurmJob, SlurmNode
-from .rest_contract import (PROBE_ORDER, hold_body, parse_partition_max_time, parse_rest_jobs,
-                            parse_rest_nodes, path, pinned, release_of_ping, update_body)
+from .rest_contract import (PROBE_ORDER, UNWRITABLE_V38, hold_body, parse_partition_max_time,
+                            parse_rest_jobs, parse_rest_nodes, path, pinned, release_of_ping,
+                            update_body)
 
 log = logging.getLogger("slurm_plugin.rest")
 
@@ -184,7 +186,11 @@ class RestClient:
                 raise RestError(f"{where}: HTTP 404" + (f": {text}" if text else "")
                                 + " (this slurmrestd does not serve that endpoint)", code) from None
             transient = code in (502, 503, 504) or bool(_TRANSIENT.search(text))
-            raise RestError(f"{where} failed (HTTP {code})" + (f": {text}" if text else ""),
+            hint = ""
+            if "slurmctld config is unable to load" in text:
+                # what 22.05 answers to a token slurmctld rejected (recorded live)
+                hint = f"; Slurm 22.05 answers so when slurmctld rejects the token in {self.token_file}"
+            raise RestError(f"{where} failed (HTTP {code})" + (f": {text}" if text else "") + hint,
                             code, transient) from None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
             reason = getattr(exc, "reason", exc)
@@ -203,13 +209,49 @@ class RestClient:
 
 
 class RestSource:
-    """A cluster through slurmrestd: the ``SlurmSource`` interface of source.py."""
+    """A cluster through slurmrestd: the ``SlurmSource`` interface of source.py.
+
+    data_parser v0.0.38 (22.05) cannot write AdminComment, where the backend keeps each
+    job's quota and host mark: there the marks are kept here instead, in ``marks_file``
+    (JSON, job id -> comment; None: in memory only) and laid over the jobs read. Nor can it
+    write OverSubscribe=no (used when held jobs are handed to Slurm at exit): a warning,
+    and the job is released as it is."""
 
     name = "slurmrestd"
 
-    def __init__(self, client: RestClient):
+    def __init__(self, client: RestClient, marks_file: str | Path | None = None):
         self.client = client
         self._rel: tuple[Release, str] | None = None
+        self.marks_file = Path(marks_file) if marks_file else None
+        self._marks: dict[int, str] = self._load_marks()
+
+    def _load_marks(self) -> dict[int, str]:
+        if self.marks_file is None or not self.marks_file.exists():
+            return {}
+        try:
+            data = json.loads(self.marks_file.read_text())
+            return {int(k): str(v) for k, v in data.items()}
+        except (OSError, ValueError, AttributeError) as exc:
+            raise InvalidInput(f"slurmrestd marks file {self.marks_file}: {exc}") from None
+
+    def _save_marks(self) -> None:
+        if self.marks_file is None:
+            return
+        tmp = self.marks_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({str(k): v for k, v in sorted(self._marks.items())}))
+        os.replace(tmp, self.marks_file)
+
+    def _overlay(self, jobs: list[SlurmJob]) -> list[SlurmJob]:
+        if not self._marks:
+            return jobs
+        seen = {j.job_id for j in jobs}
+        gone = [k for k in self._marks if k not in seen]
+        for k in gone:            # purged by slurmctld (MinJobAge): nothing to mark any more
+            del self._marks[k]
+        if gone:
+            self._save_marks()
+        return [dataclasses.replace(j, admin_comment=self._marks[j.job_id])
+                if j.job_id in self._marks else j for j in jobs]
 
     def contract(self) -> tuple[Release, str]:
         """(release, data_parser): learnt once from a ping, then pinned per release."""
@@ -244,7 +286,7 @@ class RestSource:
     def jobs(self) -> list[SlurmJob]:
         rel, parser = self.contract()
         raw, _ = self.client.get_json(path(parser, "jobs"))
-        return parse_rest_jobs(rel, parser, raw.decode())
+        return self._overlay(parse_rest_jobs(rel, parser, raw.decode()))
 
     def job(self, job_id: int) -> SlurmJob | None:
         rel, parser = self.contract()
@@ -255,6 +297,8 @@ class RestSource:
                 return None
             raise
         jobs = parse_rest_jobs(rel, parser, raw.decode(), f"job/{int(job_id)}")
+        if jobs and jobs[0].job_id in self._marks:
+            return dataclasses.replace(jobs[0], admin_comment=self._marks[jobs[0].job_id])
         return jobs[0] if jobs else None
 
     def nodes(self) -> list[SlurmNode]:
@@ -279,21 +323,33 @@ class RestSource:
         return parse_partition_max_time(rel, parser, data, partition)
 
     def update(self, job_id: int, **fields: str) -> None:
-        _, parser = self.contract()
+        rel, parser = self.contract()
+        job_id = int(job_id)
+        fields = dict(fields)
+        mark = None
+        if parser == "v0.0.38":
+            if "OverSubscribe" in fields:
+                log.warning("job %s: OverSubscribe=%s not set: slurmrestd's v0.0.38 (Slurm %s) "
+                            "cannot write it", job_id, fields.pop("OverSubscribe"), rel.text)
+            mark = fields.pop("AdminComment", None)
         job = self.job(job_id) if str(fields.get("TimeLimit", "")).startswith("+") else None
         try:
             body = update_body(parser, fields, job)
         except ValueError as exc:
-            raise RestError(f"job {int(job_id)}: {exc}") from None
-        self._post(job_id, body)
+            raise RestError(f"job {job_id}: {exc}") from None
+        if mark is not None and self.job(job_id) is None:
+            raise RestError(f"job {job_id}: unknown to Slurm {rel.text} (slurmrestd {self.client.url})")
+        if body:
+            self._post(job_id, body)
+        if mark is not None:
+            self._marks[job_id] = mark
+            self._save_marks()
 
     def release(self, job_id: int) -> None:
-        _, parser = self.contract()
-        self._post(job_id, hold_body(parser, False))
+        self._post(job_id, hold_body(False))
 
     def hold(self, job_id: int) -> None:
-        _, parser = self.contract()
-        self._post(job_id, hold_body(parser, True))
+        self._post(job_id, hold_body(True))
 
     def cancel(self, job_id: int) -> None:
         rel, parser = self.contract()
@@ -316,7 +372,11 @@ def backend_from_options(options: Mapping[str, Any]):
         raise InvalidInput("--backend slurmrestd needs --url (slurmrestd's address)")
     if not options.get("token_file"):
         raise InvalidInput("--backend slurmrestd needs --token-file (a JWT: docs/slurm.md)")
-    source = RestSource(RestClient(options["url"], options["token_file"]))
+    base = options.get("state_file") or options.get("db")
+    marks = str(Path(base).with_suffix(".slurmrestd-marks.json")) if base else None
+    if options.get("slurm_dir") and not options.get("agents"):
+        marks = str(Path(options["slurm_dir"]) / "slurmrestd-marks.json")
+    source = RestSource(RestClient(options["url"], options["token_file"]), marks_file=marks)
     lease = float(options.get("lease_s") or 20.0)
     partition = options.get("partition") or "cosched"
     if options.get("agents"):

@@ -13,10 +13,15 @@ tests/fixtures/slurm/<release>/rest_*.json:
 The job and node records are those of ``squeue --json`` / ``scontrol show node --json``,
 so ``parse.py`` reads them; what differs is how updates are written:
 
-- v0.0.38 takes plain values (``"priority": 5``, ``"time_limit": 3``), a host list as a
-  string, ``"shared": "none"``;
+- v0.0.38 (22.05) takes sbatch's option names (``"nodelist": "n1"``, ``"priority": "5"``,
+  ``"time_limit": 3``) and has no key for AdminComment ("Unknown key \"admin_comment\"") nor
+  a way to say OverSubscribe=no (``"oversubscribe": false`` leaves it as it was; recorded
+  live): ``UNWRITABLE_V38`` names them and ``RestSource`` keeps the backend's AdminComment
+  mark itself on that release;
 - v0.0.40+ takes a ``job_desc_msg``: numbers as ``{"set": true, "number": N}``, host lists
   as lists, ``"shared": ["none"]``.
+
+Both take ``{"hold": true}`` / ``{"hold": false}`` for ``scontrol hold`` / ``release``.
 
 An answer without what is needed raises ``ParseError`` naming the release, the endpoint
 and the field.
@@ -45,6 +50,8 @@ PROBE_ORDER: tuple[str, ...] = ("v0.0.42", "v0.0.38", "v0.0.43", "v0.0.41", "v0.
 # ``scontrol update`` fields the backend writes, and nothing else.
 UPDATE_FIELDS = frozenset({"AdminComment", "NodeList", "Dependency", "Priority", "TimeLimit",
                            "OverSubscribe"})
+# ... and those v0.0.38 cannot write (the caller decides what to do instead).
+UNWRITABLE_V38 = frozenset({"AdminComment", "OverSubscribe"})
 
 
 def path(parser: str, endpoint: str, arg: str | int | None = None) -> str:
@@ -64,6 +71,12 @@ def release_of_ping(data: Mapping[str, Any], what: str) -> Release:
         raise ParseError(f"{what}: no field 'meta.slurm.release' in the answer "
                          f"(fields: {sorted(data) if isinstance(data, Mapping) else type(data).__name__})")
     return parse_release(rel)
+
+
+def restd_plugins(rel: Release) -> tuple[str, ...]:
+    """slurmrestd's ``-s`` for a cluster without slurmdbd: 22.05's default set includes the
+    slurmdbd plugins, which stop it ("slurm not configured with slurmdbd")."""
+    return ("openapi/v0.0.38",) if not rel.at_least(23, 2) else ("openapi/slurmctld",)
 
 
 def pinned(rel: Release, probed: str) -> str:
@@ -86,7 +99,7 @@ def parse_rest_nodes(rel: Release, parser: str, text: str) -> list[SlurmNode]:
 def parse_partition_max_time(rel: Release, parser: str, data: Mapping[str, Any],
                              partition: str) -> float | None:
     """MaxTime in seconds (None: UNLIMITED): v0.0.40+ ``maximums.time``, v0.0.38
-    ``maximum_time`` / ``max_time`` (minutes)."""
+    ``max_time_limit`` (minutes)."""
     what = _what(rel, "GET", path(parser, "partition", partition))
     parts = data.get("partitions")
     if not isinstance(parts, list) or not parts or not isinstance(parts[0], Mapping):
@@ -94,10 +107,8 @@ def parse_partition_max_time(rel: Release, parser: str, data: Mapping[str, Any],
     p = next((x for x in parts if isinstance(x, Mapping) and x.get("name") == partition), parts[0])
     if isinstance(p.get("maximums"), Mapping) and "time" in p["maximums"]:
         v = p["maximums"]["time"]
-    elif "maximum_time" in p:
-        v = p["maximum_time"]
-    elif "max_time" in p:
-        v = p["max_time"]
+    elif "max_time_limit" in p:
+        v = p["max_time_limit"]
     else:
         raise ParseError(f"{what}: partition {partition} without the field 'maximums.time' "
                          f"(fields: {', '.join(sorted(p))[:200]})")
@@ -105,7 +116,8 @@ def parse_partition_max_time(rel: Release, parser: str, data: Mapping[str, Any],
         n = _num(v)
     except ParseError as exc:
         raise ParseError(f"{what}: partition {partition}'s MaxTime: {exc}") from None
-    return None if n is None or n == math.inf else float(n) * 60.0
+    # v0.0.38 writes UNLIMITED as -1 (a 32-bit INFINITE read as signed)
+    return None if n is None or n == math.inf or n < 0 else float(n) * 60.0
 
 
 def _number(parser: str, n: int) -> Any:
@@ -115,7 +127,8 @@ def _number(parser: str, n: int) -> Any:
 def update_body(parser: str, fields: Mapping[str, str], job: SlurmJob | None = None) -> dict:
     """The body of ``POST /slurm/V/job/ID`` doing what ``scontrol update JobId=ID
     K=V...`` does. ``TimeLimit=+M`` is relative on the command line; the REST API takes
-    the new limit, so ``job`` (its current record) is needed then."""
+    the new limit, so ``job`` (its current record) is needed then. On v0.0.38 the fields
+    of ``UNWRITABLE_V38`` raise ValueError: the caller handles them first."""
     old = parser == "v0.0.38"
     body: dict[str, Any] = {}
     for key, value in fields.items():
@@ -123,17 +136,23 @@ def update_body(parser: str, fields: Mapping[str, str], job: SlurmJob | None = N
         if key not in UPDATE_FIELDS:
             raise ValueError(f"slurmrestd update: field {key!r} is not one the backend writes "
                              f"({', '.join(sorted(UPDATE_FIELDS))})")
+        if old and key in UNWRITABLE_V38:
+            raise ValueError(f"slurmrestd update: data_parser v0.0.38 (Slurm 22.05) cannot "
+                             f"write {key}")
         if key == "AdminComment":
             body["admin_comment"] = value
         elif key == "NodeList":
             hosts = list(expand_hostlist(value))
-            body["required_nodes"] = ",".join(hosts) if old else hosts
+            if old:
+                body["nodelist"] = ",".join(hosts)
+            else:
+                body["required_nodes"] = hosts
         elif key == "Dependency":
             body["dependency"] = value
         elif key == "Priority":
             if not value.isdigit():
                 raise ValueError(f"slurmrestd update: Priority={value!r} is not a whole number")
-            body["priority"] = _number(parser, int(value))
+            body["priority"] = value if old else _number(parser, int(value))
         elif key == "TimeLimit":
             m = re.fullmatch(r"(\+)?(\d+)", value)
             if not m:
@@ -149,21 +168,16 @@ def update_body(parser: str, fields: Mapping[str, str], job: SlurmJob | None = N
             v = value.lower()
             if v not in ("no", "yes"):
                 raise ValueError(f"slurmrestd update: OverSubscribe={value!r} is not yes or no")
-            flag = "none" if v == "no" else "oversubscribe"
-            body["shared"] = flag if old else [flag]
+            body["shared"] = ["none" if v == "no" else "oversubscribe"]
     return body
 
 
-def hold_body(parser: str, hold: bool) -> dict:
-    """``scontrol hold`` / ``scontrol release`` as a body (``hold`` in both shapes)."""
+def hold_body(hold: bool) -> dict:
+    """``scontrol hold`` / ``scontrol release`` as a body (the same in both shapes)."""
     return {"hold": bool(hold)}
 
-
-def wrap(parser: str, body: dict) -> dict:
-    """v0.0.38 and v0.0.40+ both take the job's fields at the top level of the body."""
-    return dict(body)
 
 
 __all__ = ["PROBE_ORDER", "REST_PARSER", "UPDATE_FIELDS", "hold_body", "parse_partition_max_time",
            "parse_rest_jobs", "parse_rest_nodes", "path", "pinned", "release_of_ping",
-           "update_body", "wrap"]
+           "restd_plugins", "UNWRITABLE_V38", "update_body"]

@@ -24,11 +24,16 @@ import subprocess
 import time
 from pathlib import Path
 
+from coscheduler.model import InvalidInput
+
 JWT_KEY = "jwt_hs256.key"
 
 
 def write_jwt_key(directory: str | Path) -> tuple[str, ...]:
     """A fresh 32-byte key in ``directory`` (mode 0600); the slurm.conf lines that use it."""
+    if not list(Path("/usr/lib").glob("*/slurm*/auth_jwt.so")) and not list(Path("/usr/lib").glob("slurm*/auth_jwt.so")):
+        raise InvalidInput("Slurm's auth/jwt plugin is missing (Debian: apt-get install "
+                           "slurm-wlm-jwt-plugin slurmrestd)")
     key = Path(directory) / JWT_KEY
     fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:

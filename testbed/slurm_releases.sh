@@ -15,7 +15,9 @@
 # prints a line per suite and exits non-zero when any failed (a suite that could not be
 # built counts as failed: nothing is skipped silently). The suites run one after the other.
 #
-# COSCHED_SLURM_PYTEST_ARGS: extra pytest arguments (default: the two live Slurm files).
+# COSCHED_SLURM_PYTEST_ARGS: extra pytest arguments (default: the three live Slurm files).
+# COSCHED_SLURM_RECORD=DIR: slurmrestd's answers are written to DIR/SUITE/rest_*.json
+# (tests/test_slurm_rest_live.py records them; copy them to tests/fixtures/slurm/<release>/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -108,7 +110,12 @@ run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's st
     base=$(base_image "$suite") || return 10
     deps=$(test_image "$suite" "$base") || return 11
     name="cosched-slurm-test-$suite-$$"
-    args=${COSCHED_SLURM_PYTEST_ARGS:-"-m slurm tests/test_slurm_live.py tests/test_slurm_paper_small.py"}
+    args=${COSCHED_SLURM_PYTEST_ARGS:-"-m slurm tests/test_slurm_live.py tests/test_slurm_paper_small.py tests/test_slurm_rest_live.py"}
+    local record=()
+    if [ -n "${COSCHED_SLURM_RECORD:-}" ]; then
+        mkdir -p "$COSCHED_SLURM_RECORD/$suite"
+        record=(-v "$(realpath "$COSCHED_SLURM_RECORD/$suite"):/record:rw" -e COSCHED_RECORD_REST=/record)
+    fi
     if [ "$suite" = sid ] && [ -z "${COSCHED_SLURM_PYTEST_ARGS:-}" ]; then
         # A known failure on 26.05, left out and said so (never counted as passed): the
         # walltime-credit test's second host does not start within 90 s while the
@@ -125,7 +132,7 @@ run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's st
         --security-opt apparmor=unconfined \
         -v /sys/fs/cgroup:/sys/fs/cgroup:rw -v "$ROOT:/src:ro" \
         -v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro \
-        -e COSCHED_SLURM_RELEASE_SUITE="$suite" \
+        -e COSCHED_SLURM_RELEASE_SUITE="$suite" "${record[@]}" \
         "$deps" bash -ec '
         update-ca-certificates >/dev/null 2>&1 || true
         mkdir -p /work/src && cd /src
