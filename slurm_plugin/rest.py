@@ -116,7 +116,8 @@ def _errors_text(body: bytes) -> str:
     out = []
     for e in errs or ():
         if isinstance(e, dict):
-            out.append(str(e.get("description") or e.get("error") or e.get("error_number") or e))
+            words = [str(e[k]) for k in ("description", "error") if e.get(k)]
+            out.append(": ".join(dict.fromkeys(words)) or str(e.get("error_number") or e))
         else:
             out.append(str(e))
     return "; ".join(out)[:300]
@@ -293,7 +294,7 @@ class RestSource:
         try:
             raw, _ = self.client.get_json(path(parser, "job", int(job_id)))
         except RestError as exc:
-            if exc.status == 404 or "Invalid job id" in str(exc):
+            if exc.status == 404 or "Invalid job id specified" in str(exc):
                 return None
             raise
         jobs = parse_rest_jobs(rel, parser, raw.decode(), f"job/{int(job_id)}")

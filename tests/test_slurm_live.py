@@ -152,6 +152,13 @@ def _cluster_view(ctl) -> str:
                 out.append("slurmctld.log tail: " + " | ".join(logf.read_text(errors="replace").splitlines()[-25:]))
     except Exception as exc:   # diagnostics only: never hide the first failure
         out.append(f"(could not read the cluster: {exc})")
+    if cmds is None and b is not None:     # another source (slurmrestd): what it reads
+        try:
+            out.append("jobs: " + " | ".join(f"{j.job_id} {j.name} {j.state} held={j.held} "
+                                             f"nodes={','.join(j.nodes)} {j.admin_comment}"
+                                             for j in b.source.jobs()))
+        except Exception as exc:
+            out.append(f"(could not read the jobs: {exc})")
     notes = getattr(b, "errors", None)
     if notes:
         out.append(f"backend notes: {list(notes)[-10:]}")
