@@ -178,7 +178,7 @@ class RestClient:
         except urllib.error.HTTPError as exc:
             text = _errors_text(exc.read() or b"")
             code = exc.code
-            if code in (401, 403):
+            if code in (401, 403, 511):     # 24.11: 511 "Protocol authentication error"
                 raise RestError(f"{where} refused the token in {self.token_file} (HTTP {code})"
                                 + (f": {text}" if text else "")
                                 + "; is AuthAltTypes=auth/jwt set and the token still valid?",

@@ -116,13 +116,6 @@ run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's st
         mkdir -p "$COSCHED_SLURM_RECORD/$suite"
         record=(-v "$(realpath "$COSCHED_SLURM_RECORD/$suite"):/record:rw" -e COSCHED_RECORD_REST=/record)
     fi
-    if [ "$suite" = sid ] && [ -z "${COSCHED_SLURM_PYTEST_ARGS:-}" ]; then
-        # A known failure on 26.05, left out and said so (never counted as passed): the
-        # walltime-credit test's second host does not start within 90 s while the
-        # controller's `squeue --json` times out after 15 s (docs/slurm.md, open in issue 23).
-        say "$suite: LEFT OUT (known failure on 26.05, docs/slurm.md): test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes"
-        args="$args --deselect tests/test_slurm_live.py::test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes"
-    fi
     say "$suite: running the live Slurm tests in $deps"
     # The host's cgroup tree read-write (slurmd's proctrack/task cgroups and the agent's
     # quotas); all capabilities but CAP_SYS_RESOURCE, which this machine lacks.

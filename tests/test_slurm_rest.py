@@ -307,3 +307,24 @@ def test_the_backend_is_built_from_the_run_options(tmp_path, token_file):
     with pytest.raises(InvalidInput, match="no cluster in"):
         make_backend("slurmrestd", {"url": "http://127.0.0.1:1", "token_file": str(token_file),
                                     "slurm_dir": str(tmp_path)})
+
+
+def test_v0042_sends_every_field_and_a_511_is_a_refused_token(replay, token_file):
+    replay.on("GET", "/slurm/v0.0.42/ping", (200, rec("24.11", "rest_ping.json")))
+    replay.on("GET", "/slurm/v0.0.42/jobs", (200, rec("24.11", "rest_jobs.json")))
+    src = RestSource(RestClient(replay.url, str(token_file), sleep=lambda s: None))
+    rel, parser = src.contract()
+    assert (rel.text, parser) == ("24.11.5", "v0.0.42")
+    running = next(j for j in src.jobs() if j.state == "RUNNING" and j.time_limit_s)
+    replay.on("GET", f"/slurm/v0.0.42/job/{running.job_id}", (200, rec("24.11", "rest_jobs.json")))
+    replay.on("POST", f"/slurm/v0.0.42/job/{running.job_id}", (200, '{"errors": [], "results": []}'))
+    src.update(running.job_id, AdminComment="cosched:v=1;quota=0.2500", TimeLimit="+2")
+    body = [g[3] for g in replay.got if g[0] == "POST"][-1]
+    limit = int(running.time_limit_s / 60) + 2
+    assert body == {"admin_comment": "cosched:v=1;quota=0.2500",
+                    "time_limit": {"set": True, "number": limit, "infinite": False}}
+    # 24.11 answers a token signed with another key with 511 (recorded live)
+    replay.on("GET", "/slurm/v0.0.42/nodes", (511, json.dumps({"errors": [
+        {"description": "Failure to query nodes", "error": "Protocol authentication error"}]})))
+    with pytest.raises(RestError, match=r"refused the token in .* \(HTTP 511\): Failure to query nodes"):
+        src.nodes()
