@@ -45,6 +45,7 @@ from .contract import read_jobs, read_nodes
 from .parse import ParseError
 from .daemons import (CGROUP_V1, Daemon, _cgroup_pids, _reap, _rmdir_tree,  # noqa: F401 - re-exported
                       _spawn, _stop, slurm_cgroups)
+from .rest_daemon import JWT_KEY, write_jwt_key
 
 log = logging.getLogger("slurm_plugin.cluster")
 
@@ -130,6 +131,7 @@ class ClusterState:
     node_ports: dict[str, int]
     daemons: list[Daemon] = field(default_factory=list)
     mesos_partition: str | None = None   # jobs there run on Mesos (docs/mesos.md)
+    jwt_key: str | None = None           # AuthAltTypes=auth/jwt's key (slurmrestd, rest_daemon.py)
     created: float = 0.0
     stopped: float | None = None
     version: int = STATE_VERSION
@@ -250,6 +252,7 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
        name: str | None = None, partition: str = "cosched", default_partition: str = "batch",
        oversubscribe: int = 4, agent_interval_s: float = 0.5, real_cpus: float | None = None,
        install: bool = True, timeout_s: float = 60.0, mesos_partition: str | None = None,
+       jwt: bool = False,
        say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> ClusterState:
     """Start a cluster in ``directory`` (see the module docstring). If one already runs
     there, its state is returned unchanged."""
@@ -308,7 +311,7 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
         munge_socket=str(paths["munge"] / "munge.socket"), partition=partition,
         default_partition=default_partition, oversubscribe=oversubscribe,
         cgroup_plugin="cgroup/v1" if Path("/sys/fs/cgroup/cpu").is_dir() else "autodetect",
-        mesos_partition=mesos_partition)
+        mesos_partition=mesos_partition, extra=write_jwt_key(d) if jwt else ())
     conf = d / "slurm.conf"
     conf.write_text(render_slurm_conf(config))
     (d / "cgroup.conf").write_text(render_cgroup_conf(config))
@@ -317,7 +320,7 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
     state = ClusterState(
         dir=str(d), name=cname, slurm_conf=str(conf), nodes=node_names, cpus=cpus,
         partition=partition, default_partition=default_partition, mesos_partition=mesos_partition,
-        agents={}, agent_tokens={},
+        agents={}, agent_tokens={}, jwt_key=str(d / JWT_KEY) if jwt else None,
         agent_cgroup_root=agent_root, progress_dir=str(paths["progress"]),
         usage_dir=str(paths["usage"]), jobs_dir=str(paths["jobs"]), cpu_per_core=cpu_per_core,
         controller_port=ports[0], node_ports=dict(zip(node_names, ports[1:])), created=time.time())
@@ -516,7 +519,9 @@ def set_cpu_weight(state: ClusterState, shares: int | None) -> int | None:
     the previous value (None: no such cgroup). On a machine shared with other work, every
     runnable task there weighs as much as the whole emulated cluster, which can starve its
     nodes below their quotas; a dedicated node's weight (262144) lets the nodes get what
-    their quotas allow, and never more. ``None`` restores the default (1024)."""
+    their quotas allow, and never more. Only while the quotas that run leave the machine a
+    CPU: at the whole machine's worth, slurmd, the agents and the controller starve (a
+    slurmd ping took 63 s in CI). ``None`` restores the default (1024)."""
     f = CGROUP_V1 / "cpu" / state.agent_cgroup_root / "cpu.shares"
     if not f.exists():
         return None

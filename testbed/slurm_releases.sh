@@ -15,7 +15,9 @@
 # prints a line per suite and exits non-zero when any failed (a suite that could not be
 # built counts as failed: nothing is skipped silently). The suites run one after the other.
 #
-# COSCHED_SLURM_PYTEST_ARGS: extra pytest arguments (default: the two live Slurm files).
+# COSCHED_SLURM_PYTEST_ARGS: extra pytest arguments (default: the three live Slurm files).
+# COSCHED_SLURM_RECORD=DIR: slurmrestd's answers are written to DIR/SUITE/rest_*.json
+# (tests/test_slurm_rest_live.py records them; copy them to tests/fixtures/slurm/<release>/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,6 +43,7 @@ mirror() {
 # Debian packages installed in the image: Slurm and munge, the tools the tests call, and
 # the project's heavier dependencies where Debian has them (fewer wheels to fetch).
 PKGS="python3-venv python3-pip python3-setuptools procps slurm-wlm slurmctld slurmd slurm-client munge \
+slurmrestd slurm-wlm-jwt-plugin \
 python3-numpy python3-sklearn python3-psutil python3-click python3-yaml python3-urllib3 \
 python3-prometheus-client python3-pytest python3-hypothesis python3-matplotlib"
 
@@ -107,13 +110,11 @@ run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's st
     base=$(base_image "$suite") || return 10
     deps=$(test_image "$suite" "$base") || return 11
     name="cosched-slurm-test-$suite-$$"
-    args=${COSCHED_SLURM_PYTEST_ARGS:-"-m slurm tests/test_slurm_live.py tests/test_slurm_paper_small.py"}
-    if [ "$suite" = sid ] && [ -z "${COSCHED_SLURM_PYTEST_ARGS:-}" ]; then
-        # A known failure on 26.05, left out and said so (never counted as passed): the
-        # walltime-credit test's second host does not start within 90 s while the
-        # controller's `squeue --json` times out after 15 s (docs/slurm.md, open in issue 23).
-        say "$suite: LEFT OUT (known failure on 26.05, docs/slurm.md): test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes"
-        args="$args --deselect tests/test_slurm_live.py::test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes"
+    args=${COSCHED_SLURM_PYTEST_ARGS:-"-m slurm tests/test_slurm_live.py tests/test_slurm_paper_small.py tests/test_slurm_rest_live.py"}
+    local record=()
+    if [ -n "${COSCHED_SLURM_RECORD:-}" ]; then
+        mkdir -p "$COSCHED_SLURM_RECORD/$suite"
+        record=(-v "$(realpath "$COSCHED_SLURM_RECORD/$suite"):/record:rw" -e COSCHED_RECORD_REST=/record)
     fi
     say "$suite: running the live Slurm tests in $deps"
     # The host's cgroup tree read-write (slurmd's proctrack/task cgroups and the agent's
@@ -124,7 +125,7 @@ run_suite() {   # SUITE -> runs the live Slurm tests inside; returns pytest's st
         --security-opt apparmor=unconfined \
         -v /sys/fs/cgroup:/sys/fs/cgroup:rw -v "$ROOT:/src:ro" \
         -v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro \
-        -e COSCHED_SLURM_RELEASE_SUITE="$suite" \
+        -e COSCHED_SLURM_RELEASE_SUITE="$suite" "${record[@]}" \
         "$deps" bash -ec '
         update-ca-certificates >/dev/null 2>&1 || true
         mkdir -p /work/src && cd /src

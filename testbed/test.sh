@@ -33,9 +33,11 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl,cluster]'
 # The Slurm tests (marker slurm) run a real Slurm 22.05 from Debian: install it when missing
 # (about 6 s; `cosched slurm up` would do the same on first use).
-if [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null 2>&1 && command -v apt-get >/dev/null; then
-    echo "test.sh: installing slurm-wlm slurmctld slurmd slurm-client munge" >&2
-    slurm_pkgs="slurm-wlm slurmctld slurmd slurm-client munge"
+# slurmrestd and the JWT plugin: tests/test_slurm_rest_live.py.
+if [ "$(id -u)" = 0 ] && ! { command -v slurmctld && command -v slurmrestd; } >/dev/null 2>&1 \
+        && command -v apt-get >/dev/null; then
+    slurm_pkgs="slurm-wlm slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin"
+    echo "test.sh: installing $slurm_pkgs" >&2
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
         --no-install-recommends $slurm_pkgs >/dev/null \
     || { apt-get -o DPkg::Lock::Timeout=300 update -q >/dev/null \

@@ -131,7 +131,38 @@ def step_until(ctl, pred, timeout=60.0, what="controller state"):
     except AssertionError as exc:
         seen = [(r.job_id, r.allocation.nodes, r.host_job, r.quota_fraction)
                 for r in ctl.backend.running()] if hasattr(ctl, "backend") else "?"
-        raise AssertionError(f"{exc}; running: {seen}") from None
+        raise AssertionError(f"{exc}; running: {seen}{_cluster_view(ctl)}") from None
+
+
+def _cluster_view(ctl) -> str:
+    """What Slurm and the controller saw when a wait timed out: each job's state and reason,
+    the nodes, the backend's notes and the controller log's tail (a CI failure is then
+    explained by its log alone)."""
+    b = getattr(ctl, "backend", None)
+    cmds = getattr(getattr(b, "source", None), "cmd", None)
+    out = []
+    try:
+        if cmds is not None:
+            out.append("squeue: " + " | ".join(cmds.run(
+                "squeue", "-h", "-t", "all", "-o", "%i %j %T %r prio=%Q nodes=%N req=%n").splitlines()))
+            out.append("sinfo: " + " | ".join(cmds.run("sinfo", "-h", "-N", "-o", "%N %t %C").splitlines()))
+            conf = Path(cmds.slurm_conf or "")
+            logf = conf.parent / "log" / "slurmctld.log"
+            if logf.exists():
+                out.append("slurmctld.log tail: " + " | ".join(logf.read_text(errors="replace").splitlines()[-25:]))
+    except Exception as exc:   # diagnostics only: never hide the first failure
+        out.append(f"(could not read the cluster: {exc})")
+    if cmds is None and b is not None:     # another source (slurmrestd): what it reads
+        try:
+            out.append("jobs: " + " | ".join(f"{j.job_id} {j.name} {j.state} held={j.held} "
+                                             f"nodes={','.join(j.nodes)} {j.admin_comment}"
+                                             for j in b.source.jobs()))
+        except Exception as exc:
+            out.append(f"(could not read the jobs: {exc})")
+    notes = getattr(b, "errors", None)
+    if notes:
+        out.append(f"backend notes: {list(notes)[-10:]}")
+    return "".join("\n  " + x for x in out)
 
 
 # -- the submit hook ---------------------------------------------------------------------------
@@ -597,12 +628,16 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
                            busy_job("whost2", 4, 170, walltime=60, tasks=60)])
     (guest,) = submit(state, [busy_job("wguest", 2, 120, walltime=300, cls="test/guest")])
     ctl = Controller(b, Static(0.5), MemoryRecorder())
-    before = cl.set_cpu_weight(state, 262144)    # a dedicated node's weight (see above)
+    # The guest joins at the default CPU weight: while both hosts run, the nodes' quotas add
+    # up to the whole machine (2 x 1 CPU), and at a dedicated node's weight slurmd, the
+    # agents and this controller starved (CI, 22.05/24.11/26.05: a slurmd ping took 63 s,
+    # squeue timed out, no host had metrics, so no guest joined and both hosts hit their limit).
+    g = step_until(ctl, lambda: next((r for r in b.running() if r.job_id == guest and r.host_job),
+                                     None), 90, "the guest to be co-allocated")
+    host = g.host_job
+    slurm.run("scancel", *[h for h in hosts if h != host])
+    before = cl.set_cpu_weight(state, 262144)    # one node's quota now: 1 CPU of the 2
     try:
-        g = step_until(ctl, lambda: next((r for r in b.running() if r.job_id == guest and r.host_job),
-                                         None), 90, "the guest to be co-allocated")
-        host = g.host_job
-        slurm.run("scancel", *[h for h in hosts if h != host])
         step_until(ctl, lambda: job(slurm, host)["JobState"] not in ("RUNNING", "COMPLETING"),
                    240, "the host to end")
     finally:

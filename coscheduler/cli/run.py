@@ -1,6 +1,7 @@
 """``cosched run``: the controller as a daemon against a real batch system.
 
     cosched run --backend slurm [--slurm-dir D | --slurm-conf F --agents FILE]
+    cosched run --backend slurmrestd --url URL --token-file JWT [--slurm-dir D | --agents FILE]
                 [--partition P] [--policy space-sharing|static|asax] [--queue-policy Q]
                 [--db PATH] [--interval S] [--lease S] [--keep-held]
     cosched run --backend mesos --master URL [--policy P] [--queue DIR] [--workload small]
@@ -40,6 +41,8 @@ from ._types import FiniteRange, positive
               help="Slurm: JSON file naming each node's agent (docs/slurm.md).")
 @click.option("--slurm-source", type=click.Choice(["auto", "cli", "pyslurm"]), default="auto",
               show_default=True, help="Slurm: read through the command line or pyslurm.")
+@click.option("--url", default=None,
+              help="slurmrestd: its address, http://HOST:PORT (with --token-file, a JWT).")
 @click.option("--partition", default=None, help="Slurm: the co-scheduling partition [cosched].")
 @click.option("--policy", type=click.Choice(["space-sharing", "static", "asax"]), default="asax",
               show_default=True, help="Co-allocation policy.")
@@ -90,7 +93,8 @@ from ._types import FiniteRange, positive
                    "each agent host, --node-agent), none (space sharing only).")
 @click.option("--node-agent", multiple=True, metavar="HOST=URL",
               help="Mesos: the node agent of a Mesos agent host (repeat per host).")
-@click.option("--token-file", default=None, help="Mesos: token of the remote node agents.")
+@click.option("--token-file", default=None,
+              help="Mesos: token of the remote node agents; slurmrestd: the JWT (docs/slurm.md).")
 @click.option("--cpu-per-core", type=positive(), default=None,
               help="Mesos, local quotas: real CPUs per offered core [machine CPUs / offered cores].")
 @click.option("--queue", "mesos_queue", type=click.Path(file_okay=False), default=None,
@@ -108,7 +112,7 @@ from ._types import FiniteRange, positive
               help="Mesos, --from-slurm: the Slurm partition whose jobs run on Mesos [mesos].")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, policy,
+def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, url, partition, policy,
         static_fraction, queue_policy, inspector, db, interval, lease_s, keep_held, max_passes,
         until_idle, master, role, principal, secret_file, mesos_user, failover_timeout, mesos_state_file, hold,
         refuse, overtime, quotas, node_agent, token_file, cpu_per_core, mesos_queue, queue_file, workload,
@@ -144,9 +148,12 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, partition, po
         raise click.BadParameter("--master, --workload, --queue-file and --from-slurm are "
                                  "options of --backend mesos")
     # neither --slurm-dir nor --slurm-conf: the Slurm body picks its default cluster folder
+    if backend_name == "slurmrestd" and not (url and token_file):
+        raise click.BadParameter("the slurmrestd backend needs --url and --token-file",
+                                 param_hint="--url")
     db_path = resolve_db(db)
     options = {"slurm_dir": str(slurm_dir) if slurm_dir else None, "slurm_conf": slurm_conf,
-               "agents": agents, "slurm_source": slurm_source, "partition": partition,
+               "agents": agents, "slurm_source": slurm_source, "url": url, "partition": partition,
                "lease_s": lease_s, "db": str(db_path), "policy": policy, "master": master,
                "role": role, "principal": principal, "secret_file": secret_file,
                "mesos_user": mesos_user,
