@@ -281,9 +281,15 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
             return not self._waiting and not self._runs
 
     def drained(self) -> bool:
-        """Idle, and no feed has jobs still to bring (``cosched run --until-idle``)."""
-        if not self.idle():
-            return False
+        """Idle, every outcome handed on (to the controller and to the feeds), and no feed
+        has jobs still to bring (``cosched run --until-idle``). A job that ends between a
+        pass and this check is not drained yet: its outcome would otherwise never reach
+        the controller's decisions nor the queue's ``done/`` (a CI run saw a completed job
+        left in ``active/`` that way)."""
+        with self._lock:
+            if self._waiting or self._runs or self._finished or (
+                    self.feeds and self._told < len(self.history)):
+                return False
         return not any(getattr(f, "pending", lambda: False)() for f in self.feeds)
 
     def held_offers(self) -> list[HeldOffer]:
@@ -370,6 +376,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
                 driver.stop(failover=not self._teardown)
             except Exception as exc:  # noqa: BLE001 - closing anyway
                 log.warning("stopping the driver: %s", exc)
+        self._tell_feeds()   # outcomes since the last pass, so that none is lost on the way out
         for feed in self.feeds:
             try:
                 feed.close()
@@ -385,11 +392,8 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self.feeds.append(feed)
         self._feeds_due = 0.0
 
-    def _poll_feeds(self) -> None:
-        """Tell the feeds the outcomes since last time, then (at most every
-        ``feed_interval_s``) let them submit or cancel jobs. A feed's error is logged."""
-        if not self.feeds:
-            return
+    def _tell_feeds(self) -> None:
+        """Each outcome since last time, to every feed, once."""
         with self._lock:
             news, self._told = self.history[self._told:], len(self.history)
         for o in news:
@@ -398,6 +402,13 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
                     feed.ended(o)
                 except Exception:  # noqa: BLE001 - a feed must not stop the framework
                     log.exception("job feed %s: recording the end of %s failed", feed, o.job_id)
+
+    def _poll_feeds(self) -> None:
+        """Tell the feeds the outcomes since last time, then (at most every
+        ``feed_interval_s``) let them submit or cancel jobs. A feed's error is logged."""
+        if not self.feeds:
+            return
+        self._tell_feeds()
         now = self._clock()
         if now < self._feeds_due:
             return

@@ -410,3 +410,52 @@ def test_waiting_guest_follows_its_host_and_can_be_cancelled():
     out = {o.job_id: o.state for o in b.drain_finished()}
     assert out == {"host": "completed", "g2": "requeued"}
     assert [j.job_id for j in b.queued()] == ["g2"]
+
+
+def test_a_job_ending_after_a_pass_is_not_drained_until_its_outcome_is_handed_on():
+    # `cosched run --until-idle` exits when drained(): a job that ended between a pass and
+    # that check once left its queue file in active/ and its decision open (a CI run).
+    b, d, ctl, clock = make()
+
+    class Feed:
+        def __init__(self):
+            self.ended_jobs = []
+
+        def poll(self, backend):
+            pass
+
+        def ended(self, outcome):
+            self.ended_jobs.append((outcome.job_id, outcome.state))
+
+        def pending(self):
+            return False
+
+    feed = Feed()
+    b.add_feed(feed)
+    b.submit(job("last"))
+    b.resourceOffers(d, [offer("O1", "A1", 4)])
+    step(b, ctl)
+    (a,) = d.of("ACCEPT")
+    (t,) = a["accept"]["operations"][0]["launch"]["task_infos"]
+    b.statusUpdate(d, status(t["task_id"]["value"], "TASK_RUNNING", "A1"))
+    assert not b.drained()
+    b.statusUpdate(d, status(t["task_id"]["value"], "TASK_FINISHED", "A1"))   # after the pass
+    assert b.idle() and not b.drained()       # the controller and the feed have not heard yet
+    step(b, ctl)
+    assert feed.ended_jobs == [("last", "completed")] and b.drained()
+
+
+def test_closing_hands_the_last_outcomes_to_the_feeds():
+    b, d, ctl, clock = make()
+    told = []
+    b.add_feed(type("F", (), {"poll": lambda self, backend: None,
+                              "ended": lambda self, o: told.append(o.job_id),
+                              "close": lambda self: None})())
+    b.submit(job("x"))
+    b.resourceOffers(d, [offer("O1", "A1", 4)])
+    step(b, ctl)
+    (a,) = d.of("ACCEPT")
+    (t,) = a["accept"]["operations"][0]["launch"]["task_infos"]
+    b.statusUpdate(d, status(t["task_id"]["value"], "TASK_FINISHED", "A1"))
+    b.close()
+    assert told == ["x"]
