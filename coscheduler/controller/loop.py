@@ -578,9 +578,10 @@ class Controller:
         self._shared.update((job.job_id, ch.host_job))
         self._was_guest.add(job.job_id)
         host = self._last.get(ch.host_job)
-        if host is not None:
-            self._last[ch.host_job] = replace(host, quota_fraction=ch.host_quota,
-                                               guest_jobs=host.guest_jobs + (job.job_id,))
+        if host is not None:   # (dataclasses.replace, without its per-call field walk)
+            self._last[ch.host_job] = RunningJob(
+                host.job, host.allocation, host.start_time, ch.host_quota, host.host_job,
+                host.guest_jobs + (job.job_id,), host.decision_id, host.lendable)
         self._last[job.job_id] = RunningJob(job, ch.placement, now, ch.guest_quota, ch.host_job,
                                             decision_id=d.decision_id if d else None)
         self._loan_target[job.job_id] = ch.guest_quota
