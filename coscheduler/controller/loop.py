@@ -16,7 +16,7 @@ from typing import Callable
 
 from .. import happiness as hp
 from ..backend import Backend
-from ..learner import AsaxLearner, Decision, HostState, LearnerConfig
+from ..learner import AsaxLearner, ClassState, Decision, HostState, LearnerConfig
 from ..model import Job, MetricsSample, Outcome, RunningJob
 from ..policies.coalloc import (NO_COALLOCATION, Choice, CoallocationPolicy, SpaceSharing,
                                 make_policy)
@@ -92,6 +92,8 @@ class Controller:
         self.revisions: list[tuple[float, str, float, float]] = []
         self.last_samples: dict[str, MetricsSample] = {}
         self.passes = 0
+        # During a pass, with a recorder that can batch: the writes to make at its end.
+        self._writes: list[tuple[PassReport, Callable[..., object], tuple]] | None = None
         self._adopt_running()
         if self.learner is not None:
             for d in self.learner.pending.values():
@@ -167,6 +169,17 @@ class Controller:
             return PassReport(time=math.nan, errors=[f"backend.now() failed: {exc}"])
         report = PassReport(time=now)
         self.passes += 1
+        # A recorder that can batch gets the pass's writes at its end, in one transaction.
+        self._writes = [] if callable(getattr(self.recorder, "batch", None)) else None
+        try:
+            self._pass(now, report)
+        finally:
+            self._flush_writes(report)
+        self._expire_cooldowns(now)
+        report.duration_s = time.perf_counter() - t0
+        return report
+
+    def _pass(self, now: float, report: PassReport) -> None:
         self._drain(now, report)
         try:
             running = self.backend.running()
@@ -174,9 +187,7 @@ class Controller:
             queued = self.backend.queued()
         except Exception as exc:  # noqa: BLE001 - cannot schedule blind: skip placement
             report.errors.append(f"reading the backend's state failed: {exc}")
-            self._save_dirty()
-            report.duration_s = time.perf_counter() - t0
-            return report
+            return
         self._last = {rj.job_id: rj for rj in running}
         self._resolve_vanished_hosts(now, report)
         self._reconcile_quotas(running, report)
@@ -193,10 +204,6 @@ class Controller:
             ordered = self.queue_order(waiting, now)
         plan, declined = self._place(ordered, running, nodes, samples, now, report)
         self._act(plan, declined, now, report)
-        self._save_dirty()
-        self._expire_cooldowns(now)
-        report.duration_s = time.perf_counter() - t0
-        return report
 
     @staticmethod
     def _machine(nodes, running) -> tuple[int, int, list[tuple[float, int]]]:
@@ -252,7 +259,7 @@ class Controller:
             # Its co-allocations' losses are in: the round of its class closes.
             closed = self.learner.end_round(round_class, when)
             if closed is not None:
-                self._record(lambda: self.recorder.record_round(closed), report)
+                self._record(report, self.recorder.record_round, closed)
                 self._save_class(round_class, report)
         if rj is not None and rj.guest_jobs:
             # The host ended first: its guests get full quota on the cores they hold.
@@ -533,13 +540,13 @@ class Controller:
             report.declined += 1
             host = self._last.get(d.host_job)
             hq = host.quota_fraction if host is not None else 1.0
-            self._record(lambda: self.recorder.record_decision(d, hq, 0.0), report)
+            self._record(report, self.recorder.record_decision, d, hq, 0.0)
             if d.action_index == 0:
                 kind, note = "declined", "a_0: not on this host"
             else:   # forgotten by the learner: closed like a decision never carried out
                 kind, note = "cancelled", "action under half the guest's need: no loan"
-            self._record(lambda: self.recorder.record_outcome(OutcomeRecord(
-                d.decision_id, now, 0.0, kind, note=note)), report)
+            self._record(report, self.recorder.record_outcome, OutcomeRecord(
+                d.decision_id, now, 0.0, kind, note=note))
             self._dirty_classes.add(d.job_class)
         for item in plan:
             if isinstance(item, Start):
@@ -589,7 +596,7 @@ class Controller:
             self._host_round[ch.host_job] = d.job_class
             self._by_host.setdefault(ch.host_job, set()).add(d.decision_id)
             self._by_guest[job.job_id] = d.decision_id
-            self._record(lambda: self.recorder.record_decision(d, ch.host_quota, ch.guest_quota), report)
+            self._record(report, self.recorder.record_decision, d, ch.host_quota, ch.guest_quota)
             self._dirty_classes.add(d.job_class)
 
     def _co_start_failed(self, job_id: str, d: Decision | None, reason: str, ch: Choice,
@@ -597,9 +604,9 @@ class Controller:
         if d is not None and self.learner is not None:
             # The decision happened (its id is spent): record it and close it as cancelled.
             self.learner.forget(d.decision_id)
-            self._record(lambda: self.recorder.record_decision(d, ch.host_quota, ch.guest_quota), report)
-            self._record(lambda: self.recorder.record_outcome(OutcomeRecord(
-                d.decision_id, now, 0.0, "cancelled", note=reason)), report)
+            self._record(report, self.recorder.record_decision, d, ch.host_quota, ch.guest_quota)
+            self._record(report, self.recorder.record_outcome, OutcomeRecord(
+                d.decision_id, now, 0.0, "cancelled", note=reason))
             report.cancelled += 1
             self._dirty_classes.add(d.job_class)
         self._start_failed(job_id, reason, report)
@@ -631,12 +638,12 @@ class Controller:
         if combined is not None:
             # A store that can: outcome, class state and closed round in one transaction.
             self._dirty_classes.discard(d.job_class)
-            state = self.learner.class_state(d.job_class)
-            self._record(lambda: combined(record, state, closed), report)
+            state = self._class_copy(d.job_class)
+            self._record(report, combined, record, state, closed)
             return
-        self._record(lambda: self.recorder.record_outcome(record), report)
+        self._record(report, self.recorder.record_outcome, record)
         if closed is not None:
-            self._record(lambda: self.recorder.record_round(closed), report)
+            self._record(report, self.recorder.record_round, closed)
         self._save_class(d.job_class, report)
 
     def _cancel(self, did: int, now: float, reason: str, report: PassReport) -> None:
@@ -644,12 +651,12 @@ class Controller:
         if d is None:
             return
         report.cancelled += 1
-        self._record(lambda: self.recorder.record_outcome(
-            OutcomeRecord(did, now, 0.0, "cancelled", note=reason)), report)
+        self._record(report, self.recorder.record_outcome,
+                     OutcomeRecord(did, now, 0.0, "cancelled", note=reason))
 
     def _save_class(self, job_class: str, report: PassReport) -> None:
         self._dirty_classes.discard(job_class)
-        self._record(lambda: self.recorder.save_class(self.learner.class_state(job_class)), report)
+        self._record(report, self.recorder.save_class, self._class_copy(job_class))
 
     def _save_dirty(self) -> None:
         if self.learner is None:
@@ -662,11 +669,43 @@ class Controller:
                 log.error("saving class %s failed: %s", c, exc)
         self._dirty_classes.clear()
 
+    def _class_copy(self, job_class: str) -> ClassState:
+        """The class's state as it is now (a write may be made at the end of the pass)."""
+        st = self.learner.class_state(job_class)
+        if self._writes is None:
+            return st
+        return replace(st, weights=list(st.weights), risk=list(st.risk),
+                       cum_expert_risk=list(st.cum_expert_risk),
+                       cum_weighted_expert_risk=list(st.cum_weighted_expert_risk))
+
+    def _record(self, report: PassReport, write: Callable[..., object], *args) -> None:
+        """A write to the recorder: now, or (a recorder with ``batch``, during a pass) at the
+        end of the pass, in order, in one transaction (``_flush_writes``)."""
+        if self._writes is not None:
+            self._writes.append((report, write, args))
+            return
+        self._write(report, write, args)
+
     @staticmethod
-    def _record(call: Callable[[], object], report: PassReport) -> None:
+    def _write(report: PassReport, write: Callable[..., object], args: tuple) -> None:
         try:
-            call()
+            write(*args)
         except Exception as exc:  # noqa: BLE001 - a store error is loud but not fatal
+            log.error("recorder failed: %s", exc)
+            report.errors.append(f"recorder: {exc}")
+
+    def _flush_writes(self, report: PassReport) -> None:
+        """The pass's writes and the dirty classes, in one batch when the recorder has one."""
+        writes, self._writes = self._writes, None
+        if writes is None:
+            self._save_dirty()
+            return
+        try:
+            with self.recorder.batch():
+                for rep, write, args in writes:
+                    self._write(rep, write, args)
+                self._save_dirty()
+        except Exception as exc:  # noqa: BLE001 - the batch's own begin or commit failed
             log.error("recorder failed: %s", exc)
             report.errors.append(f"recorder: {exc}")
 
