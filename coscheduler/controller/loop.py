@@ -10,6 +10,7 @@ guest), ``quotas``.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -159,10 +160,20 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
         self.passes += 1
         # A recorder that can batch gets the pass's writes at its end, in one transaction.
         self._writes = [] if callable(getattr(self.recorder, "batch", None)) else None
+        # The cyclic garbage collector waits for the end of the pass: a pass makes no
+        # reference cycles to speak of, but its many small objects would start full
+        # collections of the whole heap mid-pass (a third of a 10k x 10k pass, measured).
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
         try:
             self._pass(now, report)
         finally:
-            self._flush_writes(report)
+            try:
+                self._flush_writes(report)
+            finally:
+                if collecting:
+                    gc.enable()
         self._expire_cooldowns(now)
         report.duration_s = time.perf_counter() - t0
         return report
