@@ -332,12 +332,8 @@ class AsaxLearner:
             if u < acc:
                 j = k
                 break
-        decision = Decision(
-            decision_id=did, time=float(now), job_class=job_class, host_job=host_job,
-            guest_job=guest_job, state=state, expert_names=st.expert_names, expert_dists=dists,
-            weights=weights, mixture=mixture, action_index=j,
-            action_fraction=self.actions[j],
-        )
+        decision = Decision(did, float(now), job_class, host_job, guest_job, state,
+                            st.expert_names, dists, weights, mixture, j, self.actions[j])
         st.decisions += 1
         self.pending[did] = decision
         return decision
