@@ -9,9 +9,9 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 from itertools import islice
+from operator import itemgetter
 from typing import Callable, Iterator, Mapping
 
 from ..model import Job, MetricsSample, RunningJob
@@ -24,6 +24,8 @@ from .maxtree import MaxTree
 from .usage import ClassUsage
 
 _NEG = -math.inf
+_BOTH_MIN_HOSTS = 48   # rooms with fewer hosts are walked rather than given a both-rules tree
+_first = itemgetter(0)
 
 
 class HostIndex:
@@ -106,6 +108,9 @@ class HostIndex:
         self._n = n
         self.end_trees: dict[int, MaxTree] = {}
         self.idle_trees: dict[int, MaxTree] = {}
+        self._count: dict[int, int] = {}      # hosts per room
+        for r in self.room_of:
+            self._count[r] = self._count.get(r, 0) + 1
         for room in sorted(set(self.room_of)):
             ends = [t if r == room else _NEG for t, r in zip(self.ends, self.room_of)]
             self.end_trees[room] = MaxTree(ends)
@@ -126,6 +131,7 @@ class HostIndex:
     # -- hosts entering and leaving rooms -------------------------------------------------------
     def _enter(self, p: int, room: int) -> None:
         self.room_of[p] = room     # (rooms only shrink: max_room still bounds them)
+        self._count[room] = self._count.get(room, 0) + 1
         end = self.ends[p]
         tree = self.end_trees.get(room)
         if tree is None:
@@ -145,6 +151,7 @@ class HostIndex:
         if not room:
             return
         self.room_of[p] = 0
+        self._count[room] -= 1
         self.end_trees[room].remove(p)
         if self.idle is not None:
             self.idle_trees[room].remove(p)
@@ -193,47 +200,57 @@ class HostIndex:
                 self.asked.add(h)
 
     # -- finding candidates ---------------------------------------------------------------------
-    def _room_iter(self, room: int, min_end: float, min_idle: float | None = None
-                   ) -> Iterator[int]:
-        """Positions of the room's hosts that end at or after ``min_end`` and (idle-only
-        lending) have at least ``min_idle`` idle cores, in order."""
+    def _room_next(self, room: int, min_end: float, min_idle: float | None
+                   ) -> Callable[[int], int]:
+        """f(i): the first position >= i of the room's hosts that end at or after
+        ``min_end`` and (idle-only lending) have at least ``min_idle`` idle cores; -1: none."""
         tree = self.end_trees[room]
-        if min_idle is not None and self.idle is not None:
-            idle = self.idle_trees[room]
-            if min_end <= -1e308:
-                # No reservation to respect: walk the hosts with idle CPU enough.
-                i = idle.first_at_least(0, min_idle)
-                while i != -1:
-                    yield i
-                    i = idle.first_at_least(i + 1, min_idle)
-                return
-            # Under a reservation a host must also end late enough. Guests' walltimes take
-            # few distinct values, so per (room, least end) a max tree of the idle cores of
-            # the hosts that end late enough answers both rules in O(log n); past a few
-            # such trees per room, walk the end tree and check idle CPU inline.
-            both = self._both.get((room, min_end))
-            if both is None and len(self._both_keys.get(room, ())) < 8:
-                size = tree.size
-                ends, idles = tree.tree[size:size + self._n], idle.tree[size:size + self._n]
-                both = MaxTree([x if t >= min_end else _NEG for x, t in zip(idles, ends)])
-                self._both[(room, min_end)] = both
-                self._both_keys.setdefault(room, []).append(min_end)
-            if both is not None:
-                i = both.first_at_least(0, min_idle)
-                while i != -1:
-                    yield i
-                    i = both.first_at_least(i + 1, min_idle)
-                return
-            i = tree.first_at_least(0, min_end)
-            while i != -1:
-                if idle.value(i) >= min_idle:
-                    yield i
+        if min_idle is None or self.idle is None:
+            return lambda i: tree.first_at_least(i, min_end)
+        idle = self.idle_trees[room]
+        if min_end <= -1e308:   # no reservation to respect: idle CPU enough is all
+            return lambda i: idle.first_at_least(i, min_idle)
+        # Under a reservation a host must also end late enough. Guests' walltimes take few
+        # distinct values, so per (room, least end) a max tree of the idle cores of the hosts
+        # that end late enough answers both rules in O(log n) (at most 8 per room, and only
+        # for rooms of many hosts); else walk the end tree and check idle CPU inline.
+        both = self._both.get((room, min_end))
+        if both is None and self._count[room] >= _BOTH_MIN_HOSTS \
+                and len(self._both_keys.get(room, ())) < 8:
+            size = tree.size
+            ends, idles = tree.tree[size:size + self._n], idle.tree[size:size + self._n]
+            both = MaxTree([x if t >= min_end else _NEG for x, t in zip(idles, ends)])
+            self._both[(room, min_end)] = both
+            self._both_keys.setdefault(room, []).append(min_end)
+        if both is not None:
+            return lambda i: both.first_at_least(i, min_idle)
+        leaves, size = idle.tree, idle.size
+
+        def walk(i: int) -> int:
+            i = tree.first_at_least(i, min_end)
+            while i != -1 and not leaves[size + i] >= min_idle:
                 i = tree.first_at_least(i + 1, min_end)
+            return i
+        return walk
+
+    @staticmethod
+    def _positions(nexts: list[Callable[[int], int]]) -> Iterator[int]:
+        """The positions the rooms' ``nexts`` give, merged in order (a host is in one room)."""
+        if len(nexts) == 1:
+            f = nexts[0]
+            i = f(0)
+            while i != -1:
+                yield i
+                i = f(i + 1)
             return
-        i = tree.first_at_least(0, min_end)
-        while i != -1:
+        heads = [[i, f] for f in nexts if (i := f(0)) != -1]
+        while heads:
+            head = min(heads, key=_first)
+            i = head[0]
             yield i
-            i = tree.first_at_least(i + 1, min_end)
+            head[0] = head[1](i + 1)
+            if head[0] == -1:
+                heads.remove(head)
 
     def candidates(self, guest: Job, shadow: float | None) -> Iterator[HostCandidate]:
         if self.max_room < guest.cores:
@@ -249,13 +266,12 @@ class HostIndex:
             demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
             min_idle = 0.5 * guest_need(guest.cores, demand, self.margin) - 1e-9
         idle_trees = self.idle_trees
-        iters = [self._room_iter(room, min_end, min_idle) for room, tree in self.end_trees.items()
+        nexts = [self._room_next(room, min_end, min_idle) for room, tree in self.end_trees.items()
                  if room >= guest.cores and tree.tree[1] >= min_end
                  and (min_idle is None or idle_trees[room].tree[1] >= min_idle)]
-        if not iters:
+        if not nexts:
             return iter(())
-        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters)
-        found = self._filter(guest, merged)
+        found = self._filter(guest, self._positions(nexts))
         return found if self.max_candidates is None else islice(found, self.max_candidates)
 
     def _filter(self, guest: Job, positions: Iterator[int]) -> Iterator[HostCandidate]:
@@ -301,8 +317,7 @@ class HostIndex:
                 own = self._own[host_id] = host_own_state(
                     rj, sample, now, self.alone_runtime(rj.job.job_class))
             yield HostCandidate(rj, placement, lent, sample,
-                                state_with_guest(own, rj, guest, expected),
-                                loan_cap=cap, guest_need=need)
+                                state_with_guest(own, rj, guest, expected), cap, need)
 
     def has_idle(self, guest: Job, rj: RunningJob) -> bool:
         """Whether ``rj`` has idle CPU enough for half of ``guest``'s need (diagnostics)."""
