@@ -74,31 +74,40 @@ class HostIndex:
         max_guests = config.max_guests_per_host
         no_former = not config.former_guests_host
         found: list[tuple[tuple, RunningJob, dict[str, int], float, int]] = []
+        unranked = len(node_rank)
         for rj in running:
-            if rj.host_job is not None or not rj.lendable or (no_former and rj.job_id in was_guest):
+            if rj.host_job is not None or not rj.lendable:
                 continue
-            if max_guests is not None and len(rj.guest_jobs) >= max_guests:
+            job_id = rj.job.job_id
+            if no_former and job_id in was_guest:
                 continue
+            guests = rj.guest_jobs
+            if max_guests is not None and len(guests) >= max_guests:
+                continue
+            held = rj.allocation.cores_by_node
             used: dict[str, int] = {}
             lent = 0.0
-            for g in rj.guest_jobs:
-                grj = running_by_id.get(g)
-                if grj is None:
-                    continue
-                lent += grj.quota_fraction * grj.job.cores
-                for node, c in grj.allocation.cores_by_node:
-                    used[node] = used.get(node, 0) + c
-            room = rj.allocation.cores - sum(used.values())
+            if guests:
+                for g in guests:
+                    grj = running_by_id.get(g)
+                    if grj is None:
+                        continue
+                    lent += grj.quota_fraction * grj.job.cores
+                    for node, c in grj.allocation.cores_by_node:
+                        used[node] = used.get(node, 0) + c
+                room = rj.allocation.cores - sum(used.values())
+            else:   # (most hosts: its cores are its room)
+                room = held[0][1] if len(held) == 1 else rj.allocation.cores
             if room < 1:
                 continue
-            first = rj.allocation.cores_by_node[0][0] if rj.allocation.cores_by_node else ""
-            found.append(((node_rank.get(first, len(node_rank)), rj.job_id), rj, used, lent, room))
+            first = held[0][0] if held else ""
+            found.append(((node_rank.get(first, unranked), job_id), rj, used, lent, room))
         found.sort(key=lambda e: e[0])
         n = len(found)
         # Per position: the entry (rank, host, cores its guests use per node, what it lent
         # at the start of the pass), its estimated end, its room now (0: out of the index).
         self.entries = [e[:4] for e in found]
-        self.where = {e[1].job_id: p for p, e in enumerate(found)}
+        self.where = {e[0][1]: p for p, e in enumerate(found)}
         self.ends = [e[1].start_time + e[1].job.walltime_s for e in found]
         self.room_of = [e[4] for e in found]
         self.max_room = max(self.room_of, default=0)
@@ -126,7 +135,7 @@ class HostIndex:
         # Guests given to a host during this pass: (count, core-equivalents lent). Its
         # ``used`` map is updated in place, so its remaining cores are known at once.
         self.taken: dict[str, tuple[int, float]] = {}
-        self._used = {e[1].job_id: e[2] for e in found}
+        self._used = {e[0][1]: e[2] for e in found}
 
     # -- hosts entering and leaving rooms -------------------------------------------------------
     def _enter(self, p: int, room: int) -> None:
@@ -185,11 +194,13 @@ class HostIndex:
             self._enter(p, room)
 
     def _idle_cores(self, rj: RunningJob, lent: float) -> float:
-        sample = self.samples.get(rj.job_id)
+        job = rj.job
+        sample = self.samples.get(job.job_id)
         if sample is None or not math.isfinite(sample.cpu_percent):
             return -1e308
-        used = min(rj.job.cores, max(0.0, sample.cpu_percent / 100.0 * rj.job.cores))
-        return rj.job.cores - lent - used - self.margin * rj.job.cores
+        cores = job.cores
+        used = min(cores, max(0.0, sample.cpu_percent / 100.0 * cores))
+        return cores - lent - used - self.margin * cores
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
