@@ -21,7 +21,7 @@ from ..policies.lending import guest_need, loan
 from .config import ControllerConfig
 from .hoststate import OwnState, host_own_state, host_state, state_with_guest
 from .maxtree import MaxTree
-from .usage import ClassUsage
+from .usage import ClassUsage, Expected
 
 _NEG = -math.inf
 _BOTH_MIN_HOSTS = 48   # rooms with fewer hosts are walked rather than given a both-rules tree
@@ -271,31 +271,34 @@ class HostIndex:
         # reserved cores: only hosts that end after the guest qualify then.
         # (-1e308, not -inf: empty positions hold -inf and must never match.)
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
-        min_idle = None
+        min_idle = need = None
+        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
         if self.idle_only:
-            expected = self.usage.expected(guest.job_class) if self.usage is not None else None
             demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-            min_idle = 0.5 * guest_need(guest.cores, demand, self.margin) - 1e-9
+            need = guest_need(guest.cores, demand, self.margin)
+            min_idle = 0.5 * need - 1e-9
         idle_trees = self.idle_trees
         nexts = [self._room_next(room, min_end, min_idle) for room, tree in self.end_trees.items()
                  if room >= guest.cores and tree.tree[1] >= min_end
                  and (min_idle is None or idle_trees[room].tree[1] >= min_idle)]
         if not nexts:
             return iter(())
-        found = self._filter(guest, self._positions(nexts))
+        found = self._filter(guest, self._positions(nexts), expected, need)
         return found if self.max_candidates is None else islice(found, self.max_candidates)
 
-    def _filter(self, guest: Job, positions: Iterator[int]) -> Iterator[HostCandidate]:
+    def _filter(self, guest: Job, positions: Iterator[int], expected: Expected | None,
+                need_cores: float | None) -> Iterator[HostCandidate]:
+        """HostCandidates at ``positions``, with what the guest's class usually uses
+        (``expected``) and (idle-only lending) its need in cores: the same whatever the host."""
         now, cooldown, taken_map, samples = self.now, self.cooldown, self.taken, self.samples
         entries = self.entries
         gid = guest.job_id
-        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
         check_beside = self.node_mem_mb is not None or self.node_bb_gb is not None
         idle_only, margin, max_guests = self.idle_only, self.margin, self.max_guests
         demand = need = None
-        if idle_only:   # the guest's usual demand and need: the same whatever the host
+        if idle_only:
             demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-            need = guest_need(guest.cores, demand, margin) / guest.cores
+            need = need_cores / guest.cores
         for p in positions:
             _, rj, used, lent = entries[p]
             host_id = rj.job.job_id
