@@ -19,9 +19,14 @@ from ..recorder import LOSS_KINDS, OutcomeRecord
 from .errors import StoreError
 
 
+# What json.dumps(value, allow_nan=False, separators=(",", ":")) builds on every call, once:
+# a decision row holds five JSON texts, a pass writes hundreds of rows.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def _dumps(value: object, what: str) -> str:
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        return _ENCODER.encode(value)
     except ValueError:
         raise InvalidInput(f"{what} holds a NaN or infinite number: {value!r}") from None
 
