@@ -229,3 +229,57 @@ def test_bad_memory_and_burst_buffer_requests_name_the_job():
             Job("j", cores=1, walltime_s=1.0, job_class="c", bb_gb=bad)
     with pytest.raises(InvalidInput, match="controller node_mem_mb must be an integer >= 1"):
         ControllerConfig(node_mem_mb=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-10, 10), min_size=0, max_size=40), st.data())
+def test_max_tree_set_and_empty_agree_with_a_walk(values, data):
+    """Values set one by one into an empty tree (and changed, up or down) are found as a
+    walk over the values finds them, with updates that stop early where nothing changes."""
+    n = len(values)
+    tree, alive = MaxTree.empty(n), [-math.inf] * n
+    for i, x in data.draw(st.lists(st.tuples(st.integers(0, max(0, n - 1)), st.floats(-10, 10)),
+                                   max_size=30)) if n else []:
+        tree.set(i, x)
+        alive[i] = x
+    if n:
+        for i in data.draw(st.lists(st.integers(0, n - 1), max_size=5)):
+            tree.remove(i)
+            alive[i] = -math.inf
+    start = data.draw(st.integers(0, n + 2))
+    x = data.draw(st.floats(-11, 11))
+    assert tree.first_at_least(start, x) == next((k for k in range(start, n) if alive[k] >= x), -1)
+    assert all(tree.value(k) == alive[k] for k in range(n))
+
+
+def test_a_pass_leaves_the_garbage_collector_as_it_found_it():
+    """The collector waits during a pass and runs again after it, also when the backend
+    fails; a process that turned it off keeps it off."""
+    import gc
+
+    from coscheduler.bench.controller import _BenchBackend
+    from coscheduler.controller import Controller
+    from coscheduler.policies.coalloc import Static
+
+    class Failing(_BenchBackend):
+        def running(self):
+            raise RuntimeError("backend down")
+
+    seen = []
+
+    class Watching(_BenchBackend):
+        def queued(self):
+            seen.append(gc.isenabled())
+            return super().queued()
+
+    assert gc.isenabled()
+    report = Controller(Watching(20, 12, 1), Static(0.5)).step()
+    assert seen == [False] and gc.isenabled() and report.coallocated > 0
+    report = Controller(Failing(20, 12, 1), Static(0.5)).step()
+    assert gc.isenabled() and "backend down" in report.errors[0]
+    gc.disable()
+    try:
+        Controller(Watching(20, 12, 1), Static(0.5)).step()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -27,8 +27,12 @@ of the Kubernetes scheduler framework:
 
 A host is asked at most once per pass; a host that declined a guest is not asked again
 for that guest for ``decline_cooldown_s``; at most ``max_candidates_per_guest`` hosts are
-asked per guest per pass. Hosts are indexed by their spare room, so a pass over 1,000
-queued x 1,000 running jobs stays well under DESIGN.md's 100 ms budget.
+asked per guest per pass. Hosts are indexed by their spare room (max trees over one rank
+order), so a guest's candidates cost O(log n) each, not a walk over the running jobs; the
+experts' mixture is computed once per (class, leaves, weights), not per (host, guest) pair;
+a recorder that can batch (the SQLite store) gets a pass's writes in one transaction; the
+cyclic garbage collector waits for the end of the pass. Decisions are the same as before
+these (tests/test_controller_replay.py replays recorded passes).
 
 The controller keeps little state of its own, and all of it can be rebuilt: the learner
 from ``recorder.load()`` and the host/guest relations from ``backend.running()``
@@ -36,10 +40,13 @@ from ``recorder.load()`` and the host/guest relations from ``backend.running()``
 
 Where things are (read in this order):
 
-- ``loop.py``: the ``Controller``; ``step`` runs the pass, one method per stage.
+- ``loop.py``: the ``Controller``; ``step`` runs the pass, one method per stage; stage 4
+  (place) is there, the others in mixins: ``drain.py`` (stages 1-2), ``act.py`` (stage 5
+  and quotas), ``feedback.py`` (learner feedback, the recorder's writes).
 - ``order.py``: stage 3, the queue orders (``fcfs``, ``order_by``).
 - ``placement.py``: stage 4 on free cores: first-fit and the EASY reservation (pure).
-- ``hosts.py``: stage 4 inside running jobs: the candidate hosts for a guest (pure).
+- ``hosts.py``: stage 4 inside running jobs: the candidate hosts for a guest (pure), with
+  ``maxtree.py`` (the index's trees) and ``hoststate.py`` (what the experts see of a host).
 - ``quotas.py``: the quota a host should hold given its guests (pure).
 - ``config.py``: ``ControllerConfig`` (the knobs) and ``PassReport`` (what a pass did).
 """

@@ -1,130 +1,50 @@
 """Stage 4, place, inside running jobs: which hosts the co-allocation policy is asked about.
 
-- ``host_state``: what the experts see of a host (its class, CPU %, memory %, stage type,
-  elapsed share of walltime, happiness Hp).
 - ``HostIndex``: the candidate hosts of one pass, indexed by spare room so that finding a
-  guest's candidates costs O(log n) per candidate, not a walk over every running job.
-- ``MaxTree``: the segment tree behind that index.
+  guest's candidates costs O(log n) per candidate, not a walk over every running job
+  (``maxtree.MaxTree`` behind it; ``hoststate.host_state``: what the experts see of a host).
 - ``why_not_hosted``: which rule kept a guest from every host (an operator's diagnostic,
   also what ``cosched simulate paper`` counts to show where co-allocation loses chances).
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
 from itertools import islice
+from operator import itemgetter
 from typing import Callable, Iterator, Mapping
 
-from .. import happiness as hp
-from ..learner import HostState
-from ..model import InvalidInput, Job, MetricsSample, RunningJob
+from ..model import Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate
 from ..policies.gang import fits_beside, guest_placement
 from ..policies.lending import guest_need, loan
 from .config import ControllerConfig
+from .hoststate import OwnState, host_own_state, host_state, state_with_guest
+from .maxtree import MaxTree
 from .usage import ClassUsage, Expected
 
-
-def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
-               guest: Job | None = None, expected: Expected | None = None,
-               alone_runtime_s: float | None = None) -> HostState:
-    """HostState of a host from its latest sample. Unknown metrics are read as a busy
-    host (100 % CPU and memory, Hp None): with nothing known, lend little. With ``guest``
-    and what its class usually uses (``expected``), the state also tells the guest's
-    usual CPU, memory and file I/O and its cores over the host's. With the host class's
-    runtime alone, Hp measures its speed against alone (``happiness.happiness_vs_alone``)."""
-    job = rj.job
-    elapsed = max(0.0, now - rj.start_time)
-    happiness = None
-    cpu = mem = 100.0
-    io = None
-    guest_fields = {}
-    if guest is not None and expected is not None:
-        guest_fields = dict(guest_cpu_percent=expected.cpu_percent,
-                            guest_mem_percent=expected.mem_percent,
-                            guest_share=guest.cores / job.cores,
-                            guest_io_mb_s=expected.io_mb_s)
-    if sample is not None:
-        io = sample.io_mb_s
-        cpu, mem = sample.cpu_percent, sample.mem_percent
-        total = sample.tasks_total if sample.tasks_total is not None else job.tasks
-        try:
-            if alone_runtime_s is not None and alone_runtime_s > 0:
-                happiness = hp.happiness_vs_alone(elapsed, job.walltime_s, alone_runtime_s,
-                                                  sample.tasks_done, total, sample.tasks_per_s)
-            else:
-                happiness = hp.happiness(elapsed, job.walltime_s, sample.tasks_done, total,
-                                         sample.tasks_per_s)
-        except InvalidInput:
-            happiness = None
-    return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
-                     happiness, io_mb_s=io, **guest_fields)
-
-
-class MaxTree:
-    """A max segment tree over a fixed list of values: the first index >= i whose value is
-    >= x in O(log n), and removal (value -> -inf). Lets the host index skip hosts already
-    asked, and hosts that end too early to take a guest past an EASY reservation, without
-    walking them one by one for every guest."""
-
-    __slots__ = ("size", "tree")
-
-    def __init__(self, values: list[float]):
-        size = 1
-        while size < max(1, len(values)):
-            size *= 2
-        tree = [-math.inf] * (2 * size)
-        tree[size:size + len(values)] = values
-        for k in range(size - 1, 0, -1):
-            tree[k] = max(tree[2 * k], tree[2 * k + 1])
-        self.size, self.tree = size, tree
-
-    def remove(self, i: int) -> None:
-        tree = self.tree
-        k = i + self.size
-        tree[k] = -math.inf
-        k //= 2
-        while k:
-            tree[k] = max(tree[2 * k], tree[2 * k + 1])
-            k //= 2
-
-    def first_at_least(self, i: int, x: float) -> int:
-        """Smallest index >= i with value >= x, or -1."""
-        tree, size = self.tree, self.size
-        if i >= size or tree[1] < x:
-            return -1
-        k = i + size
-        if tree[k] >= x:
-            return i
-        # Climb until a right sibling holds a value >= x, then descend to its leftmost such leaf.
-        while True:
-            if k & 1 == 0 and tree[k + 1] >= x:
-                k += 1
-                break
-            k //= 2
-            if k <= 1:
-                return -1
-        while k < size:
-            k = 2 * k if tree[2 * k] >= x else 2 * k + 1
-        return k - size
+_NEG = -math.inf
+_BOTH_MIN_HOSTS = 48   # rooms with fewer hosts are walked rather than given a both-rules tree
+_first = itemgetter(0)
 
 
 class HostIndex:
-    """Candidate hosts for one pass, bucketed by spare room (cores not used by guests) and
-    ranked in first-fit order (first node of the allocation, then job id).
+    """Candidate hosts for one pass, by spare room (cores not used by guests), in first-fit
+    order (first node of the allocation, then job id).
 
     A host is a running job that is lendable, is not a guest (nor was one, ``was_guest``,
     unless ``config.former_guests_host``) and holds fewer than ``config.max_guests_per_host``
-    guests (no limit when None). ``candidates(guest)`` merges the
-    buckets with room >= guest cores in rank order, skipping hosts already asked this pass,
-    hosts in cooldown for this guest, hosts the guest's node layout does not fit, hosts
-    beside which the guest's memory or burst buffer would not fit (``fits_beside``) and, under
-    an EASY reservation, hosts that would leave the guest holding their cores past the
-    shadow time; it yields ``HostCandidate``s lazily, at most
-    ``config.max_candidates_per_guest`` (all when None). Each bucket keeps a max tree of its hosts'
-    estimated ends, so both skips cost O(log n), not a walk.
+    guests (no limit when None). ``candidates(guest)`` merges, in that order, the hosts of
+    every room >= the guest's cores, skipping hosts already asked this pass, hosts in
+    cooldown for this guest, hosts the guest's node layout does not fit, hosts beside which
+    the guest's memory or burst buffer would not fit (``fits_beside``) and, under an EASY
+    reservation, hosts that would leave the guest holding their cores past the shadow time;
+    it yields ``HostCandidate``s lazily, at most ``config.max_candidates_per_guest`` (all
+    when None).
+
+    Hosts have fixed positions (their first-fit rank); each room keeps max trees over those
+    positions of its hosts' estimated ends and (idle-only lending) idle cores, so every skip
+    costs O(log n), not a walk. A host that takes a guest moves to the room it has left.
 
     ``cooldown`` ((guest, host) -> until) is read as candidates are asked for, so declines
     added to it during the pass count at once.
@@ -143,6 +63,7 @@ class HostIndex:
         self.margin = config.lend_margin
         self._alone_of = alone_runtime
         self._alone: dict[str, float | None] = {}
+        self._own: dict[str, OwnState] = {}    # host -> its own part of its state, this pass
         self.usage = usage
         self.now = now
         self.cooldown = cooldown
@@ -152,56 +73,105 @@ class HostIndex:
         node_rank = {n: i for i, n in enumerate(capacity)}
         max_guests = config.max_guests_per_host
         no_former = not config.former_guests_host
-        buckets: dict[int, list[tuple[tuple, RunningJob, dict[str, int], float]]] = {}
+        found: list[tuple[tuple, RunningJob, dict[str, int], float, int]] = []
+        unranked = len(node_rank)
         for rj in running:
-            if rj.host_job is not None or not rj.lendable or (no_former and rj.job_id in was_guest):
+            if rj.host_job is not None or not rj.lendable:
                 continue
-            if max_guests is not None and len(rj.guest_jobs) >= max_guests:
+            job_id = rj.job.job_id
+            if no_former and job_id in was_guest:
                 continue
+            guests = rj.guest_jobs
+            if max_guests is not None and len(guests) >= max_guests:
+                continue
+            held = rj.allocation.cores_by_node
             used: dict[str, int] = {}
             lent = 0.0
-            for g in rj.guest_jobs:
-                grj = running_by_id.get(g)
-                if grj is None:
-                    continue
-                lent += grj.quota_fraction * grj.job.cores
-                for node, c in grj.allocation.cores_by_node:
-                    used[node] = used.get(node, 0) + c
-            room = rj.allocation.cores - sum(used.values())
+            if guests:
+                for g in guests:
+                    grj = running_by_id.get(g)
+                    if grj is None:
+                        continue
+                    lent += grj.quota_fraction * grj.job.cores
+                    for node, c in grj.allocation.cores_by_node:
+                        used[node] = used.get(node, 0) + c
+                room = rj.allocation.cores - sum(used.values())
+            else:   # (most hosts: its cores are its room)
+                room = held[0][1] if len(held) == 1 else rj.allocation.cores
             if room < 1:
                 continue
-            first = rj.allocation.cores_by_node[0][0] if rj.allocation.cores_by_node else ""
-            rank = (node_rank.get(first, len(node_rank)), rj.job_id)
-            buckets.setdefault(room, []).append((rank, rj, used, lent))
-        self.rooms = sorted(buckets)
-        self.buckets = [sorted(buckets[r], key=lambda e: e[0]) for r in self.rooms]
-        self.trees = [MaxTree([e[1].start_time + e[1].job.walltime_s for e in b])
-                      for b in self.buckets]
-        # Idle-only lending: per bucket, a max tree of each host's idle cores (its quota
-        # minus its measured use minus the margin; -inf unmeasured), so hosts with too little
-        # idle CPU for a guest are skipped in O(log n), not walked.
-        self.idle_trees = [MaxTree([self._idle_cores(e[1], e[3]) for e in b])
-                           for b in self.buckets] if idle_only else None
+            first = held[0][0] if held else ""
+            found.append(((node_rank.get(first, unranked), job_id), rj, used, lent, room))
+        found.sort(key=lambda e: e[0])
+        n = len(found)
+        # Per position: the entry (rank, host, cores its guests use per node, what it lent
+        # at the start of the pass), its estimated end, its room now (0: out of the index).
+        self.entries = [e[:4] for e in found]
+        self.where = {e[0][1]: p for p, e in enumerate(found)}
+        self.ends = [e[1].start_time + e[1].job.walltime_s for e in found]
+        self.room_of = [e[4] for e in found]
+        self.max_room = max(self.room_of, default=0)
+        # Idle-only lending: each host's idle cores (its quota minus its measured use minus
+        # the margin; -1e308 unmeasured), kept up to date as it lends in this pass.
+        self.idle = [self._idle_cores(e[1], e[3]) for e in found] if idle_only else None
+        self._n = n
+        self.end_trees: dict[int, MaxTree] = {}
+        self.idle_trees: dict[int, MaxTree] = {}
+        self._count: dict[int, int] = {}      # hosts per room
+        for r in self.room_of:
+            self._count[r] = self._count.get(r, 0) + 1
+        for room in sorted(set(self.room_of)):
+            ends = [t if r == room else _NEG for t, r in zip(self.ends, self.room_of)]
+            self.end_trees[room] = MaxTree(ends)
+            if idle_only:
+                self.idle_trees[room] = MaxTree([x if r == room else _NEG
+                                                 for x, r in zip(self.idle, self.room_of)])
+        # Under an EASY reservation: per (room, least end) a max tree of the idle cores of
+        # the hosts that end late enough (built on first use, at most 8 per room).
         self._both: dict[tuple[int, float], MaxTree] = {}
         self._both_keys: dict[int, list[float]] = {}
-        self.where = {e[1].job_id: (b, i) for b, entries in enumerate(self.buckets)
-                      for i, e in enumerate(entries)}
         self.asked: set[str] = set()
         self.max_guests = max_guests
         # Guests given to a host during this pass: (count, core-equivalents lent). Its
         # ``used`` map is updated in place, so its remaining cores are known at once.
         self.taken: dict[str, tuple[int, float]] = {}
-        self._used = {e[1].job_id: e[2] for b in self.buckets for e in b}
-        # Hosts that took a guest this pass, by the room they have left (rank order).
-        self.moved: dict[int, list] = {}
-        self._moved_room: dict[str, int] = {}
+        self._used = {e[0][1]: e[2] for e in found}
+
+    # -- hosts entering and leaving rooms -------------------------------------------------------
+    def _enter(self, p: int, room: int) -> None:
+        self.room_of[p] = room     # (rooms only shrink: max_room still bounds them)
+        self._count[room] = self._count.get(room, 0) + 1
+        end = self.ends[p]
+        tree = self.end_trees.get(room)
+        if tree is None:
+            tree = self.end_trees[room] = MaxTree.empty(self._n)
+        tree.set(p, end)
+        if self.idle is not None:
+            idle = self.idle[p]
+            tree = self.idle_trees.get(room)
+            if tree is None:
+                tree = self.idle_trees[room] = MaxTree.empty(self._n)
+            tree.set(p, idle)
+            for least in self._both_keys.get(room, ()):
+                self._both[(room, least)].set(p, idle if end >= least else _NEG)
+
+    def _leave_at(self, p: int) -> None:
+        room = self.room_of[p]
+        if not room:
+            return
+        self.room_of[p] = 0
+        self._count[room] -= 1
+        self.end_trees[room].remove(p)
+        if self.idle is not None:
+            self.idle_trees[room].remove(p)
+            for least in self._both_keys.get(room, ()):
+                self._both[(room, least)].remove(p)
 
     def took(self, host_id: str, placement, lent: float) -> None:
         """A guest was placed on ``placement`` inside ``host_id`` this pass, lending ``lent``
         core-equivalents: the host stays a candidate for other guests on its other cores
-        (its state is its own, unchanged by the guest), with what it lends now. It leaves
-        its bucket (its room shrank) for a short list of hosts with less room, so guests
-        that no longer fit it do not walk past it."""
+        (its state is its own, unchanged by the guest), with what it lends now, in the room
+        it has left (so guests that no longer fit it do not walk past it)."""
         used = self._used.get(host_id)
         if used is None or host_id in self.asked:
             self.mark_asked([host_id])
@@ -210,146 +180,158 @@ class HostIndex:
             used[node] = used.get(node, 0) + c
         n, extra = self.taken.get(host_id, (0, 0.0))
         self.taken[host_id] = (n + 1, extra + lent)
-        entry = self._leave(host_id)
-        room = entry[1].allocation.cores - sum(used.values())
-        full = self.max_guests is not None and len(entry[1].guest_jobs) + n + 1 >= self.max_guests
-        if self.idle_only and self._idle_cores(entry[1], entry[3] + extra + lent) < 0.5:
-            full = True   # its idle CPU is lent: no other guest could get a useful share
+        p = self.where[host_id]
+        self._leave_at(p)
+        _, rj, _, base = self.entries[p]
+        room = rj.allocation.cores - sum(used.values())
+        full = self.max_guests is not None and len(rj.guest_jobs) + n + 1 >= self.max_guests
+        if self.idle is not None:
+            if self._idle_cores(rj, base + extra + lent) < 0.5:
+                full = True   # its idle CPU is lent: no other guest could get a useful share
+            # (summed as the candidates' own lent is: what it lent before, plus this pass's)
+            self.idle[p] = self._idle_cores(rj, base + self.taken[host_id][1])
         if room >= 1 and not full:
-            bisect.insort(self.moved.setdefault(room, []), entry, key=lambda e: e[0])
-            self._moved_room[host_id] = room
-
-    def _leave(self, host_id: str):
-        """Take a host out of wherever the index holds it (its bucket or the moved lists);
-        returns its entry."""
-        room = self._moved_room.pop(host_id, None)
-        if room is not None:
-            lst = self.moved[room]
-            i = next(k for k, e in enumerate(lst) if e[1].job_id == host_id)
-            return lst.pop(i)
-        b, i = self.where[host_id]
-        self.trees[b].remove(i)
-        if self.idle_trees is not None:
-            self.idle_trees[b].remove(i)
-            for e in self._both_keys.get(b, ()):
-                self._both[(b, e)].remove(i)
-        return self.buckets[b][i]
+            self._enter(p, room)
 
     def _idle_cores(self, rj: RunningJob, lent: float) -> float:
-        sample = self.samples.get(rj.job_id)
+        job = rj.job
+        sample = self.samples.get(job.job_id)
         if sample is None or not math.isfinite(sample.cpu_percent):
             return -1e308
-        used = min(rj.job.cores, max(0.0, sample.cpu_percent / 100.0 * rj.job.cores))
-        return rj.job.cores - lent - used - self.margin * rj.job.cores
+        cores = job.cores
+        used = min(cores, max(0.0, sample.cpu_percent / 100.0 * cores))
+        return cores - lent - used - self.margin * cores
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
             if h not in self.asked:
-                if h in self.where:
-                    self._leave(h)
+                p = self.where.get(h)
+                if p is not None:
+                    self._leave_at(p)
                 self.asked.add(h)
 
-    def _bucket_iter(self, b: int, min_end: float, min_idle: float | None = None):
-        bucket, tree = self.buckets[b], self.trees[b]
-        if min_idle is not None and self.idle_trees is not None:
-            idle = self.idle_trees[b]
-            if min_end <= -1e308:
-                # No reservation to respect: walk the hosts with idle CPU enough.
-                i = idle.first_at_least(0, min_idle)
-                while i != -1:
-                    yield bucket[i]
-                    i = idle.first_at_least(i + 1, min_idle)
-                return
-            # Under a reservation a host must also end late enough. Guests' walltimes take
-            # few distinct values, so per (bucket, least end) a max tree of the idle cores of
-            # the hosts that end late enough answers both rules in O(log n); past a few
-            # such trees per bucket, walk the end tree and check idle CPU inline.
-            both = self._both.get((b, min_end))
-            if both is None and len(self._both_keys.get(b, ())) < 8:
-                size = tree.size
-                both = MaxTree([idle.tree[size + k] if tree.tree[size + k] >= min_end
-                                else -math.inf for k in range(len(bucket))])
-                self._both[(b, min_end)] = both
-                self._both_keys.setdefault(b, []).append(min_end)
-            if both is not None:
-                i = both.first_at_least(0, min_idle)
-                while i != -1:
-                    yield bucket[i]
-                    i = both.first_at_least(i + 1, min_idle)
-                return
-            i = tree.first_at_least(0, min_end)
-            while i != -1:
-                if idle.tree[idle.size + i] >= min_idle:
-                    yield bucket[i]
+    # -- finding candidates ---------------------------------------------------------------------
+    def _room_next(self, room: int, min_end: float, min_idle: float | None
+                   ) -> Callable[[int], int]:
+        """f(i): the first position >= i of the room's hosts that end at or after
+        ``min_end`` and (idle-only lending) have at least ``min_idle`` idle cores; -1: none."""
+        tree = self.end_trees[room]
+        if min_idle is None or self.idle is None:
+            return lambda i: tree.first_at_least(i, min_end)
+        idle = self.idle_trees[room]
+        if min_end <= -1e308:   # no reservation to respect: idle CPU enough is all
+            return lambda i: idle.first_at_least(i, min_idle)
+        # Under a reservation a host must also end late enough. Guests' walltimes take few
+        # distinct values, so per (room, least end) a max tree of the idle cores of the hosts
+        # that end late enough answers both rules in O(log n) (at most 8 per room, and only
+        # for rooms of many hosts); else walk the end tree and check idle CPU inline.
+        both = self._both.get((room, min_end))
+        if both is None and self._count[room] >= _BOTH_MIN_HOSTS \
+                and len(self._both_keys.get(room, ())) < 8:
+            size = tree.size
+            ends, idles = tree.tree[size:size + self._n], idle.tree[size:size + self._n]
+            both = MaxTree([x if t >= min_end else _NEG for x, t in zip(idles, ends)])
+            self._both[(room, min_end)] = both
+            self._both_keys.setdefault(room, []).append(min_end)
+        if both is not None:
+            return lambda i: both.first_at_least(i, min_idle)
+        leaves, size = idle.tree, idle.size
+
+        def walk(i: int) -> int:
+            i = tree.first_at_least(i, min_end)
+            while i != -1 and not leaves[size + i] >= min_idle:
                 i = tree.first_at_least(i + 1, min_end)
+            return i
+        return walk
+
+    @staticmethod
+    def _positions(nexts: list[Callable[[int], int]]) -> Iterator[int]:
+        """The positions the rooms' ``nexts`` give, merged in order (a host is in one room)."""
+        if len(nexts) == 1:
+            f = nexts[0]
+            i = f(0)
+            while i != -1:
+                yield i
+                i = f(i + 1)
             return
-        i = tree.first_at_least(0, min_end)
-        while i != -1:
-            yield bucket[i]
-            i = tree.first_at_least(i + 1, min_end)
+        heads = [[i, f] for f in nexts if (i := f(0)) != -1]
+        while heads:
+            head = min(heads, key=_first)
+            i = head[0]
+            yield i
+            head[0] = head[1](i + 1)
+            if head[0] == -1:
+                heads.remove(head)
 
     def candidates(self, guest: Job, shadow: float | None) -> Iterator[HostCandidate]:
-        if not self.rooms or self.rooms[-1] < guest.cores:
+        if self.max_room < guest.cores:
             return iter(())
-        first = next(i for i, r in enumerate(self.rooms) if r >= guest.cores)
         guest_end = self.now + guest.walltime_s
         # Under a reservation a guest that outlives its host past the shadow time could hold
         # reserved cores: only hosts that end after the guest qualify then.
-        # (-1e308, not -inf: removed hosts hold -inf and must never match.)
+        # (-1e308, not -inf: empty positions hold -inf and must never match.)
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
-        min_idle = None
+        min_idle = need = None
+        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
         if self.idle_only:
-            expected = self.usage.expected(guest.job_class) if self.usage is not None else None
             demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-            min_idle = 0.5 * guest_need(guest.cores, demand, self.margin) - 1e-9
-        iters = [self._bucket_iter(b, min_end, min_idle) for b in range(first, len(self.rooms))]
-        for room, entries in self.moved.items():
-            if room >= guest.cores and entries:
-                iters.append(e for e in entries
-                             if e[1].start_time + e[1].job.walltime_s >= min_end
-                             and (min_idle is None or self._idle_cores(
-                                 e[1], e[3] + self.taken.get(e[1].job_id, (0, 0.0))[1])
-                                 >= min_idle))
-        merged = iters[0] if len(iters) == 1 else heapq.merge(*iters, key=lambda e: e[0])
-        found = self._filter(guest, merged)
+            need = guest_need(guest.cores, demand, self.margin)
+            min_idle = 0.5 * need - 1e-9
+        idle_trees = self.idle_trees
+        nexts = [self._room_next(room, min_end, min_idle) for room, tree in self.end_trees.items()
+                 if room >= guest.cores and tree.tree[1] >= min_end
+                 and (min_idle is None or idle_trees[room].tree[1] >= min_idle)]
+        if not nexts:
+            return iter(())
+        found = self._filter(guest, self._positions(nexts), expected, need)
         return found if self.max_candidates is None else islice(found, self.max_candidates)
 
-    def _filter(self, guest: Job, entries) -> Iterator[HostCandidate]:
-        now, cooldown = self.now, self.cooldown
+    def _filter(self, guest: Job, positions: Iterator[int], expected: Expected | None,
+                need_cores: float | None) -> Iterator[HostCandidate]:
+        """HostCandidates at ``positions``, with what the guest's class usually uses
+        (``expected``) and (idle-only lending) its need in cores: the same whatever the host."""
+        now, cooldown, taken_map, samples = self.now, self.cooldown, self.taken, self.samples
+        entries = self.entries
         gid = guest.job_id
-        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
-        for _, rj, used, lent in entries:
+        check_beside = self.node_mem_mb is not None or self.node_bb_gb is not None
+        idle_only, margin, max_guests = self.idle_only, self.margin, self.max_guests
+        demand = need = None
+        if idle_only:
+            demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+            need = need_cores / guest.cores
+        for p in positions:
+            _, rj, used, lent = entries[p]
             host_id = rj.job.job_id
-            until = cooldown.get((gid, host_id))
-            if until is not None and until > now:
-                continue
-            taken = self.taken.get(host_id)
+            if cooldown:
+                until = cooldown.get((gid, host_id))
+                if until is not None and until > now:
+                    continue
+            taken = taken_map.get(host_id)
             if taken is not None:
-                if self.max_guests is not None and \
-                        len(rj.guest_jobs) + taken[0] >= self.max_guests:
+                if max_guests is not None and len(rj.guest_jobs) + taken[0] >= max_guests:
                     continue
                 lent += taken[1]
             placement = guest_placement(guest, rj.allocation, used)
             if placement is None:
                 continue
-            if (self.node_mem_mb is not None or self.node_bb_gb is not None) and fits_beside(
+            if check_beside and fits_beside(
                     guest, rj.job, [self.running_by_id[g].job for g in rj.guest_jobs
                                     if g in self.running_by_id],
                     node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
                 continue  # its memory or burst buffer would not fit beside the host's
-            sample = self.samples.get(host_id)
-            cap = need = None
-            if self.idle_only:
-                demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-                used = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
-                cap = loan(rj.job.cores, lent, used, guest.cores, demand, self.margin)
+            sample = samples.get(host_id)
+            cap = None
+            if idle_only:
+                used_now = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
+                cap = loan(rj.job.cores, lent, used_now, guest.cores, demand, margin)
                 if cap is None:
                     continue   # not enough idle CPU on this host for this guest
-                need = guest_need(guest.cores, demand, self.margin) / guest.cores
+            own = self._own.get(host_id)
+            if own is None:
+                own = self._own[host_id] = host_own_state(
+                    rj, sample, now, self.alone_runtime(rj.job.job_class))
             yield HostCandidate(rj, placement, lent, sample,
-                                host_state(rj, sample, now, guest, expected,
-                                           self.alone_runtime(rj.job.job_class)),
-                                loan_cap=cap, guest_need=need)
+                                state_with_guest(own, rj, guest, expected), cap, need)
 
     def has_idle(self, guest: Job, rj: RunningJob) -> bool:
         """Whether ``rj`` has idle CPU enough for half of ``guest``'s need (diagnostics)."""
@@ -435,3 +417,6 @@ def why_not_hosted(guest: Job, running: list[RunningJob], *,
         if furthest == 9:
             break
     return REFUSALS[furthest]
+
+
+__all__ = ["REFUSALS", "HostIndex", "MaxTree", "host_state", "why_not_hosted"]

@@ -210,6 +210,9 @@ class RoundClosed:
     weights_after: tuple[float, ...]
 
 
+_MIXTURES_MAX = 8192   # cached mixtures (see AsaxLearner._mix); cleared past this
+
+
 def _uniform01(seed: int, decision_id: int) -> float:
     """A uniform draw in [0, 1) from (seed, decision id): splitmix64.
 
@@ -249,6 +252,11 @@ class AsaxLearner:
         self._factory = expert_factory or default_expert_factory(self.config)
         self._experts: dict[str, list[Expert]] = {}
         self._classes: dict[str, ClassState] = {}
+        # Per class, the experts' keyed_distribution methods (empty: some expert has none);
+        # (class, keys) -> (weights, distributions, mixture, its sum), see ``_mix``.
+        self._keyed: dict[str, list] = {}
+        self._valid: set[str] = set()     # class names that passed validate_job_class
+        self._mixtures: dict[tuple, tuple] = {}
         self.pending: dict[int, Decision] = {}
         self.next_decision_id = next_decision_id
         names = self.expert_names
@@ -284,8 +292,11 @@ class AsaxLearner:
 
     def class_state(self, job_class: str) -> ClassState:
         """The class's state (created uniform on first sight)."""
-        validate_job_class(job_class)
         st = self._classes.get(job_class)
+        if st is not None and job_class in self._valid:
+            return st
+        validate_job_class(job_class)
+        self._valid.add(job_class)
         if st is None:
             st = self._classes[job_class] = ClassState.fresh(job_class, self.expert_names)
         return st
@@ -306,34 +317,61 @@ class AsaxLearner:
         job_class = job_class or state.job_class
         validate_job_id(host_job, "host_job")
         validate_job_id(guest_job, "guest_job")
-        check_finite(now, "decision time", minimum=0.0)
+        if type(now) is not float or not 0.0 <= now < math.inf:
+            check_finite(now, "decision time", minimum=0.0)
         st = self.class_state(job_class)
-        dists = tuple(e.distribution(state) for e in self.experts_for(job_class))
-        w = st.weights
-        m = self.config.m
-        mixture = [0.0] * m
-        for alpha, p in zip(w, dists):
-            for j in range(m):
-                mixture[j] += alpha * p[j]
+        weights = tuple(st.weights)
+        dists, mixture, total = self._mix(job_class, state, weights)
         did = self.next_decision_id
         self.next_decision_id += 1
-        u = _uniform01(self.config.seed, did) * sum(mixture)
+        u = _uniform01(self.config.seed, did) * total
         acc = 0.0
-        j = m - 1
+        j = self.config.m - 1
         for k, pk in enumerate(mixture):
             acc += pk
             if u < acc:
                 j = k
                 break
-        decision = Decision(
-            decision_id=did, time=float(now), job_class=job_class, host_job=host_job,
-            guest_job=guest_job, state=state, expert_names=st.expert_names, expert_dists=dists,
-            weights=tuple(w), mixture=tuple(mixture), action_index=j,
-            action_fraction=self.actions[j],
-        )
+        decision = Decision(did, float(now), job_class, host_job, guest_job, state,
+                            st.expert_names, dists, weights, mixture, j, self.actions[j])
         st.decisions += 1
         self.pending[did] = decision
         return decision
+
+    def _mix(self, job_class: str, state: HostState, weights: tuple[float, ...]
+             ) -> tuple[tuple, tuple[float, ...], float]:
+        """The experts' distributions for ``state``, their mixture under ``weights`` and its
+        sum. Experts that key their answers (``keyed_distribution``: the paper's trees by
+        leaf, the fitted one by fit and leaves) let the mixture be computed once per class,
+        weights and combination of leaves, not once per (host, guest) pair."""
+        experts = self.experts_for(job_class)
+        keyed = self._keyed.get(job_class)
+        if keyed is None:
+            keyed = self._keyed[job_class] = [getattr(e, "keyed_distribution", None)
+                                              for e in experts]
+            if not all(keyed):
+                keyed.clear()
+        if keyed:
+            answers = [f(state) for f in keyed]
+            key = (job_class, tuple([a[0] for a in answers]))
+            hit = self._mixtures.get(key)
+            if hit is not None and hit[0] == weights:
+                return hit[1], hit[2], hit[3]
+            dists = tuple([a[1] for a in answers])
+        else:
+            dists = tuple(e.distribution(state) for e in experts)
+        m = self.config.m
+        mixture = [0.0] * m
+        for alpha, p in zip(weights, dists):
+            for j in range(m):
+                mixture[j] += alpha * p[j]
+        mixture_t = tuple(mixture)
+        total = sum(mixture)
+        if keyed:
+            if len(self._mixtures) >= _MIXTURES_MAX:
+                self._mixtures.clear()
+            self._mixtures[key] = (weights, dists, mixture_t, total)
+        return dists, mixture_t, total
 
     def observe(self, decision_id: int, loss: float, now: float) -> RoundClosed | None:
         """Lines 9-12: the host's loss for a decision arrives; update risk, maybe weights."""

@@ -72,6 +72,8 @@ class HostState:
     guest_io_mb_s: float | None = None
 
     def __post_init__(self) -> None:
+        if _plainly_valid(self):
+            return   # the common case, checked in a few comparisons (one per decision)
         validate_job_class(self.job_class)
         check_finite(self.cpu_percent, "host state: cpu_percent", minimum=0.0)
         check_finite(self.mem_percent, "host state: mem_percent", minimum=0.0)
@@ -137,6 +139,41 @@ class HostState:
             raise InvalidInput(f"host state record {d!r} is not valid: {exc}") from None
 
 
+_INF = math.inf
+_OPTIONAL_FIELDS = ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_share",
+                    "guest_io_mb_s")
+# Class names that passed validate_job_class (a pure check): a host state is built for every
+# candidate host, and a cluster has few classes. Bounded: cleared when it grows past this.
+_VALID_CLASSES: set[str] = set()
+_VALID_CLASSES_MAX = 4096
+
+
+def _plainly_valid(st: "HostState") -> bool:
+    """True when every field is of the plain type and in the range the full checks of
+    ``HostState.__post_init__`` accept (floats finite and >= 0, Hp a float >= 0 or None, a
+    StageType, a known-valid class); False sends it through those checks (which then
+    raise the error or accept an int, a string stage type...)."""
+    for v in (st.cpu_percent, st.mem_percent, st.elapsed_fraction):
+        if type(v) is not float or not 0.0 <= v < _INF:
+            return False
+    hp = st.happiness
+    if hp is not None and (type(hp) is not float or not hp >= 0.0):
+        return False
+    for name in _OPTIONAL_FIELDS:
+        v = getattr(st, name)
+        if v is not None and (type(v) is not float or not 0.0 <= v < _INF):
+            return False
+    if type(st.stage_type) is not StageType:
+        return False
+    c = st.job_class
+    if c not in _VALID_CLASSES:
+        validate_job_class(c)
+        if len(_VALID_CLASSES) >= _VALID_CLASSES_MAX:
+            _VALID_CLASSES.clear()
+        _VALID_CLASSES.add(c)
+    return True
+
+
 class Expert(Protocol):
     """An expert maps a host state to a distribution over the learner's m actions."""
 
@@ -180,6 +217,9 @@ class ThresholdTreeExpert:
         self.m = m
         self.generosity = tuple(tuple(row) for row in generosity)
         self._leaves = tuple(tuple(leaf_distribution(g, m) for g in row) for row in self.generosity)
+        # metric_value is this class's own and reads a numeric field (not a subclass's rule)
+        self._plain_metric = metric != "stage_type" and \
+            type(self).metric_value is ThresholdTreeExpert.metric_value
 
     def metric_value(self, state: HostState) -> float:
         if self.metric == "stage_type":
@@ -187,7 +227,11 @@ class ThresholdTreeExpert:
         return float(getattr(state, self.metric))
 
     def leaf_index(self, state: HostState) -> tuple[int, int]:
-        k = bisect_right(self.edges, self.metric_value(state))
+        if self._plain_metric:   # the metric is a float field: read it directly
+            v = getattr(state, self.metric)
+            k = bisect_right(self.edges, v if type(v) is float else float(v))
+        else:
+            k = bisect_right(self.edges, self.metric_value(state))
         hp = state.happiness
         h = HP_UNKNOWN_BIN if hp is None else bisect_right(HP_EDGES, hp)
         return k, h
@@ -195,6 +239,12 @@ class ThresholdTreeExpert:
     def distribution(self, state: HostState) -> tuple[float, ...]:
         k, h = self.leaf_index(state)
         return self._leaves[k][h]
+
+    def keyed_distribution(self, state: HostState) -> tuple[object, tuple[float, ...]]:
+        """(key, distribution): the same key always comes with the same distribution (the
+        leaf), so the learner may reuse a mixture computed for it (``AsaxLearner.decide``)."""
+        key = self.leaf_index(state)
+        return key, self._leaves[key[0]][key[1]]
 
     def learn(self, state: HostState, action_fraction: float, loss: float) -> None:
         return None
@@ -377,6 +427,8 @@ class FittedTreeExpert:
         self._since_fit = 0
         self._model = None
         self._uniform = tuple(1.0 / m for _ in range(m))
+        self._fits = 0                                  # refits so far (part of a key)
+        self._dists: dict[tuple[int, ...], tuple[float, ...]] = {}   # leaves -> distribution
 
     @property
     def fitted(self) -> bool:
@@ -397,6 +449,18 @@ class FittedTreeExpert:
         if len(self._y) >= self.min_samples and (self._model is None or self._since_fit >= due):
             self.refit()
 
+    def keyed_distribution(self, state: HostState) -> tuple[object, tuple[float, ...]]:
+        """(key, distribution), as ``ThresholdTreeExpert.keyed_distribution``: the key is the
+        fit and the leaves the ten actions reach; "no opinion" before the first fit."""
+        if self._model is None:
+            return None, self._uniform
+        leaves = self._leaves_of(state.features())
+        dist = self._dists.get(leaves)
+        if dist is None:
+            value = self._model[4]
+            dist = self._dists[leaves] = self._distribution_of([value[n] for n in leaves])
+        return (self._fits, leaves), dist
+
     def refit(self) -> None:
         from sklearn.tree import DecisionTreeRegressor  # imported late: slow to import
 
@@ -410,6 +474,8 @@ class FittedTreeExpert:
                        tree.feature.tolist(), tree.threshold.tolist(),
                        [float(v[0][0]) for v in tree.value])
         self._since_fit = 0
+        self._fits += 1
+        self._dists = {}
 
     def _predict_row(self, row: list[float]) -> float:
         left, right, feature, threshold, value = self._model
@@ -418,6 +484,25 @@ class FittedTreeExpert:
             node = left[node] if row[feature[node]] <= threshold[node] else right[node]
         return value[node]
 
+    def _leaves_of(self, base: list[float]) -> tuple[int, ...]:
+        """The leaf each action's row (the state's features, then the action) reaches. The
+        walk is shared down to the first split on the action (the last feature)."""
+        left, right, feature, threshold, _ = self._model
+        a_feature = len(base)
+        node = 0
+        while left[node] != -1 and feature[node] != a_feature:
+            node = left[node] if base[feature[node]] <= threshold[node] else right[node]
+        if left[node] == -1:
+            return (node,) * self.m
+        top, row, out = node, base + [0.0], []
+        for a in self.actions:
+            row[a_feature] = a
+            node = top
+            while left[node] != -1:
+                node = left[node] if row[feature[node]] <= threshold[node] else right[node]
+            out.append(node)
+        return tuple(out)
+
     def predicted_losses(self, state: HostState) -> list[float]:
         if self._model is None:
             return [math.nan] * self.m
@@ -425,9 +510,9 @@ class FittedTreeExpert:
         return [self._predict_row(base + [a]) for a in self.actions]
 
     def distribution(self, state: HostState) -> tuple[float, ...]:
-        if self._model is None:
-            return self._uniform
-        losses = self.predicted_losses(state)
+        return self.keyed_distribution(state)[1]
+
+    def _distribution_of(self, losses: list[float]) -> tuple[float, ...]:
         scores = [self.beta * (a - self.penalty * l) for a, l in zip(self.actions, losses)]
         top = max(scores)
         raw = [math.exp(s - top) for s in scores]

@@ -67,7 +67,14 @@ def guest_placement(guest: Job, host_allocation: Allocation,
     per node (less ``used_by_guests``, the cores other guests of this host already take).
     Guests of one host do not share cores with each other, only with the host."""
     used = used_by_guests or {}
-    room = [(node, cores - used.get(node, 0)) for node, cores in host_allocation.cores_by_node]
+    held = host_allocation.cores_by_node
+    if len(held) == 1 and guest.nodes == 1:
+        # One node each (the common case): first_fit's answer without building the list.
+        node, cores = held[0]
+        if cores - used.get(node, 0) >= guest.cores:
+            return Allocation(guest.job_id, ((node, guest.cores),))
+        return None
+    room = [(node, cores - used.get(node, 0)) for node, cores in held]
     return first_fit(guest, room)
 
 

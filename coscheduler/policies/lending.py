@@ -78,10 +78,14 @@ def loan(host_cores: int, lent_cores: float, host_used_cores: float | None, gues
     no loan); ``guest_demand_cores``: the guest's usual use (its need is that plus the margin; None:
     it needs all its cores);
     ``wanted_fraction``: at most this share of the guest's cores (the learner's action)."""
-    m = check_margin(margin)
+    # (Plain numbers skip the checks' calls: one loan is priced per candidate host.)
+    m = margin if type(margin) is float and 0.0 <= margin < 1.0 else check_margin(margin)
     if host_cores < 1 or guest_cores < 1:
         raise InvalidInput(f"cores must be >= 1, got host {host_cores!r}, guest {guest_cores!r}")
-    used = _used(host_cores, host_used_cores)
+    if type(host_used_cores) is float and 0.0 <= host_used_cores < math.inf:
+        used = min(host_used_cores, float(host_cores))
+    else:
+        used = _used(host_cores, host_used_cores)
     if used is None:
         return None
     need = guest_need(guest_cores, guest_demand_cores, m)

@@ -1,7 +1,9 @@
 """SqliteStore: the learner's persistent state in one SQLite file (the embedded default).
 
-Implements ``coscheduler.recorder.Recorder``. Every write is its own small transaction
-(``BEGIN IMMEDIATE`` ... ``COMMIT``), so a killed process loses at most the call in flight;
+Implements ``coscheduler.recorder.Recorder`` (``records.py``; rows <-> records in
+``rows.py``). Every write is its own small transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``),
+so a killed process loses at most the call in flight, unless made inside ``batch()`` (the
+controller saves each pass so: one commit per pass, each write a savepoint);
 the combined writes (``record_observation``, ``record_update``, ``record_decision`` with a
 class state) keep the class state and the rows it counts in step. The file runs in WAL
 mode with a busy timeout, so several processes may open it: writers queue, readers see
@@ -23,22 +25,19 @@ creates no ``-wal``/``-shm`` beside it; otherwise it reads through the writer's 
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
-import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
-from ..learner import ClassState, Decision, RoundClosed
-from ..learner.experts import HostState
-from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
-from ..recorder import LOSS_KINDS, LoadedState, OutcomeRecord
+from ..model import InvalidInput
 from .errors import (DamagedDatabase, ForeignDatabase, MissingStateDatabase, NewerSchema,
                      NotAStateDatabase, OlderSchema, StoreError)
 from .lock import ControllerLock, ReaderLock
+from .records import RecorderMixin
+from .rows import _DECISION_COLS, _dumps, _loads, _quota  # noqa: F401 - the old names
 from .schema import APP_NAME, APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -59,27 +58,7 @@ def _is_damage(exc: BaseException) -> bool:
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 
 
-def _dumps(value: object, what: str) -> str:
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        raise InvalidInput(f"{what} holds a NaN or infinite number: {value!r}") from None
-
-
-def _loads(text: str, what: str, path: Path) -> object:
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"{path}: {what} is not valid JSON ({exc})") from None
-
-
-def _quota(value: float, name: str) -> float:
-    v = check_finite(value, name, minimum=0.0, maximum=1.0)
-    assert v is not None
-    return v
-
-
-class SqliteStore:
+class SqliteStore(RecorderMixin):
     """The state database. Use as a context manager or call ``close()``.
 
     ``create``: make the file (and its directory) if missing, initialise an empty one.
@@ -108,6 +87,7 @@ class SqliteStore:
         self.damaged: str | None = None   # why the file is known damaged (then never written)
         self._writes = 0
         self._writes_since_copy = 0
+        self._batch: int | None = None   # inside batch(): the writes made so far
         fresh = self._check_file(create, create_dirs)
         self._conn = self._connect(busy_timeout_s)
         try:
@@ -409,11 +389,16 @@ class SqliteStore:
     @contextmanager
     def writing(self, what: str) -> Iterator[sqlite3.Connection]:
         """One write transaction; SQLite errors become StoreError naming the path, and a
-        damaged file becomes DamagedDatabase (and is never written again by this store)."""
+        damaged file becomes DamagedDatabase (and is never written again by this store).
+        Inside ``batch`` it is a savepoint of the batch's transaction instead."""
         if self.readonly:
             raise StoreError(f"state database {self.path} is open read-only; cannot {what}")
         self._check_not_damaged(what)
         conn = self.conn
+        if self._batch is not None:
+            with self._savepoint(conn, what):
+                yield conn
+            return
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
@@ -432,9 +417,67 @@ class SqliteStore:
             self.keep_good_copy()
 
     @contextmanager
-    def reading(self, what: str) -> Iterator[sqlite3.Connection]:
-        """One read transaction: every query inside sees the same snapshot."""
+    def _savepoint(self, conn: sqlite3.Connection, what: str) -> Iterator[None]:
+        """One write inside a batch: all of it or none of it, the batch goes on either way."""
+        try:
+            conn.execute("SAVEPOINT write")
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(what, exc) from None
+        try:
+            yield
+            conn.execute("RELEASE write")
+        except BaseException as exc:
+            try:
+                conn.execute("ROLLBACK TO write")
+                conn.execute("RELEASE write")
+            except sqlite3.DatabaseError:
+                pass
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise self._failed(what, exc) from None
+            raise
+        self._batch += 1
+
+    @contextmanager
+    def batch(self, what: str = "save a controller pass") -> Iterator[None]:
+        """The writes made inside, in one transaction (one commit, one sync to disk, instead
+        of one per write): the controller saves each pass's records so. Each write is still
+        all or nothing (a savepoint), and one that fails does not undo the others. What was
+        written is committed even if the block raises; nested batches are one. A killed
+        process loses the batch in flight (without it: the write in flight)."""
+        if self._batch is not None or self.readonly or self.damaged is not None:
+            yield   # nested, or nothing may be written: each write says so itself
+            return
         conn = self.conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as exc:
+            raise self._failed(what, exc) from None
+        self._batch = 0
+        try:
+            yield
+        finally:
+            written, self._batch = self._batch, None
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                self._end(conn, "ROLLBACK")
+                raise self._failed(what, exc) from None
+            self._writes += written
+            self._writes_since_copy += written
+            if self._writes_since_copy >= GOOD_COPY_EVERY:
+                self.keep_good_copy()
+
+    @contextmanager
+    def reading(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every query inside sees the same snapshot (inside a batch:
+        the batch's own)."""
+        conn = self.conn
+        if self._batch is not None:
+            try:
+                yield conn
+            except sqlite3.DatabaseError as exc:
+                raise self._failed(what, exc) from None
+            return
         try:
             conn.execute("BEGIN")
             yield conn
@@ -459,247 +502,5 @@ class SqliteStore:
         problems += [f"foreign key: {r}" for r in fk]
         return problems
 
-    # -- the Recorder methods -----------------------------------------------------------------
-    def record_decision(self, decision: Decision, host_quota: float, guest_quota: float,
-                        class_state: ClassState | None = None) -> None:
-        """Save a decision and the quotas applied: CPU quota fractions in [0, 1] (what the
-        host keeps of its cores, what the guest gets of its cores). With ``class_state``,
-        the class's decision count is saved in the same transaction."""
-        row = self._decision_row(decision, host_quota, guest_quota)
-        state_row = self._class_row(class_state) if class_state is not None else None
-        with self.writing(f"record decision {decision.decision_id}") as conn:
-            if conn.execute("SELECT 1 FROM decisions WHERE id = ?", (decision.decision_id,)).fetchone():
-                raise InvalidInput(f"decision id {decision.decision_id} is already recorded in {self.path}")
-            conn.execute("INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
-            if state_row is not None:
-                self._upsert_class(conn, state_row)
 
-    def record_outcome(self, outcome: OutcomeRecord) -> None:
-        row = self._outcome_row(outcome)
-        with self.writing(f"record the outcome of decision {outcome.decision_id}") as conn:
-            self._insert_outcome(conn, outcome, row)
-
-    def record_walltime_credit(self, credit: Mapping) -> int | None:
-        """Save walltime given back to a host (``slurm_plugin.walltime.WalltimeCredit.as_dict``)
-        with the host's latest decision; returns that decision's id (None: it had none)."""
-        job_id = str(credit["job_id"])
-        vals = [check_finite(credit[k], f"walltime credit {k}") for k in ("time", "limit_s", "projected_end")]
-        minutes = int(credit["minutes"])
-        if minutes < 1 or any(v is None for v in vals):
-            raise InvalidInput(f"walltime credit of job {job_id}: {dict(credit)} is not a credit")
-        with self.writing(f"record a walltime credit of job {job_id}") as conn:
-            row = conn.execute("SELECT id FROM decisions WHERE host_job = ? ORDER BY id DESC LIMIT 1",
-                               (job_id,)).fetchone()
-            did = row[0] if row else None
-            conn.execute("INSERT INTO walltime_credits (decision_id, job_id, time, minutes, limit_s, "
-                         "projected_end, capped) VALUES (?,?,?,?,?,?,?)",
-                         (did, job_id, vals[0], minutes, vals[1], vals[2], int(bool(credit.get("capped")))))
-        return did
-
-    def walltime_credits(self, decision_id: int) -> list[dict]:
-        with self.reading(f"read the walltime credits of decision {decision_id}") as conn:
-            rows = conn.execute("SELECT job_id, time, minutes, limit_s, projected_end, capped FROM "
-                                "walltime_credits WHERE decision_id = ? ORDER BY id", (decision_id,)).fetchall()
-        return [{"job_id": r[0], "time": r[1], "minutes": r[2], "limit_s": r[3],
-                 "projected_end": r[4], "capped": bool(r[5])} for r in rows]
-
-    def record_round(self, closed: RoundClosed) -> None:
-        row = self._round_row(closed)
-        with self.writing(f"record round {closed.round} of class {closed.job_class}") as conn:
-            self._insert_round(conn, row)
-
-    def save_class(self, state: ClassState) -> None:
-        row = self._class_row(state)
-        with self.writing(f"save class {state.job_class}") as conn:
-            self._upsert_class(conn, row)
-
-    def record_alone_runtime(self, job_class: str, runtime_s: float) -> None:
-        validate_job_class(job_class)
-        rt = check_finite(runtime_s, f"exclusive runtime of class {job_class}")
-        if rt is None or rt <= 0:
-            raise InvalidInput(f"exclusive runtime of class {job_class} must be > 0, got {runtime_s!r}")
-        with self.writing(f"record an exclusive runtime of class {job_class}") as conn:
-            conn.execute("INSERT INTO alone_runtimes (job_class, runtime_s, time) VALUES (?, ?, ?)",
-                         (job_class, rt, time.time()))
-
-    def alone_runtime(self, job_class: str) -> float | None:
-        """Median of the recorded exclusive runtimes of the class, None if none."""
-        with self.reading(f"read exclusive runtimes of class {job_class}") as conn:
-            runs = [r[0] for r in conn.execute(
-                "SELECT runtime_s FROM alone_runtimes WHERE job_class = ?", (job_class,))]
-        return statistics.median(runs) if runs else None
-
-    # -- combined writes (one transaction each) ---------------------------------------------
-    def record_update(self, closed: RoundClosed, state: ClassState) -> None:
-        """A closed round and the class state after it, atomically."""
-        if closed.job_class != state.job_class or closed.round != state.rounds:
-            raise InvalidInput(
-                f"round {closed.round} of class {closed.job_class} does not match the class state "
-                f"({state.job_class}, {state.rounds} rounds)"
-            )
-        round_row = self._round_row(closed)
-        class_row = self._class_row(state)
-        with self.writing(f"record round {closed.round} of class {closed.job_class}") as conn:
-            self._insert_round(conn, round_row)
-            self._upsert_class(conn, class_row)
-
-    def record_observation(self, outcome: OutcomeRecord, state: ClassState,
-                           closed: RoundClosed | None = None) -> None:
-        """What ``AsaxLearner.observe`` changed, atomically: the outcome, the class state
-        (its risk moved) and, if the observation closed a round, that round."""
-        if closed is not None and (closed.job_class != state.job_class or closed.round != state.rounds):
-            raise InvalidInput(f"round {closed.round} of class {closed.job_class} does not match "
-                               f"the class state ({state.job_class}, {state.rounds} rounds)")
-        out_row = self._outcome_row(outcome)
-        class_row = self._class_row(state)
-        round_row = self._round_row(closed) if closed is not None else None
-        with self.writing(f"record the outcome of decision {outcome.decision_id}") as conn:
-            job_class = self._insert_outcome(conn, outcome, out_row)
-            if job_class != state.job_class:
-                raise InvalidInput(f"decision {outcome.decision_id} is of class {job_class}, "
-                                   f"not of {state.job_class}")
-            if round_row is not None:
-                self._insert_round(conn, round_row)
-            self._upsert_class(conn, class_row)
-
-    # -- loading -----------------------------------------------------------------------------
-    def load(self, observed_per_class: int | None = None) -> LoadedState:
-        """Everything needed to rebuild the learner, from one consistent snapshot.
-
-        ``observed`` lists (decision, loss) of non-cancelled outcomes in the order they were
-        recorded; ``observed_per_class`` keeps only each class's most recent ones (a fitted
-        expert keeps a bounded window anyway).
-        """
-        with self.reading("load the learner state") as conn:
-            classes = [self._class_from_row(job_class, text)
-                       for job_class, text in conn.execute("SELECT job_class, state FROM classes ORDER BY job_class")]
-            pending = [self._decision_from_row(r) for r in conn.execute(
-                f"SELECT {_DECISION_COLS} FROM decisions d "
-                "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id")]
-            if observed_per_class is None:
-                rows = conn.execute(
-                    f"SELECT {_DECISION_COLS}, o.loss FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
-                    "WHERE o.kind != 'cancelled' ORDER BY o.seq").fetchall()
-            else:
-                rows = conn.execute(
-                    f"SELECT {_DECISION_COLS}, loss FROM (SELECT d.*, o.loss, o.seq, ROW_NUMBER() OVER "
-                    "(PARTITION BY d.job_class ORDER BY o.seq DESC) AS recent FROM outcomes o "
-                    "JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled') d "
-                    "WHERE recent <= ? ORDER BY seq", (int(observed_per_class),)).fetchall()
-            observed = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
-            top = conn.execute("SELECT MAX(id) FROM decisions").fetchone()[0]
-        return LoadedState(classes, pending, (top or 0) + 1, observed)
-
-    # -- rows <-> records ----------------------------------------------------------------------
-    def _decision_row(self, d: Decision, host_quota: float, guest_quota: float) -> tuple:
-        if not isinstance(d, Decision):
-            raise InvalidInput(f"expected a Decision, got {type(d).__name__}")
-        if isinstance(d.decision_id, bool) or not isinstance(d.decision_id, int) or d.decision_id < 1:
-            raise InvalidInput(f"decision id must be an integer >= 1, got {d.decision_id!r}")
-        where = f"decision {d.decision_id}"
-        validate_job_id(d.host_job, f"{where}: host_job")
-        validate_job_id(d.guest_job, f"{where}: guest_job")
-        validate_job_class(d.job_class)
-        check_finite(d.time, f"{where}: time", minimum=0.0)
-        n, m = len(d.expert_names), len(d.mixture)
-        if len(d.expert_dists) != n or len(d.weights) != n or any(len(p) != m for p in d.expert_dists):
-            raise InvalidInput(f"{where}: {n} experts, {len(d.weights)} weights and "
-                               f"{len(d.expert_dists)} distributions do not line up")
-        if not 0 <= d.action_index < m:
-            raise InvalidInput(f"{where}: action index {d.action_index} outside 0..{m - 1}")
-        return (
-            d.decision_id, float(d.time), d.host_job, d.guest_job, d.job_class, d.policy,
-            _dumps(d.state.to_dict(), f"{where}: host state"), _dumps(list(d.expert_names), where),
-            _dumps([list(p) for p in d.expert_dists], f"{where}: expert distributions"),
-            _dumps(list(d.weights), f"{where}: weights"), _dumps(list(d.mixture), f"{where}: mixture"),
-            int(d.action_index), check_finite(d.action_fraction, f"{where}: action fraction", minimum=0.0, maximum=1.0),
-            _quota(host_quota, f"{where}: host quota"), _quota(guest_quota, f"{where}: guest quota"),
-        )
-
-    def _decision_from_row(self, r: Sequence) -> Decision:
-        what = f"decision {r[0]}"
-        try:
-            return Decision(
-                decision_id=r[0], time=r[1], host_job=r[2], guest_job=r[3], job_class=r[4], policy=r[5],
-                state=HostState.from_dict(_loads(r[6], f"{what}: state", self.path)),
-                expert_names=tuple(_loads(r[7], what, self.path)),
-                expert_dists=tuple(tuple(float(x) for x in p) for p in _loads(r[8], what, self.path)),
-                weights=tuple(float(w) for w in _loads(r[9], what, self.path)),
-                mixture=tuple(float(x) for x in _loads(r[10], what, self.path)),
-                action_index=r[11], action_fraction=r[12],
-            )
-        except StoreError:
-            raise
-        except (InvalidInput, TypeError, ValueError) as exc:
-            raise StoreError(f"{self.path}: {what} is not a valid record: {exc}") from None
-
-    def _outcome_row(self, o: OutcomeRecord) -> tuple:
-        if not isinstance(o, OutcomeRecord):
-            raise InvalidInput(f"expected an OutcomeRecord, got {type(o).__name__}")
-        where = f"outcome of decision {o.decision_id}"
-        if o.kind not in LOSS_KINDS:
-            raise InvalidInput(f"{where}: kind must be one of {LOSS_KINDS}, got {o.kind!r}")
-        return (
-            int(o.decision_id), check_finite(o.time, f"{where}: time", minimum=0.0),
-            check_finite(o.loss, f"{where}: loss", minimum=0.0, maximum=1.0), o.kind,
-            check_finite(o.host_runtime_s, f"{where}: host runtime", minimum=0.0, allow_none=True),
-            check_finite(o.host_walltime_s, f"{where}: host walltime", minimum=0.0, allow_none=True),
-            check_finite(o.guest_runtime_s, f"{where}: guest runtime", minimum=0.0, allow_none=True),
-            str(o.note),
-        )
-
-    def _insert_outcome(self, conn: sqlite3.Connection, o: OutcomeRecord, row: tuple) -> str:
-        """Insert an outcome row; returns the decision's class."""
-        found = conn.execute("SELECT job_class FROM decisions WHERE id = ?", (o.decision_id,)).fetchone()
-        if found is None:
-            raise InvalidInput(f"outcome for unknown decision id {o.decision_id} (not in {self.path})")
-        if conn.execute("SELECT 1 FROM outcomes WHERE decision_id = ?", (o.decision_id,)).fetchone():
-            raise InvalidInput(f"decision {o.decision_id} already has an outcome in {self.path}")
-        conn.execute("INSERT INTO outcomes (decision_id, time, loss, kind, host_runtime_s, "
-                     "host_walltime_s, guest_runtime_s, note) VALUES (?,?,?,?,?,?,?,?)", row)
-        return found[0]
-
-    def _round_row(self, c: RoundClosed) -> tuple:
-        where = f"round {c.round} of class {c.job_class}"
-        validate_job_class(c.job_class)
-        if isinstance(c.round, bool) or not isinstance(c.round, int) or c.round < 1:
-            raise InvalidInput(f"{where}: round must be an integer >= 1")
-        return (c.job_class, c.round, check_finite(c.time, f"{where}: time", minimum=0.0),
-                check_finite(c.gamma, f"{where}: gamma", minimum=0.0),
-                _dumps(list(c.risk), f"{where}: risk"),
-                _dumps(list(c.weights_before), f"{where}: weights before"),
-                _dumps(list(c.weights_after), f"{where}: weights after"))
-
-    @staticmethod
-    def _insert_round(conn: sqlite3.Connection, row: tuple) -> None:
-        # REPLACE: a round recorded without its class state (two separate calls, killed in
-        # between) is closed again after the restart; the class state is the truth.
-        conn.execute("INSERT OR REPLACE INTO weight_history VALUES (?,?,?,?,?,?,?)", row)
-
-    def _class_row(self, state: ClassState) -> tuple:
-        if not isinstance(state, ClassState):
-            raise InvalidInput(f"expected a ClassState, got {type(state).__name__}")
-        d = state.to_dict()
-        ClassState.from_dict(d)  # the same checks a load will make: refuse now, not at restart
-        last = check_finite(state.last_update, f"class {state.job_class}: last update", allow_none=True)
-        return (state.job_class, _dumps(d, f"class {state.job_class}"), int(state.rounds), last, time.time())
-
-    @staticmethod
-    def _upsert_class(conn: sqlite3.Connection, row: tuple) -> None:
-        conn.execute(
-            "INSERT INTO classes (job_class, state, rounds, last_update, saved_at) VALUES (?,?,?,?,?) "
-            "ON CONFLICT (job_class) DO UPDATE SET state = excluded.state, rounds = excluded.rounds, "
-            "last_update = excluded.last_update, saved_at = excluded.saved_at", row)
-
-    def _class_from_row(self, job_class: str, text: str) -> ClassState:
-        d = _loads(text, f"class {job_class}", self.path)
-        try:
-            if not isinstance(d, dict):
-                raise InvalidInput("not an object")
-            return ClassState.from_dict(d)
-        except InvalidInput as exc:
-            raise StoreError(f"{self.path}: saved state of class {job_class!r} is not valid: {exc}") from None
-
-
-_DECISION_COLS = ("d.id, d.time, d.host_job, d.guest_job, d.job_class, d.policy, d.state, d.expert_names, "
-                  "d.expert_dists, d.weights, d.mixture, d.action_index, d.action_fraction")
+__all__ = ["SqliteStore", "_DECISION_COLS"]

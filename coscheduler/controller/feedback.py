@@ -1,0 +1,101 @@
+"""The learner's feedback and the recorder's writes: observed and cancelled decisions,
+class states saved, and (a recorder with ``batch``) a pass's writes made in one transaction
+at its end. A mixin of ``Controller`` (loop.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Callable
+
+from ..learner import ClassState, Decision
+from ..recorder import OutcomeRecord
+from .config import PassReport
+
+log = logging.getLogger("coscheduler.controller")
+
+
+class FeedbackMixin:
+    """Learner feedback and recorder writes of ``Controller``."""
+
+    # -- learner feedback -----------------------------------------------------------------------
+    def _observe(self, d: Decision, loss: float, kind: str, now: float, report: PassReport,
+                 **extra) -> None:
+        closed = self.learner.observe(d.decision_id, loss, now)
+        report.observed += 1
+        record = OutcomeRecord(d.decision_id, now, loss, kind, **extra)
+        combined = getattr(self.recorder, "record_observation", None)
+        if combined is not None:
+            # A store that can: outcome, class state and closed round in one transaction.
+            self._dirty_classes.discard(d.job_class)
+            state = self._class_copy(d.job_class)
+            self._record(report, combined, record, state, closed)
+            return
+        self._record(report, self.recorder.record_outcome, record)
+        if closed is not None:
+            self._record(report, self.recorder.record_round, closed)
+        self._save_class(d.job_class, report)
+
+    def _cancel(self, did: int, now: float, reason: str, report: PassReport) -> None:
+        d = self.learner.forget(did) if self.learner else None
+        if d is None:
+            return
+        report.cancelled += 1
+        self._record(report, self.recorder.record_outcome,
+                     OutcomeRecord(did, now, 0.0, "cancelled", note=reason))
+
+    def _save_class(self, job_class: str, report: PassReport) -> None:
+        self._dirty_classes.discard(job_class)
+        self._record(report, self.recorder.save_class, self._class_copy(job_class))
+
+    def _save_dirty(self) -> None:
+        if self.learner is None:
+            self._dirty_classes.clear()
+            return
+        for c in sorted(self._dirty_classes):
+            try:
+                self.recorder.save_class(self.learner.class_state(c))
+            except Exception as exc:  # noqa: BLE001
+                log.error("saving class %s failed: %s", c, exc)
+        self._dirty_classes.clear()
+
+    def _class_copy(self, job_class: str) -> ClassState:
+        """The class's state as it is now (a write may be made at the end of the pass)."""
+        st = self.learner.class_state(job_class)
+        if self._writes is None:
+            return st
+        return replace(st, weights=list(st.weights), risk=list(st.risk),
+                       cum_expert_risk=list(st.cum_expert_risk),
+                       cum_weighted_expert_risk=list(st.cum_weighted_expert_risk))
+
+    def _record(self, report: PassReport, write: Callable[..., object], *args) -> None:
+        """A write to the recorder: now, or (a recorder with ``batch``, during a pass) at the
+        end of the pass, in order, in one transaction (``_flush_writes``)."""
+        if self._writes is not None:
+            self._writes.append((report, write, args))
+            return
+        self._write(report, write, args)
+
+    @staticmethod
+    def _write(report: PassReport, write: Callable[..., object], args: tuple) -> None:
+        try:
+            write(*args)
+        except Exception as exc:  # noqa: BLE001 - a store error is loud but not fatal
+            log.error("recorder failed: %s", exc)
+            report.errors.append(f"recorder: {exc}")
+
+    def _flush_writes(self, report: PassReport) -> None:
+        """The pass's writes and the dirty classes, in one batch when the recorder has one."""
+        writes, self._writes = self._writes, None
+        if writes is None:
+            self._save_dirty()
+            return
+        try:
+            with self.recorder.batch():
+                for rep, write, args in writes:
+                    self._write(rep, write, args)
+                self._save_dirty()
+        except Exception as exc:  # noqa: BLE001 - the batch's own begin or commit failed
+            log.error("recorder failed: %s", exc)
+            report.errors.append(f"recorder: {exc}")

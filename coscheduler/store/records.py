@@ -1,0 +1,153 @@
+"""The Recorder methods of the state database: decisions, outcomes, weight rounds, class
+states, exclusive runtimes and walltime credits, each its own transaction (or a savepoint
+inside ``SqliteStore.batch``), and ``load`` to rebuild the learner.
+
+A mixin of ``SqliteStore``: it uses the store's ``writing``/``reading`` transactions and the
+row conversions of ``RowsMixin``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Mapping
+
+from ..learner import ClassState, Decision, RoundClosed
+from ..model import InvalidInput, check_finite, validate_job_class
+from ..recorder import LoadedState, OutcomeRecord
+from .rows import _DECISION_COLS, RowsMixin
+
+
+class RecorderMixin(RowsMixin):
+    """``coscheduler.recorder.Recorder`` over the store's tables."""
+
+    # -- the Recorder methods -----------------------------------------------------------------
+    def record_decision(self, decision: Decision, host_quota: float, guest_quota: float,
+                        class_state: ClassState | None = None) -> None:
+        """Save a decision and the quotas applied: CPU quota fractions in [0, 1] (what the
+        host keeps of its cores, what the guest gets of its cores). With ``class_state``,
+        the class's decision count is saved in the same transaction."""
+        row = self._decision_row(decision, host_quota, guest_quota)
+        state_row = self._class_row(class_state) if class_state is not None else None
+        with self.writing(f"record decision {decision.decision_id}") as conn:
+            if conn.execute("SELECT 1 FROM decisions WHERE id = ?", (decision.decision_id,)).fetchone():
+                raise InvalidInput(f"decision id {decision.decision_id} is already recorded in {self.path}")
+            conn.execute("INSERT INTO decisions VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+            if state_row is not None:
+                self._upsert_class(conn, state_row)
+
+    def record_outcome(self, outcome: OutcomeRecord) -> None:
+        row = self._outcome_row(outcome)
+        with self.writing(f"record the outcome of decision {outcome.decision_id}") as conn:
+            self._insert_outcome(conn, outcome, row)
+
+    def record_walltime_credit(self, credit: Mapping) -> int | None:
+        """Save walltime given back to a host (``slurm_plugin.walltime.WalltimeCredit.as_dict``)
+        with the host's latest decision; returns that decision's id (None: it had none)."""
+        job_id = str(credit["job_id"])
+        vals = [check_finite(credit[k], f"walltime credit {k}") for k in ("time", "limit_s", "projected_end")]
+        minutes = int(credit["minutes"])
+        if minutes < 1 or any(v is None for v in vals):
+            raise InvalidInput(f"walltime credit of job {job_id}: {dict(credit)} is not a credit")
+        with self.writing(f"record a walltime credit of job {job_id}") as conn:
+            row = conn.execute("SELECT id FROM decisions WHERE host_job = ? ORDER BY id DESC LIMIT 1",
+                               (job_id,)).fetchone()
+            did = row[0] if row else None
+            conn.execute("INSERT INTO walltime_credits (decision_id, job_id, time, minutes, limit_s, "
+                         "projected_end, capped) VALUES (?,?,?,?,?,?,?)",
+                         (did, job_id, vals[0], minutes, vals[1], vals[2], int(bool(credit.get("capped")))))
+        return did
+
+    def walltime_credits(self, decision_id: int) -> list[dict]:
+        with self.reading(f"read the walltime credits of decision {decision_id}") as conn:
+            rows = conn.execute("SELECT job_id, time, minutes, limit_s, projected_end, capped FROM "
+                                "walltime_credits WHERE decision_id = ? ORDER BY id", (decision_id,)).fetchall()
+        return [{"job_id": r[0], "time": r[1], "minutes": r[2], "limit_s": r[3],
+                 "projected_end": r[4], "capped": bool(r[5])} for r in rows]
+
+    def record_round(self, closed: RoundClosed) -> None:
+        row = self._round_row(closed)
+        with self.writing(f"record round {closed.round} of class {closed.job_class}") as conn:
+            self._insert_round(conn, row)
+
+    def save_class(self, state: ClassState) -> None:
+        row = self._class_row(state)
+        with self.writing(f"save class {state.job_class}") as conn:
+            self._upsert_class(conn, row)
+
+    def record_alone_runtime(self, job_class: str, runtime_s: float) -> None:
+        validate_job_class(job_class)
+        rt = check_finite(runtime_s, f"exclusive runtime of class {job_class}")
+        if rt is None or rt <= 0:
+            raise InvalidInput(f"exclusive runtime of class {job_class} must be > 0, got {runtime_s!r}")
+        with self.writing(f"record an exclusive runtime of class {job_class}") as conn:
+            conn.execute("INSERT INTO alone_runtimes (job_class, runtime_s, time) VALUES (?, ?, ?)",
+                         (job_class, rt, time.time()))
+
+    def alone_runtime(self, job_class: str) -> float | None:
+        """Median of the recorded exclusive runtimes of the class, None if none."""
+        with self.reading(f"read exclusive runtimes of class {job_class}") as conn:
+            runs = [r[0] for r in conn.execute(
+                "SELECT runtime_s FROM alone_runtimes WHERE job_class = ?", (job_class,))]
+        return statistics.median(runs) if runs else None
+
+    # -- combined writes (one transaction each) ---------------------------------------------
+    def record_update(self, closed: RoundClosed, state: ClassState) -> None:
+        """A closed round and the class state after it, atomically."""
+        if closed.job_class != state.job_class or closed.round != state.rounds:
+            raise InvalidInput(
+                f"round {closed.round} of class {closed.job_class} does not match the class state "
+                f"({state.job_class}, {state.rounds} rounds)"
+            )
+        round_row = self._round_row(closed)
+        class_row = self._class_row(state)
+        with self.writing(f"record round {closed.round} of class {closed.job_class}") as conn:
+            self._insert_round(conn, round_row)
+            self._upsert_class(conn, class_row)
+
+    def record_observation(self, outcome: OutcomeRecord, state: ClassState,
+                           closed: RoundClosed | None = None) -> None:
+        """What ``AsaxLearner.observe`` changed, atomically: the outcome, the class state
+        (its risk moved) and, if the observation closed a round, that round."""
+        if closed is not None and (closed.job_class != state.job_class or closed.round != state.rounds):
+            raise InvalidInput(f"round {closed.round} of class {closed.job_class} does not match "
+                               f"the class state ({state.job_class}, {state.rounds} rounds)")
+        out_row = self._outcome_row(outcome)
+        class_row = self._class_row(state)
+        round_row = self._round_row(closed) if closed is not None else None
+        with self.writing(f"record the outcome of decision {outcome.decision_id}") as conn:
+            job_class = self._insert_outcome(conn, outcome, out_row)
+            if job_class != state.job_class:
+                raise InvalidInput(f"decision {outcome.decision_id} is of class {job_class}, "
+                                   f"not of {state.job_class}")
+            if round_row is not None:
+                self._insert_round(conn, round_row)
+            self._upsert_class(conn, class_row)
+
+    # -- loading -----------------------------------------------------------------------------
+    def load(self, observed_per_class: int | None = None) -> LoadedState:
+        """Everything needed to rebuild the learner, from one consistent snapshot.
+
+        ``observed`` lists (decision, loss) of non-cancelled outcomes in the order they were
+        recorded; ``observed_per_class`` keeps only each class's most recent ones (a fitted
+        expert keeps a bounded window anyway).
+        """
+        with self.reading("load the learner state") as conn:
+            classes = [self._class_from_row(job_class, text)
+                       for job_class, text in conn.execute("SELECT job_class, state FROM classes ORDER BY job_class")]
+            pending = [self._decision_from_row(r) for r in conn.execute(
+                f"SELECT {_DECISION_COLS} FROM decisions d "
+                "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id")]
+            if observed_per_class is None:
+                rows = conn.execute(
+                    f"SELECT {_DECISION_COLS}, o.loss FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
+                    "WHERE o.kind != 'cancelled' ORDER BY o.seq").fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {_DECISION_COLS}, loss FROM (SELECT d.*, o.loss, o.seq, ROW_NUMBER() OVER "
+                    "(PARTITION BY d.job_class ORDER BY o.seq DESC) AS recent FROM outcomes o "
+                    "JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled') d "
+                    "WHERE recent <= ? ORDER BY seq", (int(observed_per_class),)).fetchall()
+            observed = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
+            top = conn.execute("SELECT MAX(id) FROM decisions").fetchone()[0]
+        return LoadedState(classes, pending, (top or 0) + 1, observed)
