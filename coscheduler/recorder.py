@@ -3,7 +3,8 @@
 The controller calls a Recorder after every decision, outcome and weight update, so that a
 restart loses nothing; a recorder with a ``batch()`` context manager (the SQLite store) gets
 each pass's writes at the end of the pass, in order, inside one ``batch()``.
-``coscheduler.store.SqliteStore`` is the persistent one (embedded default); ``MemoryRecorder`` keeps the same records in memory for tests and the simulator.
+``coscheduler.store.SqliteStore`` is the persistent one (embedded default);
+``MemoryRecorder`` keeps the same records in memory for tests and the simulator.
 """
 
 from __future__ import annotations
