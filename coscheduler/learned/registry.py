@@ -13,7 +13,7 @@ from pathlib import Path
 from ..model import InvalidInput
 from ..resources import resource_dir
 from .gate import read_verdict, report_path
-from .modelfile import ModelError, load_model
+from .modelfile import MAGIC, ModelError, load_model
 from .selectors import LearnedInspector, LearnedScorer
 
 MODELS_DIR = resource_dir(__package__, "models")   # package data (pyproject.toml)
@@ -102,8 +102,11 @@ MANIFEST = MODELS_DIR / "manifest.json"
 
 
 def manifest_rows() -> list[dict]:
-    """Every model file the package ships (learned and multi-resource), with its size and
-    SHA-256: what ``manifest.json`` records (``write_manifest`` after changing models)."""
+    """Every model file the package ships (learned and multi-resource), one line each: its
+    size and SHA-256, the trace it was trained on, the metric, and the validation figure
+    behind it (the release gate's report beside a queue model; the validation run in an
+    MRSch or scalar model's header). What ``manifest.json`` records (``write_manifest``
+    after changing models)."""
     import hashlib
 
     from ..multi.report import MODELS_DIR as MULTI_DIR
@@ -114,12 +117,33 @@ def manifest_rows() -> list[dict]:
         for path in shipped(directory):
             data = path.read_bytes()
             rows.append({"name": path.stem, "package": package, "file": f"models/{path.name}",
+                         **_provenance(path, data),
                          "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     return rows
 
 
-def write_manifest(path: Path = MANIFEST) -> Path:
+def _provenance(path: Path, data: bytes) -> dict:
+    """trace, metric and validation of one shipped model (None where it has none)."""
     import json
 
-    path.write_text(json.dumps({"models": manifest_rows()}, indent=1) + "\n")
+    report = report_path(path)
+    if report.is_file():   # a queue model: the release gate's validation report
+        r = json.loads(report.read_text())
+        return {"trace": r.get("trace"), "metric": r.get("metric"), "backfill": r.get("backfill"),
+                "validation": {"model": r.get("model_figure"), "best_heuristic": r.get("best_heuristic"),
+                               "heuristic": r.get("best_figure"), "verdict": r.get("verdict")}}
+    end = data.find(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC):end]) if data.startswith(MAGIC) and end > 0 else {}
+    v = header.get("validation") if isinstance(header.get("validation"), dict) else {}
+    return {"trace": header.get("trace"), "metric": "mean_slowdown" if v else None,
+            "backfill": None, "validation": {"set": header.get("set"),
+                                             "model": v.get("mean_slowdown")} if v else None}
+
+
+def write_manifest(path: Path = MANIFEST) -> Path:
+    """``{"models": [...]}`` with one line per model, so that a change shows as one line."""
+    import json
+
+    lines = ",\n".join(" " + json.dumps(row) for row in manifest_rows())
+    path.write_text('{"models": [\n' + lines + "\n]}\n")
     return path
