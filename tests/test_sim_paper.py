@@ -347,6 +347,20 @@ def test_asax_closes_rounds_over_repetitions_and_reports_them():
     assert all(r.mean_slowdown >= -1e-9 for r in runs)
 
 
+def test_time_weighted_slowdown_is_extra_runtime_over_runtime_alone():
+    from coscheduler.experiments.paper import paper_workload
+
+    (run,) = run_experiment([64], ["static"], repeat=1, scale=SCALE)
+    alone = {s.job.job_id: s.profile.alone_runtime_s for s in paper_workload(SCALE, "c64-r0")}
+    shared = {s.job_id for s in run.stages if s.host} | {s.host for s in run.stages if s.host}
+    done = [s for s in run.stages if s.job_id in shared and s.state == "completed"]
+    assert done and len(done) == run.colocated
+    extra = sum((s.end - s.start) - alone[s.job_id] for s in done)
+    assert run.weighted_slowdown == pytest.approx(extra / sum(alone[s.job_id] for s in done))
+    per_stage = sum((s.end - s.start) / alone[s.job_id] - 1 for s in done) / len(done)
+    assert run.mean_slowdown == pytest.approx(per_stage)
+
+
 def test_cli_json_gains_slowdown_rounds_and_writes_plots(tmp_path):
     result = cosched("simulate", "paper", "--cores", "64", "--repeat", "2", "--scale", str(SCALE),
                      "--json", "--out", str(tmp_path / "out"), "--explain")

@@ -88,6 +88,8 @@ def cluster_table(rows: Sequence[dict], unit: tuple[str, float]) -> str:
     lines.append(_row("co-allocations", [(f"{r['coallocations']:g}", "") for r in rows]))
     lines.append(_row("mean slowdown", [(_pct(r["mean_slowdown"]) if r["coallocations"] else "-", "")
                                         for r in rows]))
+    lines.append(_row("  time-weighted", [(_pct(r["weighted_slowdown"]) if r["coallocations"]
+                                               else "-", "") for r in rows]))
     if any(r.get("rounds_in_run") is not None for r in rows):
         lines.append(_row("rounds closed/run", [
             ("-" if r.get("rounds_in_run") is None else f"{r['rounds_in_run']:g}", "")
