@@ -59,7 +59,7 @@ cp "$work/root"/boot/vmlinuz-* "$work/vmlinuz"
 find "$work/root/usr/lib/modules" -name 'dummy.ko*' -exec cp {} "$work/root/" \;
 rm -rf "$work/root/boot" "$work/root/lib/modules" "$work/root/usr/lib/modules"
 mkdir -p "$work/root/src"
-tar --exclude=./.venv --exclude=./.git --exclude='*.pyc' -C "$ROOT" -cf - coscheduler monitoring slurm_plugin \
+tar --exclude=./.venv --exclude=./.git --exclude='*.pyc' -C "$ROOT" -cf - pyproject.toml coscheduler monitoring slurm_plugin \
     | tar -C "$work/root/src" -xf -
 install -m 755 testbed/slurm_vm_init.sh "$work/root/init"
 (cd "$work/root" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$work/initrd.gz"

@@ -139,3 +139,27 @@ def test_every_entry_point_of_this_project_loads():
             seen += 1
     assert seen >= 11
     assert Path(coscheduler.__file__).parent.name == "coscheduler"
+
+
+def test_a_checkout_never_installed_reads_its_entry_points_from_pyproject(monkeypatch, tmp_path):
+    # `python -m coscheduler` from a source tree (the cgroup v2 VM): no packaging metadata
+    import importlib.metadata as md
+
+    from coscheduler import plugins
+
+    def missing(name):
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(plugins, "distribution", missing)
+    found = {ep.name: ep.value for ep in plugins._source_tree_points("coscheduler.commands")}
+    assert found["agent"] == "monitoring.cli:agent" and "slurm" in found
+    backends = {ep.name for ep in plugins._source_tree_points("coscheduler.backends")}
+    assert {"slurm", "slurmrestd", "mesos"} <= backends
+    # installed (as here): the metadata alone is used
+    monkeypatch.undo()
+    assert plugins._source_tree_points("coscheduler.commands") == []
+    # a broken pyproject gives nothing rather than an error
+    monkeypatch.setattr(plugins, "distribution", missing)
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text("[project\\n")
+    assert plugins._source_tree_points("coscheduler.commands", bad) == []
