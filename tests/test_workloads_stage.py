@@ -213,8 +213,12 @@ def test_cpu_bound_and_io_bound_tasks_use_the_cpu_they_should(tmp_path):
 
     blast, blast_share = run("blast", "blastall", 5)
     montage, montage_share = run("montage", "mProject", 2)
-    assert 0.6 < blast_share < 2.0, blast  # ~0.95 of its time computing
-    assert 0.15 < montage_share < 0.6, montage  # ~0.4
+    # Absolute shares drift with the load (a busy core burns more CPU seconds per unit of
+    # work: blast measured 1.47-1.57 here, montage 0.48-0.61), so the bounds are loose and
+    # the discriminating check is the ratio of the two, measured side by side (~0.32 here).
+    assert 0.6 < blast_share < 3.0, blast
+    assert 0.15 < montage_share < 1.2, montage
+    assert montage_share / blast_share < 0.6, (montage, blast)
     assert montage.cpu_util < blast.cpu_util, (montage, blast)
 
 
