@@ -4,6 +4,7 @@ calibration file that lacks what it needs, naming the file and the entry."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -42,14 +43,16 @@ def synthetic(model: InterferenceModel, settings: Settings, noise: float = 0.0,
                 p = fitting.Point("quota", probe, q, None, None, False, 1, 0.0)
                 raw["quota"].append({"probe": probe, "quota": q, "elapsed_s": wall(p),
                                      "cpu_s": 1.0, "ref_elapsed_s": 1.0, "round": k})
-        pairs = [(t, o, q, 1.0 - q, True) for t, o, q in settings.same_core]
-        pairs += [(t, o, 1.0, 1.0, False) for t, o in settings.cross_core]
-        for t, o, q, oq, same in pairs:
-            p = fitting.Point("pair", t, q, o, oq, same, 1, 0.0)
+        pairs = [(t, o, q, 1.0 - q, True, None) for t, o, q in settings.same_core]
+        pairs += [(t, o, 1.0, 1.0, False, None) for t, o in settings.cross_core]
+        pairs += [(t, o, q, 1.0 - q, True, idle) for t, o, q, idle in settings.same_core_idle]
+        for t, o, q, oq, same, idle in pairs:
+            p = fitting.Point("pair", t, q, o, oq, same, 1, 0.0, idle=idle)
             raw["pairs"].append({"target": t, "other": o,
                                  "placement": "same-cpu" if same else "other-cpu",
                                  "target_quota": q, "other_quota": oq, "elapsed_s": wall(p),
-                                 "cpu_s": 1.0, "ref_elapsed_s": 1.0, "round": k})
+                                 "cpu_s": 1.0, "ref_elapsed_s": 1.0, "round": k,
+                                 **({} if idle is None else {"idle": idle})})
     return raw
 
 
@@ -64,6 +67,32 @@ def test_the_fit_recovers_known_parameters_from_the_models_own_measurements():
     assert noisy.timeslice == pytest.approx(TRUE.timeslice, abs=0.15)
     assert noisy.overlap == pytest.approx(TRUE.overlap, abs=0.1)
     assert noisy.io == pytest.approx(TRUE.io, abs=0.3)
+
+
+def test_an_idle_session_recovers_the_idle_terms_and_leaves_the_rest_as_calibrated():
+    """``cosched calibrate --idle``: pairs with the guest (or the target) in the idle class
+    tell how much an idle guest still costs a host and what the host costs it; the fit
+    takes just those two terms from such a session."""
+    true = dataclasses.replace(TRUE, idle_yield=0.15, idle_penalty=2.5)
+    raw = synthetic(true, Settings.idle())
+    fitting.validate(raw, "synthetic idle session")
+    got = fitting.fit(raw, TRUE, only=("idle_yield", "idle_penalty"))
+    assert got.idle_yield == pytest.approx(0.15, abs=0.01)
+    assert got.idle_penalty == pytest.approx(2.5, abs=0.05)
+    assert got.timeslice == TRUE.timeslice and got.wakeup == TRUE.wakeup
+    # An idle guest at 50 % costs a disk-waiting host little; the same guest in the normal
+    # class costs it much more (what the session's normal pairs show side by side).
+    pts = {(p.target, p.quota, p.idle): p.slowdown for p in fitting.points(raw)
+           if p.kind == "pair"}
+    assert pts[("io", 0.5, "other")] < pts[("io", 0.5, None)]
+    assert pts[("io", 0.5, "other")] < 1.1
+
+
+def test_a_pair_with_an_unknown_idle_role_is_refused_by_name():
+    raw = synthetic(TRUE, Settings.idle())
+    raw["pairs"][-1]["idle"] = "both"
+    with pytest.raises(InvalidInput, match=r"pairs\[\d+\]\.idle must be one of target, other"):
+        fitting.validate(raw, "f.json")
 
 
 def test_held_out_pairs_are_predicted_exactly_when_the_model_is_true_and_worse_when_not():

@@ -12,7 +12,9 @@ readable events are compared one by one (the first difference is shown); the ful
 decision records (host states, the experts' distributions, the mixture) are compared
 through a digest.
 
-The fixtures were recorded from main's code before the pass was optimised:
+The fixtures were recorded from main's code before the pass was optimised, and recorded
+again when decisions changed on purpose (issue 19: host states carry both jobs' waiting
+shares, so the pair expert's answers changed):
 
     .venv/bin/python tests/test_controller_replay.py --record
 """

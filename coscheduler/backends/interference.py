@@ -37,6 +37,10 @@ with others (the host and its guests; ``others``) is
   and waiting cannot always hide its waits behind the throttled computing (overlap = 1: a
   fluid job that can, as one with many workers; a single worker measures lower), and
   throttled runs cost a little more or less CPU per unit of work (throttle);
+- scheduling classes: a guest the agent puts in the idle class (cgroup v2 cpu.idle = 1)
+  counts x ``idle_yield`` in a normal host's busy_o (it yields the core whenever the host
+  wants it) and a normal host counts x ``idle_penalty`` in an idle guest's (measured by
+  ``cosched calibrate`` with idle co-runners; 1.0, no difference, when not measured);
 - busy_o = min(u_o, q_o): the CPU share a co-runner on the same cores really uses, summed
   over the co-runners on the job's cores, each weighted by the share of its cores it runs
   on (a guest fills its own cores, a host's cores only in part). A job pays for it only
@@ -82,8 +86,13 @@ class JobDemand:
     io: float = 0.0
     mem: float = 0.0
     wait: float | None = None
+    # In the idle scheduling class (cgroup v2 cpu.idle = 1, what the agent gives a guest):
+    # it runs only when no job of the normal class on its cores wants the CPU.
+    idle: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.idle, bool):
+            raise InvalidInput(f"job demand: idle must be true or false, got {self.idle!r}")
         if self.wait is None:
             object.__setattr__(self, "wait", max(0.0, 1.0 - float(self.cpu)))
         for name in ("cpu", "membw", "io", "wait"):
@@ -105,6 +114,11 @@ class InterferenceModel:
     bandwidth: float = 0.0         # k_bw: two memory-streaming jobs
     io: float = 0.0                # k_io: two disk-bound jobs on the same storage
     memory_penalty: float = 2.0    # memory capacity over-commit (assumed, not measured)
+    # A co-runner of the other scheduling class: its busy share counts x idle_yield against
+    # a normal job (an idle guest gives the core up at once) and x idle_penalty against an
+    # idle one (it waits for every turn of a normal host). 1.0: no difference (unmeasured).
+    idle_yield: float = 1.0
+    idle_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -140,7 +154,9 @@ class InterferenceModel:
         ``demand`` under ``quota``; ``quota_term / contention`` is the job's rate."""
         busy = bw = io = 0.0
         for o, q, same_cores in others:
-            busy += float(same_cores) * min(o.cpu, max(0.0, q))
+            weight = 1.0 if o.idle == demand.idle else (
+                self.idle_penalty if demand.idle else self.idle_yield)
+            busy += float(same_cores) * min(o.cpu, max(0.0, q)) * weight
             bw += o.membw
             io += o.io
         computing = 1.0 - float(demand.wait)

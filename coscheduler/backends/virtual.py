@@ -29,6 +29,7 @@ makes a job fail mid-run; ``cancel`` ends a running job.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Iterable, Protocol
@@ -103,8 +104,11 @@ class VirtualBackend(JobBook):
 
     def __init__(self, nodes: Iterable[Node] | dict[str, int], *, start_time: float = 0.0,
                  memory_penalty: float = 2.0, kill_at_walltime: bool = True,
-                 model: InterferenceModel | None = None):
+                 model: InterferenceModel | None = None, idle_guests: bool = False):
         super().__init__(nodes)
+        # Guests in the idle scheduling class, as the node agent places them with
+        # ``--idle-guests`` (cgroup v2 cpu.idle = 1).
+        self.idle_guests = bool(idle_guests)
         t = check_finite(start_time, "virtual backend: start_time", minimum=0.0)
         self.t = float(t)
         if model is None:
@@ -268,6 +272,8 @@ class VirtualBackend(JobBook):
                 share += gr.data.profile.mem_percent / 100.0 * gr.job.cores / r.job.cores
             capacity = model.capacity_factor(share)
             demands = [(x.data.profile.demand(), x.quota) for x in group]
+            if self.idle_guests:
+                demands[1:] = [(dataclasses.replace(d, idle=True), q) for d, q in demands[1:]]
             cores = [x.job.cores for x in group]
             for i, x in enumerate(group):
                 # Seen from a guest, its host fills all its cores; seen from the host, a guest

@@ -28,10 +28,13 @@ from typing import Mapping
 from ..backends.interference import InterferenceModel, JobDemand
 from ..model import InvalidInput
 
-FITTED = ("throttle", "overlap", "timeslice", "wakeup", "cache", "bandwidth", "io")
+FITTED = ("throttle", "overlap", "timeslice", "wakeup", "cache", "bandwidth", "io",
+          "idle_yield", "idle_penalty")
 BOUNDS = {"throttle": (-0.3, 1.0), "overlap": (0.0, 1.0), "timeslice": (0.0, 3.0),
           "wakeup": (0.0, 5.0),
-          "cache": (0.0, 3.0), "bandwidth": (0.0, 3.0), "io": (0.0, 5.0)}
+          "cache": (0.0, 3.0), "bandwidth": (0.0, 3.0), "io": (0.0, 5.0),
+          "idle_yield": (0.0, 1.5), "idle_penalty": (0.0, 10.0)}
+IDLE_ROLES = ("target", "other")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Point:
     slowdown: float           # median over the rounds
     low: float = 0.0          # smallest and largest round
     high: float = 0.0
+    idle: str | None = None   # which of the two ran in the idle class ("target", "other")
 
     def label(self) -> str:
         if self.kind == "quota":
@@ -55,7 +59,8 @@ class Point:
         where = "same CPU" if self.same_cpu else "other CPU"
         q = f" at {self.quota:.0%}" if self.quota < 1 else ""
         oq = f" at {self.other_quota:.0%}" if self.other_quota is not None and self.other_quota < 1 else ""
-        return f"{self.target}{q} beside {self.other}{oq}, {where}"
+        idle = "" if self.idle is None else f", {'target' if self.idle == 'target' else 'co-runner'} idle"
+        return f"{self.target}{q} beside {self.other}{oq}, {where}{idle}"
 
 
 _QUOTA_FIELDS = ("probe", "quota", "elapsed_s", "ref_elapsed_s")
@@ -108,6 +113,9 @@ def validate(raw: object, source: str = "calibration data") -> None:
             for n in names:
                 if r[n] not in raw["alone"]:
                     raise bad(f"{key}[{i}]: probe {r[n]!r} has no reference run in 'alone'")
+            if key == "pairs" and r.get("idle") not in (None,) + IDLE_ROLES:
+                raise bad(f"pairs[{i}].idle must be one of {', '.join(IDLE_ROLES)} or absent, "
+                          f"got {r.get('idle')!r}")
     if not raw["quota"]:
         raise bad("holds no quota point (a probe alone under a quota): the quota terms "
                   "cannot be fitted")
@@ -137,13 +145,14 @@ def points(raw: Mapping) -> list[Point]:
                 q["elapsed_s"] / q["ref_elapsed_s"])
         for p in raw["pairs"]:
             key = ("pair", p["target"], p["target_quota"], p["other"], p["other_quota"],
-                   p["placement"] == "same-cpu")
+                   p["placement"] == "same-cpu", p.get("idle"))
             groups.setdefault(key, []).append(p["elapsed_s"] / p["ref_elapsed_s"])
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         raise InvalidInput(f"calibration data is not in the expected shape ({exc!r})") from None
     return [Point(kind, target, float(q), other, oq, same, len(ratios), statistics.median(ratios),
-                  min(ratios), max(ratios))
-            for (kind, target, q, other, oq, same), ratios in groups.items()]
+                  min(ratios), max(ratios), idle)
+            for (kind, target, q, other, oq, same, *rest), ratios in groups.items()
+            for idle in (rest[0] if rest else None,)]
 
 
 def fitted_on(p: Point, d: Mapping[str, JobDemand]) -> bool:
@@ -158,16 +167,20 @@ def predict(model: InterferenceModel, d: Mapping[str, JobDemand], p: Point) -> f
     """The model's slowdown for one point."""
     rate = model.quota_term(d[p.target], p.quota)
     if p.kind == "pair":
-        o = d[p.other]
+        t, o = d[p.target], d[p.other]
+        if p.idle is not None:
+            t = replace(t, idle=p.idle == "target")
+            o = replace(o, idle=p.idle == "other")
         oq = 1.0 if p.other_quota is None else p.other_quota
-        rate /= model.contention(d[p.target], p.quota, [(o, oq, p.same_cpu)])
+        rate /= model.contention(t, p.quota, [(o, oq, p.same_cpu)])
     return 1.0 / rate
 
 
 def fit(raw: Mapping, base: InterferenceModel | None = None,
-        leave_out: Point | None = None) -> InterferenceModel:
+        leave_out: Point | None = None, only: tuple[str, ...] | None = None) -> InterferenceModel:
     """The model whose slowdowns best match the measured ones (least squares on logs),
-    without the point ``leave_out`` (for ``held_out``)."""
+    without the point ``leave_out`` (for ``held_out``); ``only``: fit just these
+    parameters, the others keep ``base``'s values (a session that measured one effect)."""
     from scipy.optimize import least_squares  # scipy comes with scikit-learn
 
     base = base or InterferenceModel()
@@ -190,7 +203,11 @@ def fit(raw: Mapping, base: InterferenceModel | None = None,
     if any(p.kind == "pair" and not p.same_cpu and d[p.target].io > 0 and d[p.other].io > 0
            for p in pts):
         used.add("io")
-    names = [n for n in FITTED if n in used]
+    if any(p.kind == "pair" and p.same_cpu and p.idle == "other" for p in pts):
+        used.add("idle_yield")
+    if any(p.kind == "pair" and p.same_cpu and p.idle == "target" for p in pts):
+        used.add("idle_penalty")
+    names = [n for n in FITTED if n in used and (only is None or n in only)]
 
     def model_of(x) -> InterferenceModel:
         return replace(base, **dict(zip(names, (float(v) for v in x))))
@@ -202,8 +219,12 @@ def fit(raw: Mapping, base: InterferenceModel | None = None,
     x0 = [min(max(getattr(base, n), BOUNDS[n][0]), BOUNDS[n][1]) for n in names]
     if not names:
         return base
-    res = least_squares(residuals, x0, bounds=([BOUNDS[n][0] for n in names],
-                                               [BOUNDS[n][1] for n in names]))
+    lows, highs = [BOUNDS[n][0] for n in names], [BOUNDS[n][1] for n in names]
+    # Also from the middle of the bounds: a slowdown that a binding quota hides is flat
+    # in its term near the start (an idle guest's penalty at 1.0), and the solver stays.
+    res = min((least_squares(residuals, x, bounds=(lows, highs))
+               for x in (x0, [(lo + hi) / 2 for lo, hi in zip(lows, highs)])),
+              key=lambda r: r.cost)
     m = model_of(res.x)
     return replace(m, **{n: round(getattr(m, n), 4) for n in names})
 

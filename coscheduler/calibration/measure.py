@@ -14,7 +14,11 @@ drifting load of a shared machine hits both alike; ratios are summarised by medi
 - ``pairs``: a target probe while another probe runs in a loop beside it, either on the
   same CPU with quotas that split it (the host/guest arrangement of co-allocation) or on
   the other CPU with no quota (contention that CPU quotas do not control: the disk, the
-  memory bandwidth).
+  memory bandwidth);
+- ``idle pairs``: the same-CPU arrangement with one of the two in the idle scheduling
+  class, as the agent places a guest (cgroup v2 ``cpu.idle = 1``; on cgroup v1, which has
+  no idle class, ``cpu.shares = 2``, the smallest weight, which the kernel also gives the
+  idle class).
 
 The calibration cgroups get a high ``cpu.shares`` (default 65536, 64x a default job's): on a
 machine shared with other work, a quota only shows when the program could otherwise use
@@ -45,6 +49,8 @@ _V1 = Path("/sys/fs/cgroup/cpu")
 _V2 = Path("/sys/fs/cgroup")
 _PREFIX = "cosched-calib-"
 PERIOD_US = 100_000
+# cgroup v1 has no idle class: the smallest cpu.shares, the weight the kernel gives it.
+IDLE_SHARES = 2
 
 
 class CalibrationUnavailable(RuntimeError):
@@ -91,6 +97,8 @@ class Settings:
     same_core: tuple[tuple[str, str, float], ...]      # (target, other, target's quota)
     cross_core: tuple[tuple[str, str], ...]
     shares: int = 65536
+    # (target, other, target's quota, which of the two is idle: "target" or "other")
+    same_core_idle: tuple[tuple[str, str, float, str], ...] = ()
 
     @classmethod
     def quick(cls) -> "Settings":
@@ -109,6 +117,22 @@ class Settings:
                    same_core=(("io", "cpu", 0.5), ("mixed", "cpu", 0.5), ("io", "cpu", 0.75),
                               ("mixed", "cpu", 0.75)),
                    cross_core=())
+
+    @classmethod
+    def idle(cls) -> "Settings":
+        """Hosts beside a CPU-bound guest in the idle class at 50/50 and 75/25, waiting
+        guests in the idle class beside a CPU-bound host, and the same pairs in the normal
+        class for comparison, five rounds (about six minutes): what ``cpu.idle`` buys the
+        host and costs the guest."""
+        hosts = ("io", "mixed", "cpu")
+        same = tuple((h, "cpu", s) for h in hosts for s in (0.5, 0.75))
+        idle = tuple((h, "cpu", s, "other") for h in hosts for s in (0.5, 0.75))
+        # The idle one as the target: a waiting guest whose own quota does not bind (a
+        # CPU-bound one at its quota is paced by the quota whatever its class).
+        idle += (("mixed", "cpu", 0.5, "target"), ("io", "cpu", 0.5, "target"),
+                 ("mixed", "cpu", 0.25, "target"))
+        return cls(repeats=5, quotas={"cpu": (0.5,), "io": (0.5,), "mixed": (0.5,)},
+                   same_core=same, cross_core=(), same_core_idle=idle)
 
     @classmethod
     def full(cls) -> "Settings":
@@ -152,7 +176,7 @@ class _Cgroup:
 
     _count = 0
 
-    def __init__(self, layout: str, quota: float | None, shares: int):
+    def __init__(self, layout: str, quota: float | None, shares: int, idle: bool = False):
         _Cgroup._count += 1
         name = f"{_PREFIX}{os.getpid()}-{_Cgroup._count}"
         self.layout = layout
@@ -163,11 +187,13 @@ class _Cgroup:
                 (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
                 (self.path / "cpu.cfs_quota_us").write_text(
                     "-1" if quota is None else str(max(1000, round(quota * PERIOD_US))))
-                (self.path / "cpu.shares").write_text(str(shares))
+                (self.path / "cpu.shares").write_text(str(IDLE_SHARES if idle else shares))
             else:
                 (self.path / "cpu.max").write_text(
                     f"{'max' if quota is None else max(1000, round(quota * PERIOD_US))} {PERIOD_US}")
                 (self.path / "cpu.weight").write_text(str(max(1, min(10000, shares * 100 // 1024))))
+                if idle:
+                    (self.path / "cpu.idle").write_text("1")
         except OSError:
             self.remove()
             raise
@@ -202,8 +228,8 @@ class _Run:
     """A probe process in its cgroup, pinned to one CPU."""
 
     def __init__(self, probe: Probe, cpu: int, quota: float | None, layout: str, shares: int,
-                 workdir: str):
-        self.group = _Cgroup(layout, quota, shares)
+                 workdir: str, idle: bool = False):
+        self.group = _Cgroup(layout, quota, shares, idle)
         procs = self.group.path / "cgroup.procs"
         argv = ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "calib"] + probe.argv(workdir)
         try:
@@ -281,17 +307,20 @@ def measure(settings: Settings, progress: Callable[[str], None] | None = None) -
             return r
 
         def beside(target: str, tq: float | None, other: str, oq: float | None,
-                   other_cpu_: int) -> dict:
-            """Run ``target`` while ``other`` runs in a loop beside it."""
+                   other_cpu_: int, idle: str | None = None) -> dict:
+            """Run ``target`` while ``other`` runs in a loop beside it (``idle``: which of
+            the two is in the idle class)."""
             stop = False
             loop: list[_Run] = []
 
             def start_other() -> None:
-                loop.append(_Run(PROBES[other], other_cpu_, oq, layout, settings.shares, work))
+                loop.append(_Run(PROBES[other], other_cpu_, oq, layout, settings.shares, work,
+                                 idle == "other"))
 
             start_other()
             time.sleep(0.3)  # the co-runner is past its start-up
-            target_run = _Run(PROBES[target], main_cpu, tq, layout, settings.shares, work)
+            target_run = _Run(PROBES[target], main_cpu, tq, layout, settings.shares, work,
+                              idle == "target")
             try:
                 while target_run.proc.poll() is None and not stop:
                     if loop[-1].proc.poll() is not None:
@@ -326,6 +355,14 @@ def measure(settings: Settings, progress: Callable[[str], None] | None = None) -
                 m.pairs.append({"target": target, "other": other, "placement": "same-cpu",
                                 "target_quota": tq, "other_quota": round(1.0 - tq, 6), **r,
                                 "ref_elapsed_s": ref["elapsed_s"], "round": k})
+            for target, other, tq, idle in settings.same_core_idle:
+                say(f"round {k + 1}/{settings.repeats}: {target} at {tq:.0%} beside {other} "
+                    f"at {1 - tq:.0%}, same CPU, the {idle} idle")
+                ref = alone(target)
+                r = beside(target, tq, other, round(1.0 - tq, 6), main_cpu, idle)
+                m.pairs.append({"target": target, "other": other, "placement": "same-cpu",
+                                "target_quota": tq, "other_quota": round(1.0 - tq, 6), **r,
+                                "ref_elapsed_s": ref["elapsed_s"], "idle": idle, "round": k})
             for target, other in settings.cross_core:
                 if other_cpu == main_cpu:
                     continue

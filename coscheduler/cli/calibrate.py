@@ -36,6 +36,10 @@ def _pct(x: float) -> str:
               help="Only the waiting hosts (disk, sleepy) beside a CPU-bound guest at 50/50 and "
                    "75/25, seven rounds (about four minutes): checks a model on a second "
                    "session.")
+@click.option("--idle", is_flag=True,
+              help="Hosts beside a CPU-bound guest in the idle class (cpu.idle, as the agent "
+                   "places guests) and that guest beside them, with the same pairs in the "
+                   "normal class, five rounds (about six minutes); fits only the idle terms.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/cli-json.md).")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the raw figures (JSON) to this file.")
@@ -44,7 +48,7 @@ def _pct(x: float) -> str:
 @click.option("--shares", type=click.IntRange(2, 262144), default=65536, show_default=True,
               help="cpu.shares of the calibration cgroups (high: other load on the machine "
                    "must not hide what the quotas do).")
-def calibrate(quick: bool, waiting: bool, as_json: bool, save: Path | None, from_file: Path | None,
+def calibrate(quick: bool, waiting: bool, idle: bool, as_json: bool, save: Path | None, from_file: Path | None,
               shares: int) -> None:
     """Measure how co-located real jobs slow each other under CPU quotas, and fit the
     simulator's interference model to it."""
@@ -61,9 +65,10 @@ def calibrate(quick: bool, waiting: bool, as_json: bool, save: Path | None, from
     else:
         from ..calibration.measure import CalibrationUnavailable, Settings, measure
 
-        if quick and waiting:
-            raise click.ClickException("--quick and --waiting: choose one")
-        settings = Settings.quick() if quick else Settings.waiting() if waiting else Settings.full()
+        if quick + waiting + idle > 1:
+            raise click.ClickException("--quick, --waiting and --idle: choose one")
+        settings = (Settings.quick() if quick else Settings.waiting() if waiting
+                    else Settings.idle() if idle else Settings.full())
         settings.shares = shares
         t0 = time.monotonic()
 
@@ -74,13 +79,15 @@ def calibrate(quick: bool, waiting: bool, as_json: bool, save: Path | None, from
             raw = measure(settings, progress).to_dict()
         except CalibrationUnavailable as exc:
             raise click.ClickException(f"cannot calibrate here: {exc}") from None
-        mode = "quick" if quick else "waiting" if waiting else "full"
+        mode = "quick" if quick else "waiting" if waiting else "idle" if idle else "full"
         source = "this calibration's measurements"
         if save is not None:
             save.write_text(json.dumps(raw, indent=1) + "\n")
     try:
         fitting.validate(raw, source)
-        fitted = fitting.fit(raw, CALIBRATED)
+        # A session of idle pairs tells the idle terms; the rest stays as calibrated.
+        only = ("idle_yield", "idle_penalty") if _idle_only(raw) else None
+        fitted = fitting.fit(raw, CALIBRATED, only=only)
         check_fitted = fitting.check(raw, fitted)
         check_used = fitting.check(raw, CALIBRATED)
         held = fitting.held_out(raw)
@@ -138,6 +145,13 @@ def calibrate(quick: bool, waiting: bool, as_json: bool, save: Path | None, from
     if sys.stdout.isatty() and from_file is None and save is None:
         click.echo("(--save FILE keeps the raw figures; docs/calibration.md says how they become "
                    "CALIBRATED)")
+
+
+def _idle_only(raw: dict) -> bool:
+    """Whether a session measured the idle class and nothing but same-CPU pairs beside it."""
+    pairs = raw.get("pairs", []) if isinstance(raw, dict) else []
+    return any(isinstance(p, dict) and p.get("idle") for p in pairs) and all(
+        isinstance(p, dict) and p.get("placement") == "same-cpu" for p in pairs)
 
 
 __all__ = ["calibrate"]

@@ -219,6 +219,23 @@ def _parse_coalloc_policies(text: str) -> list[str]:
     return names
 
 
+GUESTS_DEFAULT = "normal"
+PERMIT_DEFAULT = "off"
+
+
+def _parse_permit(text: str) -> float | None:
+    """``--permit``: a slowdown share, or off (None)."""
+    from ..policies.permit import check_tolerance
+
+    if text.strip().lower() in ("off", "none", "no"):
+        return None
+    try:
+        return check_tolerance(float(text), "--permit")
+    except (ValueError, InvalidInput) as exc:
+        raise click.BadParameter(f"{text!r}: give a slowdown share such as 0.05, or off "
+                                 f"({exc})", param_hint="--permit") from None
+
+
 def _parse_experts(text: str) -> tuple[str, ...]:
     from ..learner.experts import EXTRA_EXPERTS
 
@@ -290,6 +307,14 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--old-rules", is_flag=True,
               help="Co-allocate by the rules before issue #10 (one guest per host, four hosts "
                    "asked per guest, former guests never host), for comparison.")
+@click.option("--guests", type=click.Choice(["normal", "idle"]), default=GUESTS_DEFAULT,
+              show_default=True,
+              help="ASA_X's guests in the normal or the idle scheduling class (cgroup v2 "
+                   "cpu.idle = 1, as the agent's --idle-guests places them).")
+@click.option("--permit", "permit_text", default=PERMIT_DEFAULT, show_default=True,
+              metavar="SHARE|off",
+              help="ASA_X's Permit step: veto a loan whose predicted host slowdown exceeds "
+                   "this share (0.05: 5 %), or off.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Also write PNG plots (makespan, runtime, ASA_X's weights) "
                                  "and the JSON result into this folder.")
@@ -310,7 +335,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
           kill_at_walltime: bool, scale_out: int, classes: str, experts_text: str,
           explain: bool, model_name: str, old_rules: bool, out_dir: Path | None,
           queue_policy: str | None, inspector: str | None, workers: int | None,
-          cluster: str | None, as_json: bool) -> None:
+          cluster: str | None, as_json: bool, guests: str = GUESTS_DEFAULT,
+          permit_text: str = PERMIT_DEFAULT) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -318,6 +344,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
 
     sizes = _parse_cores(cores_text)
     policies = _parse_coalloc_policies(policies_text)
+    permit = _parse_permit(permit_text)
     experts = _parse_experts(experts_text)
     queue = None
     try:
@@ -368,7 +395,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         experts=experts, explain=explain, scale_out=scale_out,
                                         old_rules=old_rules, model=paper_exp.MODELS[model_name],
                                         queue_policy=queue, workers=workers,
-                                        cluster=cluster)
+                                        cluster=cluster, idle_guests=guests == "idle",
+                                        permit=permit)
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -384,7 +412,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                      "sequential_cores": sequential_cores, "node_cores": node_cores,
                      "kill_at_walltime": kill_at_walltime, "scale_out": scale_out,
                      "classes": classes, "experts": list(experts), "model": model_name,
-                     "old_rules": old_rules},
+                     "old_rules": old_rules, "guests": guests, "permit": permit},
         "runs": [r.as_json(explain) for r in runs],
         "summary": summary,
         "normalised_runtime": {str(c): v for c, v in

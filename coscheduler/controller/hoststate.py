@@ -12,7 +12,7 @@ import math
 
 from .. import happiness as hp
 from ..learner import HostState
-from ..model import InvalidInput, Job, MetricsSample, RunningJob
+from ..model import InvalidInput, Job, MetricsSample, RunningJob, StageType
 from .usage import Expected
 
 
@@ -29,7 +29,7 @@ def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
 
 
 # What a host's state holds of the host alone: (class, CPU %, memory %, stage type, elapsed
-# share of walltime, Hp, I/O MB/s). The same for every guest it is asked about in a pass.
+# share of walltime, Hp, I/O MB/s, waiting share). The same for every guest it is asked about in a pass.
 OwnState = tuple
 
 
@@ -54,16 +54,35 @@ def host_own_state(rj: RunningJob, sample: MetricsSample | None, now: float,
                                        sample.tasks_per_s)
         except InvalidInput:
             happiness = None
-    return (job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s, happiness, io)
+    wait = None if sample is None else wait_share(job.stage_type, job.cores, cpu)
+    return (job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s, happiness, io,
+            wait)
+
+
+def wait_share(stage_type: StageType, cores: int, cpu_percent: float) -> float:
+    """The share of its time a job's processes wait off the CPU, from its CPU % of its cores.
+
+    A parallel stage keeps about one process per core: it waits 1 - u. A sequential stage
+    keeps one process busy however many cores it holds (a workflow's cores kept between
+    stages), so its one process computes u x cores of the time: a stage using 4 % of 16
+    cores waits 36 %, not 96 %. Which of the two a job waits on (files or sleep) the experts
+    read from its file I/O rate."""
+    u = min(1.0, max(0.0, cpu_percent / 100.0))
+    if stage_type is StageType.SEQUENTIAL:
+        return 1.0 - min(1.0, u * max(1, cores))
+    return 1.0 - u
 
 
 def state_with_guest(own: OwnState, rj: RunningJob, guest: Job | None,
                      expected: Expected | None) -> HostState:
     """A HostState from the host's own part and what is known of the guest's class."""
+    *head, wait = own
     if guest is not None and expected is not None:
-        return HostState(*own, expected.cpu_percent, expected.mem_percent,
-                         guest.cores / rj.job.cores, expected.io_mb_s)
-    return HostState(*own)
+        return HostState(*head, expected.cpu_percent, expected.mem_percent,
+                         guest.cores / rj.job.cores, expected.io_mb_s, wait_share=wait,
+                         guest_wait_share=wait_share(guest.stage_type, guest.cores,
+                                                     expected.cpu_percent))
+    return HostState(*head, wait_share=wait)
 
 
 def _plain(x: object) -> bool:
@@ -95,4 +114,4 @@ def _happiness_vs_alone(elapsed: float, walltime: float, alone: float, done: int
 _TOLERANCE = float(hp.HAPPY_SLOWDOWN)
 
 
-__all__ = ["OwnState", "host_own_state", "host_state", "state_with_guest"]
+__all__ = ["OwnState", "host_own_state", "host_state", "state_with_guest", "wait_share"]

@@ -65,6 +65,7 @@ from ..learner import LearnerConfig
 from ..learner.classes import class_key
 from ..model import InvalidInput
 from ..policies.coalloc import Asax, SpaceSharing, Static, make_policy
+from ..policies.permit import HostHarmPermit
 from ..recorder import MemoryRecorder, Recorder
 from .paper_metrics import (IO_HEAVY, PAPER_LOAD, PAPER_TABLE2_RUNTIME_H,  # noqa: F401 - re-exported
                             PAPER_TABLE3, SUMMARY_FIELDS, PaperRun, StageRecord, _Census,
@@ -135,7 +136,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               explain: bool = False, classes: str = "stage", prior_runs: bool = True,
               experts: Sequence[str] = DEFAULT_EXPERTS, model: InterferenceModel = CALIBRATED,
               usage: ClassUsage | None = None, scale_out: int = 1,
-              old_rules: bool = False, queue_policy=None) -> PaperRun:
+              old_rules: bool = False, queue_policy=None, idle_guests: bool = False,
+              permit: float | None = None) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -146,6 +148,9 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     the paper ("no hard deadlines are set for jobs' wall-clock times"), so an overrun
     shows as a longer runtime (counted in ``overruns``) rather than a killed workflow.
     ``static_fraction``: the guest's quota under Static (the paper's 50 %).
+    ``idle_guests``: ASA_X's guests run in the idle class (cpu.idle, as the agent's
+    ``--idle-guests`` places them); ``permit``: ASA_X's Permit step vetoes a loan whose
+    predicted host slowdown exceeds this share (policies.permit); None: no permit.
     """
     from coscheduler.workloads.profile import check_scale
 
@@ -163,7 +168,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     largest = max(s.job.cores for s in stages)
     nodes = cluster_nodes(cluster_cores * scale_out, node_cores, largest)
     backend = _RecordingBackend(nodes, kill_at_walltime,
-                                NO_INTERFERENCE if policy == "oracle" else model)
+                                NO_INTERFERENCE if policy == "oracle" else model,
+                                idle_guests=idle_guests and policy == "asax")
     for s in stages:
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
@@ -190,7 +196,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
         controller = Controller.from_recorder(
             backend, recorder, "asax",
             learner_config=LearnerConfig(seed=seed + repeat_index, extra_experts=tuple(experts)),
-            queue_order=order, config=config, class_of=class_key(CLASSES[classes]), usage=usage)
+            queue_order=order, config=config, class_of=class_key(CLASSES[classes]), usage=usage,
+            permit=None if permit is None else HostHarmPermit(permit, idle_guests, model))
     elif policy == "oracle":
         from ..policies.oracle import Oracle
 
@@ -236,7 +243,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    model: InterferenceModel = CALIBRATED, explain: bool = False,
                    prior_runs: bool = True, scale_out: int = 1,
                    old_rules: bool = False, queue_policy=None,
-                   workers: int | None = 1, cluster: str | None = None) -> list[PaperRun]:
+                   workers: int | None = 1, cluster: str | None = None,
+                   idle_guests: bool = False, permit: float | None = None) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -253,7 +261,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
     opts = dict(node_cores=node_cores, tag=tag, sequential_cores=sequential_cores,
                 kill_at_walltime=kill_at_walltime, mix=mix, classes=classes, experts=experts,
                 model=model, explain=explain, prior_runs=prior_runs, scale_out=scale_out,
-                old_rules=old_rules, queue_policy=queue_policy)
+                old_rules=old_rules, queue_policy=queue_policy, idle_guests=idle_guests,
+                permit=permit)
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
         tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, repeat, scale, seed,
@@ -303,7 +312,9 @@ def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repeat: i
                                 prior_runs=opts["prior_runs"],
                                 usage=usage if policy == "asax" else None,
                                 scale_out=opts["scale_out"], old_rules=opts["old_rules"],
-                                queue_policy=opts["queue_policy"])
+                                queue_policy=opts["queue_policy"],
+                                idle_guests=opts.get("idle_guests", False),
+                                permit=opts.get("permit"))
                 runs.append(run)
     return runs
 

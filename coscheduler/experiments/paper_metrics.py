@@ -48,8 +48,10 @@ _EPS = 1e-9
 class _RecordingBackend(VirtualBackend):
     """The virtual backend, noting each start's quota fraction (to report guests' quotas)."""
 
-    def __init__(self, nodes: dict[str, int], kill_at_walltime: bool, model: InterferenceModel):
-        super().__init__(nodes, kill_at_walltime=kill_at_walltime, model=model)
+    def __init__(self, nodes: dict[str, int], kill_at_walltime: bool, model: InterferenceModel,
+                 idle_guests: bool = False):
+        super().__init__(nodes, kill_at_walltime=kill_at_walltime, model=model,
+                         idle_guests=idle_guests)
         self.start_quotas: dict[str, float] = {}
         self.use_log: list[tuple[float, str, float]] = []
 

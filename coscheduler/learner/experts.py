@@ -56,7 +56,9 @@ class HostState:
     agent samples it; and what is known of the guest B that would join: ``guest_cpu_percent``,
     ``guest_mem_percent`` and ``guest_io_mb_s``, what jobs of B's class used of their own
     cores, memory and file I/O when they ran unthrottled, and ``guest_share``, B's cores
-    over A's.
+    over A's. ``wait_share`` and ``guest_wait_share``: the share of its time each job's
+    processes wait off the CPU (0-1), which the controller derives from CPU use, cores and
+    stage type (a sequential stage computes on one of its cores).
     """
 
     job_class: str
@@ -70,6 +72,8 @@ class HostState:
     guest_mem_percent: float | None = None
     guest_share: float | None = None
     guest_io_mb_s: float | None = None
+    wait_share: float | None = None
+    guest_wait_share: float | None = None
 
     def __post_init__(self) -> None:
         if _plainly_valid(self):
@@ -82,9 +86,12 @@ class HostState:
             hp = float(self.happiness)
             if math.isnan(hp) or hp < 0:
                 raise InvalidInput(f"host state: happiness must be >= 0 or None, got {self.happiness!r}")
-        for name in ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_share",
-                     "guest_io_mb_s"):
+        for name in _OPTIONAL_FIELDS:
             check_finite(getattr(self, name), f"host state: {name}", minimum=0.0, allow_none=True)
+        for name in ("wait_share", "guest_wait_share"):
+            v = getattr(self, name)
+            if v is not None and v > 1.0:
+                raise InvalidInput(f"host state: {name} must lie in [0, 1], got {v!r}")
         object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, "host state"))
 
     def features(self) -> list[float]:
@@ -113,8 +120,7 @@ class HostState:
             # JSON has no infinity: a finished-work host is "very happy".
             "happiness": None if hp is None else (HAPPINESS_DONE if math.isinf(hp) else hp),
         }
-        for name in ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_share",
-                     "guest_io_mb_s"):
+        for name in _OPTIONAL_FIELDS:
             if getattr(self, name) is not None:
                 d[name] = getattr(self, name)
         return d
@@ -134,6 +140,8 @@ class HostState:
                 guest_mem_percent=d.get("guest_mem_percent"),
                 guest_share=d.get("guest_share"),
                 guest_io_mb_s=d.get("guest_io_mb_s"),
+                wait_share=d.get("wait_share"),
+                guest_wait_share=d.get("guest_wait_share"),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise InvalidInput(f"host state record {d!r} is not valid: {exc}") from None
@@ -141,7 +149,7 @@ class HostState:
 
 _INF = math.inf
 _OPTIONAL_FIELDS = ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_share",
-                    "guest_io_mb_s")
+                    "guest_io_mb_s", "wait_share", "guest_wait_share")
 # Class names that passed validate_job_class (a pure check): a host state is built for every
 # candidate host, and a cluster has few classes. Bounded: cleared when it grows past this.
 _VALID_CLASSES: set[str] = set()
@@ -162,6 +170,9 @@ def _plainly_valid(st: "HostState") -> bool:
     for name in _OPTIONAL_FIELDS:
         v = getattr(st, name)
         if v is not None and (type(v) is not float or not 0.0 <= v < _INF):
+            return False
+    for v in (st.wait_share, st.guest_wait_share):
+        if v is not None and v > 1.0:
             return False
     if type(st.stage_type) is not StageType:
         return False
@@ -317,16 +328,20 @@ class PairExpert:
     predicted slowdown is smallest (the larger one on ties), as a narrow bell; a_0 when
     even that exceeds ``tolerance``, when memory cannot hold both or when the host is
     unhappy (Hp < 1). Without knowledge of the guest it has no opinion (uniform), so it
-    neither gains nor loses weight from those decisions. A sequential host keeps one
-    process busy whatever its cores: its waiting share is unknown and taken as one half.
+    neither gains nor loses weight from those decisions. Each job computes (1 - its
+    waiting share) of its time (``HostState.wait_share``, ``guest_wait_share``; a host
+    without one: one half when sequential, 1 - u otherwise), and its waiting is on files
+    when its class does file I/O. ``idle_guests``: the guest runs in the idle class.
     """
 
     name = "pair"
 
-    def __init__(self, m: int = 10, tolerance: float = PAIR_TOLERANCE, model=None):
+    def __init__(self, m: int = 10, tolerance: float = PAIR_TOLERANCE, model=None,
+                 idle_guests: bool = False):
         from ..backends.interference import CALIBRATED   # pure arithmetic, no backend
 
         self.m = m
+        self.idle_guests = idle_guests   # guests run in the idle class (cpu.idle)
         self.actions = action_fractions(m)
         self.tolerance = tolerance
         self.model = model if model is not None else CALIBRATED
@@ -336,27 +351,40 @@ class PairExpert:
     def predicted(self, state: HostState, j: int) -> float | None:
         """The worse of the two jobs' predicted slowdowns (runtime over alone, minus 1)
         under action j; None without knowledge of the guest."""
+        return self.predicted_at(state, self.actions[j])
+
+    def predicted_at(self, state: HostState, a: float) -> float | None:
+        """``predicted`` for a quota fraction a of the guest's cores (0 <= a < 1)."""
+        pair = self.predicted_pair(state, a)
+        return None if pair is None else max(pair)
+
+    def predicted_pair(self, state: HostState, a: float) -> tuple[float, float] | None:
+        """The host's and the guest's predicted slowdowns at a quota fraction a of the
+        guest's cores; None without knowledge of the guest."""
         from ..backends.interference import JobDemand
 
         g, gm = state.guest_cpu_percent, state.guest_mem_percent
-        if g is None or gm is None or j == 0:
-            return None if g is None or gm is None else 0.0
+        if g is None or gm is None or a <= 0.0:
+            return None if g is None or gm is None else (0.0, 0.0)
         f = 1.0 if state.guest_share is None else min(1.0, state.guest_share)
         u_h = min(1.0, state.cpu_percent / 100.0)
         u_g = min(1.0, g / 100.0)
-        wait_h = 0.5 if state.stage_type is StageType.SEQUENTIAL else 1.0 - u_h
-        host = JobDemand(cpu=u_h, wait=wait_h)
-        guest = JobDemand(cpu=u_g)
-        a = self.actions[j]
+        wait_h = state.wait_share
+        if wait_h is None:
+            wait_h = 0.5 if state.stage_type is StageType.SEQUENTIAL else 1.0 - u_h
+        wait_g = 1.0 - u_g if state.guest_wait_share is None else state.guest_wait_share
+        # Off-CPU time is disk waiting for a job that does file I/O, sleep otherwise.
+        host = JobDemand(cpu=u_h, wait=wait_h, io=wait_h if state.io_mb_s else 0.0)
+        guest = JobDemand(cpu=u_g, wait=wait_g, io=wait_g if state.guest_io_mb_s else 0.0,
+                          idle=self.idle_guests)
         q_h = 1.0 - a * f
         if q_h <= 0:
-            return math.inf
+            return (math.inf, math.inf)
         share = state.mem_percent / 100.0 + gm / 100.0 * f
         r_h = self.model.rate(host, q_h, [(guest, a, f)], share)
         r_g = self.model.rate(guest, a, [(host, q_h, 1.0)], share)
-        if r_h <= 0 or r_g <= 0:
-            return math.inf
-        return max(1.0 / r_h, 1.0 / r_g) - 1.0
+        return (1.0 / r_h - 1.0 if r_h > 0 else math.inf,
+                1.0 / r_g - 1.0 if r_g > 0 else math.inf)
 
     def action(self, state: HostState) -> int | None:
         """The action index it favours, or None without knowledge of the guest."""

@@ -160,8 +160,12 @@ class Asax:
     co_allocates = True
 
     def __init__(self, learner: AsaxLearner, class_of: Callable[[Job], str] | None = None,
-                 idle_only: bool = True, max_asks: int | None = 3):
+                 idle_only: bool = True, max_asks: int | None = 3,
+                 permit: Callable[[HostState, float], bool] | None = None):
         self.learner = learner
+        # The Permit step (after the learner chose a lending, before it is carried out):
+        # False vetoes the loan, which is then not made and teaches nothing.
+        self.permit = permit
         # Hosts asked per guest and pass: a few, not every host until one says yes (with
         # enough asks some sampled action lends, whatever the learner has learned).
         # None: no limit.
@@ -194,6 +198,10 @@ class Asax:
                 self.learner.observe(d.decision_id, 0.0, now)
                 declined.append(d)
                 continue
+            if not short and self.permit is not None:
+                a = d.action_fraction if cand.loan_cap is None else min(d.action_fraction,
+                                                                        cand.loan_cap)
+                short = not self.permit(cand.state, a)
             if short:
                 # An action under half the guest's need: no loan is made. It was not carried
                 # out, so nothing is learned from it (no loss to observe); it counts as a decline.
@@ -211,17 +219,19 @@ POLICY_NAMES = ("space-sharing", "static", "asax")
 def make_policy(name: str, learner: AsaxLearner | None = None,
                 static_fraction: float = 0.5,
                 class_of: Callable[[Job], str] | None = None,
-                idle_only: bool = True) -> CoallocationPolicy:
+                idle_only: bool = True,
+                permit: Callable[[HostState, float], bool] | None = None) -> CoallocationPolicy:
     """A policy by name: ``space-sharing`` (alias ``slurm``), ``static``, ``asax``
     (``class_of``: the learner's class of a host job, default its job class;
-    ``idle_only``: ASA_X lends only the host's idle share)."""
+    ``idle_only``: ASA_X lends only the host's idle share; ``permit``: ASA_X's Permit step,
+    policies.permit)."""
     key = name.strip().lower() if isinstance(name, str) else name
     if key in ("space-sharing", "spacesharing", "slurm"):
         return SpaceSharing()
     if key == "static":
         return Static(static_fraction)
     if key in ("asax", "asa_x"):
-        return Asax(learner or AsaxLearner(), class_of, idle_only)
+        return Asax(learner or AsaxLearner(), class_of, idle_only, permit=permit)
     raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
 
 
