@@ -168,3 +168,25 @@ def test_a_second_session_never_fitted_sees_the_sleepy_host_as_the_model_does():
         assert abs(rows[f"mixed at {q}, same CPU"]["error"]) <= 0.10, rows[f"mixed at {q}, same CPU"]
         io = rows[f"io at {q}, same CPU"]
         assert io["low"] <= io["model"] <= io["high"], io
+
+
+IDLE_SESSION = MEASURED.with_name("idle.json")   # cosched calibrate --idle
+
+
+def test_the_idle_class_as_measured_protects_the_host_and_starves_a_waiting_guest():
+    """``cosched calibrate --idle`` (docs/calibration.md): beside a CPU-bound guest at 50/50
+    on one core, a disk-waiting host measured 1.62x with the guest in the normal class and
+    1.04x with it idle; a waiting guest in the idle class beside a CPU-bound host measured
+    3.7-6x. The shipped idle terms are the fit of that session, and its pairs left out of
+    the fit are predicted within issue 19's rms target."""
+    raw = json.loads(IDLE_SESSION.read_text())
+    fitting.validate(raw, str(IDLE_SESSION))
+    pts = {p.label(): p.slowdown for p in fitting.points(raw)}
+    assert pts["io at 50% beside cpu at 50%, same CPU, co-runner idle"] < \
+        pts["io at 50% beside cpu at 50%, same CPU"] - 0.3
+    assert pts["mixed at 50% beside cpu at 50%, same CPU, target idle"] > 2.0
+    refit = fitting.fit(raw, CALIBRATED, only=("idle_yield", "idle_penalty"))
+    assert refit.idle_yield == pytest.approx(CALIBRATED.idle_yield, abs=0.02)
+    assert refit.idle_penalty == pytest.approx(CALIBRATED.idle_penalty, rel=0.05)
+    assert CALIBRATED.idle_yield < 0.5
+    assert fitting.held_out(raw)["rms_log_error"] <= 0.12

@@ -190,8 +190,11 @@ class InterferenceModel:
 # ``cosched calibrate`` on the shared 2-core development machine (load average 2-8);
 # docs/calibration.md gives the figures, the fit's errors and its error on pairs left out
 # of it. memory_penalty is the assumed one (not measured).
+# idle_yield and idle_penalty: ``cosched calibrate --idle`` (coscheduler/calibration/idle.json,
+# load average 7-10: the idle guest lost to that load too, so its penalty is an upper end).
 CALIBRATED = InterferenceModel(throttle=0.0359, overlap=0.6254, timeslice=1.2013, wakeup=2.3306,
-                               cache=0.0231, bandwidth=0.0887, io=0.0, memory_penalty=2.0)
+                               cache=0.0231, bandwidth=0.0887, io=0.0, memory_penalty=2.0,
+                               idle_yield=0.1994, idle_penalty=9.2155)
 
 # No interference beyond what quotas do (for tests that want the pure quota model).
 QUOTA_ONLY = InterferenceModel(memory_penalty=0.0)
