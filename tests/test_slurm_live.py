@@ -117,7 +117,10 @@ def submit(state, jobs, cosched=True):
 
 def cpu_ns(node, jid) -> int:
     f = next(CPUACCT.glob(f"slurm_{node}/uid_*/job_{jid}"), None)
-    return int((f / "cpuacct.usage").read_text()) if f is not None else 0
+    # A job cgroup gone mid-window (the job ended, or another cluster's clean-up on a
+    # shared cgroup tree removed it) must fail by name, not as a negative CPU share.
+    assert f is not None, f"job {jid}'s cgroup is gone from {CPUACCT}/slurm_{node}"
+    return int((f / "cpuacct.usage").read_text())
 
 
 def kernel_quota_us(backend, node, jid) -> int:
