@@ -42,7 +42,7 @@ QUEUE_ENV = "COSCHED_MESOS_QUEUE"
 # (coscheduler/boundedjson.py), a bad one is set aside in rejected/ and the rest go on.
 MAX_FILE_BYTES = 1 << 20          # one job; its command line included
 MAX_JOB_DEPTH = 8                 # a job object is 2 deep (its command list), a list of them 3
-# --queue-file: a whole workload at start, ~280 bytes a job: 64 MB is ~230k jobs
+# --queue-file: a whole workload at start, ~340 bytes a job: 64 MB is ~200k jobs
 QUEUE_FILE_MB_ENV = "COSCHED_QUEUE_FILE_MAX_MB"
 DEFAULT_QUEUE_FILE_MB = 64
 
