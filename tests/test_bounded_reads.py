@@ -17,6 +17,8 @@ import tracemalloc
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import FIXTURES
 from coscheduler import boundedjson
@@ -46,6 +48,35 @@ def test_the_nesting_scan_skips_brackets_in_strings_and_escapes():
         boundedjson.loads(raw, max_depth=3)
     # chunked: the string state carries over a chunk's end
     assert boundedjson.nesting_depth(b'["' + b"[" * 9_000_000 + b'"]', 2) == 1
+
+
+def _depth(x) -> int:
+    if isinstance(x, dict):
+        return 1 + max(map(_depth, x.values()), default=0)
+    if isinstance(x, list):
+        return 1 + max(map(_depth, x), default=0)
+    return 0
+
+
+_TEXT = st.text(alphabet='[]{}"\\\\/nu ax', max_size=8)
+_DOCS = st.recursive(st.none() | st.integers() | _TEXT,
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+                     max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=_DOCS, chunk=st.sampled_from([1, 2, 3, 7, 1 << 22]))
+def test_the_nesting_scan_agrees_with_the_parsed_depth(doc, chunk):
+    raw = json.dumps(doc).encode()
+    saved = boundedjson._CHUNK
+    boundedjson._CHUNK = chunk
+    try:
+        got = boundedjson.nesting_depth(raw, _depth(doc))
+        assert got == _depth(doc) or (got == 0 and raw.count(b"[") + raw.count(b"{") <= _depth(doc))
+        if _depth(doc) > 0:
+            assert boundedjson.nesting_depth(raw, _depth(doc) - 1) == _depth(doc)
+    finally:
+        boundedjson._CHUNK = saved
 
 
 def test_a_stream_is_read_up_to_its_cap_and_no_further(tmp_path):
