@@ -22,8 +22,6 @@ import stat
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 DEFAULT_MAX_BYTES = 16 << 20
 DEFAULT_MAX_DEPTH = 64
 _CHUNK = 4 << 20          # the nesting scan's memory: a few times this, whatever the input
@@ -66,6 +64,8 @@ def nesting_depth(raw: bytes, limit: int) -> int:
     the parser refuses it (a RecursionError included)."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return 0
+    import numpy as np      # here: the node agent imports this module and needs no numpy
+
     if b"\\" in raw:
         raw = _ESCAPE.sub(b"", raw)
     marks = raw.translate(None, _NOT_MARKS)
