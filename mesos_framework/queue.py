@@ -143,6 +143,7 @@ class JobQueue:
         self.new, self.active = self.root / "new", self.root / "active"
         self.done, self.rejected = self.root / "done", self.root / "rejected"
         self._names: dict[str, str] = {}     # job id -> its file name under active/
+        self.refused = 0                     # files set aside in rejected/ by this reader
 
     def ensure(self) -> "JobQueue":
         for d in (self.new, self.active, self.done, self.rejected):
@@ -253,6 +254,7 @@ class JobQueue:
         return job_from_dict(item, str(path))
 
     def _reject(self, src: Path, reason: str) -> None:
+        self.refused += 1
         log.error("job queue: %s", reason)
         try:
             self.rejected.mkdir(parents=True, exist_ok=True)

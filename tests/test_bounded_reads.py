@@ -149,7 +149,7 @@ def test_a_fifo_and_a_deep_file_in_the_queue_are_set_aside_and_the_others_go_on(
     if t.is_alive():                   # main before the fix: free the thread stuck on the FIFO
         os.close(os.open(q.new / f"{2:020d}-pipe.json", os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("reading the queue blocked on a FIFO")
-    assert [j.job_id for j in got[0]] == ["a", "b"]
+    assert [j.job_id for j in got[0]] == ["a", "b"] and q.refused == 2
     errors = {p.name: p.read_text() for p in q.rejected.glob("*.error")}
     assert "not a regular file" in errors[f"{2:020d}-pipe.json.error"]
     assert "nested more than 8 levels" in errors[f"{3:020d}-deep.json.error"]
@@ -312,3 +312,21 @@ def test_a_100k_deep_slurmrestd_answer_skips_one_pass_and_the_next_goes_on(token
         assert backend.queued() or backend.running()
     finally:
         replay.close()
+
+
+def test_a_node_agent_answering_10_gb_is_one_error_not_10_gb_in_memory():
+    from monitoring.client import AgentClient, AgentError
+
+    flood = Flood()
+    try:
+        client = AgentClient(flood.url, timeout=5.0)
+        t0 = time.monotonic()
+        with pytest.raises(AgentError) as err:
+            client.jobs()
+        took = time.monotonic() - t0
+        client.close()
+    finally:
+        flood.close()
+    msg = str(err.value)
+    assert f"answer of the agent at {flood.url}" in msg and "more than the 16777216 bytes" in msg
+    assert "\n" not in msg and took < 5
