@@ -1,5 +1,5 @@
 """Map a picklable function over independent tasks: in this process, on a local process
-pool, or on a Dask cluster given by address.
+pool, or on a Dask or Ray cluster given by address.
 
 Long parameter sweeps (``cosched simulate paper --repeat``, ``simulate learned``,
 ``simulate multi``) are many independent runs. ``run_tasks`` runs them and hands the
@@ -10,8 +10,12 @@ sweep prints exactly what a serial one prints. A task that raises comes back as 
 What is independent is the caller's business: a task here is a whole chain of runs that
 must stay in one process (ASA_X's learning carried over between repetitions).
 
-The cluster library is optional (the ``cluster`` extra, ``dask[distributed]``) and is
-imported only when a cluster address is given.
+The cluster libraries are optional (the ``cluster`` extra, ``dask[distributed]``; the
+``ray`` extra, ``ray``) and are imported only when a cluster address is given: a Dask
+scheduler's (``tcp://HOST:8786``), or a Ray cluster's (``ray://HOST:PORT``: Ray Client,
+which needs ``ray[client]``; ``ray:HOST:PORT``: the head's GCS address, as ``ray start``
+prints it; ``ray:auto``: the cluster this machine has joined). The same function runs as a
+Ray task per chain, results in task order, so the figures are the serial ones.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import concurrent.futures as cf
 import importlib
 import multiprocessing
 import os
+import socket
 import sys
 import threading
 import traceback
@@ -31,6 +36,7 @@ from typing import Any, Callable, Sequence
 _THREADED = ("jax", "jaxlib", "torch", "tensorflow")
 
 CLUSTER_EXTRA = "pip install 'coscheduler[cluster]'  (or: pip install 'dask[distributed]')"
+RAY_EXTRA = "pip install 'coscheduler[ray]'  (or: pip install ray)"
 
 
 class SweepError(Exception):
@@ -79,7 +85,8 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[Task], workers: int | None
     """``[fn(*t.args) for t in tasks]``, in task order; ``on_result(task, result)`` is called
     in task order as results arrive. ``workers``: processes on this machine (None: its
     cores; 1: in this process, exceptions unchanged). ``cluster``: a Dask scheduler address
-    (``tcp://host:8786``); then ``workers`` is ignored. Raises ``TaskFailed`` naming the
+    (``tcp://host:8786``) or a Ray cluster's (``ray:...``, the module docstring); then
+    ``workers`` is ignored. Raises ``TaskFailed`` naming the
     first failing task (in task order); the tasks not yet started are cancelled.
     ``preload``: modules the tasks will import late and slowly (sklearn: about 1 s here);
     a local pool imports them once before it forks, or once per worker when it spawns,
@@ -88,6 +95,8 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[Task], workers: int | None
                                 or workers < 1):
         raise SweepError(f"workers must be an integer >= 1, got {workers!r}")
     tasks = list(tasks)
+    if cluster is not None and cluster.startswith("ray:"):
+        return _run_ray(fn, tasks, cluster, on_result)
     if cluster is not None:
         return _run_dask(fn, tasks, cluster, on_result)
     n = min(default_workers() if workers is None else workers, len(tasks))
@@ -142,9 +151,6 @@ def _run_pool(fn, tasks: list[Task], n: int, on_result, preload: tuple[str, ...]
 
 
 def _run_dask(fn, tasks: list[Task], address: str, on_result) -> list[Any]:
-    if address.startswith("ray:"):
-        raise SweepError(f"--cluster {address}: Ray clusters are not supported yet; give a Dask "
-                         "scheduler address (tcp://HOST:8786)")
     try:
         from distributed import Client
     except ImportError:
@@ -174,5 +180,78 @@ def _run_dask(fn, tasks: list[Task], address: str, on_result) -> list[Any]:
         client.close()
 
 
-__all__ = ["CLUSTER_EXTRA", "SweepError", "Task", "TaskFailed", "default_workers", "run_tasks",
-           "start_method"]
+def ray_target(address: str) -> str:
+    """What ``ray.init(address=...)`` takes for ``--cluster`` ``address`` (``ray://HOST:PORT``,
+    ``ray:HOST:PORT`` or ``ray:auto``); SweepError naming the address otherwise."""
+    if address.startswith("ray://"):
+        rest = address[len("ray://"):]
+        target = address
+    else:
+        rest = target = address[len("ray:"):]
+        if rest == "auto":
+            return "auto"
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SweepError(f"--cluster {address!r}: expected ray://HOST:PORT (Ray Client), "
+                         "ray:HOST:PORT (the head's address) or ray:auto")
+    return target
+
+
+def _reachable(address: str, target: str) -> None:
+    # ray.init retries an address that does not answer for minutes: ask the socket first
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise SweepError(f"cannot reach the Ray cluster at {address}: "
+                         f"{exc.strerror or type(exc).__name__}") from None
+
+
+def _call(fn, *args):
+    return fn(*args)
+
+
+def _run_ray(fn, tasks: list[Task], address: str, on_result) -> list[Any]:
+    target = ray_target(address)
+    try:
+        import ray
+    except ImportError:
+        raise SweepError(f"--cluster {address} needs Ray, which is not installed: {RAY_EXTRA}") from None
+    own = not ray.is_initialized()      # a caller's own connection is kept, and left open
+    if own:
+        if target != "auto":
+            _reachable(address, target)
+        try:
+            ray.init(address=target, log_to_driver=False, logging_level="WARNING")
+        except ImportError as exc:      # Ray Client without its gRPC part
+            raise SweepError(f"--cluster {address}: Ray Client needs pip install 'ray[client]' "
+                             f"({exc})") from None
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise SweepError(f"cannot join the Ray cluster at {address}: {first}") from None
+    try:
+        remote = ray.remote(_call)      # any picklable callable, builtins and partials too
+        refs = [remote.remote(fn, *t.args) for t in tasks]
+        results = []
+        for t, ref in zip(tasks, refs):
+            try:
+                r = ray.get(ref)
+            except Exception as exc:
+                for other in refs:
+                    try:
+                        ray.cancel(other)
+                    except Exception:  # noqa: BLE001 - done already, or gone with the cluster
+                        pass
+                # RayTaskError carries the task's own exception as .cause, its traceback in str()
+                raise TaskFailed(t.name, getattr(exc, "cause", None) or exc, str(exc)) from None
+            if on_result is not None:
+                on_result(t, r)
+            results.append(r)
+        return results
+    finally:
+        if own:
+            ray.shutdown()
+
+
+__all__ = ["CLUSTER_EXTRA", "RAY_EXTRA", "SweepError", "Task", "TaskFailed", "default_workers",
+           "ray_target", "run_tasks", "start_method"]

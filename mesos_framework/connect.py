@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.backend import BackendError
 from coscheduler.model import InvalidInput
 
@@ -127,8 +128,9 @@ def backend_from_options(options: Mapping[str, Any]) -> MesosBackend:
         if not options.get("principal"):
             raise InvalidInput("--secret-file needs --principal (HTTP Basic authentication)")
         try:
-            secret = Path(options["secret_file"]).read_text().splitlines()[0].strip()
-        except (OSError, IndexError) as exc:
+            raw = boundedjson.read_file(options["secret_file"], 64 << 10, "the secret file")
+            secret = raw.decode().splitlines()[0].strip()
+        except (OSError, IndexError, ValueError) as exc:
             raise InvalidInput(f"--secret-file {options['secret_file']}: cannot read a secret ({exc})") from None
     driver = MesosSchedulerDriver(backend, backend.framework_info(), master,
                                   principal=options.get("principal"), secret=secret)

@@ -14,16 +14,16 @@ included) and ``close()``. ``MesosBackend.add_feed`` attaches one.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
 import time
 from typing import Any
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput, Outcome
 
-from .queue import JobQueue
+from .queue import MAX_FILE_BYTES, MAX_JOB_DEPTH, JobQueue
 
 log = logging.getLogger("mesos_framework.feeds")
 
@@ -52,7 +52,9 @@ class QueueFeed:
         ids = {j.job_id for j in jobs}
         for dep in {d for j in jobs for d in j.depends_on} - ids:
             try:
-                state = json.loads((self.queue.done / f"{dep}.json").read_text())["outcome"]["state"]
+                done = boundedjson.load_file(self.queue.done / f"{dep}.json",
+                                             max_bytes=MAX_FILE_BYTES + 4096, max_depth=MAX_JOB_DEPTH)
+                state = done["outcome"]["state"]
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             backend.note_ended(dep, str(state))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput, Job, Outcome, validate_job_id
 
 log = logging.getLogger("mesos_framework.queue")
@@ -37,7 +38,13 @@ log = logging.getLogger("mesos_framework.queue")
 JOB_FIELDS = frozenset({"job_id", "cores", "walltime_s", "job_class", "submit_time", "stage_type",
                         "tasks", "nodes", "workflow", "depends_on", "mem_mb", "user", "command"})
 QUEUE_ENV = "COSCHED_MESOS_QUEUE"
-MAX_FILE_BYTES = 1 << 20
+# Files in the queue folder are written by anyone who may submit: each is read bounded
+# (coscheduler/boundedjson.py), a bad one is set aside in rejected/ and the rest go on.
+MAX_FILE_BYTES = 1 << 20          # one job; its command line included
+MAX_JOB_DEPTH = 8                 # a job object is 2 deep (its command list), a list of them 3
+# --queue-file: a whole workload at start, ~340 bytes a job: 64 MB is ~200k jobs
+QUEUE_FILE_MB_ENV = "COSCHED_QUEUE_FILE_MAX_MB"
+DEFAULT_QUEUE_FILE_MB = 64
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -70,18 +77,44 @@ def job_from_dict(item: Any, where: str) -> Job:
         raise InvalidInput(f"{where}: {exc}") from None
 
 
-def read_queue_file(path: str | os.PathLike) -> list[Job]:
-    """Jobs from a JSON file: a list of job objects, or one object per line (JSON lines)."""
+def queue_file_cap() -> int:
+    """--queue-file's size cap in bytes: $COSCHED_QUEUE_FILE_MAX_MB, else 64 MB."""
+    raw = os.environ.get(QUEUE_FILE_MB_ENV, "").strip()
+    if not raw:
+        return DEFAULT_QUEUE_FILE_MB << 20
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise InvalidInput(f"queue file {path}: {exc.strerror or exc}") from None
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if not 0 < mb < 1 << 20:
+        raise InvalidInput(f"${QUEUE_FILE_MB_ENV}={raw[:40]!r}: expected a size in MB, above 0")
+    return int(mb * (1 << 20))
+
+
+def read_queue_file(path: str | os.PathLike, max_bytes: int | None = None) -> list[Job]:
+    """Jobs from a JSON file: a list of job objects, or one object per line (JSON lines);
+    at most ``max_bytes`` (``queue_file_cap()``), read in pieces, never more."""
+    cap = queue_file_cap() if max_bytes is None else max_bytes
+    where = f"queue file {path}"
     try:
-        items = json.loads(text) if text.lstrip().startswith("[") else \
-            [json.loads(line) for line in text.splitlines() if line.strip()]
-    except ValueError as exc:
-        raise InvalidInput(f"queue file {path}: not JSON ({exc})") from None
-    return [job_from_dict(item, f"queue file {path}: job {i + 1}") for i, item in enumerate(items)]
+        raw = boundedjson.read_file(path, cap, where)
+    except FileNotFoundError:
+        raise InvalidInput(f"{where}: no such file") from None
+    except boundedjson.JSONUnusable as exc:
+        hint = f" (a larger file: set ${QUEUE_FILE_MB_ENV})" if "bytes" in str(exc) else ""
+        raise InvalidInput(f"{exc}{hint}") from None
+    try:
+        if raw.lstrip().startswith(b"["):
+            items = boundedjson.loads(raw, max_bytes=cap, max_depth=MAX_JOB_DEPTH, what=where)
+        else:
+            items = [boundedjson.loads(line, max_bytes=cap, max_depth=MAX_JOB_DEPTH,
+                                       what=f"{where}: line {i + 1}")
+                     for i, line in enumerate(raw.splitlines()) if line.strip()]
+    except boundedjson.JSONUnusable as exc:
+        raise InvalidInput(str(exc)) from None
+    if not isinstance(items, list):
+        raise InvalidInput(f"{where}: not a list of job objects")
+    return [job_from_dict(item, f"{where}: job {i + 1}") for i, item in enumerate(items)]
 
 
 def default_queue_dir(db: Path | None = None) -> Path:
@@ -110,6 +143,7 @@ class JobQueue:
         self.new, self.active = self.root / "new", self.root / "active"
         self.done, self.rejected = self.root / "done", self.root / "rejected"
         self._names: dict[str, str] = {}     # job id -> its file name under active/
+        self.refused = 0                     # files set aside in rejected/ by this reader
 
     def ensure(self) -> "JobQueue":
         for d in (self.new, self.active, self.done, self.rejected):
@@ -149,6 +183,8 @@ class JobQueue:
         for n in names:
             try:
                 job = self._read(self.active / n)
+            except FileNotFoundError:
+                continue
             except InvalidInput as exc:
                 self._reject(self.active / n, str(exc))
                 continue
@@ -165,7 +201,7 @@ class JobQueue:
             return
         src = self.active / name
         try:
-            data = json.loads(src.read_text())
+            data = boundedjson.load_file(src, max_bytes=MAX_FILE_BYTES, max_depth=MAX_JOB_DEPTH)
         except (OSError, ValueError):
             data = {"job_id": outcome.job_id}
         record = {"job": data, "outcome": {"state": outcome.state, "reason": outcome.reason,
@@ -208,18 +244,17 @@ class JobQueue:
         return Taken(job, name)
 
     def _read(self, path: Path) -> Job:
-        st = path.stat()
-        if st.st_size > MAX_FILE_BYTES:
-            raise InvalidInput(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+        """The job in one queue file; InvalidInput (the file is set aside) when it is not a
+        regular file, is over MAX_FILE_BYTES, nested deeper than MAX_JOB_DEPTH or not a job.
+        FileNotFoundError passes through: another reader took it."""
         try:
-            item = json.loads(path.read_text())
-        except ValueError as exc:
-            raise InvalidInput(f"{path}: not JSON ({exc})") from None
-        except UnicodeDecodeError as exc:
-            raise InvalidInput(f"{path}: not UTF-8 text ({exc})") from None
+            item = boundedjson.load_file(path, max_bytes=MAX_FILE_BYTES, max_depth=MAX_JOB_DEPTH)
+        except boundedjson.JSONUnusable as exc:
+            raise InvalidInput(str(exc)) from None
         return job_from_dict(item, str(path))
 
     def _reject(self, src: Path, reason: str) -> None:
+        self.refused += 1
         log.error("job queue: %s", reason)
         try:
             self.rejected.mkdir(parents=True, exist_ok=True)
@@ -236,5 +271,6 @@ def check_queue_dir(path: str | os.PathLike) -> Path:
     return p
 
 
-__all__ = ["JOB_FIELDS", "JobQueue", "QUEUE_ENV", "check_queue_dir", "default_queue_dir",
-           "job_from_dict", "job_to_dict", "read_queue_file", "validate_job_id"]
+__all__ = ["JOB_FIELDS", "JobQueue", "QUEUE_ENV", "QUEUE_FILE_MB_ENV", "check_queue_dir",
+           "default_queue_dir", "job_from_dict", "job_to_dict", "queue_file_cap", "read_queue_file",
+           "validate_job_id"]

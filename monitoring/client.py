@@ -20,6 +20,8 @@ from urllib.parse import quote, urlsplit
 
 from coscheduler import boundedjson
 
+MAX_ANSWER_BYTES = boundedjson.DEFAULT_MAX_BYTES     # 16 MB, as for the agent's request bodies
+
 
 class AgentError(RuntimeError):
     def __init__(self, message: str, status: int | None = None, method: str = "", path: str = ""):
@@ -113,11 +115,17 @@ class AgentClient:
                     self._conn.request(method, path, body=data or (b"" if method != "GET" else None),
                                        headers=headers)
                     resp = self._conn.getresponse()
-                    payload = resp.read()
+                    # an agent is a peer: its answer is read up to a cap, never whole first
+                    payload = boundedjson.read_limited(resp, MAX_ANSWER_BYTES,
+                                                       f"answer of the agent at {self.url}")
                     if resp.getheader("Connection", "").lower() == "close":
                         self._conn.close()
                         self._conn = None
                     break
+                except boundedjson.JSONUnusable as e:
+                    self._conn.close()
+                    self._conn = None
+                    raise AgentError(str(e), None, method, path) from None
                 except (http.client.HTTPException, OSError) as e:
                     if self._conn is not None:
                         self._conn.close()

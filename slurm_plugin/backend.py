@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, check_finite)
@@ -63,6 +64,8 @@ from .walltime import WalltimeCredit, credit_minutes, projected_end
 
 log = logging.getLogger("slurm_plugin.backend")
 
+_MAX_STATE_BYTES = 64 << 20            # its own state file: job ids and times
+_MAX_USAGE_BYTES = 64 << 10            # a job wrapper's record: five numbers
 _CLOSED_NODE_S = 60.0                 # how soon a closed node is expected back (per pass)
 
 
@@ -113,7 +116,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
         if self.state_file is None or not self.state_file.exists():
             return
         try:
-            data = json.loads(self.state_file.read_text())
+            data = boundedjson.load_file(self.state_file, max_bytes=_MAX_STATE_BYTES, max_depth=8)
             self.reported = {int(x) for x in data.get("reported", [])}
             self.eligible_at = {int(k): float(v) for k, v in data.get("eligible_at", {}).items()}
         except (OSError, ValueError, TypeError, AttributeError) as exc:
@@ -546,7 +549,9 @@ class SlurmBackend(SlurmReading, AgentCalls):
         if self.usage_dir is None:
             return None
         try:
-            data = json.loads((self.usage_dir / f"{int(job_id)}.json").read_text())
+            # written by the job wrapper, as the job's user: read bounded
+            data = boundedjson.load_file(self.usage_dir / f"{int(job_id)}.json",
+                                         max_bytes=_MAX_USAGE_BYTES, max_depth=8)
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None

@@ -6,6 +6,12 @@ command line, its exit status and its stderr. Failures that mean "the controller
 reached right now" (slurmctld restarting, a socket timeout) are retried with exponential
 backoff before giving up; an answer that is plainly final ("Invalid job id specified") is
 not retried.
+
+A command's output is read as it comes, up to a cap (``max_output_bytes``; 1 GiB unless
+``$COSCHED_SLURM_MAX_JSON_MB`` says otherwise): a command that prints more is killed and
+named, never read whole into memory. Slurm 24.11's ``squeue --json`` prints about 9 KB a
+job (tests/fixtures/slurm), so the default holds about 110,000 jobs; a site with more sets
+the variable (slurmrestd's bodies, rest.py, share it).
 """
 
 from __future__ import annotations
@@ -13,14 +19,17 @@ from __future__ import annotations
 import logging
 import os
 import re
+import selectors
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from coscheduler.backend import BackendError
+from coscheduler.model import InvalidInput
 
 log = logging.getLogger("slurm_plugin.commands")
 
@@ -30,6 +39,90 @@ _TRANSIENT = re.compile(
     r"Zero Bytes were transmitted|Communication connection failure|Connection reset|"
     r"Transport endpoint|standby mode|Resource temporarily unavailable|"
     r"Unable to establish a connection|Slurm temporarily unable", re.I)
+
+
+MAX_OUTPUT_ENV = "COSCHED_SLURM_MAX_JSON_MB"
+DEFAULT_MAX_OUTPUT_MB = 1024
+_STDERR_KEEP = 64 << 10          # what an error message can use of stderr; the rest is dropped
+
+
+def output_cap() -> int:
+    """The cap on one answer of Slurm (a command's stdout, a slurmrestd body) in bytes:
+    $COSCHED_SLURM_MAX_JSON_MB, else 1 GiB. InvalidInput names a bad value."""
+    raw = os.environ.get(MAX_OUTPUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_OUTPUT_MB << 20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if not 0 < mb < 1 << 30:
+        raise InvalidInput(f"${MAX_OUTPUT_ENV}={raw[:40]!r}: expected a size in MB, above 0")
+    return max(1, int(mb * (1 << 20)))
+
+
+class _TooMuch(Exception):
+    pass
+
+
+def _capture(argv: list[str], env: dict[str, str], timeout_s: float, input_text: str | None,
+             max_bytes: int) -> tuple[int, bytes, bytes]:
+    """Run ``argv``; (exit status, stdout, the first 64 KB of stderr), reading both pipes as
+    they fill. _TooMuch (the child killed) once stdout passes ``max_bytes``;
+    subprocess.TimeoutExpired (killed) after ``timeout_s``."""
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    if input_text is not None:
+        threading.Thread(target=_feed, args=(p.stdin, input_text.encode()), daemon=True).start()
+    out: list[bytes] = []
+    err: list[bytes] = []
+    size = kept = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(p.stdout, selectors.EVENT_READ)
+            sel.register(p.stderr, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout_s, stderr=b"".join(err))
+                for key, _ in sel.select(left):
+                    data = os.read(key.fd, 1 << 16)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                    elif key.fileobj is p.stdout:
+                        size += len(data)
+                        if size > max_bytes:
+                            raise _TooMuch()
+                        out.append(data)
+                    elif kept < _STDERR_KEEP:
+                        err.append(data[:_STDERR_KEEP - kept])
+                        kept += len(err[-1])
+        try:
+            rc = p.wait(max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(argv, timeout_s, stderr=b"".join(err)) from None
+        return rc, b"".join(out), b"".join(err)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:       # the command did not read it all: its answer says what went wrong
+        pass
+
+
+def _text(data: bytes) -> str:
+    # as subprocess's text mode: universal newlines; bytes that are not UTF-8 shown, not fatal
+    text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 class SlurmCommandError(BackendError):
@@ -61,6 +154,7 @@ class SlurmCommands:
     backoff_s: float = 0.2
     bin_dir: str | None = None
     sleep: Callable[[float], None] = time.sleep
+    max_output_bytes: int = field(default_factory=output_cap)
     calls: int = field(default=0, init=False)
 
     def env(self) -> dict[str, str]:
@@ -94,24 +188,27 @@ class SlurmCommands:
                 self.sleep(delay)
             self.calls += 1
             try:
-                p = subprocess.run(argv, capture_output=True, text=True, env=self.env(),
-                                   timeout=timeout_s or self.timeout_s, input=input_text,
-                                   stdin=None if input_text is not None else subprocess.DEVNULL)
+                rc, out, err = _capture(argv, self.env(), timeout_s or self.timeout_s, input_text,
+                                        self.max_output_bytes)
             except subprocess.TimeoutExpired as exc:
-                err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-                last = SlurmCommandError(shown, None, err, transient=True,
+                last = SlurmCommandError(shown, None, _text(exc.stderr or b""), transient=True,
                                          note=f"timed out after {timeout_s or self.timeout_s:g} s")
                 continue
+            except _TooMuch:
+                raise SlurmCommandError(
+                    shown, None, "", note=f"printed more than {self.max_output_bytes} bytes and was "
+                    f"stopped; a larger cluster: set ${MAX_OUTPUT_ENV}") from None
             except OSError as exc:
                 raise SlurmCommandError(shown, None, str(exc), note="could not be started") from None
-            if p.returncode == 0:
-                return p.stdout
-            transient = bool(_TRANSIENT.search(p.stderr or ""))
-            last = SlurmCommandError(shown, p.returncode, p.stderr or p.stdout, transient)
+            if rc == 0:
+                return _text(out)
+            stderr = _text(err)
+            transient = bool(_TRANSIENT.search(stderr))
+            last = SlurmCommandError(shown, rc, stderr or _text(out[-_STDERR_KEEP:]), transient)
             if not transient:
                 raise last
         assert last is not None
         raise last
 
 
-__all__ = ["SlurmCommandError", "SlurmCommands"]
+__all__ = ["MAX_OUTPUT_ENV", "SlurmCommandError", "SlurmCommands", "output_cap"]

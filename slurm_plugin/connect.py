@@ -11,10 +11,10 @@ or with a template for every node of the partition: ``{"url": "http://{node}:913
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
 
 from .backend import SlurmBackend
@@ -39,7 +39,7 @@ def agent_clients(spec: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
 
 def read_agents_file(path: str | Path, nodes: list[str] | None = None) -> dict[str, dict]:
     try:
-        data = json.loads(Path(path).read_text())
+        data = boundedjson.load_file(path, max_bytes=64 << 20, max_depth=8, what="contents")
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"agents file {path}: {exc}") from None
     if isinstance(data, dict) and isinstance(data.get("nodes"), dict):

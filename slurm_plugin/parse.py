@@ -20,13 +20,13 @@ A malformed answer raises ``ParseError`` naming what was wrong.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
 
 # Slurm's "no value" / "infinite" markers in 32-bit fields.
@@ -252,11 +252,17 @@ def _shared(v: Any) -> bool | None:
 
 # -- JSON ------------------------------------------------------------------------------------
 
-def _load(text: str, what: str) -> dict:
+# Slurm's JSON is 9 to 12 levels deep (22.05 to 26.05, tests/fixtures/slurm); its size is
+# capped where it is read, as it streams in (commands.py, rest.py).
+MAX_JSON_DEPTH = 64
+
+
+def _load(text: str | bytes, what: str) -> dict:
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ParseError(f"{what} did not answer JSON ({exc}); it began: {text[:120]!r}") from None
+        data = boundedjson.loads(text, max_bytes=len(text) * 4 + 1, max_depth=MAX_JSON_DEPTH, what=what)
+    except boundedjson.JSONUnusable as exc:
+        why = str(exc).removeprefix(f"{what}: ")
+        raise ParseError(f"{what} did not answer JSON ({why}); it began: {text[:80]!r}") from None
     if not isinstance(data, dict):
         raise ParseError(f"{what} answered JSON that is not an object: {text[:120]!r}")
     errors = data.get("errors")

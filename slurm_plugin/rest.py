@@ -29,17 +29,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from coscheduler import boundedjson
 from coscheduler.backend import BackendError
 from coscheduler.model import InvalidInput
 
-from .commands import _TRANSIENT
+from .commands import _TRANSIENT, MAX_OUTPUT_ENV, output_cap
 from .contract import Release
-from .parse import ParseError, SlurmJob, SlurmNode
+from .parse import MAX_JSON_DEPTH, ParseError, SlurmJob, SlurmNode
 from .rest_contract import (PROBE_ORDER, hold_body, parse_partition_max_time,
                             parse_rest_jobs, parse_rest_nodes, path, pinned, release_of_ping,
                             update_body)
 
 log = logging.getLogger("slurm_plugin.rest")
+
+_ERROR_BODY = 64 << 10     # what an error message can use of a failed answer's body
+_MAX_TOKEN_FILE = 64 << 10
+_MAX_MARKS_FILE = 64 << 20
 
 
 class RestError(BackendError):
@@ -79,7 +84,9 @@ def read_token(token_file: str | Path) -> str:
         raise InvalidInput(f"token file {p}: mode {stat.S_IMODE(st.st_mode):04o} lets others read "
                            f"the token; chmod 600 {p}")
     try:
-        text = p.read_text(errors="strict").strip()
+        text = boundedjson.read_file(p, _MAX_TOKEN_FILE).decode(errors="strict").strip()
+    except boundedjson.JSONUnusable as exc:
+        raise InvalidInput(f"token file {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"token file {p}: cannot be read ({type(exc).__name__})") from None
     if not text:
@@ -99,7 +106,8 @@ def token_user(token: str) -> str | None:
     """The ``sun`` claim (user name) of a JWT, sent as X-SLURM-USER-NAME (None: absent)."""
     try:
         payload = token.split(".")[1]
-        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        data = boundedjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)),
+                                 max_depth=8, what="token")
     except (ValueError, IndexError):
         return None
     sun = data.get("sun") if isinstance(data, dict) else None
@@ -109,7 +117,7 @@ def token_user(token: str) -> str | None:
 def _errors_text(body: bytes) -> str:
     """Slurm's own words from an answer's ``errors`` list (or the first 160 characters)."""
     try:
-        data = json.loads(body)
+        data = boundedjson.loads(body, max_depth=MAX_JSON_DEPTH, what="answer")
     except ValueError:
         return body.decode(errors="replace").strip().replace("\n", " ")[:160]
     errs = data.get("errors") if isinstance(data, dict) else None
@@ -126,7 +134,9 @@ def _errors_text(body: bytes) -> str:
 @dataclass
 class RestClient:
     """HTTP to one slurmrestd. ``retries`` extra tries after a transient failure, waiting
-    ``backoff_s * 3**k`` before try k+1; ``timeout_s`` per try."""
+    ``backoff_s * 3**k`` before try k+1; ``timeout_s`` per try. An answer's body is read
+    as it comes, up to ``max_body_bytes`` (commands.py's cap, $COSCHED_SLURM_MAX_JSON_MB):
+    one that is longer is a RestError, never read whole."""
 
     url: str
     token_file: str
@@ -134,6 +144,7 @@ class RestClient:
     retries: int = 3
     backoff_s: float = 0.2
     sleep: Callable[[float], None] = time.sleep
+    max_body_bytes: int = field(default_factory=output_cap)
     calls: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -174,9 +185,12 @@ class RestClient:
         self.calls += 1
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                return r.read()
+                return boundedjson.read_limited(r, self.max_body_bytes, where)
+        except boundedjson.JSONUnusable as exc:
+            raise RestError(f"{exc}; the answer was not read further (a larger cluster: set "
+                            f"${MAX_OUTPUT_ENV})") from None
         except urllib.error.HTTPError as exc:
-            text = _errors_text(exc.read() or b"")
+            text = _errors_text(exc.read(_ERROR_BODY) or b"")
             code = exc.code
             if code in (401, 403, 511):     # 24.11: 511 "Protocol authentication error"
                 raise RestError(f"{where} refused the token in {self.token_file} (HTTP {code})"
@@ -199,11 +213,12 @@ class RestClient:
 
     def get_json(self, p: str, retry: bool = True) -> tuple[bytes, dict]:
         raw = self.request("GET", p, retry=retry)
+        where = f"slurmrestd `GET {self.url}{p}`"
         try:
-            data = json.loads(raw)
-        except ValueError:
-            raise ParseError(f"slurmrestd `GET {self.url}{p}` did not answer JSON; "
-                             f"it began: {raw[:80]!r}") from None
+            data = boundedjson.loads(raw, max_bytes=len(raw), max_depth=MAX_JSON_DEPTH, what=where)
+        except boundedjson.JSONUnusable as exc:
+            why = str(exc).removeprefix(f"{where}: ")
+            raise ParseError(f"{where} did not answer JSON ({why}); it began: {raw[:80]!r}") from None
         if not isinstance(data, dict):
             raise ParseError(f"slurmrestd `GET {self.url}{p}` answered JSON that is not an object")
         return raw, data
@@ -230,7 +245,7 @@ class RestSource:
         if self.marks_file is None or not self.marks_file.exists():
             return {}
         try:
-            data = json.loads(self.marks_file.read_text())
+            data = boundedjson.load_file(self.marks_file, max_bytes=_MAX_MARKS_FILE, max_depth=4)
             return {int(k): str(v) for k, v in data.items()}
         except (OSError, ValueError, AttributeError) as exc:
             raise InvalidInput(f"slurmrestd marks file {self.marks_file}: {exc}") from None

@@ -29,8 +29,9 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
 fi
 # rl: JAX, optax, gymnasium, matplotlib for the learned-scheduler tests (about 30 s, 0.6 GB);
-# cluster: Dask distributed, for the sweep test on a local Dask cluster
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl,cluster]'
+# cluster: Dask distributed, for the sweep test on a local Dask cluster; ray: Ray, for the
+# sweep test on a Ray head it starts on loopback (about 10 s to start here)
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl,cluster,ray]'
 # The Slurm tests (marker slurm) run a real Slurm 22.05 from Debian: install it when missing
 # (about 6 s; `cosched slurm up` would do the same on first use).
 # slurmrestd and the JWT plugin: tests/test_slurm_rest_live.py.

@@ -25,7 +25,7 @@ def test_jobs_go_new_then_active_then_done_with_their_outcome(tmp_path):
     assert sorted(p.name for p in q.rejected.iterdir()) == ["bad.json", "bad.json.error",
                                                             "junk.json", "junk.json.error"]
     assert "command" in (q.rejected / "bad.json.error").read_text()
-    assert "not JSON" in (q.rejected / "junk.json.error").read_text()
+    assert "not valid JSON" in (q.rejected / "junk.json.error").read_text()
     q.finish(Outcome("a", 1.0, 5.0, "requeued", "agent lost"))      # not final: stays active
     assert len(list(q.active.iterdir())) == 2
     q.finish(Outcome("a", 6.0, 9.0, "completed"))

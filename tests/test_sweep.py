@@ -1,4 +1,4 @@
-"""Parameter sweeps on local processes and on a Dask cluster (coscheduler/sweep.py, issue 24):
+"""Parameter sweeps on local processes and on a Dask or Ray cluster (coscheduler/sweep.py, issue 24):
 the parallel figures are exactly the serial ones, a failing task names itself, a bad worker
 count or a missing cluster library is a one-line error."""
 
@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
+import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -155,3 +160,102 @@ def test_an_unreachable_scheduler_is_a_one_line_error():
     r = CliRunner().invoke(main, PAPER + ["--cluster", "tcp://127.0.0.1:9"])
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.output, r.output
+
+
+# -- Ray: a head started by the test on loopback (2 CPUs, 100 MB object store) ---------------
+
+def _in_session(sid: int) -> list[int]:
+    out = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == sid:
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def _end_session(sid: int) -> None:
+    """Stop the processes of the session the test started (by its id: Ray's workers make
+    process groups of their own, so not by group): TERM, then KILL what is left."""
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+        for pid in _in_session(sid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + wait_s
+        while _in_session(sid) and time.monotonic() < end:
+            time.sleep(0.1)
+        if not _in_session(sid):
+            return
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'coscheduler[ray]'")
+    ray_bin = Path(sys.executable).with_name("ray")
+    if not ray_bin.exists():
+        pytest.skip(f"Ray's command {ray_bin} is not installed beside this Python")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # a throw-away cluster on loopback: no token to set up, no usage report
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    log = tmp_path_factory.mktemp("ray") / "head.log"
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        p = subprocess.Popen([str(ray_bin), "start", "--head", f"--port={port}",
+                              "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                              f"--object-store-memory={100 << 20}", "--include-dashboard=false",
+                              "--disable-usage-stats"], stdout=out, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True,
+                             env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    try:
+        rc = p.wait(timeout=180)
+        assert rc == 0, log.read_text()[-2000:]
+        print(f"ray start --head took {time.monotonic() - t0:.1f} s")
+        yield f"ray:127.0.0.1:{port}"
+    finally:
+        _end_session(p.pid)
+        assert not _in_session(p.pid)
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
+
+
+def test_paper_on_a_local_ray_cluster_gives_the_serial_figures(ray_head):
+    t0 = time.monotonic()
+    on_ray = _paper_json("--cluster", ray_head)
+    print(f"simulate paper on Ray: {time.monotonic() - t0:.1f} s")
+    assert on_ray == _paper_json("--workers", "1")
+    # (functions of the package: Ray's workers do not have the tests folder on their path)
+    tasks = [sweep.Task(f"int({x!r})", (x,)) for x in ("1", "two", "3")]
+    with pytest.raises(sweep.TaskFailed, match=r"^task int\('two'\) failed: ValueError: invalid literal"):
+        sweep.run_tasks(int, tasks, cluster=ray_head)
+    # the tasks ran in Ray's worker processes, not here
+    pids = sweep.run_tasks(os.getpid, [sweep.Task(str(i)) for i in range(2)], cluster=ray_head)
+    assert os.getpid() not in pids
+
+
+@pytest.mark.parametrize("address, message", [
+    ("ray:127.0.0.1:9", "cannot reach the Ray cluster at ray:127.0.0.1:9"),
+    ("ray:nowhere", "expected ray://HOST:PORT (Ray Client), ray:HOST:PORT (the head's address) or ray:auto"),
+    ("ray://127.0.0.1:99999", "expected ray://HOST:PORT"),
+])
+def test_a_bad_or_unreachable_ray_address_is_a_one_line_error(address, message):
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'coscheduler[ray]'")
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, PAPER + ["--cluster", address])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert r.output.count("\n") == 1 and message in r.output, r.output
+    assert time.monotonic() - t0 < 15
+
+
+def test_ray_not_installed_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    r = CliRunner().invoke(main, PAPER + ["--cluster", "ray:auto"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert r.output.count("\n") == 1 and "coscheduler[ray]" in r.output, r.output

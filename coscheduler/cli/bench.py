@@ -12,6 +12,7 @@ BENCHES = {
     "controller": "controller:controller",
     "learned": "learned:learned",
     "multi": "multi:multi",
+    "json": "jsonread:jsonread",
 }
 
 

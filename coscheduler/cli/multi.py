@@ -97,8 +97,9 @@ def _csv(text: str, what: str) -> list[str]:
               help="local processes for the independent (set, method) replays [default: this "
                    "machine's cores; 1: serial]; same figures")
 @click.option("--cluster", default=None, metavar="ADDRESS",
-              help="run the replays on this Dask scheduler (tcp://HOST:8786) instead; needs "
-                   "the 'cluster' extra")
+              help="run the replays on this Dask scheduler (tcp://HOST:8786; the 'cluster' "
+                   "extra) or Ray cluster (ray://HOST:PORT, ray:HOST:PORT, ray:auto; the 'ray' "
+                   "extra) instead")
 @click.option("--json", "as_json", is_flag=True, help="print the documented JSON object")
 def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, protocol: str,
                    jobs: int | None, windows_count: int, window: int,

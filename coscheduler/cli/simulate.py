@@ -327,8 +327,9 @@ def _positive_scale(ctx, param, value: float) -> float:
               help="Local processes for the independent chains of runs (one per cluster size "
                    "and policy) [default: this machine's cores; 1: serial]. Same figures.")
 @click.option("--cluster", default=None, metavar="ADDRESS",
-              help="Run the chains on this Dask scheduler (tcp://HOST:8786) instead; needs "
-                   "the 'cluster' extra.")
+              help="Run the chains on this Dask scheduler (tcp://HOST:8786; the 'cluster' "
+                   "extra) or Ray cluster (ray://HOST:PORT, ray:HOST:PORT, ray:auto; the "
+                   "'ray' extra) instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs and medians as JSON.")
 def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: int,
           db: Path | None, fresh_learner: bool, sequential_cores: str, node_cores: int | None,

@@ -37,8 +37,9 @@ def _default_data_dir() -> Path:
                    "backfilling, a model on another trace, an inspector) [default: this "
                    "machine's cores; 1: serial]. Same report.")
 @click.option("--cluster", default=None, metavar="ADDRESS",
-              help="Run the evaluations on this Dask scheduler (tcp://HOST:8786) instead; "
-                   "needs the 'cluster' extra.")
+              help="Run the evaluations on this Dask scheduler (tcp://HOST:8786; the "
+                   "'cluster' extra) or Ray cluster (ray://HOST:PORT, ray:HOST:PORT, ray:auto; "
+                   "the 'ray' extra) instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
             models_text: str | None, workers: int | None, cluster: str | None,
