@@ -38,9 +38,15 @@ class AgentCalls:
             self._note(f"agent of {node}: registering job {job.job_id}: {exc}")
             return None
 
-    def _agent_quota(self, node: str, job_id: str, q: float) -> None:
+    def _role(self, jid: int) -> str:
+        """A job under a quota below 1 is a guest (its mark names a host) or a host that
+        lends: the agent makes a guest yield its cores to the host (monitoring/roles.py)."""
+        j = self._jobs.get(jid)
+        return "guest" if j is not None and self._mark(j).host is not None else "host"
+
+    def _agent_quota(self, node: str, job_id: str, q: float, role: str | None = None) -> None:
         try:
-            self.agents[node].set_quota(job_id, q, self.lease_s)
+            self.agents[node].set_quota(job_id, q, self.lease_s, role)
         except Exception as exc:  # noqa: BLE001
             raise BackendError(f"agent of {node}: quota {q:.3f} for job {job_id}: {exc}") from None
 
@@ -61,7 +67,7 @@ class AgentCalls:
             for node in nodes:
                 if node in self.agents:
                     try:
-                        self.agents[node].set_quota(str(jid), q, self.lease_s)
+                        self.agents[node].set_quota(str(jid), q, self.lease_s, self._role(jid))
                     except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
                         ok = False
                         if getattr(exc, "status", None) in (404, 409):

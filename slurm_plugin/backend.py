@@ -392,7 +392,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
                     if self._register(node, placed, cores, strict=True) is None:
                         raise BackendError(f"cannot start job {job.job_id}: the agent of {node} "
                                            "did not take it")
-                    self._agent_quota(node, job.job_id, q)
+                    self._agent_quota(node, job.job_id, q, "guest" if host_job else None)
         self.source.release(jid)
         now = self._clock()
         self._planned[jid] = (allocation, now)
@@ -422,7 +422,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
                 if self._register(node, rj, cores, strict=True) is None:
                     raise BackendError(f"cannot set the quota of job {job_id}: the agent of {node} "
                                        "did not take it")
-                self._agent_quota(node, job_id, q)
+                self._agent_quota(node, job_id, q, self._role(jid))
             else:
                 self._agent_clear(node, job_id)
         mark = self._mark(j)
