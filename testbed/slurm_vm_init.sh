@@ -1,7 +1,9 @@
 #!/bin/sh
 # /init of the VM that testbed/slurm_vm.sh boots: real cgroup v2 with the cpu controller,
 # Slurm with CgroupPlugin=cgroup/v2 (no systemd: IgnoreSystemd=yes), the node agent, one
-# real job. Prints RESULT lines and VM-PASS or VM-FAIL on the serial console, then powers off.
+# real job under a quota, then a host and a guest job on one core with their roles (guest
+# cpu.idle 1, host cpu.weight). Prints RESULT lines and VM-PASS or VM-FAIL on the serial
+# console, then powers off.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/src HOME=/root
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /run /tmp; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /run
@@ -119,4 +121,70 @@ print(f"RESULT slowdown: {free / max(limited, 1e-9):.2f}x less CPU under the quo
 sys.exit(0 if ok else 1)
 PY
 scancel "$JOB"
+step "roles: a host and its guest on one core"
+# Both jobs hold the node's two CPUs (--oversubscribe: they share them) and pin their busy
+# process to CPU 0, so they contend for one core, as a host and the guest it lends to do.
+BUSY0="exec taskset -c 0 python3 -c 'while True: pass'"
+HOST=$(sbatch --parsable -p cosched -c 2 --oversubscribe -t 10 -o /tmp/host.out --wrap "$BUSY0") || fail "sbatch host"
+GUEST=$(sbatch --parsable -p cosched -c 2 --oversubscribe -t 10 -o /tmp/guest.out --wrap "$BUSY0") || fail "sbatch guest"
+echo "RESULT host job $HOST and guest job $GUEST submitted"
+python3 - "$HOST" "$GUEST" <<'PY' || fail "the role checks (above)"
+import json, sys, time
+sys.path.insert(0, "/src")
+from monitoring.client import AgentClient
+from monitoring.cgroupfs import slurm_job_cgroup_v2, unified_path
+from monitoring.roles import HOST_WEIGHT
+host, guest = sys.argv[1], sys.argv[2]
+info = json.loads(open("/tmp/agent.json").read().splitlines()[0])
+c = AgentClient(info["url"], token_file=info["token_file"], timeout=30)
+end = time.time() + 120
+while time.time() < end:
+    views = {v["job_id"]: v for v in c.jobs() if v.get("pids") and v["status"] == "running"}
+    if host in views and guest in views:
+        break
+    time.sleep(0.5)
+else:
+    raise SystemExit("timed out waiting for the agent to find both jobs")
+cg = {j: "/sys/fs/cgroup" + slurm_job_cgroup_v2(unified_path(open(f"/proc/{max(views[j]['pids'])}/cgroup").read()))
+      for j in (host, guest)}
+def read(j, f):
+    try:
+        return open(f"{cg[j]}/{f}").read().strip()
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+def usage(j):
+    for line in open(cg[j] + "/cpu.stat"):
+        if line.startswith("usage_usec"):
+            return int(line.split()[1]) / 1e6
+def cpu_over(seconds):
+    u0, t0 = {j: usage(j) for j in cg}, time.time()
+    time.sleep(seconds)
+    return {j: (usage(j) - u0[j]) / (time.time() - t0) for j in cg}
+def files(j):
+    return f"cpu.max {read(j, 'cpu.max')!r}, cpu.idle {read(j, 'cpu.idle')}, cpu.weight {read(j, 'cpu.weight')}"
+time.sleep(0.5)
+free = cpu_over(3)
+print(f"RESULT no roles, both on CPU 0: host CPU {free[host]:.3f}, guest CPU {free[guest]:.3f}; "
+      f"host {files(host)}; guest {files(guest)}")
+c.set_quota(host, 0.5, 120, role="host")
+c.set_quota(guest, 0.5, 120, role="guest")
+h_files, g_files = files(host), files(guest)
+h_weight, g_idle = read(host, "cpu.weight"), read(guest, "cpu.idle")
+time.sleep(0.5)
+shared = cpu_over(3)
+share = shared[host] / max(shared[host] + shared[guest], 1e-9)
+free_share = free[host] / max(free[host] + free[guest], 1e-9)
+print(f"RESULT roles set: host {h_files}; guest {g_files}")
+print(f"RESULT roles, both on CPU 0: host CPU {shared[host]:.3f}, guest CPU {shared[guest]:.3f}; "
+      f"host's share of the core {share:.3f} (without roles {free_share:.3f})")
+c.clear_quota(host)
+c.clear_quota(guest)
+after = {j: (read(j, "cpu.max"), read(j, "cpu.idle"), read(j, "cpu.weight")) for j in cg}
+print(f"RESULT cleared: host {files(host)}; guest {files(guest)}")
+ok = (h_weight == str(HOST_WEIGHT) and g_idle == "1" and share >= 0.9 and shared[host] >= 0.9 * (free[host] + free[guest])
+      and free_share < 0.75 and all(v == ("max 100000", "0", "100") for v in after.values()))
+sys.exit(0 if ok else 1)
+PY
+scancel "$HOST" "$GUEST"
+step "done"
 finish "VM-PASS"
