@@ -297,6 +297,12 @@ def test_asax_coallocates_a_guest_in_a_host_with_the_quotas_it_chose(state, slur
     wait_until(lambda: b.agents[n1].job(guest_id).get("pids"), 10, what="the agent to follow the guest")
     assert kernel_quota_us(b, n1, host) == 80_000      # 0.8 x 4 cores x 0.25 CPU x 100 ms
     assert kernel_quota_us(b, n1, guest_id) == 20_000  # 0.4 x 2 cores x 0.25 CPU x 100 ms
+    # and their roles: the guest yields a core both want to its host (monitoring/roles.py;
+    # on cgroup v1 through cpu.shares)
+    for jid, role, shares in ((host, "host", "10240"), (guest_id, "guest", "2")):
+        view = b.agents[n1].job(jid)
+        assert view["role"] == role
+        assert (Path(view["cgroup"]) / "cpu.shares").read_text().strip() == shares
     # Measured CPU over a window. On a machine shared with other tenants the emulated node's
     # cgroup competes with every runnable task at equal weight and can be starved (neither
     # job then reaches its quota, and the split is by CFS weight, not by quota). For the
