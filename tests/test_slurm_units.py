@@ -482,3 +482,7 @@ def test_backend_tells_the_agents_who_lends_and_who_borrows(tmp_path):
     (q,) = b.queued()
     b.start(q, Allocation("7", (("rn1", 2),)), 0.25, host_job="5")
     assert agent.calls == [("quota", "7", 0.25, "guest")]
+    agent.calls.clear()
+    now[0] += 10.0     # renewed while Slurm's answer does not show the guest's mark yet
+    b._renew_leases()
+    assert ("quota", "7", 0.25, "guest") in agent.calls
