@@ -2,7 +2,8 @@
 # /init of the VM that testbed/slurm_vm.sh boots: real cgroup v2 with the cpu controller,
 # Slurm with CgroupPlugin=cgroup/v2 (no systemd: IgnoreSystemd=yes), the node agent, one
 # real job under a quota, then a host and a guest job on one core with their roles (guest
-# cpu.idle 1, host cpu.weight). Prints RESULT lines and VM-PASS or VM-FAIL on the serial
+# cpu.idle 1, host cpu.weight), cleared, held again and the agent killed -9 and restarted
+# (the defaults come back). Prints RESULT lines and VM-PASS or VM-FAIL on the serial
 # console, then powers off.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/src HOME=/root
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
@@ -66,9 +67,13 @@ step "slurmctld and slurmd started"
 i=0; until sinfo -h -o %T 2>/dev/null | grep -q idle; do i=$((i+1)); [ $i -gt 40 ] && fail "node not idle"; sleep 2; done
 echo "RESULT $(sinfo -V) up, node idle after ${i} s"
 step "starting the agent"
-python3 -m coscheduler agent --listen 127.0.0.1:9137 --cgroup-root cosched --interval 0.5 \
-    --state-dir /tmp/agent --discover-slurm --slurm-node vm --log-level WARNING > /tmp/agent.json 2> /tmp/agent.log &
-i=0; until grep -q url /tmp/agent.json 2>/dev/null; do i=$((i+1)); [ $i -gt 120 ] && fail "agent did not start"; sleep 1; done
+start_agent() {
+    python3 -m coscheduler agent --listen 127.0.0.1:9137 --cgroup-root cosched --interval 0.5 \
+        --state-dir /tmp/agent --discover-slurm --slurm-node vm --log-level WARNING > /tmp/agent.json 2>> /tmp/agent.log &
+    AGENT=$!
+    i=0; until grep -q url /tmp/agent.json 2>/dev/null; do i=$((i+1)); [ $i -gt 120 ] && fail "agent did not start"; sleep 1; done
+}
+start_agent
 echo "RESULT agent up after ${i} s: $(head -c 200 /tmp/agent.json)"
 JOB=$(sbatch --parsable -p cosched -c 1 -t 10 -o /tmp/job.out --wrap "exec python3 -c 'while True: pass'") || fail "sbatch"
 echo "RESULT job $JOB submitted"
@@ -183,8 +188,28 @@ after = {j: (read(j, "cpu.max"), read(j, "cpu.idle"), read(j, "cpu.weight")) for
 print(f"RESULT cleared: host {files(host)}; guest {files(guest)}")
 ok = (h_weight == str(HOST_WEIGHT) and g_idle == "1" and share >= 0.9 and shared[host] >= 0.9 * (free[host] + free[guest])
       and free_share < 0.75 and all(v == ("max 100000", "0", "100") for v in after.values()))
+c.set_quota(host, 0.5, 600, role="host")      # held again, for the crash below
+c.set_quota(guest, 0.5, 600, role="guest")
+print(f"RESULT roles held before kill -9: host {files(host)}; guest {files(guest)}")
 sys.exit(0 if ok else 1)
 PY
+step "the agent killed (-9) with the roles held, and started again"
+kill -9 "$AGENT"; wait "$AGENT" 2>/dev/null
+start_agent
+python3 - "$HOST" "$GUEST" <<'PY' || fail "the recovery checks (above)"
+import json, os, sys
+info = json.loads(open("/tmp/agent.json").read().splitlines()[0])
+rec = info["recovery"]
+dirs = {os.path.basename(d): d for d, _, _ in os.walk("/sys/fs/cgroup/system.slice")}
+seen = {j: tuple(open(f"{dirs['job_' + j]}/{f}").read().strip() for f in ("cpu.max", "cpu.idle", "cpu.weight"))
+        for j in sys.argv[1:]}
+print(f"RESULT after the restart: recovery restored in place {rec.get('restored_in_place')}; "
+      f"host cpu.max/idle/weight {seen[sys.argv[1]]}; guest {seen[sys.argv[2]]}")
+ok = (sorted(rec.get("restored_in_place") or []) == sorted(sys.argv[1:])
+      and all(v == ("max 100000", "0", "100") for v in seen.values()))
+sys.exit(0 if ok else 1)
+PY
+step "recovery checked"
 scancel "$HOST" "$GUEST"
 step "done"
 finish "VM-PASS"
