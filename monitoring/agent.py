@@ -38,6 +38,7 @@ from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, det
 from .execute import Actuator, InPlaceQuota, make_actuator
 from .lease import DEFAULT_MAX_LEASE_S, LeaseKeeper
 from .recovery import StateFile
+from .roles import check_role
 from .state import (JobSpec, JobState, check_fraction, job_quota_us,
                     node_quota_us, parse_registration, validate_agent_job_id)
 from .observing import JobObservation
@@ -239,34 +240,43 @@ class NodeAgent(JobObservation, Restore):
             if js.status == "running":
                 js.status = "released"
                 js.finished_at = time.time()
-            js.fraction = None
+            js.fraction, js.role = None, None
             js.quota_reason = "unregistered: no limit"
             js.event(time.time(), "unregistered")
-            if self.actuator.has_job(job_id):
-                self._write_quota(js, None)
+            if self.actuator.has_job(job_id) or self._sample_only(js.spec):
+                try:   # in place too: nothing left limited or idle
+                    self._write_quota(js, None)
+                except CgroupError as e:
+                    if not self._sample_only(js.spec):
+                        raise
+                    js.event(time.time(), f"quota not lifted: {e}")  # Slurm removed its cgroup
                 if self.actuator.remove_job(job_id):
                     js.event(time.time(), "cgroup removed")
             self._save()
             return self._view(js)
 
-    def set_quota(self, job_id: str, cpu_fraction: float, lease_s: float) -> dict[str, Any]:
+    def set_quota(self, job_id: str, cpu_fraction: float, lease_s: float,
+                  role: str | None = None) -> dict[str, Any]:
         """Give a job ``cpu_fraction`` of its allocated cores until the lease lapses (a new
-        call renews it)."""
+        call renews it); ``role`` "host" or "guest" sets its scheduler files (roles.py),
+        None the defaults. The lease covers both."""
         self._check_open()
         f = check_fraction(cpu_fraction)
+        role = check_role(role)
         with self._lock:
             js = self._get(job_id)
             if js.status != "running":
                 again = " (register it again to manage it)" if js.spec.source == "adopted" else ""
                 raise Conflict(f"job {job_id} is {js.status}; no quota can be set{again}")
             lease_s = self.leases.check_lease_s(lease_s)
-            previous = (js.fraction, js.quota_reason)
-            js.fraction = f
-            js.quota_reason = f"set by request: cpu_fraction {f:g}, lease {lease_s:g} s"
+            previous = (js.fraction, js.quota_reason, js.role)
+            js.fraction, js.role = f, role
+            js.quota_reason = (f"set by request: cpu_fraction {f:g}, lease {lease_s:g} s"
+                               + (f", role {role}" if role else ""))
             try:
                 self._apply(js)
             except CgroupError:
-                js.fraction, js.quota_reason = previous
+                js.fraction, js.quota_reason, js.role = previous
                 raise
             lease = self.leases.grant(job_id, f, lease_s)
             js.lease_deadline = lease.deadline_wall
@@ -408,8 +418,9 @@ class NodeAgent(JobObservation, Restore):
             for jid, js in self._jobs.items():
                 self.leases.revoke(jid)
                 if self._sample_only(js.spec) and js.status == "running" and self.inplace is not None:
-                    try:   # in the batch system's cgroup: no limit left behind
+                    try:   # in the batch system's cgroup: no limit, idle flag or weight left
                         self.inplace.set_quota(js.spec.batch_cgroup, None)
+                        self.inplace.set_role(js.spec.batch_cgroup, None)
                         done["restored"].append(jid)
                     except CgroupError as e:
                         log.error("job %s: could not lift quota at exit: %s", jid, e)
@@ -418,6 +429,7 @@ class NodeAgent(JobObservation, Restore):
                     continue
                 try:
                     self.actuator.set_quota(jid, None)
+                    self.actuator.set_role(jid, None)
                     js.fraction, js.quota_us = None, None
                     js.quota_reason = "agent stopped: no limit"
                     done["restored"].append(jid)
@@ -431,6 +443,7 @@ class NodeAgent(JobObservation, Restore):
                 if name not in self._jobs:
                     try:
                         self.actuator.set_quota(name, None)
+                        self.actuator.set_role(name, None)
                     except (CgroupError, UnsafePath):
                         pass
                     (done["removed"] if self.actuator.remove_job(name) else done["left"]).append(name)
@@ -494,13 +507,14 @@ class NodeAgent(JobObservation, Restore):
             else:
                 wrote = self.actuator.set_quota(js.spec.job_id, q, verify=verify)
             js.apply_error = None
-            return wrote
         except CgroupError as e:
             js.apply_error = str(e)
             raise
+        self._apply_role(js, verify)   # never stops the quota (observing.py)
+        return wrote
 
     def _restore_full(self, js: JobState, reason: str) -> None:
-        js.fraction = None
+        js.fraction, js.role = None, None
         js.lease_deadline = None
         js.quota_reason = reason
         js.event(time.time(), reason)
@@ -539,7 +553,7 @@ class NodeAgent(JobObservation, Restore):
             "cpu_percent": s.get("cpu_percent"), "mem_percent": s.get("mem_percent"),
             "tasks_done": s.get("tasks_done", 0), "tasks_total": s.get("tasks_total", js.spec.tasks_total),
             "tasks_per_s": s.get("tasks_per_s"), "happiness": s.get("happiness"),
-            "cpu_fraction": 1.0 if js.fraction is None else js.fraction,
+            "cpu_fraction": 1.0 if js.fraction is None else js.fraction, "role": js.role,
             "quota_us": js.quota_us, "period_us": self.period_us,
             "lease_s": lease.lease_s if lease else None,
             "lease_expires_in_s": (round(max(0.0, lease.deadline_wall - time.time()), 3)

@@ -9,7 +9,7 @@ Contract (documented in monitoring/README.md):
     GET    /v1/jobs/{job_id}             job
     POST   /v1/jobs                      register {"job_id", "pids", "cores", ...} -> 201 / 200
     DELETE /v1/jobs/{job_id}             unregister (quota lifted, cgroup removed once empty)
-    PUT    /v1/jobs/{job_id}/quota       {"cpu_fraction": f, "lease_s": s}
+    PUT    /v1/jobs/{job_id}/quota       {"cpu_fraction": f, "lease_s": s[, "role": "host"|"guest"]}
     DELETE /v1/jobs/{job_id}/quota       full quota back
 
 Writes need ``Authorization: Bearer TOKEN``: missing -> 401, wrong -> 403. Errors are
@@ -189,11 +189,11 @@ class Api:
             if method == "PUT":
                 auth()
                 b = body()
-                if not isinstance(b, dict) or set(b) - {"cpu_fraction", "lease_s"} \
+                if not isinstance(b, dict) or set(b) - {"cpu_fraction", "lease_s", "role"} \
                         or "cpu_fraction" not in b or "lease_s" not in b:
-                    raise InvalidInput('quota body must be {"cpu_fraction": f, "lease_s": s}, '
-                                       f"got {str(b)[:200]}")
-                return 200, agent.set_quota(job_id, b["cpu_fraction"], b["lease_s"])
+                    raise InvalidInput('quota body must be {"cpu_fraction": f, "lease_s": s} and '
+                                       f'optionally "role": "host"|"guest", got {str(b)[:200]}')
+                return 200, agent.set_quota(job_id, b["cpu_fraction"], b["lease_s"], b.get("role"))
             if method == "DELETE":
                 auth()
                 return 200, agent.clear_quota(job_id)

@@ -70,9 +70,13 @@ class AgentClient:
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{self._q(job_id)}")
 
-    def set_quota(self, job_id: str, cpu_fraction: float, lease_s: float) -> dict[str, Any]:
-        return self._call("PUT", f"/v1/jobs/{self._q(job_id)}/quota",
-                          {"cpu_fraction": cpu_fraction, "lease_s": lease_s})
+    def set_quota(self, job_id: str, cpu_fraction: float, lease_s: float,
+                  role: str | None = None) -> dict[str, Any]:
+        """``role`` ("host"/"guest") is sent only when given: agents before it refuse the field."""
+        body: dict[str, Any] = {"cpu_fraction": cpu_fraction, "lease_s": lease_s}
+        if role is not None:
+            body["role"] = role
+        return self._call("PUT", f"/v1/jobs/{self._q(job_id)}/quota", body)
 
     def clear_quota(self, job_id: str) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/jobs/{self._q(job_id)}/quota")

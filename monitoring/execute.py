@@ -15,12 +15,16 @@ carrying the node's capacity when the node is emulated. Like koordlet's resource
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cgroupfs import CgroupError, CgroupFS, Confined, Layout, UnsafePath
+from .roles import role_files
+
+log = logging.getLogger("monitoring.agent")
 
 
 @dataclass
@@ -44,7 +48,47 @@ class MoveResult:
     failed: dict[int, str] = field(default_factory=dict)
 
 
-class Actuator:
+class RoleFiles:
+    """Writes the scheduler files of a job's role (roles.py: ``cpu.idle``/``cpu.weight`` on
+    v2, ``cpu.shares`` on v1). A file the kernel does not offer (``cpu.idle`` before Linux
+    5.15) is logged once and skipped from then on: the quota goes on without it."""
+
+    version = 0
+    fs: CgroupFS
+    stats: ActuatorStats
+
+    def _role_write(self, path: Path, value: str) -> None:
+        raise NotImplementedError
+
+    def _write_role(self, d: Path, role: str | None, verify: bool) -> bool:
+        """Bring ``d``'s role files to ``role``'s values; with ``verify`` read each first and
+        write only what differs. True when something was written."""
+        missing: set[str] = self.__dict__.setdefault("missing_role_files", set())
+        wrote = False
+        for name, value in role_files(role, self.version):
+            if name in missing:
+                continue
+            path = d / name
+            if verify:
+                try:
+                    if self.fs.read(path).strip() == value:
+                        continue
+                except OSError:
+                    pass  # the write below says why
+            try:
+                self._role_write(path, value)
+            except CgroupError as e:
+                if isinstance(e.__cause__, FileNotFoundError) and self.fs.is_dir(d):
+                    missing.add(name)
+                    log.warning("cgroup %s has no %s (kernel or controller without it): CPU quotas "
+                                "go on without it; said once", d, name)
+                    continue
+                raise
+            wrote = True
+        return wrote
+
+
+class Actuator(RoleFiles):
     """Common logic; :class:`V1Actuator` and :class:`V2Actuator` know the file formats."""
 
     version = 0
@@ -262,6 +306,13 @@ class Actuator:
                 self._cache.pop(path, None)
         return self._write(path, value)
 
+    def set_role(self, job: str, role: str | None, *, verify: bool = True) -> bool:
+        """A job's share against its siblings when both want a core (roles.py)."""
+        return self._write_role(self.cpu.job(job), role, verify)
+
+    def _role_write(self, path: Path, value: str) -> None:
+        self._write(path, value, cache=False)
+
     def set_node_quota(self, quota_us: int | None, jobs: list[str]) -> None:
         """Set the root's quota, lowering any child that would end up above it first
         (bottom-up when shrinking); the caller raises children after (top-down)."""
@@ -384,12 +435,14 @@ class V2Actuator(Actuator):
         return stat["nr_throttled"], stat.get("throttled_usec", 0) / 1e6
 
 
-class InPlaceQuota:
+class InPlaceQuota(RoleFiles):
     """cgroup v2 and a batch system's job cgroup: the quota goes into the job's own cgroup
     (``cpu.max``), where the batch system put its tasks. On v2 a process lives in one cgroup
     for every controller, so moving a task into the agent's tree would take it out of
     Slurm's memory limit, accounting and kill: nothing is ever moved here. Only folders
     strictly below the unified mount, found from the job's processes, are written."""
+
+    version = 2
 
     def __init__(self, mount: Path, fs: CgroupFS | None = None, period_us: int = 100_000,
                  stats: ActuatorStats | None = None):
@@ -438,13 +491,13 @@ class InPlaceQuota:
         self._write(d / "cpu.max", self.format_quota(quota_us))
         return True
 
-    def set_idle(self, d: Path | str, idle: bool) -> None:
-        """``cpu.idle``: 1 makes a guest yield to everything else (its host first)."""
-        self._write(self.check(d) / "cpu.idle", "1" if idle else "0")
+    def set_role(self, d: Path | str, role: str | None, *, verify: bool = True) -> bool:
+        """The job cgroup's ``cpu.idle`` (1 for a guest: it yields to its host at once) and
+        ``cpu.weight`` (a host's share against its siblings), roles.py."""
+        return self._write_role(self.check(d), role, verify)
 
-    def set_weight(self, d: Path | str, weight: int) -> None:
-        """``cpu.weight`` (1-10000): a host's share against its siblings when it is busy."""
-        self._write(self.check(d) / "cpu.weight", str(max(1, min(10_000, int(weight)))))
+    def _role_write(self, path: Path, value: str) -> None:
+        self._write(path, value)
 
 
 def parse_flat_keyed(text: str | None) -> dict[str, int]:

@@ -24,9 +24,13 @@ _CPU_MAX_RE = re.compile(r"^(max|\d+)( \d+)?\n?$")
 
 
 class MimicV2FS(CgroupFS):
-    def __init__(self, mount: str | os.PathLike, controllers: str = "cpu memory io pids"):
+    """``idle=False`` mimics a kernel before 5.15 (no ``cpu.idle``)."""
+
+    def __init__(self, mount: str | os.PathLike, controllers: str = "cpu memory io pids",
+                 idle: bool = True):
         super().__init__()
         self.mount = Path(mount)
+        self.idle = idle
         self.mount.mkdir(parents=True, exist_ok=True)
         self._files(self.mount, controllers, root=True)
 
@@ -39,9 +43,15 @@ class MimicV2FS(CgroupFS):
         (d / "cgroup.procs").write_text("")
         (d / "cpu.stat").write_text("usage_usec 0\nuser_usec 0\nsystem_usec 0\n")
         if not root and "cpu" in controllers.split():
-            (d / "cpu.max").write_text("max 100000\n")
+            self._cpu_files(d)
             with open(d / "cpu.stat", "a") as f:
                 f.write("nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n")
+
+    def _cpu_files(self, d: Path) -> None:
+        (d / "cpu.max").write_text("max 100000\n")
+        (d / "cpu.weight").write_text("100\n")
+        if self.idle:
+            (d / "cpu.idle").write_text("0\n")
 
     # ---- CgroupFS ------------------------------------------------------------------------
     def read_hot(self, path: Path | str) -> str | None:
@@ -119,7 +129,24 @@ class MimicV2FS(CgroupFS):
             if "cpu" in have:  # children gain the cpu interface files
                 for child in path.parent.iterdir():
                     if child.is_dir() and not (child / "cpu.max").exists():
-                        (child / "cpu.max").write_text("max 100000\n")
+                        self._cpu_files(child)
+            return
+        if path.name == "cpu.idle":
+            # the kernel (sched_group_set_idle): an idle group gets the idle minimum weight
+            # (cpu.weight reads 1); one made busy again gets the default weight
+            if value.strip() not in ("0", "1"):
+                raise OSError(errno.EINVAL, "Invalid argument", str(path))
+            path.write_text(value.strip() + "\n")
+            (path.parent / "cpu.weight").write_text("1\n" if value.strip() == "1" else "100\n")
+            return
+        if path.name == "cpu.weight":
+            idle = path.parent / "cpu.idle"
+            w = value.strip()
+            # the kernel refuses a weight outside 1..10000, and any weight in an idle group
+            if (not w.isdigit() or not 1 <= int(w) <= 10_000
+                    or (idle.exists() and idle.read_text().strip() == "1")):
+                raise OSError(errno.EINVAL, "Invalid argument", str(path))
+            path.write_text(w + "\n")
             return
         if path.name == "cpu.max":
             m = _CPU_MAX_RE.match(value)

@@ -18,7 +18,7 @@ from coscheduler.progress import Progress
 
 from . import collect
 from .admission import Refused
-from .cgroupfs import CgroupError
+from .cgroupfs import CgroupError, UnsafePath
 from .state import JobSpec, JobState, finite_happiness
 
 log = logging.getLogger("monitoring.agent")
@@ -152,6 +152,26 @@ class JobObservation:
             log.error("job %s: quota not applied: %s", jid, e)
         self._update_sample(js, obs)
         return changed
+
+    def _apply_role(self, js: JobState, verify: bool) -> None:
+        """Bring the job cgroup's scheduler files to its role (roles.py), where its quota
+        is (in place on cgroup v2 for a batch job). A held role is read back on every tick
+        (``verify``) and re-asserted on drift; the defaults are checked once. A failure is
+        logged once per cause and never stops the quota."""
+        want = js.role or ""
+        if js.kernel_role == want and not (want and verify):
+            return
+        try:
+            if self._sample_only(js.spec) and self.inplace is not None:
+                self.inplace.set_role(js.spec.batch_cgroup, js.role)
+            else:
+                self.actuator.set_role(js.spec.job_id, js.role)
+            js.kernel_role = want
+        except (CgroupError, UnsafePath) as e:
+            js.kernel_role = "?"
+            if not any(ev["event"].endswith(str(e)) for ev in js.events):
+                js.event(time.time(), f"role files not written: {e}")
+                log.warning("job %s: role %s not written: %s", js.spec.job_id, js.role, e)
 
     def _update_sample(self, js: JobState, obs: dict[str, Any]) -> None:
         jid = js.spec.job_id

@@ -39,6 +39,7 @@ class Restore:
                 if known.status == "running" and known.spec.batch_cgroup is None:
                     # registered by the controller before Slurm made its cgroup: follow it now
                     known.spec = dataclasses.replace(known.spec, batch_cgroup=str(d))
+                    known.kernel_role = "?"   # its role files move there too
                     known.event(time.time(), f"found in {d}")
                 continue  # running, or finished: not again
             pids = sorted(collect.cgroup_tree_pids(d))
@@ -82,6 +83,7 @@ class Restore:
                                 f"this agent uses {self.cgroup_root}: its jobs are ignored")
             else:
                 jobs_saved = saved.jobs
+        report["restored_in_place"] = self._lift_in_place(jobs_saved)
         names = set(self.actuator.job_dirs())
         dropped: dict[str, str] = {}  # state file entries not brought back, and why
         for name in jobs_saved:
@@ -91,7 +93,10 @@ class Restore:
             except InvalidInput:
                 dropped[shown] = "not a valid job id (a cgroup name under the agent's root)"
                 continue
-            if name not in names:
+            if name in report["restored_in_place"]:
+                dropped[shown] = ("its batch job's own cgroup (cgroup v2): quota and role lifted "
+                                  "in place; discovery or the controller registers it again")
+            elif name not in names:
                 dropped[shown] = "its cgroup is gone (the job ended while the agent was down)"
         for name in sorted(names):
             try:
@@ -100,6 +105,7 @@ class Restore:
                 continue
             try:
                 self.actuator.set_quota(name, None)  # fail safe first: no limit at all
+                self.actuator.set_role(name, None)   # nor an idle flag or a weight
                 report["restored"].append(name)
             except CgroupError as e:
                 log.error("leftover cgroup %s: cannot lift its quota: %s", name, e)
@@ -141,10 +147,35 @@ class Restore:
         report["problem"] = "; ".join(problems) or None
         for p in problems:
             self._event(f"recovery: {p}")
-        if report["restored"] or report["problem"]:
+        if report["restored"] or report["restored_in_place"] or report["problem"]:
             self._event(f"recovery: {report}")
             log.warning("recovered from previous run: %s", report)
         return report
+
+    def _lift_in_place(self, jobs_saved: Mapping[str, Any]) -> list[str]:
+        """cgroup v2: what a previous agent wrote in batch jobs' own cgroups (not under our
+        root, so the scan of the root does not see it) goes back to no limit and the
+        default idle flag and weight. Only folders strictly below the cgroup mount are
+        written (InPlaceQuota.check), and only the fail-safe values."""
+        lifted: list[str] = []
+        if self.inplace is None:
+            return lifted
+        for name, raw in jobs_saved.items():
+            spec = raw.get("spec") if isinstance(raw, Mapping) else None
+            batch = spec.get("batch_cgroup") if isinstance(spec, Mapping) else None
+            if not isinstance(batch, str):
+                continue
+            try:
+                d = self.inplace.check(batch)
+                if not self.actuator.fs.is_dir(d):
+                    continue   # the job ended while the agent was down: Slurm removed it
+                self.inplace.set_quota(d, None)
+                self.inplace.set_role(d, None)
+                lifted.append(str(name)[:80])
+            except (CgroupError, UnsafePath) as e:
+                log.error("job %s: cannot lift what the previous agent wrote in %s: %s",
+                          str(name)[:80], batch[:200], e)
+        return lifted
 
     def _saved_spec(self, name: str, raw: Any) -> JobSpec:
         """A job read back from the state file, through the same validation as a registration
@@ -182,7 +213,8 @@ class Restore:
     def _save(self, clean_exit: bool = False) -> None:
         jobs = {jid: {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
                       "quota_us": js.quota_us}
-                for jid, js in self._jobs.items() if self.actuator.has_job(jid)}
+                for jid, js in self._jobs.items() if self.actuator.has_job(jid)
+                or (self._sample_only(js.spec) and js.status == "running")}   # v2, in place
         try:
             self.state_file.save(cgroup_version=self.layout.version, cgroup_root=self.cgroup_root,
                                  jobs=jobs, clean_exit=clean_exit)

@@ -208,6 +208,8 @@ class JobState:
     registered_at: float
     status: str = "running"  # running | finished | released
     fraction: float | None = None  # None: full quota
+    role: str | None = None  # "host", "guest" or None while it lends nor borrows (roles.py)
+    kernel_role: str = "?"  # the role its cgroup's files were last brought to ("" none, "?" unknown)
     quota_us: int | None = None  # what the kernel should hold now
     lease_deadline: float | None = None  # wall clock, for display
     quota_reason: str = "registered: full quota"

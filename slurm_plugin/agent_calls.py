@@ -13,6 +13,7 @@ from coscheduler.backend import BackendError
 from coscheduler.model import RunningJob
 
 from .metadata import AdminMark, format_admin_comment
+from .reading import _RUNNING
 
 log = logging.getLogger("slurm_plugin.backend")
 
@@ -38,9 +39,19 @@ class AgentCalls:
             self._note(f"agent of {node}: registering job {job.job_id}: {exc}")
             return None
 
-    def _agent_quota(self, node: str, job_id: str, q: float) -> None:
+    def _role(self, jid: int) -> str:
+        """A job under a quota below 1 is a guest (its mark names a running host) or a host
+        that lends: the agent makes a guest yield its cores to the host (monitoring/roles.py).
+        Renewals send the role last sent (``_roles``): a snapshot taken before a guest's
+        mark was written would call it a host."""
+        j = self._jobs.get(jid)
+        host = self._mark(j).host if j is not None else None
+        h = self._jobs.get(int(host)) if host is not None and host.isdigit() else None
+        return "guest" if h is not None and h.state in _RUNNING else "host"   # its host ran on
+
+    def _agent_quota(self, node: str, job_id: str, q: float, role: str | None = None) -> None:
         try:
-            self.agents[node].set_quota(job_id, q, self.lease_s)
+            self.agents[node].set_quota(job_id, q, self.lease_s, role)
         except Exception as exc:  # noqa: BLE001
             raise BackendError(f"agent of {node}: quota {q:.3f} for job {job_id}: {exc}") from None
 
@@ -61,7 +72,8 @@ class AgentCalls:
             for node in nodes:
                 if node in self.agents:
                     try:
-                        self.agents[node].set_quota(str(jid), q, self.lease_s)
+                        self.agents[node].set_quota(str(jid), q, self.lease_s,
+                                                    self._roles.get(jid) or self._role(jid))
                     except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
                         ok = False
                         if getattr(exc, "status", None) in (404, 409):

@@ -99,6 +99,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
         self._known: dict[int, str] = {}           # ours seen queued/running -> last state
         self._quotas: dict[int, tuple[float, tuple[str, ...]]] = {}
         self._renewed: dict[int, float] = {}
+        self._roles: dict[int, str | None] = {}    # the role sent with a job's quota
         self._on_agents: dict[int, set[str]] = {}  # nodes whose agent we registered a job with
         self._outbox: list[Outcome] = []
         self._ours_running: set[str] = set()    # ours that Slurm runs now (last running())
@@ -395,7 +396,8 @@ class SlurmBackend(SlurmReading, AgentCalls):
                     if self._register(node, placed, cores, strict=True) is None:
                         raise BackendError(f"cannot start job {job.job_id}: the agent of {node} "
                                            "did not take it")
-                    self._agent_quota(node, job.job_id, q)
+                    self._roles[jid] = "guest" if host_job else None
+                    self._agent_quota(node, job.job_id, q, self._roles[jid])
         self.source.release(jid)
         now = self._clock()
         self._planned[jid] = (allocation, now)
@@ -418,6 +420,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
         if alloc is None:
             raise BackendError(f"cannot set the quota of job {job_id}: its nodes are unknown")
         rj = RunningJob(job, alloc, j.start_time or self._clock(), q)
+        role = self._roles[jid] = self._role(jid) if q < 1.0 else None
         for node, cores in alloc.cores_by_node:
             if node not in self.agents:
                 continue
@@ -425,7 +428,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
                 if self._register(node, rj, cores, strict=True) is None:
                     raise BackendError(f"cannot set the quota of job {job_id}: the agent of {node} "
                                        "did not take it")
-                self._agent_quota(node, job_id, q)
+                self._agent_quota(node, job_id, q, role)
             else:
                 self._agent_clear(node, job_id)
         mark = self._mark(j)
@@ -489,6 +492,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
         self._known.pop(jid, None)
         self._quotas.pop(jid, None)
         self._renewed.pop(jid, None)
+        self._roles.pop(jid, None)
         self._planned.pop(jid, None)
         self.history.append(o)
         return o

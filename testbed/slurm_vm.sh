@@ -5,7 +5,10 @@
 # CgroupPlugin=cgroup/v2 and the node agent with --discover-slurm, submits a real job, and
 # checks that the agent found the job's cgroup from its processes, wrote the quota in
 # place in the job's own cpu.max, moved no task, and that the job's CPU dropped to the
-# quota. Everything the VM prints comes back on the serial console (log below).
+# quota; then a host and a guest job on one core: the guest's cpu.idle 1 and the host's
+# cpu.weight leave the host >= 0.9 of the core, and clearing, or the agent killed -9 and
+# restarted, gives the defaults back. Everything the VM prints comes back on the serial
+# console (log below).
 #
 #   bash testbed/slurm_vm.sh            # needs root, Docker (testbed.engine ensure), qemu
 #

@@ -1,7 +1,10 @@
 #!/bin/sh
 # /init of the VM that testbed/slurm_vm.sh boots: real cgroup v2 with the cpu controller,
 # Slurm with CgroupPlugin=cgroup/v2 (no systemd: IgnoreSystemd=yes), the node agent, one
-# real job. Prints RESULT lines and VM-PASS or VM-FAIL on the serial console, then powers off.
+# real job under a quota, then a host and a guest job on one core with their roles (guest
+# cpu.idle 1, host cpu.weight), cleared, held again and the agent killed -9 and restarted
+# (the defaults come back). Prints RESULT lines and VM-PASS or VM-FAIL on the serial
+# console, then powers off.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin PYTHONPATH=/src HOME=/root
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm /run /tmp; mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /run
@@ -64,9 +67,13 @@ step "slurmctld and slurmd started"
 i=0; until sinfo -h -o %T 2>/dev/null | grep -q idle; do i=$((i+1)); [ $i -gt 40 ] && fail "node not idle"; sleep 2; done
 echo "RESULT $(sinfo -V) up, node idle after ${i} s"
 step "starting the agent"
-python3 -m coscheduler agent --listen 127.0.0.1:9137 --cgroup-root cosched --interval 0.5 \
-    --state-dir /tmp/agent --discover-slurm --slurm-node vm --log-level WARNING > /tmp/agent.json 2> /tmp/agent.log &
-i=0; until grep -q url /tmp/agent.json 2>/dev/null; do i=$((i+1)); [ $i -gt 120 ] && fail "agent did not start"; sleep 1; done
+start_agent() {
+    python3 -m coscheduler agent --listen 127.0.0.1:9137 --cgroup-root cosched --interval 0.5 \
+        --state-dir /tmp/agent --discover-slurm --slurm-node vm --log-level WARNING > /tmp/agent.json 2>> /tmp/agent.log &
+    AGENT=$!
+    i=0; until grep -q url /tmp/agent.json 2>/dev/null; do i=$((i+1)); [ $i -gt 120 ] && fail "agent did not start"; sleep 1; done
+}
+start_agent
 echo "RESULT agent up after ${i} s: $(head -c 200 /tmp/agent.json)"
 JOB=$(sbatch --parsable -p cosched -c 1 -t 10 -o /tmp/job.out --wrap "exec python3 -c 'while True: pass'") || fail "sbatch"
 echo "RESULT job $JOB submitted"
@@ -119,4 +126,94 @@ print(f"RESULT slowdown: {free / max(limited, 1e-9):.2f}x less CPU under the quo
 sys.exit(0 if ok else 1)
 PY
 scancel "$JOB"
+step "roles: a host and its guest on one core"
+# Both jobs hold the node's two CPUs (--oversubscribe: they share them) and pin their busy
+# process to CPU 0, so they contend for one core, as a host and the guest it lends to do.
+BUSY0="exec taskset -c 0 python3 -c 'while True: pass'"
+HOST=$(sbatch --parsable -p cosched -c 2 --oversubscribe -t 10 -o /tmp/host.out --wrap "$BUSY0") || fail "sbatch host"
+GUEST=$(sbatch --parsable -p cosched -c 2 --oversubscribe -t 10 -o /tmp/guest.out --wrap "$BUSY0") || fail "sbatch guest"
+echo "RESULT host job $HOST and guest job $GUEST submitted"
+python3 - "$HOST" "$GUEST" <<'PY' || fail "the role checks (above)"
+import json, sys, time
+sys.path.insert(0, "/src")
+from monitoring.client import AgentClient
+from monitoring.cgroupfs import slurm_job_cgroup_v2, unified_path
+from monitoring.roles import HOST_WEIGHT
+host, guest = sys.argv[1], sys.argv[2]
+info = json.loads(open("/tmp/agent.json").read().splitlines()[0])
+c = AgentClient(info["url"], token_file=info["token_file"], timeout=30)
+end = time.time() + 120
+while time.time() < end:
+    views = {v["job_id"]: v for v in c.jobs() if v.get("pids") and v["status"] == "running"}
+    if host in views and guest in views:
+        break
+    time.sleep(0.5)
+else:
+    raise SystemExit("timed out waiting for the agent to find both jobs")
+cg = {j: "/sys/fs/cgroup" + slurm_job_cgroup_v2(unified_path(open(f"/proc/{max(views[j]['pids'])}/cgroup").read()))
+      for j in (host, guest)}
+def read(j, f):
+    try:
+        return open(f"{cg[j]}/{f}").read().strip()
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+def usage(j):
+    for line in open(cg[j] + "/cpu.stat"):
+        if line.startswith("usage_usec"):
+            return int(line.split()[1]) / 1e6
+def cpu_over(seconds):
+    u0, t0 = {j: usage(j) for j in cg}, time.time()
+    time.sleep(seconds)
+    return {j: (usage(j) - u0[j]) / (time.time() - t0) for j in cg}
+def files(j):
+    return f"cpu.max {read(j, 'cpu.max')!r}, cpu.idle {read(j, 'cpu.idle')}, cpu.weight {read(j, 'cpu.weight')}"
+time.sleep(0.5)
+free = cpu_over(3)
+print(f"RESULT no roles, both on CPU 0: host CPU {free[host]:.3f}, guest CPU {free[guest]:.3f}; "
+      f"host {files(host)}; guest {files(guest)}")
+# ASA_X lends a = 0.25 of the host's 2 cores: host 1 - a, guest a. The host's cap (1.5 CPUs)
+# stays above the one core it uses: under a loaded machine the VM's clock counts stolen time
+# as run time, and a cap of exactly one core then throttles the host and hands the guest
+# the rest of each period (seen: share 0.916 with 0.5 / 0.5 at a load of 12).
+c.set_quota(host, 0.75, 120, role="host")
+c.set_quota(guest, 0.25, 120, role="guest")
+h_files, g_files = files(host), files(guest)
+h_weight, g_idle = read(host, "cpu.weight"), read(guest, "cpu.idle")
+time.sleep(0.5)
+shared = cpu_over(3)
+share = shared[host] / max(shared[host] + shared[guest], 1e-9)
+free_share = free[host] / max(free[host] + free[guest], 1e-9)
+print(f"RESULT roles set: host {h_files}; guest {g_files}")
+print(f"RESULT roles, both on CPU 0: host CPU {shared[host]:.3f}, guest CPU {shared[guest]:.3f}; "
+      f"host's share of the core {share:.3f} (without roles {free_share:.3f})")
+c.clear_quota(host)
+c.clear_quota(guest)
+after = {j: (read(j, "cpu.max"), read(j, "cpu.idle"), read(j, "cpu.weight")) for j in cg}
+print(f"RESULT cleared: host {files(host)}; guest {files(guest)}")
+ok = (h_weight == str(HOST_WEIGHT) and g_idle == "1" and share >= 0.9 and shared[host] >= 0.9 * (free[host] + free[guest])
+      and free_share < 0.75 and all(v == ("max 100000", "0", "100") for v in after.values()))
+c.set_quota(host, 0.75, 600, role="host")      # held again, for the crash below
+c.set_quota(guest, 0.25, 600, role="guest")
+print(f"RESULT roles held before kill -9: host {files(host)}; guest {files(guest)}")
+sys.exit(0 if ok else 1)
+PY
+step "the agent killed (-9) with the roles held, and started again"
+kill -9 "$AGENT"; wait "$AGENT" 2>/dev/null
+start_agent
+python3 - "$HOST" "$GUEST" <<'PY' || fail "the recovery checks (above)"
+import json, os, sys
+info = json.loads(open("/tmp/agent.json").read().splitlines()[0])
+rec = info["recovery"]
+dirs = {os.path.basename(d): d for d, _, _ in os.walk("/sys/fs/cgroup/system.slice")}
+seen = {j: tuple(open(f"{dirs['job_' + j]}/{f}").read().strip() for f in ("cpu.max", "cpu.idle", "cpu.weight"))
+        for j in sys.argv[1:]}
+print(f"RESULT after the restart: recovery restored in place {rec.get('restored_in_place')}; "
+      f"host cpu.max/idle/weight {seen[sys.argv[1]]}; guest {seen[sys.argv[2]]}")
+ok = (sorted(rec.get("restored_in_place") or []) == sorted(sys.argv[1:])
+      and all(v == ("max 100000", "0", "100") for v in seen.values()))
+sys.exit(0 if ok else 1)
+PY
+step "recovery checked"
+scancel "$HOST" "$GUEST"
+step "done"
 finish "VM-PASS"

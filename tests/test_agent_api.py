@@ -168,3 +168,26 @@ def test_listen_and_token_file_parsing(tmp_path):
         read_token_file(str(f))
     f.write_text(TOKEN + "\nignored\n")
     assert read_token_file(str(f)) == TOKEN
+
+
+def test_quota_role_is_optional_validated_and_shown(served):
+    """PUT .../quota takes an optional "role" ("host"/"guest"; null or absent: none); a bad
+    one is a 400 naming it, and nothing is written."""
+    agent, server, client, sleeper, fs = served
+    client.register_job("j1", [sleeper.pid], 2)
+    d = fs.mount / "cosched" / "j1"
+    assert client.set_quota("j1", 0.5, 60)["role"] is None          # as before the field
+    assert client.set_quota("j1", 0.5, 60, role="guest")["role"] == "guest"
+    assert (d / "cpu.idle").read_text().strip() == "1"
+    before = _tree(fs.mount)
+    for bad in (b'"Guest"', b"1", b'["host"]'):
+        st, data = _raw(server, "PUT", "/v1/jobs/j1/quota",
+                        b'{"cpu_fraction": 0.1, "lease_s": 60, "role": ' + bad + b"}")
+        assert st == 400 and b"role must be 'host', 'guest' or null" in data
+    assert _tree(fs.mount) == before and client.job("j1")["role"] == "guest"
+    st, data = _raw(server, "PUT", "/v1/jobs/j1/quota",
+                    b'{"cpu_fraction": 0.5, "lease_s": 60, "role": null}')
+    assert st == 200 and json.loads(data)["role"] is None
+    assert (d / "cpu.idle").read_text().strip() == "0"
+    st, data = _raw(server, "PUT", "/v1/jobs/j1/quota", b'{"cpu_fraction": 0.5, "lease_s": 60, "weight": 5}')
+    assert st == 400 and "optionally \"role\"" in json.loads(data)["error"]

@@ -408,3 +408,68 @@ def test_restart_after_kill9_restores_and_cleans_leftovers(procs, cg_root, tmp_p
     assert "restart" in j["quota_reason"]
     ag2.send_signal(signal.SIGTERM)
     assert ag2.wait(timeout=10) == 0
+
+
+def _shares(rel: str, job: str) -> str:
+    return (CPU / rel / job / "cpu.shares").read_text().strip()
+
+
+def test_v1_roles_as_cpu_shares_cleared_lapsed_and_recovered(make_agent, procs, cg_root, tmp_path):
+    """REAL cgroup v1 (no cpu.idle there): a guest's cgroup gets cpu.shares 2, a lending
+    host's 10240 (weight 1000); clearing and a lapsed lease give 1024 back, and so does the
+    next agent after one that died without cleaning up."""
+    agent = make_agent(interval_s=0.1)
+    host, guest = procs(SLEEPY), procs(SLEEPY)
+    agent.register_job({"job_id": "h", "pids": [host.pid], "cores": 1})
+    agent.register_job({"job_id": "g", "pids": [guest.pid], "cores": 1})
+    assert _shares(cg_root, "h") == _shares(cg_root, "g") == "1024"
+    agent.set_quota("h", 0.5, 30, role="host")
+    agent.set_quota("g", 0.5, 30, role="guest")
+    assert (_shares(cg_root, "h"), _shares(cg_root, "g")) == ("10240", "2")
+    (CPU / cg_root / "g" / "cpu.shares").write_text("1024")       # behind our back
+    agent.tick()
+    assert _shares(cg_root, "g") == "2"
+    agent.clear_quota("h")
+    assert _shares(cg_root, "h") == "1024" and quota_file(cg_root, "h") == "-1"
+    agent.set_quota("g", 0.5, 0.15, role="guest")                 # lapses
+    time.sleep(0.2)
+    agent.enforce_leases()
+    assert _shares(cg_root, "g") == "1024"
+    agent.set_quota("h", 0.5, 600, role="host")
+    agent.set_quota("g", 0.5, 600, role="guest")
+    agent.close(restore=False)                                     # as after kill -9
+    assert (_shares(cg_root, "h"), _shares(cg_root, "g")) == ("10240", "2")
+    again = make_agent()
+    assert sorted(again.recovery["restored"]) == ["g", "h"]
+    assert _shares(cg_root, "h") == _shares(cg_root, "g") == "1024"
+    assert quota_file(cg_root, "h") == quota_file(cg_root, "g") == "-1"
+
+
+@pytest.mark.live
+def test_v1_guest_yields_a_shared_core_to_its_host(make_agent, procs, cg_root):
+    """REAL cgroup v1, measured: a host and its guest, both busy, pinned to one core. Without
+    roles they split it; with them (host cpu.shares 10240, guest 2) the host keeps >= 0.9 of
+    what the core gives the two. Shares weigh siblings against each other, so other tenants
+    of this machine lower both figures, not the split, which is what is asserted."""
+    cpu = max(os.sched_getaffinity(0))
+    pin = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731
+    agent = make_agent()
+    host, guest = procs(BUSY, preexec_fn=pin), procs(BUSY, preexec_fn=pin)
+    agent.register_job({"job_id": "h", "pids": [host.pid], "cores": 1})
+    agent.register_job({"job_id": "g", "pids": [guest.pid], "cores": 1})
+
+    def split() -> tuple[float, float]:
+        t0, h0, g0 = time.monotonic(), _cpu_s([host.pid]), _cpu_s([guest.pid])
+        time.sleep(2.0)
+        dt = time.monotonic() - t0
+        return (_cpu_s([host.pid]) - h0) / dt, (_cpu_s([guest.pid]) - g0) / dt
+
+    h, g = split()
+    before = h / max(h + g, 1e-9)
+    agent.set_quota("h", 1.0, 60, role="host")
+    agent.set_quota("g", 1.0, 60, role="guest")
+    h, g = split()
+    after = h / max(h + g, 1e-9)
+    print(f"host's share of core {cpu}: {before:.3f} without roles, {after:.3f} with "
+          f"(host {h:.3f} CPU, guest {g:.3f})")
+    assert before < 0.75 and after >= 0.9

@@ -298,3 +298,127 @@ def test_a_nodes_cpus_from_the_job_level_slurm_environment():
     assert cpus_of_node("4,2(x2)", "a1,b[07-08]", "b08") == 2
     assert cpus_of_node("4", "n1", "n2") is None
     assert cpus_of_node("4(x3)", "n[1-2]", "n1") is None     # lists that disagree: unknown
+
+
+# -- roles: a guest's cgroup idle, a lending host's weighted up (monitoring/roles.py) --------
+# On the MIMIC (file-writing logic only: the kernel enforces nothing there); the real v2
+# proof, with the host's CPU share measured, is the VM (testbed/slurm_vm.sh).
+
+def _host_and_guest(mimic, procs, tmp_path, *, discover=True, **kw):
+    """Two Slurm jobs on one node in Slurm's v2 layout, 41 (to be the host) and 42 (its
+    guest), and an agent that discovered them."""
+    cgs = {}
+    for jid in ("41", "42"):
+        p = procs(SLEEPY)
+        cgs[jid], _ = _slurm_v2_job(mimic, tmp_path, p.pid, jid, f"job_{jid}")
+    agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=discover,
+                      slurm_node="n1", state_dir=tmp_path / "s", **kw)
+    agent.proc_root = str(tmp_path / "proc")
+    agent.tick()
+    return agent, cgs
+
+
+def _files(d: Path) -> tuple[str, ...]:
+    return tuple(_read(d / f) if (d / f).exists() else "-" for f in ("cpu.max", "cpu.idle", "cpu.weight"))
+
+
+DEFAULTS = ("max 100000", "0", "100")
+
+
+def test_roles_table_and_validation():
+    from coscheduler.model import InvalidInput
+    from monitoring.roles import HOST_WEIGHT, check_role, role_files
+
+    assert role_files("guest", 2) == [("cpu.idle", "1")]
+    assert role_files("host", 2) == [("cpu.idle", "0"), ("cpu.weight", str(HOST_WEIGHT))]
+    assert role_files(None, 2) == [("cpu.idle", "0"), ("cpu.weight", "100")]
+    assert HOST_WEIGHT / (HOST_WEIGHT + 100) >= 0.9     # the host's floor without cpu.idle
+    assert role_files("guest", 1) == [("cpu.shares", "2")]
+    assert role_files("host", 1) == [("cpu.shares", str(HOST_WEIGHT * 1024 // 100))]
+    assert role_files(None, 1) == [("cpu.shares", "1024")]
+    assert check_role(None) is None and check_role("guest") == "guest"
+    for bad in ("Guest", "", 1, ["host"]):
+        with pytest.raises(InvalidInput, match="role must be 'host', 'guest' or null"):
+            check_role(bad)
+
+
+def test_v2_mimic_guest_idle_host_weight_in_place_then_cleared_lapsed_unregistered(mimic, procs, tmp_path):
+    """MIMIC v2, Slurm's layout: a guest's job cgroup gets cpu.idle 1, its host's cpu.weight
+    1000, in place beside cpu.max; a tick re-asserts them; clearing, a lapsed lease,
+    unregistering and the agent's exit each give the defaults back."""
+    agent, cg = _host_and_guest(mimic, procs, tmp_path, interval_s=0.05)
+    try:
+        assert _files(cg["41"]) == _files(cg["42"]) == DEFAULTS
+        assert agent.set_quota("41", 0.5, 30, role="host")["role"] == "host"
+        agent.set_quota("42", 0.5, 30, role="guest")
+        assert _files(cg["41"]) == ("200000 100000", "0", "1000")
+        assert _files(cg["42"]) == ("200000 100000", "1", "1")   # an idle group's weight reads 1
+        assert not (mimic.mount / "cosched" / "42").exists()      # nothing moved, nothing ours
+        mimic.write(cg["42"] / "cpu.idle", "0")                   # changed behind our back
+        mimic.write(cg["41"] / "cpu.weight", "100")
+        agent.tick()
+        assert _read(cg["42"] / "cpu.idle") == "1" and _read(cg["41"] / "cpu.weight") == "1000"
+        # a renewal without a role drops it (every PUT states the whole request)
+        agent.set_quota("41", 0.5, 30)
+        assert _files(cg["41"]) == ("200000 100000", "0", "100")
+        agent.set_quota("41", 0.5, 30, role="host")
+        agent.clear_quota("41")
+        assert _files(cg["41"]) == DEFAULTS and agent.job("41")["role"] is None
+        agent.set_quota("42", 0.5, 0.1, role="guest")               # lapses
+        time.sleep(0.15)
+        agent.enforce_leases()
+        assert _files(cg["42"]) == DEFAULTS
+        assert "lease expired" in agent.job("42")["quota_reason"]
+        agent.set_quota("42", 0.5, 30, role="guest")
+        agent.unregister("42")                                     # the job leaves the agent
+        assert _files(cg["42"]) == DEFAULTS
+        agent.set_quota("41", 0.5, 30, role="host")
+    finally:
+        agent.close()
+    assert _files(cg["41"]) == DEFAULTS                             # nothing left at exit
+
+
+@pytest.mark.parametrize("discover", [True, False])
+def test_v2_mimic_recovery_after_a_crash_gives_idle_and_weight_back(mimic, procs, tmp_path, discover):
+    """MIMIC v2: an agent dies (no clean-up) with a guest idle and a host weighted; the next
+    one, from its state file (and by discovering the jobs again, when it discovers), gives
+    cpu.max, cpu.idle and cpu.weight their defaults."""
+    agent, cg = _host_and_guest(mimic, procs, tmp_path)
+    agent.set_quota("41", 0.5, 600, role="host")
+    agent.set_quota("42", 0.5, 600, role="guest")
+    agent.close(restore=False)                                      # as after kill -9
+    assert _files(cg["41"])[1:] == ("0", "1000") and _files(cg["42"])[1] == "1"
+    again = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=discover,
+                      slurm_node="n1", state_dir=tmp_path / "s")
+    again.proc_root = str(tmp_path / "proc")
+    try:
+        assert sorted(again.recovery["restored_in_place"]) == ["41", "42"]
+        assert _files(cg["41"]) == _files(cg["42"]) == DEFAULTS
+        again.tick()
+        assert _files(cg["41"]) == _files(cg["42"]) == DEFAULTS
+        if discover:
+            assert {j["job_id"] for j in again.jobs()} == {"41", "42"}
+    finally:
+        again.close()
+
+
+def test_v2_mimic_kernel_without_cpu_idle_keeps_the_quota_and_says_so_once(tmp_path, procs, caplog):
+    """MIMIC v2 of a kernel before 5.15 (no cpu.idle): the guest's quota is written all the
+    same; the missing file is logged once, not on every request or tick."""
+    fs = MimicV2FS(tmp_path / "cgroup2", idle=False)
+    fs.write(fs.mount / "cgroup.subtree_control", "+cpu")
+    agent, cg = _host_and_guest(fs, procs, tmp_path)
+    try:
+        with caplog.at_level("WARNING", logger="monitoring.agent"):
+            agent.set_quota("42", 0.25, 30, role="guest")
+            agent.set_quota("41", 0.75, 30, role="host")
+            agent.tick()
+            agent.set_quota("42", 0.3, 30, role="guest")
+        assert _files(cg["42"]) == ("120000 100000", "-", "100")
+        assert _files(cg["41"]) == ("300000 100000", "-", "1000")
+        said = [r for r in caplog.records if "cpu.idle" in r.getMessage()]
+        assert len(said) == 1 and "said once" in said[0].getMessage()
+        assert agent.job("42")["apply_error"] is None and agent.job("42")["role"] == "guest"
+    finally:
+        agent.close()
+    assert _files(cg["41"]) == ("max 100000", "-", "100")

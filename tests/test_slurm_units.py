@@ -436,3 +436,53 @@ def test_backend_gives_up_on_a_released_job_whose_node_went_down(tmp_path):
     (o,) = b.drain_finished()
     assert (o.job_id, o.state) == ("7", "failed") and "rn1 went down" in o.reason
     assert b.drain_finished() == []
+
+
+class RecordingAgent:
+    """Keeps the calls the backend makes to a node agent (monitoring.client.AgentClient's)."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def register_job(self, job_id, pids, cores, **kw):
+        return {"job_id": job_id, "status": "running", "cores": float(cores)}
+
+    def jobs(self):
+        return []
+
+    def set_quota(self, job_id, cpu_fraction, lease_s, role=None):
+        self.calls.append(("quota", job_id, round(cpu_fraction, 4), role))
+        return {}
+
+    def clear_quota(self, job_id):
+        self.calls.append(("clear", job_id))
+        return {}
+
+
+def test_backend_tells_the_agents_who_lends_and_who_borrows(tmp_path):
+    """The quota a node agent receives says the job's role: a guest (its mark names a host)
+    is sent "guest", a job lending its cores "host", on a set, on a lease renewal and when a
+    guest starts; a full quota is a clear (no role, the defaults)."""
+    src = RecordedCluster("22.05")
+    now = [1000.0]
+    agent = RecordingAgent()
+    b = SlurmBackend(src, partition="cosched", agents={"rn1": agent}, lease_s=6.0,
+                     clock=lambda: now[0])
+    b.set_quota("5", 0.5)                 # the recorded host of guest 6
+    b.set_quota("6", 0.3)
+    assert agent.calls == [("quota", "5", 0.5, "host"), ("quota", "6", 0.3, "guest")]
+    agent.calls.clear()
+    now[0] += 10.0                        # past a third of the lease: renewed
+    b._renew_leases()
+    assert sorted(agent.calls) == [("quota", "5", 0.5, "host"), ("quota", "6", 0.3, "guest")]
+    agent.calls.clear()
+    b.set_quota("5", 1.0)
+    assert agent.calls == [("clear", "5")]
+    agent.calls.clear()
+    (q,) = b.queued()
+    b.start(q, Allocation("7", (("rn1", 2),)), 0.25, host_job="5")
+    assert agent.calls == [("quota", "7", 0.25, "guest")]
+    agent.calls.clear()
+    now[0] += 10.0     # renewed while Slurm's answer does not show the guest's mark yet
+    b._renew_leases()
+    assert ("quota", "7", 0.25, "guest") in agent.calls
