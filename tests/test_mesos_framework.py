@@ -459,3 +459,53 @@ def test_closing_hands_the_last_outcomes_to_the_feeds():
     b.statusUpdate(d, status(t["task_id"]["value"], "TASK_FINISHED", "A1"))
     b.close()
     assert told == ["x"]
+
+
+class _QuotaLog:
+    """Node quotas that note each call (the real node agents' side of roles is tested in
+    tests/test_agent_v2.py and tests/test_agent_cgroup.py)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def prepare(self, agent_id, hostname, job, cores):
+        return {}
+
+    def add_pid(self, agent_id, hostname, job_id, pid):
+        pass
+
+    def set_quota(self, agent_id, hostname, job_id, fraction, lease_s, role=None):
+        self.calls.append((job_id, round(fraction, 3), role))
+
+    def release(self, agent_id, hostname, job_id):
+        pass
+
+    def sample(self, agent_id, hostname, job_id):
+        return None
+
+    def close(self):
+        pass
+
+
+def test_the_node_agents_are_told_who_lends_and_who_borrows():
+    """The node agent makes a guest yield its cores to its host (monitoring/roles.py): the
+    framework says which job is which, the host again once its guest runs."""
+    clock = Clock()
+    log = _QuotaLog()
+    b = MesosBackend(FrameworkConfig(settle_s=0.0, hold_s=10.0, hold_jitter=0.0), quotas=log,
+                     clock=clock, rng=random.Random(1))
+    d = FakeDriver()
+    b.attach(d)
+    ctl = Controller(b, make_policy("static"), config=ControllerConfig(give_up_unplaceable=False))
+    b.registered(d, {"value": "F1"}, {})
+    b.submit(job("host", cores=4, walltime=100.0))
+    b.resourceOffers(d, [offer("O1", "A1", 4, mem=2048)])
+    step(b, ctl)
+    host_task = d.of("ACCEPT")[0]["accept"]["operations"][0]["launch"]["task_infos"][0]
+    b.statusUpdate(d, status(host_task["task_id"]["value"], "TASK_RUNNING", "A1"))
+    clock.t += 1
+    b.submit(job("guest", cores=2, walltime=50.0))
+    b.resourceOffers(d, [offer("O2", "A1", 0, mem=1024)])
+    step(b, ctl)
+    # The host's quota is cut before its guest exists (no role yet), then said again.
+    assert log.calls == [("host", 0.75, None), ("guest", 0.5, "guest"), ("host", 0.75, "host")]
