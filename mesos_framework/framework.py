@@ -202,16 +202,6 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
                 continue
         return out
 
-    def _role(self, job_id: str, run) -> str | None:
-        """"guest" for a job inside a running host, "host" for one that lends to a running
-        guest, else None (lock held): the node agent makes a guest yield its cores to its
-        host (monitoring/roles.py)."""
-        if run.host is not None and run.host in self._runs:
-            return "guest"
-        if any(r.host == job_id for r in self._runs.values()):
-            return "host"
-        return None
-
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
         q = check_quota_fraction(job_id, quota_fraction)
         with self._lock:
@@ -219,20 +209,17 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
             if run is None:
                 raise BackendError(f"cannot set the quota of job {job_id}: it is not running")
             tasks = list(run.tasks.values())
-            role = self._role(job_id, run) if q < 1.0 else None
         if self.quotas is not None:
             for t in tasks:
                 try:
-                    self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s,
-                                          role)
+                    self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s)
                 except Exception as first:  # noqa: BLE001
                     # The node agent does not know the job (it restarted without its state,
                     # or this framework took over from a killed one): register it again (its
                     # processes are still in its cgroup) rather than fail the job.
                     try:
                         self.quotas.prepare(t.agent_id, t.hostname, run.job, t.cores)
-                        self.quotas.set_quota(t.agent_id, t.hostname, job_id, q,
-                                              self.config.lease_s, role)
+                        self.quotas.set_quota(t.agent_id, t.hostname, job_id, q, self.config.lease_s)
                         log.warning("job %s registered again with the node agent of %s (%s)",
                                     job_id, t.hostname or t.agent_id, first)
                     except Exception as exc:  # noqa: BLE001

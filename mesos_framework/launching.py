@@ -91,11 +91,6 @@ class Launching:
             self._revive(force=True)
         if q < 1.0:
             self.set_quota(job.job_id, q)
-        if host_job is not None:
-            with self._lock:
-                hq = self._runs[host_job].quota if host_job in self._runs else 1.0
-            if hq < 1.0:
-                self.set_quota(host_job, hq)   # the host's quota again, now as a lender
 
     def _commit(self, run: _Run, plan) -> None:
         """Cut the planned offers for each task of ``run`` and queue the launches (lock held)."""

@@ -52,9 +52,7 @@ class NodeQuotas(Protocol):
     def add_pid(self, agent_id: str, hostname: str, job_id: str, pid: int) -> None: ...
 
     def set_quota(self, agent_id: str, hostname: str, job_id: str, fraction: float,
-                  lease_s: float, role: str | None = None) -> None:
-        """``role``: "host", "guest" or None (monitoring/roles.py)."""
-        ...
+                  lease_s: float) -> None: ...
 
     def release(self, agent_id: str, hostname: str, job_id: str) -> None: ...
 
@@ -224,12 +222,12 @@ class LocalNodeAgents:
             a.register_job({"job_id": job_id, "pids": [pid], "cores": view["cores"]})
 
     def set_quota(self, agent_id: str, hostname: str, job_id: str, fraction: float,
-                  lease_s: float, role: str | None = None) -> None:
+                  lease_s: float) -> None:
         a = self._agent(agent_id)
         if fraction >= 1.0:
             a.clear_quota(job_id, "full quota given back by the framework")
         else:
-            a.set_quota(job_id, fraction, lease_s, role)
+            a.set_quota(job_id, fraction, lease_s)
 
     def release(self, agent_id: str, hostname: str, job_id: str) -> None:
         a = self.agents.get(agent_id)
@@ -301,12 +299,12 @@ class RemoteNodeAgents:
         c.register_job(job_id, [pid], c.job(job_id)["cores"])
 
     def set_quota(self, agent_id: str, hostname: str, job_id: str, fraction: float,
-                  lease_s: float, role: str | None = None) -> None:
+                  lease_s: float) -> None:
         c = self._client(hostname)
         if fraction >= 1.0:
             c.clear_quota(job_id)
         else:
-            c.set_quota(job_id, fraction, lease_s, role)
+            c.set_quota(job_id, fraction, lease_s)
 
     def release(self, agent_id: str, hostname: str, job_id: str) -> None:
         self._client(hostname).unregister(job_id)

@@ -218,9 +218,7 @@ class LocalBackend(JobBook):
                 "tasks_total": job.tasks, "job_class": job.job_class,
                 "progress_file": str(progress)})
             if q < 1.0:
-                # A guest is told so from its first instruction; its host's role follows
-                # with the controller's set_quota for it.
-                agent.set_quota(jid, q, self.lease_s, "guest" if host_job in self._runs else None)
+                agent.set_quota(jid, q, self.lease_s)
             os.kill(popen.pid, signal.SIGCONT)
         except Exception as exc:
             self._kill(popen)
@@ -232,13 +230,6 @@ class LocalBackend(JobBook):
         run = self._commit_start(job, allocation, q, host_job,
                                  _Proc(popen, node, log_path, progress, time.time(), time.time()))
         self.quota_log.append((run.start, jid, q))
-        host = self._runs.get(host_job) if host_job is not None else None
-        if host is not None and host.quota < 1.0:
-            try:   # the host's quota again, now as a lender (the lease renewal would, later)
-                self.agents[host.data.node].set_quota(host_job, host.quota, self.lease_s, "host")
-                host.data.lease_renewed = time.time()
-            except Exception:  # noqa: BLE001 - its quota stands; the role follows at renewal
-                pass
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
         run = self._runs.get(job_id)
@@ -250,7 +241,7 @@ class LocalBackend(JobBook):
             if q >= 1.0:
                 agent.clear_quota(job_id, "full quota given back by the controller")
             else:
-                agent.set_quota(job_id, q, self.lease_s, self.role(job_id))
+                agent.set_quota(job_id, q, self.lease_s)
                 run.data.lease_renewed = time.time()
         except Exception as exc:
             raise BackendError(f"cannot set the quota of job {job_id}: {exc}") from None
@@ -308,8 +299,7 @@ class LocalBackend(JobBook):
         for jid, run in self._runs.items():
             if run.quota < 1.0 and now - run.data.lease_renewed > self.lease_s / 3:
                 try:
-                    self.agents[run.data.node].set_quota(jid, run.quota, self.lease_s,
-                                                         self.role(jid))
+                    self.agents[run.data.node].set_quota(jid, run.quota, self.lease_s)
                     run.data.lease_renewed = now
                 except Exception:
                     pass  # the lease lapses: the host gets its full quota: safe

@@ -231,12 +231,9 @@ def test_asax_coallocation_through_the_emulator_applies_the_quotas_it_chose(emul
         g = (agent.actuator.usage_ns("guest") - g0) / 1e9 / wall
         print(f"measured over {wall:.1f} s: host {h:.3f} CPU (quota 1.2), guest {g:.3f} CPU "
               f"(quota 0.8); load average {os.getloadavg()[0]:.1f}")
-        assert 0 < h <= 1.2 * 1.15 and 0 <= g <= 0.8 * 1.15
-        # The framework tells the agent who lends and who borrows: the guest yields its
-        # cores to the host (cpu.shares 2 here, cpu.idle on v2), so the host is served first,
-        # up to its quota, and the guest gets what the host and the machine's load leave.
-        assert agent.job("guest")["role"] == "guest" and agent.job("host")["role"] == "host"
-        assert h >= 0.9 * min(1.2, h + g), (h, g)
+        assert 0 < h <= 1.2 * 1.15 and 0 < g <= 0.8 * 1.15
+        if h + g >= 1.0:     # the machine gave the pair a fair part of its CPUs: split by quota
+            assert 0.25 <= g / (h + g) <= 0.55
         result = mr.run(timeout_s=60)
     finally:
         mr.close()

@@ -149,16 +149,6 @@ class JobBook:
         self.starts.append((run.start, jid, host_job))
         return run
 
-    def role(self, job_id: str) -> str | None:
-        """What a node agent is told of a running job whose quota is cut: "guest" inside a
-        running host, "host" while it lends to a guest, else None (monitoring/roles.py)."""
-        run = self._runs.get(job_id)
-        if run is None:
-            return None
-        if run.host is not None and run.host in self._runs:
-            return "guest"
-        return "host" if run.guests else None
-
     def _end(self, job_id: str, state: str, reason: str, end_time: float | None = None) -> Run:
         r = self._runs.pop(job_id)
         if r.host is None:
