@@ -73,3 +73,30 @@ def test_quick_calibration_measures_real_quotas_and_leaves_no_cgroup(tmp_path):
     # Every calibration cgroup is gone.
     for base in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
         assert not list(base.glob(f"cosched-calib-{os.getpid()}-*"))
+
+
+@pytest.mark.root
+@pytest.mark.live
+def test_shared_cpu_pairs_run_free_on_every_cpu_and_fit_spill():
+    """``--spread``'s experiment, one round: a probe beside one CPU-bound loop, both free
+    on every CPU of the machine, is recorded as a shared-CPUs pair that the fit reads."""
+    from coscheduler.backends.interference import CALIBRATED
+    from coscheduler.calibration import fit as fitting
+    from coscheduler.calibration.measure import Settings, measure
+
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("one CPU: nothing to spread over")
+    settings = Settings(repeats=1, quotas={"mixed": (0.5,), "cpu": (0.5,)},
+                        same_core=(("mixed", "cpu", 0.5),),
+                        cross_core=(), shared=(("io", "cpu", 1),))
+    raw = measure(settings).to_dict()
+    shared = [p for p in raw["pairs"] if p["placement"] == "shared-cpus"]
+    assert len(shared) == 1 and shared[0]["cpus"] == cpus and shared[0]["copies"] == 1
+    assert shared[0]["elapsed_s"] > 0 and shared[0]["ref_elapsed_s"] > 0
+    fitting.validate(raw, "one round")
+    pool = [p for p in fitting.points(raw) if p.pool]
+    assert pool and pool[0].pool == cpus
+    assert 0.0 <= fitting.fit(raw, CALIBRATED, only=("spill",)).spill <= 1.0
+    for base in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")):
+        assert not list(base.glob(f"cosched-calib-{os.getpid()}-*"))

@@ -53,6 +53,12 @@ def synthetic(model: InterferenceModel, settings: Settings, noise: float = 0.0,
                                  "target_quota": q, "other_quota": oq, "elapsed_s": wall(p),
                                  "cpu_s": 1.0, "ref_elapsed_s": 1.0, "round": k,
                                  **({} if idle is None else {"idle": idle})})
+        for t, o, copies in settings.shared:
+            p = fitting.Point("pair", t, 1.0, o, 1.0, False, 1, 0.0, pool=2, copies=copies)
+            raw["pairs"].append({"target": t, "other": o, "placement": "shared-cpus",
+                                 "cpus": 2, "copies": copies, "target_quota": 1.0,
+                                 "other_quota": 1.0, "elapsed_s": wall(p), "cpu_s": 1.0,
+                                 "ref_elapsed_s": 1.0, "round": k})
     return raw
 
 
@@ -86,6 +92,32 @@ def test_an_idle_session_recovers_the_idle_terms_and_leaves_the_rest_as_calibrat
            if p.kind == "pair"}
     assert pts[("io", 0.5, "other")] < pts[("io", 0.5, None)]
     assert pts[("io", 0.5, "other")] < 1.1
+
+
+def test_a_spread_session_recovers_spill_and_leaves_the_rest_as_calibrated():
+    """``cosched calibrate --spread``: probes free on every CPU tell how much of its wake-up
+    cost a disk-waiting job keeps when a core is free; the fit takes just that term."""
+    true = dataclasses.replace(TRUE, spill=0.3)
+    settings = dataclasses.replace(Settings.spread(), shared=(
+        ("mixed", "cpu", 1), ("mixed", "cpu", 2), ("io", "cpu", 1), ("io", "cpu", 2)))
+    raw = synthetic(true, settings)
+    fitting.validate(raw, "synthetic spread session")
+    got = fitting.fit(raw, TRUE, only=("spill",))
+    assert got.spill == pytest.approx(0.3, abs=0.01)
+    assert got.timeslice == TRUE.timeslice and got.wakeup == TRUE.wakeup
+    pts = {(p.target, p.copies): p.slowdown for p in fitting.points(raw) if p.pool}
+    # A sleepy probe beside one CPU-bound loop on two CPUs is not slowed (a core is free);
+    # beside two it is, as on one pinned CPU.
+    assert pts[("mixed", 1)] == pytest.approx(1.0)
+    assert pts[("mixed", 2)] > 1.1
+    assert 1.0 < pts[("io", 1)] < pts[("io", 2)]
+
+
+def test_a_shared_pair_without_its_cpu_count_is_refused_by_name():
+    raw = synthetic(TRUE, dataclasses.replace(Settings.spread(), shared=(("mixed", "cpu", 1),)))
+    del raw["pairs"][-1]["cpus"]
+    with pytest.raises(InvalidInput, match=r"shared-cpus pair's 'cpus' must be an integer"):
+        fitting.points(raw)
 
 
 def test_a_pair_with_an_unknown_idle_role_is_refused_by_name():

@@ -4,6 +4,7 @@ measurements it was calibrated on (coscheduler/calibration/measured.json)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,71 @@ def test_the_idle_class_as_measured_protects_the_host_and_starves_a_waiting_gues
     assert refit.idle_penalty == pytest.approx(CALIBRATED.idle_penalty, rel=0.05)
     assert CALIBRATED.idle_yield < 0.5
     assert fitting.held_out(raw)["rms_log_error"] <= 0.12
+
+
+# -- shared cores ---------------------------------------------------------------------------------
+
+SPREAD = MEASURED.with_name("spread.json")     # cosched calibrate --spread
+
+
+@settings(max_examples=150, deadline=None)
+@given(u=st.floats(0.02, 1.0), uo=st.floats(0.0, 1.0), q=st.floats(0.05, 1.0),
+       io=share, idle=st.booleans())
+def test_on_one_shared_core_the_pooled_model_is_the_pinned_one(u, uo, q, io, idle):
+    """One process each on one core: the expected excess of busy processes is the
+    co-runner's busy share, so the shared-cores model reduces to the same-CPU calibration."""
+    target = JobDemand(cpu=u, io=io * (1 - u), threads=1)
+    other = JobDemand(cpu=uo, threads=1, idle=idle)
+    others = [(other, 1.0 - q * 0.5, 1.0)]
+    assert CALIBRATED.contention(target, q, others, pool_cores=1) == pytest.approx(
+        CALIBRATED.contention(target, q, others))
+
+
+def test_a_free_core_spares_a_computing_job_but_not_when_every_core_is_taken():
+    sleepy, loop = JobDemand(cpu=0.4, threads=1), JobDemand(cpu=1.0, threads=1)
+    pinned = CALIBRATED.contention(sleepy, 1.0, [(loop, 1.0, 1.0)])
+    assert pinned > 1.3
+    assert CALIBRATED.contention(sleepy, 1.0, [(loop, 1.0, 1.0)], pool_cores=2) == 1.0
+    two = CALIBRATED.contention(sleepy, 1.0, [(loop, 1.0, 1.0)] * 2, pool_cores=2)
+    assert two == pytest.approx(pinned)
+    # A sequential guest on an 8-core host whose 8 processes are 22 % busy: almost never
+    # are all 8 cores taken, so the guest is barely slowed (pinned: +12 %).
+    guest, host = JobDemand(cpu=0.06, wait=0.52, threads=1), JobDemand(cpu=0.22, threads=8)
+    assert CALIBRATED.contention(guest, 0.16, [(host, 0.84, 1.0)]) > 1.1
+    assert CALIBRATED.contention(guest, 0.16, [(host, 0.84, 1.0)], pool_cores=8) < 1.001
+    # Unknown processes: the pinned model, whatever the pool.
+    assert CALIBRATED.contention(JobDemand(cpu=0.4), 1.0, [(loop, 1.0, 1.0)], pool_cores=2) \
+        == pytest.approx(pinned)
+
+
+def test_spill_keeps_a_disk_waiting_jobs_wake_up_cost_on_a_free_core():
+    disk, loop = JobDemand(cpu=0.25, io=0.75, threads=1), JobDemand(cpu=1.0, threads=1)
+    none = InterferenceModel(timeslice=1.2, wakeup=2.3, spill=0.0)
+    full = InterferenceModel(timeslice=1.2, wakeup=2.3, spill=1.0)
+    assert none.contention(disk, 1.0, [(loop, 1.0, 1.0)], pool_cores=2) == 1.0
+    assert full.contention(disk, 1.0, [(loop, 1.0, 1.0)], pool_cores=2) == pytest.approx(
+        1.0 + 2.3 * 1.0 * 0.25)
+
+
+def test_bad_threads_pool_or_spill_are_refused_by_name():
+    with pytest.raises(InvalidInput, match="threads must be an integer >= 1"):
+        JobDemand(cpu=0.5, threads=0)
+    with pytest.raises(InvalidInput, match="spill must lie in"):
+        InterferenceModel(spill=1.5)
+    with pytest.raises(InvalidInput, match="pool_cores must be an integer >= 1"):
+        CALIBRATED.pooled_busy(JobDemand(cpu=0.5, threads=1), 1.0, [], 0)
+
+
+def test_the_spread_session_as_measured(measured):
+    """docs/calibration.md "Shared cores": a sleepy probe beside one CPU-bound loop on two
+    CPUs is barely slowed, beside two it is slowed as when pinned to one CPU; a disk-bound
+    probe is slowed either way (its wake-ups land on the busy core)."""
+    raw = json.loads(SPREAD.read_text())
+    fitting.validate(raw, str(SPREAD))
+    pts = {(p.target, p.copies): p.slowdown for p in fitting.points(raw) if p.pool}
+    assert pts[("mixed", 1)] < 1.15 < 1.3 < pts[("mixed", 2)]
+    assert pts[("io", 1)] > 1.5
+    for p in fitting.points(raw):
+        if p.pool:
+            model = fitting.predict(CALIBRATED, fitting.demands(raw), p)
+            assert abs(math.log(model / p.slowdown)) < 0.45, p.label()

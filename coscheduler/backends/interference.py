@@ -59,6 +59,20 @@ with others (the host and its guests; ``others``) is
 - a job computing on cached data (u - membw) loses the shared cache to co-runners that
   stream memory (k_cache), and the memory bandwidth and the disk are shared by every job
   of the group, whatever its cores (k_bw, k_io);
+- shared cores (``pool_cores``): when the jobs of a group may all run on the same set of C
+  cores (the host's allocation; a guest's quota caps its CPU time, not where it runs),
+  the kernel spreads runnable processes over idle cores, so a computing process waits for
+  a busy co-runner only when every core is taken. Each job then runs ``threads``
+  processes, each computing (1 - wait) of its time (less under a binding quota); the
+  share of a busy core its process meets is the expected excess E[max(0, X + 1 - C)]
+  over the processes X of the others computing at that instant (independent, each a
+  Bernoulli draw), less what its own other processes already cost it alone. On one core
+  with one co-runner process this is busy_o exactly (the same-CPU calibration); on 2 cores
+  a sleepy probe beside one CPU-bound loop measured x1.01 (x1.46 pinned to one core),
+  beside two loops x1.49. A disk-waiting job still meets a busy core at some wake-ups
+  (x1.42 on 2 cores against x3.6 pinned): its wake-up term keeps ``spill`` of the
+  per-core busy_o (fitted by ``cosched calibrate --spread``). Without ``pool_cores``, or
+  when a job's ``threads`` is unknown, every co-runner counts as on the job's own cores;
 - capacity_factor = 1 / (1 + memory_penalty x (S - 1)) when the group wants S > 1 of the
   host's memory (S = mem_host + sum mem_guest x cores_guest / cores_host), else 1:
   swapping and page-cache thrashing. Not measured here (filling a shared 24 GiB machine's
@@ -71,8 +85,12 @@ its cores and sharing no memory bandwidth, disk or memory capacity with one, is 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import Iterable
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+import numpy as np
 
 from ..model import InvalidInput, check_finite
 
@@ -89,10 +107,17 @@ class JobDemand:
     # In the idle scheduling class (cgroup v2 cpu.idle = 1, what the agent gives a guest):
     # it runs only when no job of the normal class on its cores wants the CPU.
     idle: bool = False
+    # Processes it keeps computing at once when running (a sequential stage 1, a parallel
+    # one its cores); None: unknown (its co-runners then count as on its own cores).
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.idle, bool):
             raise InvalidInput(f"job demand: idle must be true or false, got {self.idle!r}")
+        if self.threads is not None and (isinstance(self.threads, bool)
+                                         or not isinstance(self.threads, int) or self.threads < 1):
+            raise InvalidInput(f"job demand: threads must be an integer >= 1 or None, "
+                               f"got {self.threads!r}")
         if self.wait is None:
             object.__setattr__(self, "wait", max(0.0, 1.0 - float(self.cpu)))
         for name in ("cpu", "membw", "io", "wait"):
@@ -119,13 +144,18 @@ class InterferenceModel:
     # idle one (it waits for every turn of a normal host). 1.0: no difference (unmeasured).
     idle_yield: float = 1.0
     idle_penalty: float = 1.0
+    # On shared cores (``contention(pool_cores=...)``): the share of the per-core wake-up
+    # cost a disk-waiting job keeps although a core is free (1.0: all of it, unmeasured).
+    spill: float = 1.0
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             low = -0.5 if name == "throttle" else 0.0
             check_finite(value, f"interference model: {name}", minimum=low)
-        if self.overlap > 1.0:
-            raise InvalidInput(f"interference model: overlap must lie in [0, 1], got {self.overlap!r}")
+        for name in ("overlap", "spill"):
+            if getattr(self, name) > 1.0:
+                raise InvalidInput(f"interference model: {name} must lie in [0, 1], "
+                                   f"got {getattr(self, name)!r}")
 
     def quota_term(self, demand: JobDemand, quota: float) -> float:
         """Speed under a CPU quota alone (1.0: the quota does not bind)."""
@@ -146,27 +176,63 @@ class InterferenceModel:
             return 0.0
         return min(1.0, u / (1.0 - (1.0 - self.overlap) * (1.0 - u)))
 
+    def computing(self, demand: JobDemand, quota: float) -> float:
+        """The share of the time each of a job's processes computes under ``quota``."""
+        # min(u, q) of its cores as in the same-CPU term, spread over its processes
+        u = demand.cpu
+        return 0.0 if u <= 0 else (1.0 - float(demand.wait)) * min(1.0, max(0.0, quota) / u)
+
     def contention(self, demand: JobDemand, quota: float,
-                   others: Iterable[tuple[JobDemand, float, float]]) -> float:
+                   others: Iterable[tuple[JobDemand, float, float]],
+                   pool_cores: int | None = None) -> float:
         """The slowdown factor (>= 1) from co-runners ``others`` = (demand, quota, share of
         this job's cores it runs on: 1 for a guest seen from its host's cores it fills, a
         guest's cores over its host's seen from the host, 0 on other cores) for a job with
-        ``demand`` under ``quota``; ``quota_term / contention`` is the job's rate."""
+        ``demand`` under ``quota``; ``quota_term / contention`` is the job's rate.
+        ``pool_cores``: the jobs may all run on these many shared cores (module docstring)."""
+        others = list(others)
         busy = bw = io = 0.0
         for o, q, same_cores in others:
-            weight = 1.0 if o.idle == demand.idle else (
-                self.idle_penalty if demand.idle else self.idle_yield)
-            busy += float(same_cores) * min(o.cpu, max(0.0, q)) * weight
+            busy += float(same_cores) * min(o.cpu, max(0.0, q)) * self._weight(demand, o)
             bw += o.membw
             io += o.io
         computing = 1.0 - float(demand.wait)
         disk = min(1.0, float(demand.io) / float(demand.wait)) if demand.wait > 0 else 0.0
-        shared = 1.0 + (self.timeslice + self.wakeup * disk) * computing * busy
+        busy_wake = busy
+        if pool_cores is not None and demand.threads is not None \
+                and all(o.threads is not None for o, _q, _s in others):
+            pooled = self.pooled_busy(demand, quota, others, pool_cores)
+            busy_wake = pooled + self.spill * max(0.0, busy - pooled)
+            busy = pooled
+        shared = 1.0 + (self.timeslice * busy + self.wakeup * disk * busy_wake) * computing
         # The worse of the quota and the shared core, not both: under a binding quota the
         # co-runner runs in the time that quota leaves.
         cores = max(1.0, shared * self.quota_term(demand, quota))
         return cores * (1.0 + self.cache * max(0.0, demand.cpu - demand.membw) * bw
                         + self.bandwidth * demand.membw * bw + self.io * demand.io * io)
+
+    def _weight(self, demand: JobDemand, other: JobDemand) -> float:
+        return 1.0 if other.idle == demand.idle else (
+            self.idle_penalty if demand.idle else self.idle_yield)
+
+    def pooled_busy(self, demand: JobDemand, quota: float,
+                    others: Sequence[tuple[JobDemand, float, float]], pool_cores: int) -> float:
+        """The share of a busy core one of the job's computing processes meets on
+        ``pool_cores`` shared cores: E[max(0, X + Y + 1 - C)] - E[max(0, Y + 1 - C)], X the
+        others' processes computing at an instant, Y its own other ones (module docstring).
+        A co-runner of the other scheduling class counts as in ``contention``."""
+        if isinstance(pool_cores, bool) or not isinstance(pool_cores, int) or pool_cores < 1:
+            raise InvalidInput(f"pool_cores must be an integer >= 1, got {pool_cores!r}")
+        own = _binomial(demand.threads - 1, self.computing(demand, quota))
+        total = own
+        penalty = 1.0
+        for o, q, _same in others:
+            w = self._weight(demand, o)
+            if w > 1.0:   # an idle job behind a normal one: it waits for every turn
+                penalty = max(penalty, w)
+                w = 1.0
+            total = np.convolve(total, _binomial(o.threads, w * self.computing(o, q)))
+        return penalty * max(0.0, _excess(total, pool_cores) - _excess(own, pool_cores))
 
     def capacity_factor(self, share: float) -> float:
         """Speed factor of every job of a group wanting ``share`` of the host's memory."""
@@ -186,15 +252,43 @@ class InterferenceModel:
         return asdict(self)
 
 
+@lru_cache(maxsize=4096)
+def _binomial(n: int, p: float) -> np.ndarray:
+    """The distribution of how many of n independent processes, each busy with
+    probability p, are busy at once (cached: read only)."""
+    p = min(1.0, max(0.0, p))
+    if n <= 0 or p == 0.0:
+        return _ONE
+    if p == 1.0:
+        dist = np.zeros(n + 1)
+        dist[n] = 1.0
+        return dist
+    k = np.arange(1, n + 1)
+    log_choose = np.concatenate(([0.0], np.cumsum(np.log(n - k + 1) - np.log(k))))
+    k = np.arange(n + 1)
+    return np.exp(log_choose + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+_ONE = np.ones(1)
+
+
+def _excess(dist: np.ndarray, cores: int) -> float:
+    """E[max(0, X + 1 - cores)] for X distributed as ``dist``."""
+    k = np.arange(len(dist))
+    return float(np.sum(dist * np.maximum(0, k + 1 - cores)))
+
+
 # Fitted (coscheduler.calibration.fit) to coscheduler/calibration/measured.json: a full
 # ``cosched calibrate`` on the shared 2-core development machine (load average 2-8);
 # docs/calibration.md gives the figures, the fit's errors and its error on pairs left out
 # of it. memory_penalty is the assumed one (not measured).
 # idle_yield and idle_penalty: ``cosched calibrate --idle`` (coscheduler/calibration/idle.json,
 # load average 7-10: the idle guest lost to that load too, so its penalty is an upper end).
+# spill: ``cosched calibrate --spread`` (coscheduler/calibration/spread.json): 1.0, at its
+# bound (a disk-waiting probe on 2 shared CPUs lost as much as pinned).
 CALIBRATED = InterferenceModel(throttle=0.0359, overlap=0.6254, timeslice=1.2013, wakeup=2.3306,
                                cache=0.0231, bandwidth=0.0887, io=0.0, memory_penalty=2.0,
-                               idle_yield=0.1994, idle_penalty=9.2155)
+                               idle_yield=0.1994, idle_penalty=9.2155, spill=1.0)
 
 # No interference beyond what quotas do (for tests that want the pure quota model).
 QUOTA_ONLY = InterferenceModel(memory_penalty=0.0)

@@ -104,8 +104,13 @@ class VirtualBackend(JobBook):
 
     def __init__(self, nodes: Iterable[Node] | dict[str, int], *, start_time: float = 0.0,
                  memory_penalty: float = 2.0, kill_at_walltime: bool = True,
-                 model: InterferenceModel | None = None, idle_guests: bool = False):
+                 model: InterferenceModel | None = None, idle_guests: bool = False,
+                 shared_cores: bool = True):
         super().__init__(nodes)
+        # A host and its guests share the host's cores: the kernel spreads their processes
+        # over idle cores (interference.py, "shared cores"). False: every co-runner counts
+        # as on each job's own cores (the pinned worst case the same-CPU calibration measures).
+        self.shared_cores = bool(shared_cores)
         # Guests in the idle scheduling class, as the node agent places them with
         # ``--idle-guests`` (cgroup v2 cpu.idle = 1).
         self.idle_guests = bool(idle_guests)
@@ -271,7 +276,9 @@ class VirtualBackend(JobBook):
             for gr in group[1:]:
                 share += gr.data.profile.mem_percent / 100.0 * gr.job.cores / r.job.cores
             capacity = model.capacity_factor(share)
-            demands = [(x.data.profile.demand(), x.quota) for x in group]
+            demands = [(_with_threads(x.data.profile.demand(), x.job.cores), x.quota)
+                       for x in group]
+            pool = group[0].job.cores if self.shared_cores else None
             if self.idle_guests:
                 demands[1:] = [(dataclasses.replace(d, idle=True), q) for d, q in demands[1:]]
             cores = [x.job.cores for x in group]
@@ -280,7 +287,7 @@ class VirtualBackend(JobBook):
                 # fills its share of the host's cores; guests share no cores with each other.
                 others = [(d, q, (cores[k] / cores[0] if i == 0 else 1.0) if (i == 0 or k == 0)
                            else 0.0) for k, (d, q) in enumerate(demands) if k != i]
-                x.data.rate = x.data.rate / model.contention(demands[i][0], x.quota, others) \
+                x.data.rate = x.data.rate / model.contention(demands[i][0], x.quota, others, pool) \
                     * capacity
         self._dirty = False
 
@@ -291,3 +298,11 @@ class VirtualBackend(JobBook):
 
 
 __all__ = ["Profile", "VirtualBackend"]
+
+
+def _with_threads(demand: JobDemand, cores: int) -> JobDemand:
+    """``demand`` with its computing processes: its busy cores over each one's computing
+    share (a sequential stage holding many cores: 1; a parallel one: its cores)."""
+    computing = 1.0 - float(demand.wait)
+    n = 1 if computing <= 1e-9 else round(demand.cpu * cores / computing)
+    return dataclasses.replace(demand, threads=max(1, min(cores, n)))

@@ -29,11 +29,11 @@ from ..backends.interference import InterferenceModel, JobDemand
 from ..model import InvalidInput
 
 FITTED = ("throttle", "overlap", "timeslice", "wakeup", "cache", "bandwidth", "io",
-          "idle_yield", "idle_penalty")
+          "idle_yield", "idle_penalty", "spill")
 BOUNDS = {"throttle": (-0.3, 1.0), "overlap": (0.0, 1.0), "timeslice": (0.0, 3.0),
           "wakeup": (0.0, 5.0),
           "cache": (0.0, 3.0), "bandwidth": (0.0, 3.0), "io": (0.0, 5.0),
-          "idle_yield": (0.0, 1.5), "idle_penalty": (0.0, 10.0)}
+          "idle_yield": (0.0, 1.5), "idle_penalty": (0.0, 10.0), "spill": (0.0, 1.0)}
 IDLE_ROLES = ("target", "other")
 
 
@@ -52,10 +52,14 @@ class Point:
     low: float = 0.0          # smallest and largest round
     high: float = 0.0
     idle: str | None = None   # which of the two ran in the idle class ("target", "other")
+    pool: int = 0             # "shared-cpus": every probe free on these many CPUs (0: pinned)
+    copies: int = 1           # co-runners (copies of ``other``)
 
     def label(self) -> str:
         if self.kind == "quota":
             return f"{self.target} at {self.quota:.0%}"
+        if self.pool:
+            return f"{self.target} beside {self.copies} x {self.other}, {self.pool} CPUs shared"
         where = "same CPU" if self.same_cpu else "other CPU"
         q = f" at {self.quota:.0%}" if self.quota < 1 else ""
         oq = f" at {self.other_quota:.0%}" if self.other_quota is not None and self.other_quota < 1 else ""
@@ -144,15 +148,24 @@ def points(raw: Mapping) -> list[Point]:
             groups.setdefault(("quota", q["probe"], q["quota"], None, None, False), []).append(
                 q["elapsed_s"] / q["ref_elapsed_s"])
         for p in raw["pairs"]:
+            shared = p["placement"] == "shared-cpus"
             key = ("pair", p["target"], p["target_quota"], p["other"], p["other_quota"],
-                   p["placement"] == "same-cpu", p.get("idle"))
+                   p["placement"] == "same-cpu", p.get("idle"),
+                   _count(p, "cpus") if shared else 0, _count(p, "copies") if shared else 1)
             groups.setdefault(key, []).append(p["elapsed_s"] / p["ref_elapsed_s"])
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         raise InvalidInput(f"calibration data is not in the expected shape ({exc!r})") from None
     return [Point(kind, target, float(q), other, oq, same, len(ratios), statistics.median(ratios),
-                  min(ratios), max(ratios), idle)
-            for (kind, target, q, other, oq, same, *rest), ratios in groups.items()
-            for idle in (rest[0] if rest else None,)]
+                  min(ratios), max(ratios), *rest)
+            for (kind, target, q, other, oq, same, *rest), ratios in groups.items()]
+
+
+def _count(p: Mapping, name: str) -> int:
+    v = p.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InvalidInput(f"calibration data: a shared-cpus pair's {name!r} must be an "
+                           f"integer >= 1, got {v!r}")
+    return v
 
 
 def fitted_on(p: Point, d: Mapping[str, JobDemand]) -> bool:
@@ -172,7 +185,11 @@ def predict(model: InterferenceModel, d: Mapping[str, JobDemand], p: Point) -> f
             t = replace(t, idle=p.idle == "target")
             o = replace(o, idle=p.idle == "other")
         oq = 1.0 if p.other_quota is None else p.other_quota
-        rate /= model.contention(t, p.quota, [(o, oq, p.same_cpu)])
+        if p.pool:   # one process each, free on p.pool CPUs
+            t, o = replace(t, threads=1), replace(o, threads=1)
+            rate /= model.contention(t, p.quota, [(o, oq, 1.0)] * p.copies, pool_cores=p.pool)
+        else:
+            rate /= model.contention(t, p.quota, [(o, oq, p.same_cpu)])
     return 1.0 / rate
 
 
@@ -207,6 +224,8 @@ def fit(raw: Mapping, base: InterferenceModel | None = None,
         used.add("idle_yield")
     if any(p.kind == "pair" and p.same_cpu and p.idle == "target" for p in pts):
         used.add("idle_penalty")
+    if any(p.kind == "pair" and p.pool and d[p.target].io > 0 for p in pts):
+        used.add("spill")
     names = [n for n in FITTED if n in used and (only is None or n in only)]
 
     def model_of(x) -> InterferenceModel:

@@ -15,6 +15,9 @@ drifting load of a shared machine hits both alike; ratios are summarised by medi
   same CPU with quotas that split it (the host/guest arrangement of co-allocation) or on
   the other CPU with no quota (contention that CPU quotas do not control: the disk, the
   memory bandwidth);
+- ``shared pairs``: a target beside one or more copies of another probe, all free to run
+  on every CPU of the machine, no quota: whether the kernel spreads them over idle cores
+  (a host and its guests share the host's cores, not one pinned core each);
 - ``idle pairs``: the same-CPU arrangement with one of the two in the idle scheduling
   class, as the agent places a guest (cgroup v2 ``cpu.idle = 1``; on cgroup v1, which has
   no idle class, ``cpu.shares = 2``, the smallest weight, which the kernel also gives the
@@ -99,6 +102,8 @@ class Settings:
     shares: int = 65536
     # (target, other, target's quota, which of the two is idle: "target" or "other")
     same_core_idle: tuple[tuple[str, str, float, str], ...] = ()
+    # (target, other, copies of other): all on every CPU, no quota
+    shared: tuple[tuple[str, str, int], ...] = ()
 
     @classmethod
     def quick(cls) -> "Settings":
@@ -133,6 +138,21 @@ class Settings:
                  ("mixed", "cpu", 0.25, "target"))
         return cls(repeats=5, quotas={"cpu": (0.5,), "io": (0.5,), "mixed": (0.5,)},
                    same_core=same, cross_core=(), same_core_idle=idle)
+
+    @classmethod
+    def spread(cls) -> "Settings":
+        """Probes free to run on every CPU (as a host and its guests on the host's cores)
+        beside one CPU-bound co-runner (a core stays free) and as many as there are CPUs
+        (none does), with the same-CPU pairs for comparison, five rounds (about five
+        minutes on two CPUs): fits only ``spill``, the wake-up cost a disk-waiting job
+        keeps although a core is free."""
+        n = len(os.sched_getaffinity(0))
+        shared = tuple((t, o, c) for t, o in (("mixed", "cpu"), ("io", "cpu"))
+                       for c in sorted({n - 1, n}) if c >= 1)
+        shared += (("cpu", "mixed", max(1, n - 1)), ("cpu", "io", max(1, n - 1)))
+        return cls(repeats=5, quotas={"cpu": (0.5,), "io": (0.5,), "mixed": (0.5,)},
+                   same_core=(("mixed", "cpu", 0.5), ("io", "cpu", 0.5)), cross_core=(),
+                   shared=shared)
 
     @classmethod
     def full(cls) -> "Settings":
@@ -225,16 +245,17 @@ def remove_leftovers() -> None:
 
 
 class _Run:
-    """A probe process in its cgroup, pinned to one CPU."""
+    """A probe process in its cgroup, pinned to one CPU (or to a set of CPUs)."""
 
-    def __init__(self, probe: Probe, cpu: int, quota: float | None, layout: str, shares: int,
-                 workdir: str, idle: bool = False):
+    def __init__(self, probe: Probe, cpu: int | frozenset[int], quota: float | None, layout: str,
+                 shares: int, workdir: str, idle: bool = False):
+        cpus = set(cpu) if isinstance(cpu, frozenset) else {cpu}
         self.group = _Cgroup(layout, quota, shares, idle)
         procs = self.group.path / "cgroup.procs"
         argv = ["/bin/sh", "-c", f'echo $$ > {procs} && exec "$@"', "calib"] + probe.argv(workdir)
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+                                         text=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
         except Exception:
             self.group.remove()
             raise
@@ -298,34 +319,40 @@ def measure(settings: Settings, progress: Callable[[str], None] | None = None) -
     t0 = time.monotonic()
     work = tempfile.mkdtemp(prefix="cosched-calib-")
     try:
-        def one(probe: str, quota: float | None, cpu: int = main_cpu) -> dict:
+        every_cpu = frozenset(cpus)
+
+        def one(probe: str, quota: float | None, cpu: int | frozenset[int] = main_cpu) -> dict:
             return _Run(PROBES[probe], cpu, quota, layout, settings.shares, work).result()
 
-        def alone(probe: str) -> dict:
-            r = _short(one(probe, None))
+        def alone(probe: str, cpu: int | frozenset[int] = main_cpu) -> dict:
+            r = _short(one(probe, None, cpu))
             m.alone.setdefault(probe, []).append(r)
             return r
 
         def beside(target: str, tq: float | None, other: str, oq: float | None,
-                   other_cpu_: int, idle: str | None = None) -> dict:
-            """Run ``target`` while ``other`` runs in a loop beside it (``idle``: which of
-            the two is in the idle class)."""
-            stop = False
+                   other_cpu_: int | frozenset[int], idle: str | None = None,
+                   copies: int = 1) -> dict:
+            """Run ``target`` while ``copies`` of ``other`` run in a loop beside it
+            (``idle``: which of the two is in the idle class)."""
             loop: list[_Run] = []
 
-            def start_other() -> None:
-                loop.append(_Run(PROBES[other], other_cpu_, oq, layout, settings.shares, work,
-                                 idle == "other"))
+            def start_other() -> _Run:
+                run = _Run(PROBES[other], other_cpu_, oq, layout, settings.shares, work,
+                           idle == "other")
+                loop.append(run)
+                return run
 
-            start_other()
-            time.sleep(0.3)  # the co-runner is past its start-up
-            target_run = _Run(PROBES[target], main_cpu, tq, layout, settings.shares, work,
+            current = [start_other() for _ in range(copies)]
+            time.sleep(0.3)  # the co-runners are past their start-up
+            where = other_cpu_ if isinstance(other_cpu_, frozenset) else main_cpu
+            target_run = _Run(PROBES[target], where, tq, layout, settings.shares, work,
                               idle == "target")
             try:
-                while target_run.proc.poll() is None and not stop:
-                    if loop[-1].proc.poll() is not None:
-                        loop[-1].result()
-                        start_other()
+                while target_run.proc.poll() is None:
+                    for i, run in enumerate(current):
+                        if run.proc.poll() is not None:
+                            run.result()
+                            current[i] = start_other()
                     time.sleep(0.02)
                 return _short(target_run.result())
             finally:
@@ -363,6 +390,15 @@ def measure(settings: Settings, progress: Callable[[str], None] | None = None) -
                 m.pairs.append({"target": target, "other": other, "placement": "same-cpu",
                                 "target_quota": tq, "other_quota": round(1.0 - tq, 6), **r,
                                 "ref_elapsed_s": ref["elapsed_s"], "idle": idle, "round": k})
+            for target, other, copies in settings.shared:
+                say(f"round {k + 1}/{settings.repeats}: {target} beside {copies} x {other}, "
+                    f"all on {len(every_cpu)} CPUs")
+                ref = alone(target, every_cpu)
+                r = beside(target, None, other, None, every_cpu, copies=copies)
+                m.pairs.append({"target": target, "other": other, "placement": "shared-cpus",
+                                "cpus": len(every_cpu), "copies": copies,
+                                "target_quota": 1.0, "other_quota": 1.0, **r,
+                                "ref_elapsed_s": ref["elapsed_s"], "round": k})
             for target, other in settings.cross_core:
                 if other_cpu == main_cpu:
                     continue

@@ -1,6 +1,6 @@
 """``cosched calibrate``: measure interference on this machine and fit the simulator's model.
 
-``cosched calibrate [--quick | --waiting] [--json] [--save FILE] [--from FILE] [--shares N]``
+``cosched calibrate [--quick | --waiting | --idle | --spread] [--json] [--save FILE] [--from FILE] [--shares N]``
 
 Runs the testbed's stage programs for real under real cgroup CPU quotas, alone and in
 pairs (coscheduler/calibration/measure.py), fits the virtual backend's interference model
@@ -40,6 +40,11 @@ def _pct(x: float) -> str:
               help="Hosts beside a CPU-bound guest in the idle class (cpu.idle, as the agent "
                    "places guests) and that guest beside them, with the same pairs in the "
                    "normal class, five rounds (about six minutes); fits only the idle terms.")
+@click.option("--spread", is_flag=True,
+              help="Probes free to run on every CPU beside CPU-bound co-runners (a host and "
+                   "its guests share the host's cores), with the same pairs pinned to one CPU "
+                   "for comparison, five rounds (about five minutes on two CPUs); fits only "
+                   "spill.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/cli-json.md).")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the raw figures (JSON) to this file.")
@@ -48,8 +53,8 @@ def _pct(x: float) -> str:
 @click.option("--shares", type=click.IntRange(2, 262144), default=65536, show_default=True,
               help="cpu.shares of the calibration cgroups (high: other load on the machine "
                    "must not hide what the quotas do).")
-def calibrate(quick: bool, waiting: bool, idle: bool, as_json: bool, save: Path | None, from_file: Path | None,
-              shares: int) -> None:
+def calibrate(quick: bool, waiting: bool, idle: bool, spread: bool, as_json: bool,
+              save: Path | None, from_file: Path | None, shares: int) -> None:
     """Measure how co-located real jobs slow each other under CPU quotas, and fit the
     simulator's interference model to it."""
     from ..backends.interference import CALIBRATED
@@ -65,10 +70,11 @@ def calibrate(quick: bool, waiting: bool, idle: bool, as_json: bool, save: Path 
     else:
         from ..calibration.measure import CalibrationUnavailable, Settings, measure
 
-        if quick + waiting + idle > 1:
-            raise click.ClickException("--quick, --waiting and --idle: choose one")
+        if quick + waiting + idle + spread > 1:
+            raise click.ClickException("--quick, --waiting, --idle and --spread: choose one")
         settings = (Settings.quick() if quick else Settings.waiting() if waiting
-                    else Settings.idle() if idle else Settings.full())
+                    else Settings.idle() if idle else Settings.spread() if spread
+                    else Settings.full())
         settings.shares = shares
         t0 = time.monotonic()
 
@@ -79,14 +85,17 @@ def calibrate(quick: bool, waiting: bool, idle: bool, as_json: bool, save: Path 
             raw = measure(settings, progress).to_dict()
         except CalibrationUnavailable as exc:
             raise click.ClickException(f"cannot calibrate here: {exc}") from None
-        mode = "quick" if quick else "waiting" if waiting else "idle" if idle else "full"
+        mode = ("quick" if quick else "waiting" if waiting else "idle" if idle
+                else "spread" if spread else "full")
         source = "this calibration's measurements"
         if save is not None:
             save.write_text(json.dumps(raw, indent=1) + "\n")
     try:
         fitting.validate(raw, source)
         # A session of idle pairs tells the idle terms; the rest stays as calibrated.
-        only = ("idle_yield", "idle_penalty") if _idle_only(raw) else None
+        # A session of shared-CPU pairs tells spill.
+        only = ("idle_yield", "idle_penalty") if _idle_only(raw) else \
+            ("spill",) if _shared(raw) else None
         fitted = fitting.fit(raw, CALIBRATED, only=only)
         check_fitted = fitting.check(raw, fitted)
         check_used = fitting.check(raw, CALIBRATED)
@@ -152,6 +161,12 @@ def _idle_only(raw: dict) -> bool:
     pairs = raw.get("pairs", []) if isinstance(raw, dict) else []
     return any(isinstance(p, dict) and p.get("idle") for p in pairs) and all(
         isinstance(p, dict) and p.get("placement") == "same-cpu" for p in pairs)
+
+
+def _shared(raw: dict) -> bool:
+    """Whether a session measured probes sharing every CPU."""
+    pairs = raw.get("pairs", []) if isinstance(raw, dict) else []
+    return any(isinstance(p, dict) and p.get("placement") == "shared-cpus" for p in pairs)
 
 
 __all__ = ["calibrate"]

@@ -315,6 +315,11 @@ def _positive_scale(ctx, param, value: float) -> float:
               metavar="SHARE|off",
               help="ASA_X's Permit step: veto a loan whose predicted host slowdown exceeds "
                    "this share (0.05: 5 %), or off.")
+@click.option("--placement", type=click.Choice(["shared", "pinned"]), default="shared",
+              show_default=True,
+              help="Where a host's and its guests' processes run: anywhere on the host's cores "
+                   "(the kernel spreads them over idle cores) or, the worst case, every "
+                   "co-runner on each job's own cores.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Also write PNG plots (makespan, runtime, ASA_X's weights) "
                                  "and the JSON result into this folder.")
@@ -337,7 +342,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
           explain: bool, model_name: str, old_rules: bool, out_dir: Path | None,
           queue_policy: str | None, inspector: str | None, workers: int | None,
           cluster: str | None, as_json: bool, guests: str = GUESTS_DEFAULT,
-          permit_text: str = PERMIT_DEFAULT) -> None:
+          permit_text: str = PERMIT_DEFAULT, placement: str = "shared") -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -397,7 +402,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         old_rules=old_rules, model=paper_exp.MODELS[model_name],
                                         queue_policy=queue, workers=workers,
                                         cluster=cluster, idle_guests=guests == "idle",
-                                        permit=permit)
+                                        permit=permit, shared_cores=placement == "shared")
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -413,7 +418,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                      "sequential_cores": sequential_cores, "node_cores": node_cores,
                      "kill_at_walltime": kill_at_walltime, "scale_out": scale_out,
                      "classes": classes, "experts": list(experts), "model": model_name,
-                     "old_rules": old_rules, "guests": guests, "permit": permit},
+                     "old_rules": old_rules, "guests": guests, "permit": permit,
+                     "placement": placement},
         "runs": [r.as_json(explain) for r in runs],
         "summary": summary,
         "normalised_runtime": {str(c): v for c, v in

@@ -137,7 +137,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               experts: Sequence[str] = DEFAULT_EXPERTS, model: InterferenceModel = CALIBRATED,
               usage: ClassUsage | None = None, scale_out: int = 1,
               old_rules: bool = False, queue_policy=None, idle_guests: bool = False,
-              permit: float | None = None) -> PaperRun:
+              permit: float | None = None, shared_cores: bool = True) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -151,6 +151,9 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     ``idle_guests``: ASA_X's guests run in the idle class (cpu.idle, as the agent's
     ``--idle-guests`` places them); ``permit``: ASA_X's Permit step vetoes a loan whose
     predicted host slowdown exceeds this share (policies.permit); None: no permit.
+    ``shared_cores``: a host and its guests run on the host's cores, spread by the kernel
+    (interference.py, "shared cores"); False: the pinned worst case, every co-runner on
+    each job's own cores (the model before 2026-11-26's fourth session).
     """
     from coscheduler.workloads.profile import check_scale
 
@@ -169,7 +172,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     nodes = cluster_nodes(cluster_cores * scale_out, node_cores, largest)
     backend = _RecordingBackend(nodes, kill_at_walltime,
                                 NO_INTERFERENCE if policy == "oracle" else model,
-                                idle_guests=idle_guests and policy == "asax")
+                                idle_guests=idle_guests and policy == "asax",
+                                shared_cores=shared_cores)
     for s in stages:
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
@@ -244,7 +248,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    prior_runs: bool = True, scale_out: int = 1,
                    old_rules: bool = False, queue_policy=None,
                    workers: int | None = 1, cluster: str | None = None,
-                   idle_guests: bool = False, permit: float | None = None) -> list[PaperRun]:
+                   idle_guests: bool = False, permit: float | None = None,
+                   shared_cores: bool = True) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -262,7 +267,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 kill_at_walltime=kill_at_walltime, mix=mix, classes=classes, experts=experts,
                 model=model, explain=explain, prior_runs=prior_runs, scale_out=scale_out,
                 old_rules=old_rules, queue_policy=queue_policy, idle_guests=idle_guests,
-                permit=permit)
+                permit=permit, shared_cores=shared_cores)
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
         tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, repeat, scale, seed,
@@ -314,7 +319,8 @@ def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repeat: i
                                 scale_out=opts["scale_out"], old_rules=opts["old_rules"],
                                 queue_policy=opts["queue_policy"],
                                 idle_guests=opts.get("idle_guests", False),
-                                permit=opts.get("permit"))
+                                permit=opts.get("permit"),
+                                shared_cores=opts.get("shared_cores", True))
                 runs.append(run)
     return runs
 

@@ -49,9 +49,9 @@ class _RecordingBackend(VirtualBackend):
     """The virtual backend, noting each start's quota fraction (to report guests' quotas)."""
 
     def __init__(self, nodes: dict[str, int], kill_at_walltime: bool, model: InterferenceModel,
-                 idle_guests: bool = False):
+                 idle_guests: bool = False, shared_cores: bool = True):
         super().__init__(nodes, kill_at_walltime=kill_at_walltime, model=model,
-                         idle_guests=idle_guests)
+                         idle_guests=idle_guests, shared_cores=shared_cores)
         self.start_quotas: dict[str, float] = {}
         self.use_log: list[tuple[float, str, float]] = []
 
