@@ -116,8 +116,7 @@ def _batched_steps(trace, cluster, starts: list[int], backfill: str) -> tuple[in
         o = env.observe()
         rows = np.arange(len(o.allowed))
         first = np.minimum.reduceat(np.where(o.allowed, rows, len(rows)), o.starts) - o.starts
-        for slot, pos in zip(o.active.tolist(), first.tolist()):
-            env.step(slot, pos)
+        env.step_many(o.active, first)
         steps += len(first)
     return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
 
@@ -152,8 +151,7 @@ def _inspector_batched(trace, cluster, starts: list[int], backfill: str) -> tupl
     steps = 0
     while env.asking.any():
         active, rows = env.observe()
-        for slot, runs in zip(active.tolist(), (rows[:, 5] > 0.5).tolist()):
-            env.step(slot, runs)
+        env.step_many(active, rows[:, 5] > 0.5)
         steps += len(active)
     return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
 

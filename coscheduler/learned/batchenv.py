@@ -200,13 +200,9 @@ class BatchSchedulingEnv:
             raise InvalidInput(f"a sequence of {len(jobs)} jobs in a {self.width}-job batch")
         if not jobs:
             raise InvalidInput("an episode needs at least one job")
-        for i, job in enumerate(jobs):
-            if not (job.run > 0 and job.estimate > 0 and 1 <= job.procs <= self.cluster.procs):
-                raise InvalidInput(f"job at position {i}: run time and estimate must be > 0 and "
-                                   f"1 <= processors <= {self.cluster.procs}")
-        submit = np.fromiter((j.submit for j in jobs), np.float64, len(jobs))
-        order = np.argsort(submit, kind="stable")  # FCFS: submit time, then position
-        fastsim.put_sequence(self.sim, slot, jobs, order, self.ppn, self.total)
+        cols = fastsim.job_columns(jobs, self.cluster.procs)
+        order = np.argsort(cols[0], kind="stable")  # FCFS: submit time, then position
+        fastsim.put_sequence(self.sim, slot, cols, order, self.ppn, self.total)
         return bool(_run(self.sim, slot, self.easy))
 
     def _check(self, slots: np.ndarray, positions: np.ndarray) -> None:
@@ -222,9 +218,12 @@ class BatchSchedulingEnv:
 
     def step(self, slot: int, position: int) -> bool:
         """Answer ``slot``'s question with a window position; False once it is done."""
-        if not 0 <= slot < self.slots:
+        sim = self.sim
+        if not (0 <= slot < self.slots and sim.asking[slot]):
             raise InvalidInput(f"slot {slot} is not waiting for an answer")
-        return bool(self.step_many(np.array([slot]), np.array([position]))[0])
+        if not 0 <= position < min(sim.qlen[slot], self.window):
+            raise InvalidInput(f"slot {slot}: position {position} is outside the window")
+        return bool(_step(sim, slot, position, self.easy))
 
     def step_many(self, slots, positions) -> np.ndarray:
         """Answer several slots (distinct, asking) at once; per slot, whether it asks

@@ -21,6 +21,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..model import InvalidInput
+
 try:
     from numba import njit
 
@@ -71,15 +73,28 @@ def new_sim(slots: int, jobs: int, nodes: int) -> Sim:
         now=np.zeros(slots, f64), wake=np.full(slots, INF), asking=np.zeros(slots, np.bool_))
 
 
-def put_sequence(sim: Sim, slot: int, jobs, order: np.ndarray, ppn: int, nodes: int) -> None:
-    """Load ``jobs`` (records with submit, run, procs, estimate, user) into ``slot``,
-    renumbered by ``order`` (queue index -> position in ``jobs``), and reset the slot."""
-    n = len(jobs)
-    sub = np.fromiter((j.submit for j in jobs), np.float64, n)
-    run = np.fromiter((j.run for j in jobs), np.float64, n)
-    procs = np.fromiter((j.procs for j in jobs), np.int64, n)
-    est = np.fromiter((j.estimate for j in jobs), np.float64, n)
-    _, user = np.unique(np.fromiter((j.user for j in jobs), np.int64, n), return_inverse=True)
+def job_columns(jobs, procs_limit: int) -> np.ndarray:
+    """(5, n) float64: submit, run, processors, estimate, user of each job, in order;
+    a clear error for a job the engine would refuse."""
+    cols = np.array([(j.submit, j.run, j.procs, j.estimate, j.user) for j in jobs],
+                    dtype=np.float64).reshape(len(jobs), 5).T
+    _, run, procs, est, _ = cols
+    bad = ~((run > 0) & (est > 0) & (procs >= 1) & (procs <= procs_limit))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InvalidInput(f"job at position {i}: run time and estimate must be > 0 and "
+                           f"1 <= processors <= {procs_limit}")
+    return cols
+
+
+def put_sequence(sim: Sim, slot: int, cols: np.ndarray, order: np.ndarray, ppn: int,
+                 nodes: int) -> None:
+    """Load a sequence (``job_columns``) into ``slot``, renumbered by ``order`` (queue
+    index -> position in the sequence), and reset the slot."""
+    sub, run, procs_f, est, user_f = cols
+    n = len(sub)
+    procs = procs_f.astype(np.int64)
+    _, user = np.unique(user_f, return_inverse=True)
     sim.in_sub[slot, :n] = sub
     sim.in_run[slot, :n] = run
     sim.in_procs[slot, :n] = procs

@@ -227,10 +227,10 @@ def _rl_batched(trace, cluster, task, norm, params, rng) -> list[Trajectory]:
         log_pooled.append(pooled.astype(np.float32))
         log_act.append(k)
         log_logp.append(lp[pick])
-        for slot, pos in zip(o.active.tolist(), position.tolist()):
-            if not env.step(slot, pos):
-                results[episode[slot]] = env.reward(slot)
-                fill(slot)
+        going = env.step_many(o.active, position)
+        for slot in o.active[~going].tolist():
+            results[episode[slot]] = env.reward(slot)
+            fill(slot)
     # regroup the logged steps by episode (a stable sort keeps each one's step order)
     if log_ep:
         ep_of_step = np.concatenate(log_ep)
@@ -282,12 +282,13 @@ def _inspector_batched(trace, cluster, task, norm, params, rng) -> list[Trajecto
         v = lp if task.greedy else lp + rng.gumbel(size=lp.shape)
         act = np.argmax(v, axis=1)
         obs32 = rows.astype(np.float32)
+        picked = lp[np.arange(len(act)), act]
         for i, slot in enumerate(active.tolist()):
-            a = int(act[i])
-            logged[episode[slot]].append((obs32[i], a, lp[i, a]))
-            if not env.step(slot, a == 0):
-                results[episode[slot]] = env.reward(slot)
-                fill(slot)
+            logged[episode[slot]].append((obs32[i], int(act[i]), picked[i]))
+        going = env.step_many(active, act == 0)
+        for slot in active[~going].tolist():
+            results[episode[slot]] = env.reward(slot)
+            fill(slot)
     out = []
     F = len(INSPECTOR_FEATURES)
     for e, start in enumerate(starts):
