@@ -31,7 +31,8 @@ from ..sim.cluster import Cluster
 from ..sim.metrics import Metrics
 from . import fastsim
 from .episode import METRICS, metric_value
-from .fastsim import easy_pass, next_end, njit, pop_queue, release_until, start_job
+from .fastsim import (easy_pass, enqueue, first_waiting, kernel, next_end, pop_queue,
+                      release_until, start_job)
 from .features import CAP, LOW, RL_FEATURES, Normalisation
 
 INF = np.inf
@@ -55,7 +56,7 @@ class BatchObservation:
     allowed: np.ndarray
 
 
-@njit(cache=True)
+@kernel
 def _run(sim, s, easy):
     """The engine's loop from the slot's last decision to its next question (True) or to
     the end of the sequence (False)."""
@@ -68,8 +69,7 @@ def _run(sim, s, easy):
                 t = e
                 release_until(sim, s, t)
         while sim.nxt[s] < n and sim.sub[s, sim.nxt[s]] <= t:
-            sim.q[s, sim.qlen[s]] = sim.nxt[s]  # FCFS order: arrivals come sorted
-            sim.qlen[s] += 1
+            enqueue(sim, s, sim.nxt[s])
             sim.nxt[s] += 1
         head = sim.head[s]
         if head < 0 and sim.qlen[s] == 0:
@@ -93,7 +93,7 @@ def _run(sim, s, easy):
     return False
 
 
-@njit(cache=True)
+@kernel
 def _step(sim, s, pos, easy):
     """Start the picked job or make it the head; True while the slot asks again."""
     sim.steps[s] += 1
@@ -110,13 +110,13 @@ def _step(sim, s, pos, easy):
     return _run(sim, s, easy)
 
 
-@njit(cache=True)
+@kernel
 def _step_many(sim, slots, positions, easy, out):
     for i in range(len(slots)):
         out[i] = _step(sim, slots[i], positions[i], easy)
 
 
-@njit(cache=True)
+@kernel
 def _observe(sim, active, starts, window, total, wait_s, estimate_s, padding, rows, allowed):
     """``features.rl_observation`` and ``selection.action_mask`` for every asking slot."""
     for i in range(len(active)):
@@ -127,8 +127,10 @@ def _observe(sim, active, starts, window, total, wait_s, estimate_s, padding, ro
         now = sim.now[s]
         share = min(free / total, CAP)
         runnable = False
+        job = first_waiting(sim, s) if count else 0
         for k in range(count):
-            job = sim.q[s, k]
+            while not sim.waiting[s, job]:
+                job += 1
             r = r0 + k
             need = sim.need[s, job]
             rows[r, 0] = min((now - sim.sub[s, job]) / wait_s, CAP)
@@ -154,6 +156,7 @@ def _observe(sim, active, starts, window, total, wait_s, estimate_s, padding, ro
                         break
                 rows[r, 5] = min(wait / wait_s, CAP)
                 allowed[r] = padding
+            job += 1
         if not runnable:  # nothing can start: every job may be picked
             for k in range(count):
                 allowed[r0 + k] = True

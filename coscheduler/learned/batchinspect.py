@@ -28,13 +28,14 @@ from ..model import InvalidInput
 from ..policies.queue import QueuePolicy
 from ..sim.cluster import Cluster
 from . import fastsim
-from .fastsim import easy_pass, next_end, njit, pop_queue, release_until, start_job
+from .fastsim import (easy_pass, enqueue, first_waiting, kernel, next_end, pop_queue,
+                      release_until, start_job)
 from .features import CAP, INSPECTOR_FEATURES, LOW, Normalisation
 
 INF = np.inf
 
 
-@njit(cache=True)
+@kernel
 def _decide(sim, s, t, easy, max_rejections):
     """``decide_selected`` from its top; True when it asks about the queue's first job."""
     need = sim.need
@@ -42,7 +43,7 @@ def _decide(sim, s, t, easy, max_rejections):
         if sim.head[s] < 0:
             if sim.qlen[s] == 0:
                 return False
-            if sim.rejected[s, sim.q[s, 0]] < max_rejections:
+            if sim.rejected[s, first_waiting(sim, s)] < max_rejections:
                 sim.now[s] = t
                 return True
             sim.head[s] = pop_queue(sim, s, 0)
@@ -55,7 +56,7 @@ def _decide(sim, s, t, easy, max_rejections):
         sim.head[s] = -1
 
 
-@njit(cache=True)
+@kernel
 def _run(sim, s, easy, max_rejections):
     n = sim.n[s]
     while sim.nxt[s] < n or sim.nrun[s] > 0 or sim.wake[s] < INF:
@@ -67,13 +68,7 @@ def _run(sim, s, easy, max_rejections):
             t = e
             release_until(sim, s, t)
         while sim.nxt[s] < n and sim.sub[s, sim.arrivals[s, sim.nxt[s]]] <= t:
-            job = sim.arrivals[s, sim.nxt[s]]
-            k = sim.qlen[s]  # insert in queue order
-            while k > 0 and sim.q[s, k - 1] > job:
-                sim.q[s, k] = sim.q[s, k - 1]
-                k -= 1
-            sim.q[s, k] = job
-            sim.qlen[s] += 1
+            enqueue(sim, s, sim.arrivals[s, sim.nxt[s]])
             sim.nxt[s] += 1
         if sim.head[s] < 0 and sim.qlen[s] == 0:
             continue
@@ -88,12 +83,12 @@ def _run(sim, s, easy, max_rejections):
     return False
 
 
-@njit(cache=True)
+@kernel
 def _step(sim, s, accept, easy, max_rejections, retry_after):
     sim.steps[s] += 1
     t = sim.now[s]
     if not accept:
-        sim.rejected[s, sim.q[s, 0]] += 1
+        sim.rejected[s, first_waiting(sim, s)] += 1
         sim.rejections[s] += 1
         sim.wake[s] = t + retry_after
         return _run(sim, s, easy, max_rejections)  # nothing more starts at this decision
@@ -103,13 +98,13 @@ def _step(sim, s, accept, easy, max_rejections, retry_after):
     return _run(sim, s, easy, max_rejections)
 
 
-@njit(cache=True)
+@kernel
 def _step_many(sim, slots, accept, easy, max_rejections, retry_after, out):
     for i in range(len(slots)):
         out[i] = _step(sim, slots[i], accept[i], easy, max_rejections, retry_after)
 
 
-@njit(cache=True)
+@kernel
 def _base_replay(sim, s, easy, max_rejections, nodes, max_procs, out):
     """The base policy alone (every pick accepted): its metrics into ``out``, then the
     slot back at its start, run to its first question; that answer is returned."""
@@ -121,7 +116,7 @@ def _base_replay(sim, s, easy, max_rejections, nodes, max_procs, out):
     return _run(sim, s, easy, max_rejections)
 
 
-@njit(cache=True)
+@kernel
 def _observe(sim, active, window, total, norm, max_rejections, rows):
     """``features.inspector_observation`` of every asking slot's pick (queue position 0);
     ``norm``: wait_s, estimate_s, retry_after_s."""
@@ -132,15 +127,18 @@ def _observe(sim, active, window, total, norm, max_rejections, rows):
         free = sim.free[s]
         qlen = sim.qlen[s]
         count = min(qlen, window)
-        pick = sim.q[s, 0]
+        pick = first_waiting(sim, s)
         delay = 0.0
         others = 0
+        job = pick
         for k in range(count):
-            job = sim.q[s, k]
+            while not sim.waiting[s, job]:
+                job += 1
             est = sim.est[s, job]
             delay += retry / (est if est > 10.0 else 10.0)
             if k > 0 and sim.need[s, job] <= free:
                 others += sim.need[s, job]  # what the others could use if the pick waits
+            job += 1
         need = sim.need[s, pick]
         rows[i, 0] = min((sim.now[s] - sim.sub[s, pick]) / wait_s, CAP)
         rows[i, 1] = min(sim.est[s, pick] / estimate_s, CAP)
