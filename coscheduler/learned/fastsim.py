@@ -1,27 +1,26 @@
-"""The compiled core of the batched environments: per-slot event state in numpy arrays,
-stepped by functions that numba compiles (the ``rl`` extra installs it).
+"""The compiled core of the batched environments: the engine's rules on the state of
+many sequences at once (``batchstate.Sim``: numpy arrays indexed ``[slot, job]`` and
+``[slot]``), as functions that numba compiles (the ``rl`` extra installs it).
 
-``batchenv.py`` (RLScheduler) and ``batchinspect.py`` (SchedInspector) keep every sequence
-of a batch in one ``Sim``: ``(slots, jobs)`` arrays of job columns (indices in queue
-order, see those modules), the queue of each slot as a prefix of ``q``, its running jobs
-as a prefix of ``rs_end``/``rs_job`` sorted by estimated end, and ``(slots,)`` arrays of
-scalars. The functions here are the engine's own rules on that state, one slot at a time
-(a start, the end events, EASY's shadow time and backfilling pass, the metrics), written
-as loops over plain numbers so that numba turns them into machine code: a decision costs
-a few hundred nanoseconds instead of the Python engine's tens of microseconds.
+``batchenv.py`` (RLScheduler) and ``batchinspect.py`` (SchedInspector) hold the state and
+call these functions: a start, the end events, EASY's shadow time and backfilling pass,
+each environment's event loop and decision rule, its observation, the metrics; written as
+loops over plain numbers, one slot at a time, so that numba turns them into machine code
+(a decision costs well under a microsecond instead of the Python engine's tens).
 
-Without numba the same functions run as plain Python (correct, and much slower);
+All of them live in this one file on purpose: numba's on-disk cache notices a change of
+the file that defines a function, not of another file whose functions it calls.
+
+Without numba the same functions run as plain Python (correct, and many times slower);
 ``COMPILED`` says which. Floating-point operations are the reference's, in its order
 (numba keeps IEEE semantics), so schedules, metrics and observations are bit-equal.
 """
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 import numpy as np
 
-from ..model import InvalidInput
+from .features import CAP, LOW
 
 try:
     from numba import njit
@@ -39,79 +38,6 @@ except ImportError:  # pragma: no cover - the rl extra brings numba
 
 INF = np.inf
 BSLD_BOUND_S = 10.0  # sim/metrics.py
-
-# per job (slots, jobs), in queue order: submit, estimate, run, nodes, start, end, and
-# per job in the sequence's own order: submit, run, processors, user code, queue index;
-# the waiting flags (the queue: waiting jobs by index), running jobs (rs_*), the
-# inspector's arrival order and rejection counts; per slot: jobs, free nodes, head (-1:
-# none), queue length, the queue's bounds (no waiting job below lo or from hi on), next
-# arrival, running count, steps, decision points, rejections, time of the question,
-# retry time, asking
-Sim = namedtuple("Sim", (
-    "sub", "est", "run", "need", "start", "end",
-    "in_sub", "in_run", "in_procs", "in_user", "rank",
-    "waiting", "rs_end", "rs_job", "arrivals", "rejected",
-    "n", "free", "head", "qlen", "lo", "hi", "nxt", "nrun", "steps", "decisions",
-    "rejections", "now", "wake", "asking", "u_sum", "u_count"))
-
-
-def new_sim(slots: int, jobs: int, nodes: int) -> Sim:
-    """An empty state for ``slots`` sequences of at most ``jobs`` jobs on ``nodes`` nodes
-    (at most one running job per node)."""
-    shape = (slots, jobs)
-    cap = max(1, min(jobs, nodes))
-    i64, f64 = np.int64, np.float64
-    return Sim(
-        sub=np.zeros(shape, f64), est=np.ones(shape, f64), run=np.ones(shape, f64),
-        need=np.zeros(shape, i64), start=np.zeros(shape, f64), end=np.zeros(shape, f64),
-        in_sub=np.zeros(shape, f64), in_run=np.ones(shape, f64),
-        in_procs=np.zeros(shape, i64), in_user=np.zeros(shape, i64),
-        rank=np.zeros(shape, i64),
-        waiting=np.zeros(shape, np.bool_), rs_end=np.zeros((slots, cap), f64),
-        rs_job=np.zeros((slots, cap), i64), arrivals=np.zeros(shape, i64),
-        rejected=np.zeros(shape, i64),
-        n=np.zeros(slots, i64), free=np.zeros(slots, i64), head=np.full(slots, -1, i64),
-        qlen=np.zeros(slots, i64), lo=np.zeros(slots, i64), hi=np.zeros(slots, i64),
-        nxt=np.zeros(slots, i64), nrun=np.zeros(slots, i64),
-        steps=np.zeros(slots, i64), decisions=np.zeros(slots, i64),
-        rejections=np.zeros(slots, i64),
-        now=np.zeros(slots, f64), wake=np.full(slots, INF), asking=np.zeros(slots, np.bool_),
-        u_sum=np.zeros(shape, f64), u_count=np.zeros(shape, i64))  # metrics' scratch
-
-
-def job_columns(jobs, procs_limit: int) -> np.ndarray:
-    """(5, n) float64: submit, run, processors, estimate, user of each job, in order;
-    a clear error for a job the engine would refuse."""
-    cols = np.array([(j.submit, j.run, j.procs, j.estimate, j.user) for j in jobs],
-                    dtype=np.float64).reshape(len(jobs), 5).T
-    _, run, procs, est, _ = cols
-    bad = ~((run > 0) & (est > 0) & (procs >= 1) & (procs <= procs_limit))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise InvalidInput(f"job at position {i}: run time and estimate must be > 0 and "
-                           f"1 <= processors <= {procs_limit}")
-    return cols
-
-
-def put_sequence(sim: Sim, slot: int, cols: np.ndarray, order: np.ndarray, ppn: int,
-                 nodes: int) -> None:
-    """Load a sequence (``job_columns``) into ``slot``, renumbered by ``order`` (queue
-    index -> position in the sequence), and reset the slot."""
-    sub, run, procs_f, est, user_f = cols
-    n = len(sub)
-    procs = procs_f.astype(np.int64)
-    _, user = np.unique(user_f, return_inverse=True)
-    sim.in_sub[slot, :n] = sub
-    sim.in_run[slot, :n] = run
-    sim.in_procs[slot, :n] = procs
-    sim.in_user[slot, :n] = user
-    sim.rank[slot, order] = np.arange(n)
-    sim.sub[slot, :n] = sub[order]
-    sim.run[slot, :n] = run[order]
-    sim.est[slot, :n] = est[order]
-    sim.need[slot, :n] = -(-procs[order] // ppn)
-    sim.n[slot] = n
-    reset_slot(sim, slot, nodes)
 
 
 @kernel
@@ -325,16 +251,229 @@ def slot_metrics(sim, s, max_procs, out):
     out[6] = makespan
 
 
-def metrics(sim: Sim, slot: int, max_procs: int):
-    """The slot's ``Metrics`` (equal to ``compute_metrics`` of its schedule)."""
-    from ..sim.metrics import Metrics
-
-    out = np.empty(7)
-    slot_metrics(sim, slot, max_procs, out)
-    return Metrics(int(sim.n[slot]), *(float(v) for v in out))
+# -- RLScheduler (batchenv.py): a scorer picks from the FCFS window -----------------
 
 
-def schedule(sim: Sim, slot: int) -> tuple[list[float], list[float]]:
-    """Start and end times in the sequence's own job order."""
-    k = sim.rank[slot, :sim.n[slot]]
-    return sim.start[slot, k].tolist(), sim.end[slot, k].tolist()
+@kernel
+def rl_run(sim, s, easy):
+    """The engine's loop from the slot's last decision to its next question (True) or to
+    the end of the sequence (False)."""
+    n = sim.n[s]
+    while sim.nxt[s] < n or sim.nrun[s] > 0:
+        t = sim.sub[s, sim.nxt[s]] if sim.nxt[s] < n else INF
+        if sim.nrun[s] > 0:
+            e = next_end(sim, s)
+            if e <= t:
+                t = e
+                release_until(sim, s, t)
+        while sim.nxt[s] < n and sim.sub[s, sim.nxt[s]] <= t:
+            enqueue(sim, s, sim.nxt[s])
+            sim.nxt[s] += 1
+        head = sim.head[s]
+        if head < 0 and sim.qlen[s] == 0:
+            continue
+        sim.decisions[s] += 1
+        if sim.free[s] == 0 and head >= 0:
+            continue
+        if head >= 0:
+            if sim.need[s, head] > sim.free[s]:
+                if easy:
+                    easy_pass(sim, s, t)
+                continue
+            start_job(sim, s, head, t)
+            sim.head[s] = -1
+            if sim.qlen[s] == 0:
+                continue
+        sim.now[s] = t
+        sim.asking[s] = True
+        return True
+    sim.asking[s] = False
+    return False
+
+
+@kernel
+def rl_step(sim, s, pos, easy):
+    """Start the picked job or make it the head; True while the slot asks again."""
+    sim.steps[s] += 1
+    job = pop_queue(sim, s, pos)
+    t = sim.now[s]
+    if sim.need[s, job] > sim.free[s]:
+        sim.head[s] = job
+        if easy:
+            easy_pass(sim, s, t)
+    else:
+        start_job(sim, s, job, t)
+        if sim.qlen[s] > 0:
+            return True
+    return rl_run(sim, s, easy)
+
+
+@kernel
+def rl_step_many(sim, slots, positions, easy, out):
+    for i in range(len(slots)):
+        out[i] = rl_step(sim, slots[i], positions[i], easy)
+
+
+@kernel
+def rl_observe(sim, active, starts, window, total, wait_s, estimate_s, padding, rows, allowed):
+    """``features.rl_observation`` and ``selection.action_mask`` for every asking slot."""
+    for i in range(len(active)):
+        s = active[i]
+        r0 = starts[i]
+        count = min(sim.qlen[s], window)
+        free = sim.free[s]
+        now = sim.now[s]
+        share = min(free / total, CAP)
+        runnable = False
+        job = first_waiting(sim, s) if count else 0
+        for k in range(count):
+            while not sim.waiting[s, job]:
+                job += 1
+            r = r0 + k
+            need = sim.need[s, job]
+            rows[r, 0] = min((now - sim.sub[s, job]) / wait_s, CAP)
+            rows[r, 1] = min(sim.est[s, job] / estimate_s, CAP)
+            rows[r, 2] = min(need / total, CAP)
+            rows[r, 4] = share
+            if need <= free:
+                rows[r, 3] = CAP
+                rows[r, 5] = 0.0
+                runnable = True
+                allowed[r] = True
+            else:
+                rows[r, 3] = LOW
+                # ChoiceView.earliest_start: the first running job's estimated end
+                # (ascending) after which enough nodes are free; a past end counts as now
+                avail = free
+                wait = INF
+                for j in range(sim.nrun[s]):
+                    avail += sim.need[s, sim.rs_job[s, j]]
+                    if avail >= need:
+                        d = sim.rs_end[s, j] - now
+                        wait = d if d > 0.0 else 0.0
+                        break
+                rows[r, 5] = min(wait / wait_s, CAP)
+                allowed[r] = padding
+            job += 1
+        if not runnable:  # nothing can start: every job may be picked
+            for k in range(count):
+                allowed[r0 + k] = True
+
+
+# -- SchedInspector (batchinspect.py): accept or reject the base policy's pick -------
+
+
+@kernel
+def insp_decide(sim, s, t, easy, max_rejections):
+    """``decide_selected`` from its top; True when it asks about the queue's first job."""
+    need = sim.need
+    while True:
+        if sim.head[s] < 0:
+            if sim.qlen[s] == 0:
+                return False
+            if sim.rejected[s, first_waiting(sim, s)] < max_rejections:
+                sim.now[s] = t
+                return True
+            sim.head[s] = pop_queue(sim, s, 0)
+        head = sim.head[s]
+        if need[s, head] > sim.free[s]:
+            if easy:
+                easy_pass(sim, s, t)
+            return False
+        start_job(sim, s, head, t)
+        sim.head[s] = -1
+
+
+@kernel
+def insp_run(sim, s, easy, max_rejections):
+    n = sim.n[s]
+    while sim.nxt[s] < n or sim.nrun[s] > 0 or sim.wake[s] < INF:
+        t = sim.sub[s, sim.arrivals[s, sim.nxt[s]]] if sim.nxt[s] < n else INF
+        e = next_end(sim, s)
+        if sim.wake[s] < t and sim.wake[s] < e:
+            t = sim.wake[s]  # a retry after a rejection, before any other event
+        if e <= t:
+            t = e
+            release_until(sim, s, t)
+        while sim.nxt[s] < n and sim.sub[s, sim.arrivals[s, sim.nxt[s]]] <= t:
+            enqueue(sim, s, sim.arrivals[s, sim.nxt[s]])
+            sim.nxt[s] += 1
+        if sim.head[s] < 0 and sim.qlen[s] == 0:
+            continue
+        sim.wake[s] = INF
+        sim.decisions[s] += 1
+        if sim.free[s] == 0 and sim.head[s] >= 0:
+            continue
+        if insp_decide(sim, s, t, easy, max_rejections):
+            sim.asking[s] = True
+            return True
+    sim.asking[s] = False
+    return False
+
+
+@kernel
+def insp_step(sim, s, accept, easy, max_rejections, retry_after):
+    sim.steps[s] += 1
+    t = sim.now[s]
+    if not accept:
+        sim.rejected[s, first_waiting(sim, s)] += 1
+        sim.rejections[s] += 1
+        sim.wake[s] = t + retry_after
+        return insp_run(sim, s, easy, max_rejections)  # nothing more starts at this decision
+    sim.head[s] = pop_queue(sim, s, 0)
+    if insp_decide(sim, s, t, easy, max_rejections):
+        return True
+    return insp_run(sim, s, easy, max_rejections)
+
+
+@kernel
+def insp_step_many(sim, slots, accept, easy, max_rejections, retry_after, out):
+    for i in range(len(slots)):
+        out[i] = insp_step(sim, slots[i], accept[i], easy, max_rejections, retry_after)
+
+
+@kernel
+def insp_base_replay(sim, s, easy, max_rejections, nodes, max_procs, out):
+    """The base policy alone (every pick accepted): its metrics into ``out``, then the
+    slot back at its start, run to its first question; that answer is returned."""
+    asking = insp_run(sim, s, easy, max_rejections)
+    while asking:
+        asking = insp_step(sim, s, True, easy, max_rejections, 0.0)
+    slot_metrics(sim, s, max_procs, out)
+    reset_slot(sim, s, nodes)
+    return insp_run(sim, s, easy, max_rejections)
+
+
+@kernel
+def insp_observe(sim, active, window, total, norm, max_rejections, rows):
+    """``features.inspector_observation`` of every asking slot's pick (queue position 0);
+    ``norm``: wait_s, estimate_s, retry_after_s."""
+    wait_s, estimate_s, retry = norm[0], norm[1], norm[2]
+    delay_scale = retry / 10.0 * window
+    for i in range(len(active)):
+        s = active[i]
+        free = sim.free[s]
+        qlen = sim.qlen[s]
+        count = min(qlen, window)
+        pick = first_waiting(sim, s)
+        delay = 0.0
+        others = 0
+        job = pick
+        for k in range(count):
+            while not sim.waiting[s, job]:
+                job += 1
+            est = sim.est[s, job]
+            delay += retry / (est if est > 10.0 else 10.0)
+            if k > 0 and sim.need[s, job] <= free:
+                others += sim.need[s, job]  # what the others could use if the pick waits
+            job += 1
+        need = sim.need[s, pick]
+        rows[i, 0] = min((sim.now[s] - sim.sub[s, pick]) / wait_s, CAP)
+        rows[i, 1] = min(sim.est[s, pick] / estimate_s, CAP)
+        rows[i, 2] = min(need / total, CAP)
+        rows[i, 3] = min(sim.rejected[s, pick] / max(max_rejections, 1), 1.0)
+        rows[i, 4] = min(delay / delay_scale, CAP)
+        rows[i, 5] = CAP if need <= free else LOW
+        rows[i, 6] = min(free / total, CAP)
+        rows[i, 7] = min(min(float(others), float(free)) / total, CAP)
+        rows[i, 8] = min(qlen / window, 1.0)
