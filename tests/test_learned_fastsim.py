@@ -135,6 +135,32 @@ def test_inspector_episodes_in_flight_equal_the_reference(traces, backfill, base
     assert steps > 1000
 
 
+@pytest.mark.parametrize("backfill", ["none", "easy"])
+def test_a_slot_reloaded_mid_episode_starts_afresh(traces, backfill):
+    """A slot reloaded before its episode ended (jobs still queued and running) with a
+    shorter sequence plays that sequence as the reference does."""
+    cluster, max_procs, sequences = traces[0]
+    env = BatchSchedulingEnv(cluster, 1, 200, backfill, max_procs=max_procs)
+    assert env.load(0, sequences[2])
+    for _ in range(15):
+        assert env.step(0, 0)
+    assert env.sim.qlen[0] > 0 and env.sim.nrun[0] > 0
+    short = sequences[3][:120]
+    ref = SchedulingEpisode(short, cluster, backfill, max_procs=max_procs)
+    asking = ref.reset()
+    assert env.load(0, short) == asking
+    while asking:
+        o = env.observe()
+        obs, allowed = ref.observe()
+        assert np.array_equal(obs[:o.counts[0]], o.rows) and not allowed[o.counts[0]:].any()
+        pos = int(np.flatnonzero(allowed)[-1])
+        ref.step(pos)
+        asking = env.step(0, pos)
+        assert asking == (not ref.done)
+    assert env.schedule(0) == (ref.schedule.start, ref.schedule.end)
+    assert env.metrics(0) == ref.metrics
+
+
 def test_the_inspectors_base_replay_is_the_engines(traces):
     """The base policy's bsld (the reward's reference) equals ``simulate``'s, which the
     reference episode computes."""

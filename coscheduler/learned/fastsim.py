@@ -56,8 +56,8 @@ def reset_slot(sim, s, nodes):
     sim.now[s] = 0.0
     sim.wake[s] = INF
     sim.asking[s] = False
-    for j in range(sim.n[s]):
-        sim.rejected[s, j] = 0
+    for j in range(sim.waiting.shape[1]):  # the whole row: a longer sequence may have
+        sim.rejected[s, j] = 0               # left a slot reloaded before its end
         sim.waiting[s, j] = False
 
 
