@@ -28,7 +28,8 @@ if [ ! -x "$venv/bin/python" ]; then
         }
     fi
 fi
-# rl: JAX, optax, gymnasium, matplotlib for the learned-scheduler tests (about 30 s, 0.6 GB);
+# rl: JAX, optax, gymnasium, matplotlib, numba for the learned-scheduler tests (about 30 s, 0.6 GB
+# before numba, which with llvmlite adds 0.2 GB);
 # cluster: Dask distributed, for the sweep test on a local Dask cluster; ray: Ray, for the
 # sweep test on a Ray head it starts on loopback (about 10 s to start here)
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,rl,cluster,ray]'

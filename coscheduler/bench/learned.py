@@ -14,7 +14,9 @@
   they end with the same mean bsld), medians over ``--env-repeat`` alternating rounds;
   SchedInspector's environments the same way (base SJF, every pick accepted only if it can
   start now); then whole RLScheduler rollouts (the policy network sampling, as training
-  collects them).
+  collects them). The batched environments' compiled code (numba, ``learned/fastsim.py``)
+  is compiled or loaded from numba's cache once per process, before the timed rounds:
+  ``warmup_seconds`` reports that one-off cost, ``compiled`` whether numba is there.
 
 The model is the shipped one for the trace if there is one, else random weights of the
 same shape (the cost does not depend on the weights).
@@ -116,8 +118,7 @@ def _batched_steps(trace, cluster, starts: list[int], backfill: str) -> tuple[in
         o = env.observe()
         rows = np.arange(len(o.allowed))
         first = np.minimum.reduceat(np.where(o.allowed, rows, len(rows)), o.starts) - o.starts
-        for slot, pos in zip(o.active.tolist(), first.tolist()):
-            env.step(slot, pos)
+        env.step_many(o.active, first)
         steps += len(first)
     return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
 
@@ -152,8 +153,7 @@ def _inspector_batched(trace, cluster, starts: list[int], backfill: str) -> tupl
     steps = 0
     while env.asking.any():
         active, rows = env.observe()
-        for slot, runs in zip(active.tolist(), (rows[:, 5] > 0.5).tolist()):
-            env.step(slot, runs)
+        env.step_many(active, rows[:, 5] > 0.5)
         steps += len(active)
     return steps, statistics.fmean(env.metrics(k).avg_bsld for k in range(len(starts)))
 
@@ -174,8 +174,10 @@ def env_rates(trace_path: Path, repeat: int) -> dict:
     cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
     limit = int(len(trace.jobs) * 0.2) - 256
     starts = [int(s) for s in np.linspace(0, limit, ENV_SEQUENCES)]
+    from ..learned.fastsim import COMPILED
+
     out = {"sequences": len(starts), "jobs_per_sequence": 256, "repeats": repeat,
-           "load_average_1min": os.getloadavg()[0]}
+           "load_average_1min": os.getloadavg()[0], "compiled": COMPILED}
     runs = {
         "env": {"reference": lambda b: _reference_steps(trace, cluster, starts, b),
                 "batched": lambda b: _batched_steps(trace, cluster, starts, b)},
@@ -186,6 +188,12 @@ def env_rates(trace_path: Path, repeat: int) -> dict:
                     "batched": lambda b: _rollout_steps(str(trace_path), starts[:32], b,
                                                         "batched")},
     }
+    c0 = time.process_time()  # compile (or load from numba's cache) once per process
+    for backfill in ("none", "easy"):
+        _batched_steps(trace, cluster, starts[:2], backfill)
+        _inspector_batched(trace, cluster, starts[:2], backfill)
+        _rollout_steps(str(trace_path), starts[:2], backfill, "batched")
+    out["warmup_seconds"] = time.process_time() - c0
     for what, pair in runs.items():
         for backfill in ("none", "easy"):
             rates: dict[str, list[float]] = {"reference": [], "batched": []}
@@ -287,7 +295,8 @@ def learned(data_dir: Path, repeat: int, whole: bool, env: bool, env_repeat: int
         click.echo(f"training environment, {e['sequences']} lublin_256 sequences of 256 jobs, "
                    f"CPU time, medians of {e['repeats']} alternating rounds (load average "
                    f"{e['load_average_1min']:.1f} before, {e['load_average_1min_after']:.1f} "
-                   f"after):")
+                   f"after; batched code {'compiled' if e['compiled'] else 'NOT compiled'}"
+                   f", warm-up {e['warmup_seconds']:.1f} s CPU):")
         for key in ("env_none", "env_easy", "inspector_none", "inspector_easy",
                     "rollout_none", "rollout_easy"):
             r = e[key]
