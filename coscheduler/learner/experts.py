@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 from ..happiness import HAPPINESS_DONE
@@ -94,6 +94,27 @@ class HostState:
                 raise InvalidInput(f"host state: {name} must lie in [0, 1], got {v!r}")
         object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, "host state"))
 
+    def with_guest(self, cpu_percent: float | None, mem_percent: float | None,
+                   share: float | None, io_mb_s: float | None,
+                   wait_share: float | None) -> "HostState":
+        """This (already checked) state with what is known of a guest: the guest's class's
+        usual CPU %, memory %, I/O and waiting share, and its cores over the host's. The
+        controller builds one per candidate host and guest: plain values (floats, finite,
+        >= 0, a waiting share <= 1) are copied in without the frozen dataclass's per-field
+        setattr; anything else goes through the constructor and its checks."""
+        if _plain_guest(cpu_percent, mem_percent, share, io_mb_s, wait_share):
+            fields = self.__dict__.copy()
+            fields["guest_cpu_percent"] = cpu_percent
+            fields["guest_mem_percent"] = mem_percent
+            fields["guest_share"] = share
+            fields["guest_io_mb_s"] = io_mb_s
+            fields["guest_wait_share"] = wait_share
+            st = _new(HostState)
+            _setattr(st, "__dict__", fields)
+            return st
+        return replace(self, guest_cpu_percent=cpu_percent, guest_mem_percent=mem_percent,
+                       guest_share=share, guest_io_mb_s=io_mb_s, guest_wait_share=wait_share)
+
     def features(self) -> list[float]:
         """Numeric features for fitted experts (Hp clipped, unknowns as -1): what the
         host's own samples tell. Not the guest's fields: they come from the controller's
@@ -154,6 +175,18 @@ _OPTIONAL_FIELDS = ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_
 # candidate host, and a cluster has few classes. Bounded: cleared when it grows past this.
 _VALID_CLASSES: set[str] = set()
 _VALID_CLASSES_MAX = 4096
+
+
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def _plain_guest(cpu: object, mem: object, share: object, io: object, wait: object) -> bool:
+    """``HostState.with_guest``'s values pass ``__post_init__``'s checks as they are."""
+    for v in (cpu, mem, share, io, wait):
+        if v is not None and (type(v) is not float or not 0.0 <= v < _INF):
+            return False
+    return wait is None or wait <= 1.0
 
 
 def _plainly_valid(st: "HostState") -> bool:
