@@ -15,11 +15,11 @@ from operator import itemgetter
 from typing import Callable, Iterator, Mapping
 
 from ..model import Job, MetricsSample, RunningJob
-from ..policies.coalloc import HostCandidate
+from ..policies.coalloc import HostCandidate, candidate
 from ..policies.gang import fits_beside, guest_placement
 from ..policies.lending import guest_need, loan
 from .config import ControllerConfig
-from .hoststate import OwnState, host_own_state, host_state, state_with_guest
+from .hoststate import OwnState, host_own_state, host_state, wait_share
 from .maxtree import MaxTree
 from .usage import ClassUsage, Expected
 
@@ -291,17 +291,23 @@ class HostIndex:
         """HostCandidates at ``positions``, with what the guest's class usually uses
         (``expected``) and (idle-only lending) its need in cores: the same whatever the host."""
         now, cooldown, taken_map, samples = self.now, self.cooldown, self.taken, self.samples
-        entries = self.entries
-        gid = guest.job_id
+        entries, own_of = self.entries, self._own
+        gid, g_cores = guest.job_id, guest.cores
         check_beside = self.node_mem_mb is not None or self.node_bb_gb is not None
         idle_only, margin, max_guests = self.idle_only, self.margin, self.max_guests
         demand = need = None
         if idle_only:
-            demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-            need = need_cores / guest.cores
+            demand = None if expected is None else expected.cpu_percent / 100.0 * g_cores
+            need = need_cores / g_cores
+        # What the experts may know of the guest: the same for every host (``with_guest``).
+        known = None
+        if expected is not None:
+            known = (expected.cpu_percent, expected.mem_percent, expected.io_mb_s,
+                     wait_share(guest.stage_type, g_cores, expected.cpu_percent))
         for p in positions:
             _, rj, used, lent = entries[p]
-            host_id = rj.job.job_id
+            host = rj.job
+            host_id = host.job_id
             if cooldown:
                 until = cooldown.get((gid, host_id))
                 if until is not None and until > now:
@@ -315,23 +321,24 @@ class HostIndex:
             if placement is None:
                 continue
             if check_beside and fits_beside(
-                    guest, rj.job, [self.running_by_id[g].job for g in rj.guest_jobs
-                                    if g in self.running_by_id],
+                    guest, host, [self.running_by_id[g].job for g in rj.guest_jobs
+                                  if g in self.running_by_id],
                     node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
                 continue  # its memory or burst buffer would not fit beside the host's
             sample = samples.get(host_id)
             cap = None
             if idle_only:
-                used_now = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
-                cap = loan(rj.job.cores, lent, used_now, guest.cores, demand, margin)
+                used_now = None if sample is None else sample.cpu_percent / 100.0 * host.cores
+                cap = loan(host.cores, lent, used_now, g_cores, demand, margin)
                 if cap is None:
                     continue   # not enough idle CPU on this host for this guest
-            own = self._own.get(host_id)
+            own = own_of.get(host_id)
             if own is None:
-                own = self._own[host_id] = host_own_state(
-                    rj, sample, now, self.alone_runtime(rj.job.job_class))
-            yield HostCandidate(rj, placement, lent, sample,
-                                state_with_guest(own, rj, guest, expected), cap, need)
+                own = own_of[host_id] = host_own_state(
+                    rj, sample, now, self.alone_runtime(host.job_class))
+            state = own if known is None else own.with_guest(
+                known[0], known[1], g_cores / host.cores, known[2], known[3])
+            yield candidate(rj, placement, lent, sample, state, cap, need)
 
     def has_idle(self, guest: Job, rj: RunningJob) -> bool:
         """Whether ``rj`` has idle CPU enough for half of ``guest``'s need (diagnostics)."""

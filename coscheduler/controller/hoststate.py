@@ -56,8 +56,8 @@ def host_own_state(rj: RunningJob, sample: MetricsSample | None, now: float,
         except InvalidInput:
             happiness = None
     wait = None if sample is None else wait_share(job.stage_type, job.cores, cpu)
-    return HostState(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
-                     happiness, io, wait_share=wait)
+    return HostState.of_host(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
+                             happiness, io, wait)
 
 
 def wait_share(stage_type: StageType, cores: int, cpu_percent: float) -> float:

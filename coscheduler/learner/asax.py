@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
 from .experts import (EXTRA_EXPERTS, Expert, FittedTreeExpert, HostState, action_fractions,
-                      extra_expert, paper_experts)
+                      extra_expert, keyed_answers, paper_experts)
 
 GAMMA_SCHEDULES = ("sqrt", "constant")
 
@@ -256,9 +256,9 @@ class AsaxLearner:
         self._factory = expert_factory or default_expert_factory(self.config)
         self._experts: dict[str, list[Expert]] = {}
         self._classes: dict[str, ClassState] = {}
-        # Per class, the experts' keyed_distribution methods (empty: some expert has none);
-        # (class, keys) -> (weights, distributions, mixture, its sum), see ``_mix``.
-        self._keyed: dict[str, list] = {}
+        # Per class, the experts' keyed answers in one call (``_keyed_experts``);
+        # (class, keys) -> (weights, distributions, mixture, its sum, running sums), ``_mix``.
+        self._keyed: dict[str, Callable | bool] = {}
         self._valid: set[str] = set()     # class names that passed validate_job_class
         self._mixtures: dict[tuple, tuple] = {}
         self.pending: dict[int, Decision] = {}
@@ -345,6 +345,13 @@ class AsaxLearner:
         self.pending[did] = decision
         return decision
 
+    def _keyed_experts(self, job_class: str):
+        """The class's experts' keyed answers in one call (``experts.keyed_answers``), or
+        False when some expert has no ``keyed_distribution``."""
+        fn = keyed_answers(self.experts_for(job_class)) or False
+        self._keyed[job_class] = fn
+        return fn
+
     def _mix(self, job_class: str, state: HostState, weights: tuple[float, ...]
              ) -> tuple[tuple, tuple[float, ...], float, list[float]]:
         """The experts' distributions for ``state``, their mixture under ``weights``, its
@@ -352,19 +359,16 @@ class AsaxLearner:
         the paper's trees by leaf, the fitted one by fit and leaves) let the mixture be
         computed once per class, weights and combination of leaves, not once per (host,
         guest) pair."""
-        keyed = self._keyed.get(job_class)
-        if keyed is None:
-            keyed = self._keyed[job_class] = [getattr(e, "keyed_distribution", None)
-                                              for e in self.experts_for(job_class)]
-            if not all(keyed):
-                keyed.clear()
-        if keyed:
-            answers = [f(state) for f in keyed]
+        fns = self._keyed.get(job_class)
+        if fns is None:
+            fns = self._keyed_experts(job_class)
+        if fns:
+            answers = fns(state)
             key = (job_class, tuple([a[0] for a in answers]))
+            dists = tuple([a[1] for a in answers])
             hit = self._mixtures.get(key)
             if hit is not None and hit[0] == weights:
                 return hit[1], hit[2], hit[3], hit[4]
-            dists = tuple([a[1] for a in answers])
         else:
             dists = tuple(e.distribution(state) for e in self.experts_for(job_class))
         m = self.config.m
@@ -375,7 +379,7 @@ class AsaxLearner:
         mixture_t = tuple(mixture)
         total = sum(mixture)
         cumulative = list(accumulate(mixture))
-        if keyed:
+        if fns:
             if len(self._mixtures) >= _MIXTURES_MAX:
                 self._mixtures.clear()
             self._mixtures[key] = (weights, dists, mixture_t, total, cumulative)

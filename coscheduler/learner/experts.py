@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, replace
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from ..happiness import HAPPINESS_DONE
 from ..model import InvalidInput, StageType, check_finite, validate_job_class
@@ -93,6 +93,30 @@ class HostState:
             if v is not None and v > 1.0:
                 raise InvalidInput(f"host state: {name} must lie in [0, 1], got {v!r}")
         object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, "host state"))
+
+    @classmethod
+    def of_host(cls, job_class: str, cpu_percent: float, mem_percent: float,
+                stage_type: StageType, elapsed_fraction: float, happiness: float | None,
+                io_mb_s: float | None, wait_share: float | None) -> "HostState":
+        """A host's state without a guest (the controller builds one per host asked about
+        in a pass): plain values (``_plainly_valid``'s rules) are set at once, anything else
+        goes through the constructor and its checks."""
+        if type(stage_type) is StageType and job_class in _VALID_CLASSES \
+                and type(cpu_percent) is float and 0.0 <= cpu_percent < _INF \
+                and type(mem_percent) is float and 0.0 <= mem_percent < _INF \
+                and type(elapsed_fraction) is float and 0.0 <= elapsed_fraction < _INF \
+                and (happiness is None or (type(happiness) is float and happiness >= 0.0)) \
+                and _plain_guest(None, None, None, io_mb_s, wait_share):
+            st = _new(cls)
+            _setattr(st, "__dict__", {
+                "job_class": job_class, "cpu_percent": cpu_percent, "mem_percent": mem_percent,
+                "stage_type": stage_type, "elapsed_fraction": elapsed_fraction,
+                "happiness": happiness, "io_mb_s": io_mb_s, "guest_cpu_percent": None,
+                "guest_mem_percent": None, "guest_share": None, "guest_io_mb_s": None,
+                "wait_share": wait_share, "guest_wait_share": None})
+            return st
+        return cls(job_class, cpu_percent, mem_percent, stage_type, elapsed_fraction,
+                   happiness, io_mb_s, wait_share=wait_share)
 
     def with_guest(self, cpu_percent: float | None, mem_percent: float | None,
                    share: float | None, io_mb_s: float | None,
@@ -296,6 +320,42 @@ class ThresholdTreeExpert:
     @property
     def leaf_count(self) -> int:
         return sum(len(row) for row in self._leaves)
+
+
+def keyed_answers(experts: Sequence[Expert]
+                  ) -> Callable[[HostState], list[tuple[object, tuple[float, ...]]]] | None:
+    """One function giving every expert's ``keyed_distribution`` for a state, or None when
+    some expert has none. The hand-made trees (``ThresholdTreeExpert`` itself, not a
+    subclass with its own rule) are read inline, with the Hp bin they share found once:
+    the learner asks this for every decision."""
+    fns = [getattr(e, "keyed_distribution", None) for e in experts]
+    if not all(fns):
+        return None
+    specs: list = [(e.metric, e.edges, e._leaves) if type(e) is ThresholdTreeExpert else f
+                   for e, f in zip(experts, fns)]
+    if not any(type(x) is tuple for x in specs):
+        return lambda state: [f(state) for f in fns]
+
+    def answers(state: HostState) -> list[tuple[object, tuple[float, ...]]]:
+        hp = state.happiness
+        h = HP_UNKNOWN_BIN if hp is None else bisect_right(HP_EDGES, hp)
+        out = []
+        for spec in specs:
+            if type(spec) is not tuple:
+                out.append(spec(state))
+                continue
+            metric, edges, leaves = spec   # (ThresholdTreeExpert.leaf_index, inline)
+            if metric == "stage_type":
+                v = 1.0 if state.stage_type is StageType.PARALLEL else 0.0
+            else:
+                v = getattr(state, metric)
+                if type(v) is not float:
+                    v = float(v)
+            k = bisect_right(edges, v)
+            out.append(((k, h), leaves[k][h]))
+        return out
+
+    return answers
 
 
 def paper_experts(m: int = 10) -> list[ThresholdTreeExpert]:

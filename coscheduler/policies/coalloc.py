@@ -25,6 +25,7 @@ host's state costs nothing for hosts never asked.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Callable, Iterable, Iterator, Protocol
 
 from ..learner import AsaxLearner, Decision, HostState
@@ -67,6 +68,22 @@ class HostCandidate:
     # and the guest's need as a fraction of its cores. None: the rule is off.
     loan_cap: float | None = None
     guest_need: float | None = None
+
+
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def candidate(host: RunningJob, placement: Allocation, lent: float, sample: MetricsSample | None,
+              state: HostState, loan_cap: float | None = None,
+              guest_need: float | None = None) -> HostCandidate:
+    """``HostCandidate(...)`` with its fields set at once rather than one by one through
+    the frozen dataclass's __init__ (the controller makes one per host it hands over)."""
+    c = _new(HostCandidate)
+    _setattr(c, "__dict__", {"host": host, "placement": placement, "lent": lent,
+                             "sample": sample, "state": state, "loan_cap": loan_cap,
+                             "guest_need": guest_need})
+    return c
 
 
 @dataclass(frozen=True)
@@ -183,10 +200,10 @@ class Asax:
     def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
         asked: list[str] = []
         declined: list[Decision] = []
-        it: Iterator[HostCandidate] = iter(candidates)
+        # (islice: the candidate after the last ask is never built.)
+        it: Iterator[HostCandidate] = iter(candidates) if self.max_asks is None \
+            else islice(candidates, self.max_asks)
         for cand in it:
-            if self.max_asks is not None and len(asked) >= self.max_asks:
-                break
             host_id = cand.host.job_id
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
@@ -237,6 +254,6 @@ def make_policy(name: str, learner: AsaxLearner | None = None,
 
 __all__ = [
     "Asax", "Choice", "CoallocationPolicy", "CoallocationResult", "HostCandidate",
-    "NO_COALLOCATION", "POLICY_NAMES", "SpaceSharing", "Static", "host_quota_fraction",
+    "NO_COALLOCATION", "POLICY_NAMES", "SpaceSharing", "Static", "candidate", "host_quota_fraction",
     "lent_share", "make_policy",
 ]
