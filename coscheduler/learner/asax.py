@@ -363,12 +363,12 @@ class AsaxLearner:
         if fns is None:
             fns = self._keyed_experts(job_class)
         if fns:
-            answers = fns(state)
-            key = (job_class, tuple([a[0] for a in answers]))
-            dists = tuple([a[1] for a in answers])
+            keys, dist_list = fns(state)
+            key = (job_class, keys)
             hit = self._mixtures.get(key)
             if hit is not None and hit[0] == weights:
                 return hit[1], hit[2], hit[3], hit[4]
+            dists = tuple(dist_list)
         else:
             dists = tuple(e.distribution(state) for e in self.experts_for(job_class))
         m = self.config.m

@@ -128,8 +128,21 @@ class CoallocationPolicy(Protocol):
 def _choice(guest: Job, cand: HostCandidate, a: float, decision: Decision | None) -> Choice:
     if cand.loan_cap is not None:
         a = min(a, cand.loan_cap)
-    host_q = host_quota_fraction(cand.host.job.cores, cand.lent + lent_share(a, guest.cores))
-    return Choice(cand.host.job_id, cand.placement, a, host_q, decision)
+    host = cand.host.job
+    host_q = host_quota_fraction(host.cores, cand.lent + lent_share(a, guest.cores))
+    # (Choice(...) with its fields set at once: one per guest placed in a host)
+    c = _new(Choice)
+    _setattr(c, "__dict__", {"host_job": host.job_id, "placement": cand.placement,
+                             "guest_quota": a, "host_quota": host_q, "decision": decision})
+    return c
+
+
+def _result(choice: Choice | None, asked: tuple[str, ...],
+            declined: tuple[Decision, ...]) -> CoallocationResult:
+    """``CoallocationResult(...)`` with its fields set at once (one per guest and pass)."""
+    r = _new(CoallocationResult)
+    _setattr(r, "__dict__", {"choice": choice, "asked": asked, "declined": declined})
+    return r
 
 
 class SpaceSharing:
@@ -204,10 +217,11 @@ class Asax:
         it: Iterator[HostCandidate] = iter(candidates) if self.max_asks is None \
             else islice(candidates, self.max_asks)
         for cand in it:
-            host_id = cand.host.job_id
+            host = cand.host.job
+            host_id = host.job_id
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
-                                    job_class=self.class_of(cand.host.job))
+                                    job_class=self.class_of(host))
             short = cand.guest_need is not None and \
                 d.action_fraction < 0.5 * cand.guest_need - 1e-12
             if d.action_index == 0 or d.action_fraction <= 0.0:
@@ -225,9 +239,9 @@ class Asax:
                 self.learner.forget(d.decision_id)
                 declined.append(d)
                 continue
-            return CoallocationResult(_choice(guest, cand, d.action_fraction, d), tuple(asked),
-                                      tuple(declined))
-        return CoallocationResult(None, tuple(asked), tuple(declined))
+            return _result(_choice(guest, cand, d.action_fraction, d), tuple(asked),
+                           tuple(declined))
+        return _result(None, tuple(asked), tuple(declined))
 
 
 POLICY_NAMES = ("space-sharing", "static", "asax")
