@@ -35,7 +35,8 @@ from typing import Callable, Iterable, Sequence
 
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
 from .experts import (EXTRA_EXPERTS, Expert, FittedTreeExpert, HostState, action_fractions,
-                      extra_expert, keyed_answers, paper_experts)
+                      extra_expert, paper_experts)
+from .keyed import keyed_answers
 
 GAMMA_SCHEDULES = ("sqrt", "constant")
 

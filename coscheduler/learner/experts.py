@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from ..happiness import HAPPINESS_DONE
 from ..model import InvalidInput, StageType, check_finite, validate_job_class
@@ -98,15 +98,13 @@ class HostState:
     def of_host(cls, job_class: str, cpu_percent: float, mem_percent: float,
                 stage_type: StageType, elapsed_fraction: float, happiness: float | None,
                 io_mb_s: float | None, wait_share: float | None) -> "HostState":
-        """A host's state without a guest (the controller builds one per host asked about
-        in a pass): plain values (``_plainly_valid``'s rules) are set at once, anything else
-        goes through the constructor and its checks."""
+        """A host's state without a guest, one per host asked about in a pass: plain values
+        (``_plainly_valid``'s rules) are set at once, else through the constructor."""
         if type(stage_type) is StageType and job_class in _VALID_CLASSES \
-                and type(cpu_percent) is float and 0.0 <= cpu_percent < _INF \
-                and type(mem_percent) is float and 0.0 <= mem_percent < _INF \
-                and type(elapsed_fraction) is float and 0.0 <= elapsed_fraction < _INF \
-                and (happiness is None or (type(happiness) is float and happiness >= 0.0)) \
-                and _plain_guest(None, None, None, io_mb_s, wait_share):
+                and type(cpu_percent) is type(mem_percent) is type(elapsed_fraction) is float \
+                and 0.0 <= cpu_percent < _INF and 0.0 <= mem_percent < _INF \
+                and 0.0 <= elapsed_fraction < _INF and _plain_guest(None, None, None, io_mb_s, wait_share) \
+                and (happiness is None or (type(happiness) is float and happiness >= 0.0)):
             st = _new(cls)
             _setattr(st, "__dict__", {
                 "job_class": job_class, "cpu_percent": cpu_percent, "mem_percent": mem_percent,
@@ -118,14 +116,11 @@ class HostState:
         return cls(job_class, cpu_percent, mem_percent, stage_type, elapsed_fraction,
                    happiness, io_mb_s, wait_share=wait_share)
 
-    def with_guest(self, cpu_percent: float | None, mem_percent: float | None,
-                   share: float | None, io_mb_s: float | None,
-                   wait_share: float | None) -> "HostState":
-        """This (already checked) state with what is known of a guest: the guest's class's
-        usual CPU %, memory %, I/O and waiting share, and its cores over the host's. The
-        controller builds one per candidate host and guest: plain values (floats, finite,
-        >= 0, a waiting share <= 1) are copied in without the frozen dataclass's per-field
-        setattr; anything else goes through the constructor and its checks."""
+    def with_guest(self, cpu_percent: float | None, mem_percent: float | None, share: float | None,
+                   io_mb_s: float | None, wait_share: float | None) -> "HostState":
+        """This (checked) state with what is known of a guest (its class's usual CPU %,
+        memory %, I/O, waiting share; its cores over the host's), one per candidate: plain
+        values are set at once, anything else goes through the constructor's checks."""
         if _plain_guest(cpu_percent, mem_percent, share, io_mb_s, wait_share):
             fields = self.__dict__.copy()
             fields["guest_cpu_percent"] = cpu_percent
@@ -201,8 +196,7 @@ _VALID_CLASSES: set[str] = set()
 _VALID_CLASSES_MAX = 4096
 
 
-_new = object.__new__
-_setattr = object.__setattr__
+_new, _setattr = object.__new__, object.__setattr__   # (fields set at once, all checked)
 
 
 def _plain_guest(cpu: object, mem: object, share: object, io: object, wait: object) -> bool:
@@ -320,42 +314,6 @@ class ThresholdTreeExpert:
     @property
     def leaf_count(self) -> int:
         return sum(len(row) for row in self._leaves)
-
-
-def keyed_answers(experts: Sequence[Expert]
-                  ) -> Callable[[HostState], tuple[tuple, list[tuple[float, ...]]]] | None:
-    """One function giving every expert's ``keyed_distribution`` for a state, as (the keys,
-    the distributions), or None when some expert has none. The hand-made trees
-    (``ThresholdTreeExpert`` itself, not a subclass with its own rule) are read inline,
-    with the Hp bin they share found once: the learner asks this for every decision."""
-    fns = [getattr(e, "keyed_distribution", None) for e in experts]
-    if not all(fns):
-        return None
-    specs: list = [(e.metric, e.edges, e._leaves) if type(e) is ThresholdTreeExpert else f
-                   for e, f in zip(experts, fns)]
-
-    def answers(state: HostState) -> tuple[tuple, list[tuple[float, ...]]]:
-        hp = state.happiness
-        h = HP_UNKNOWN_BIN if hp is None else bisect_right(HP_EDGES, hp)
-        keys, dists = [], []
-        for spec in specs:
-            if type(spec) is not tuple:
-                key, dist = spec(state)
-            else:
-                metric, edges, leaves = spec   # (ThresholdTreeExpert.leaf_index, inline)
-                if metric == "stage_type":
-                    v = 1.0 if state.stage_type is StageType.PARALLEL else 0.0
-                else:
-                    v = getattr(state, metric)
-                    if type(v) is not float:
-                        v = float(v)
-                k = bisect_right(edges, v)
-                key, dist = (k, h), leaves[k][h]
-            keys.append(key)
-            dists.append(dist)
-        return tuple(keys), dists
-
-    return answers
 
 
 def paper_experts(m: int = 10) -> list[ThresholdTreeExpert]:
