@@ -73,7 +73,7 @@ class HostIndex:
         node_rank = {n: i for i, n in enumerate(capacity)}
         max_guests = config.max_guests_per_host
         no_former = not config.former_guests_host
-        found: list[tuple[tuple, RunningJob, dict[str, int], float, int]] = []
+        found: list[tuple[tuple, RunningJob, dict[str, int] | None, float, int]] = []
         unranked = len(node_rank)
         for rj in running:
             if rj.host_job is not None or not rj.lendable:
@@ -85,9 +85,10 @@ class HostIndex:
             if max_guests is not None and len(guests) >= max_guests:
                 continue
             held = rj.allocation.cores_by_node
-            used: dict[str, int] = {}
+            used: dict[str, int] | None = None    # (made only for hosts that have guests)
             lent = 0.0
             if guests:
+                used = {}
                 for g in guests:
                     grj = running_by_id.get(g)
                     if grj is None:
@@ -104,9 +105,10 @@ class HostIndex:
             found.append(((node_rank.get(first, unranked), job_id), rj, used, lent, room))
         found.sort(key=lambda e: e[0])
         n = len(found)
-        # Per position: the entry (rank, host, cores its guests use per node, what it lent
-        # at the start of the pass), its estimated end, its room now (0: out of the index).
-        self.entries = [e[:4] for e in found]
+        # Per position: the entry (rank, host, cores its guests use per node or None, what
+        # it lent at the start of the pass, its room then), its estimated end, its room now
+        # (0: out of the index).
+        self.entries = found
         self.where = {e[0][1]: p for p, e in enumerate(found)}
         self.ends = [e[1].start_time + e[1].job.walltime_s for e in found]
         self.room_of = [e[4] for e in found]
@@ -146,7 +148,7 @@ class HostIndex:
         # Guests given to a host during this pass: (count, core-equivalents lent). Its
         # ``used`` map is updated in place, so its remaining cores are known at once.
         self.taken: dict[str, tuple[int, float]] = {}
-        self._used = {e[0][1]: e[2] for e in found}
+        self._used = {e[0][1]: e[2] for e in found if e[2] is not None}
 
     # -- hosts entering and leaving rooms -------------------------------------------------------
     def _enter(self, p: int, room: int) -> None:
@@ -183,18 +185,20 @@ class HostIndex:
         core-equivalents: the host stays a candidate for other guests on its other cores
         (its state is its own, unchanged by the guest), with what it lends now, in the room
         it has left (so guests that no longer fit it do not walk past it)."""
-        used = self._used.get(host_id)
-        if used is None or host_id in self.asked:
+        p = self.where.get(host_id)
+        if p is None or host_id in self.asked:
             self.mark_asked([host_id])
             return
+        used = self._used.get(host_id)
+        if used is None:
+            used = self._used[host_id] = {}
         for node, c in placement.cores_by_node:
             used[node] = used.get(node, 0) + c
         n, extra = self.taken.get(host_id, (0, 0.0))
         now_lent = extra + lent
         self.taken[host_id] = (n + 1, now_lent)
-        p = self.where[host_id]
         self._leave_at(p)
-        _, rj, _, base = self.entries[p]
+        _, rj, _, base, _ = self.entries[p]
         room = rj.allocation.cores - sum(used.values())
         full = self.max_guests is not None and len(rj.guest_jobs) + n + 1 >= self.max_guests
         if self.idle is not None:
@@ -332,15 +336,16 @@ class HostIndex:
                 ) -> Iterator[HostCandidate]:
         """HostCandidates at ``positions`` for a guest of ``kind`` (``_kind``)."""
         now, cooldown, taken_map, samples = self.now, self.cooldown, self.taken, self.samples
-        entries, own_of = self.entries, self._own
+        entries, own_of, used_of = self.entries, self._own, self._used
         gid, g_cores = guest.job_id, guest.cores
         check_beside = self.node_mem_mb is not None or self.node_bb_gb is not None
         idle_only, margin, max_guests = self.idle_only, self.margin, self.max_guests
         _, _, demand, need, known = kind
         for p in positions:
-            _, rj, used, lent = entries[p]
+            _, rj, _, lent, _ = entries[p]
             host = rj.job
             host_id = host.job_id
+            used = used_of.get(host_id)
             if cooldown:
                 until = cooldown.get((gid, host_id))
                 if until is not None and until > now:
