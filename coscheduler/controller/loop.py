@@ -276,7 +276,9 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                     report.errors.append(f"policy {self.policy.name} failed for job {job.job_id}: {exc}")
                     result = NO_COALLOCATION
                 chosen = result.choice.host_job if result.choice is not None else None
-                index.mark_asked([h for h in result.asked if h != chosen])
+                asked = result.asked
+                if asked and (len(asked) > 1 or asked[0] != chosen):   # (most: none, or chosen)
+                    index.mark_asked([h for h in asked if h != chosen])
                 declined.extend(result.declined)
                 for d in result.declined:
                     self._cooldown[(job.job_id, d.host_job)] = now + self.config.decline_cooldown_s
