@@ -140,7 +140,7 @@ class HostIndex:
         self._both_keys: dict[int, list[float]] = {}
         self._both_in: dict[int, list[tuple[float, MaxTree]]] = {}   # room -> its both trees
         # Per pass: each kind of guest's part (``_kind``) and each room's next-host
-        # function per (room, least end, least idle cores) (``_room_next``).
+        # function per (room, least end, least idle cores) that reads a tree (``_room_next``).
         self._kinds: dict[tuple, tuple] = {}
         self._fns: dict[tuple, Callable[[int], int]] = {}
         self.asked: set[str] = set()
@@ -235,13 +235,17 @@ class HostIndex:
     def _room_next(self, room: int, min_end: float, min_idle: float | None
                    ) -> Callable[[int], int]:
         """f(i): the first position >= i of the room's hosts that end at or after
-        ``min_end`` and (idle-only lending) have at least ``min_idle`` idle cores; -1: none."""
+        ``min_end`` and (idle-only lending) have at least ``min_idle`` idle cores; -1: none.
+        Kept for the pass (``_fns``) unless it walks: a room that grows may get a tree."""
+        key = (room, min_end, min_idle)
         tree = self.end_trees[room]
         if min_idle is None or self.idle is None:
-            return lambda i: tree.first_at_least(i, min_end)
+            f = self._fns[key] = lambda i: tree.first_at_least(i, min_end)
+            return f
         idle = self.idle_trees[room]
         if min_end <= -1e308:   # no reservation to respect: idle CPU enough is all
-            return lambda i: idle.first_at_least(i, min_idle)
+            f = self._fns[key] = lambda i: idle.first_at_least(i, min_idle)
+            return f
         # Under a reservation a host must also end late enough. Guests' walltimes take few
         # distinct values, so per (room, least end) a max tree of the idle cores of the hosts
         # that end late enough answers both rules in O(log n) (at most 8 per room, and only
@@ -256,7 +260,8 @@ class HostIndex:
             self._both_keys.setdefault(room, []).append(min_end)
             self._both_in.setdefault(room, []).append((min_end, both))
         if both is not None:
-            return lambda i: both.first_at_least(i, min_idle)
+            f = self._fns[key] = lambda i: both.first_at_least(i, min_idle)
+            return f
         leaves, size = idle.tree, idle.size
 
         def walk(i: int) -> int:
@@ -302,10 +307,8 @@ class HostIndex:
         for room, tree in self.end_trees.items():
             if room >= guest.cores and tree.tree[1] >= min_end \
                     and (min_idle is None or idle_trees[room].tree[1] >= min_idle):
-                f = fns.get((room, min_end, min_idle))
-                if f is None:
-                    f = fns[(room, min_end, min_idle)] = self._room_next(room, min_end, min_idle)
-                nexts.append(f)
+                nexts.append(fns.get((room, min_end, min_idle))
+                             or self._room_next(room, min_end, min_idle))
         if not nexts:
             return iter(())
         found = self._filter(guest, self._positions(nexts), kind)
