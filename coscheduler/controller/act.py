@@ -17,6 +17,20 @@ from .placement import CoStart, Start
 from .quotas import wanted_quota
 
 log = logging.getLogger("coscheduler.controller")
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def _running_job(job, allocation, start_time, quota_fraction, host_job, guest_jobs,
+                 decision_id, lendable) -> RunningJob:
+    """``RunningJob(...)`` (which has no checks) with its fields set at once, not one by one
+    through the frozen dataclass's __init__: two per guest started."""
+    rj = _new(RunningJob)
+    _setattr(rj, "__dict__", {"job": job, "allocation": allocation, "start_time": start_time,
+                              "quota_fraction": quota_fraction, "host_job": host_job,
+                              "guest_jobs": guest_jobs, "decision_id": decision_id,
+                              "lendable": lendable})
+    return rj
 
 
 class ActMixin:
@@ -74,11 +88,11 @@ class ActMixin:
         self._was_guest.add(job.job_id)
         host = self._last.get(ch.host_job)
         if host is not None:   # (dataclasses.replace, without its per-call field walk)
-            self._last[ch.host_job] = RunningJob(
+            self._last[ch.host_job] = _running_job(
                 host.job, host.allocation, host.start_time, ch.host_quota, host.host_job,
                 host.guest_jobs + (job.job_id,), host.decision_id, host.lendable)
-        self._last[job.job_id] = RunningJob(job, ch.placement, now, ch.guest_quota, ch.host_job,
-                                            decision_id=d.decision_id if d else None)
+        self._last[job.job_id] = _running_job(job, ch.placement, now, ch.guest_quota,
+                                              ch.host_job, (), d.decision_id if d else None, True)
         self._loan_target[job.job_id] = ch.guest_quota
         if d is not None:
             self._host_round[ch.host_job] = d.job_class

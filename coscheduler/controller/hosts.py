@@ -15,13 +15,13 @@ from operator import itemgetter
 from typing import Callable, Iterator, Mapping
 
 from ..model import Job, MetricsSample, RunningJob
-from ..policies.coalloc import HostCandidate
+from ..policies.coalloc import HostCandidate, candidate
 from ..policies.gang import fits_beside, guest_placement
 from ..policies.lending import guest_need, loan
 from .config import ControllerConfig
-from .hoststate import OwnState, host_own_state, host_state, state_with_guest
+from .hoststate import OwnState, host_own_state, host_state, wait_share
 from .maxtree import MaxTree
-from .usage import ClassUsage, Expected
+from .usage import ClassUsage
 
 _NEG = -math.inf
 _BOTH_MIN_HOSTS = 48   # rooms with fewer hosts are walked rather than given a both-rules tree
@@ -73,7 +73,7 @@ class HostIndex:
         node_rank = {n: i for i, n in enumerate(capacity)}
         max_guests = config.max_guests_per_host
         no_former = not config.former_guests_host
-        found: list[tuple[tuple, RunningJob, dict[str, int], float, int]] = []
+        found: list[tuple[tuple, RunningJob, dict[str, int] | None, float, int]] = []
         unranked = len(node_rank)
         for rj in running:
             if rj.host_job is not None or not rj.lendable:
@@ -85,9 +85,10 @@ class HostIndex:
             if max_guests is not None and len(guests) >= max_guests:
                 continue
             held = rj.allocation.cores_by_node
-            used: dict[str, int] = {}
+            used: dict[str, int] | None = None    # (made only for hosts that have guests)
             lent = 0.0
             if guests:
+                used = {}
                 for g in guests:
                     grj = running_by_id.get(g)
                     if grj is None:
@@ -104,16 +105,23 @@ class HostIndex:
             found.append(((node_rank.get(first, unranked), job_id), rj, used, lent, room))
         found.sort(key=lambda e: e[0])
         n = len(found)
-        # Per position: the entry (rank, host, cores its guests use per node, what it lent
-        # at the start of the pass), its estimated end, its room now (0: out of the index).
-        self.entries = [e[:4] for e in found]
+        # Per position: the entry (rank, host, cores its guests use per node or None, what
+        # it lent at the start of the pass, its room then), its estimated end, its room now
+        # (0: out of the index).
+        self.entries = found
         self.where = {e[0][1]: p for p, e in enumerate(found)}
         self.ends = [e[1].start_time + e[1].job.walltime_s for e in found]
         self.room_of = [e[4] for e in found]
         self.max_room = max(self.room_of, default=0)
         # Idle-only lending: each host's idle cores (its quota minus its measured use minus
         # the margin; -1e308 unmeasured), kept up to date as it lends in this pass.
-        self.idle = [self._idle_cores(e[1], e[3]) for e in found] if idle_only else None
+        self.idle = None
+        if idle_only:
+            # Per position: the cores the host uses (None: unmeasured) and keeps as margin.
+            self._busy = [self._busy_cores(e[1]) for e in found]
+            self._keep = [self.margin * e[1].job.cores for e in found]
+            self.idle = [-1e308 if b is None else e[1].job.cores - e[3] - b - k
+                         for e, b, k in zip(found, self._busy, self._keep)]
         self._n = n
         self.end_trees: dict[int, MaxTree] = {}
         self.idle_trees: dict[int, MaxTree] = {}
@@ -130,12 +138,17 @@ class HostIndex:
         # the hosts that end late enough (built on first use, at most 8 per room).
         self._both: dict[tuple[int, float], MaxTree] = {}
         self._both_keys: dict[int, list[float]] = {}
+        self._both_in: dict[int, list[tuple[float, MaxTree]]] = {}   # room -> its both trees
+        # Per pass: each kind of guest's part (``_kind``) and each room's next-host
+        # function per (room, least end, least idle cores) that reads a tree (``_room_next``).
+        self._kinds: dict[tuple, tuple] = {}
+        self._fns: dict[tuple, Callable[[int], int]] = {}
         self.asked: set[str] = set()
         self.max_guests = max_guests
         # Guests given to a host during this pass: (count, core-equivalents lent). Its
         # ``used`` map is updated in place, so its remaining cores are known at once.
         self.taken: dict[str, tuple[int, float]] = {}
-        self._used = {e[0][1]: e[2] for e in found}
+        self._used = {e[0][1]: e[2] for e in found if e[2] is not None}
 
     # -- hosts entering and leaving rooms -------------------------------------------------------
     def _enter(self, p: int, room: int) -> None:
@@ -152,8 +165,8 @@ class HostIndex:
             if tree is None:
                 tree = self.idle_trees[room] = MaxTree.empty(self._n)
             tree.set(p, idle)
-            for least in self._both_keys.get(room, ()):
-                self._both[(room, least)].set(p, idle if end >= least else _NEG)
+            for least, both in self._both_in.get(room, ()):
+                both.set(p, idle if end >= least else _NEG)
 
     def _leave_at(self, p: int) -> None:
         room = self.room_of[p]
@@ -161,46 +174,54 @@ class HostIndex:
             return
         self.room_of[p] = 0
         self._count[room] -= 1
-        self.end_trees[room].remove(p)
+        self.end_trees[room].set(p, _NEG)
         if self.idle is not None:
-            self.idle_trees[room].remove(p)
-            for least in self._both_keys.get(room, ()):
-                self._both[(room, least)].remove(p)
+            self.idle_trees[room].set(p, _NEG)
+            for _, both in self._both_in.get(room, ()):
+                both.set(p, _NEG)
 
     def took(self, host_id: str, placement, lent: float) -> None:
         """A guest was placed on ``placement`` inside ``host_id`` this pass, lending ``lent``
         core-equivalents: the host stays a candidate for other guests on its other cores
         (its state is its own, unchanged by the guest), with what it lends now, in the room
         it has left (so guests that no longer fit it do not walk past it)."""
-        used = self._used.get(host_id)
-        if used is None or host_id in self.asked:
+        p = self.where.get(host_id)
+        if p is None or host_id in self.asked:
             self.mark_asked([host_id])
             return
+        used = self._used.get(host_id)
+        if used is None:
+            used = self._used[host_id] = {}
         for node, c in placement.cores_by_node:
             used[node] = used.get(node, 0) + c
         n, extra = self.taken.get(host_id, (0, 0.0))
-        self.taken[host_id] = (n + 1, extra + lent)
-        p = self.where[host_id]
+        now_lent = extra + lent
+        self.taken[host_id] = (n + 1, now_lent)
         self._leave_at(p)
-        _, rj, _, base = self.entries[p]
+        _, rj, _, base, _ = self.entries[p]
         room = rj.allocation.cores - sum(used.values())
         full = self.max_guests is not None and len(rj.guest_jobs) + n + 1 >= self.max_guests
         if self.idle is not None:
-            if self._idle_cores(rj, base + extra + lent) < 0.5:
-                full = True   # its idle CPU is lent: no other guest could get a useful share
-            # (summed as the candidates' own lent is: what it lent before, plus this pass's)
-            self.idle[p] = self._idle_cores(rj, base + self.taken[host_id][1])
+            busy = self._busy[p]
+            if busy is None:
+                full = True   # unmeasured: never lends (-1e308 idle cores)
+            else:
+                cores, keep = rj.job.cores, self._keep[p]
+                if cores - (base + extra + lent) - busy - keep < 0.5:
+                    full = True   # its idle CPU is lent: no other guest could get a useful share
+                # (summed as the candidates' own lent is: what it lent before, plus this pass's)
+                self.idle[p] = cores - (base + now_lent) - busy - keep
         if room >= 1 and not full:
             self._enter(p, room)
 
-    def _idle_cores(self, rj: RunningJob, lent: float) -> float:
+    def _busy_cores(self, rj: RunningJob) -> float | None:
+        """The cores a host uses by its latest sample (at most its own), None: unmeasured."""
         job = rj.job
         sample = self.samples.get(job.job_id)
         if sample is None or not math.isfinite(sample.cpu_percent):
-            return -1e308
+            return None
         cores = job.cores
-        used = min(cores, max(0.0, sample.cpu_percent / 100.0 * cores))
-        return cores - lent - used - self.margin * cores
+        return min(cores, max(0.0, sample.cpu_percent / 100.0 * cores))
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
@@ -214,13 +235,17 @@ class HostIndex:
     def _room_next(self, room: int, min_end: float, min_idle: float | None
                    ) -> Callable[[int], int]:
         """f(i): the first position >= i of the room's hosts that end at or after
-        ``min_end`` and (idle-only lending) have at least ``min_idle`` idle cores; -1: none."""
+        ``min_end`` and (idle-only lending) have at least ``min_idle`` idle cores; -1: none.
+        Kept for the pass (``_fns``) unless it walks: a room that grows may get a tree."""
+        key = (room, min_end, min_idle)
         tree = self.end_trees[room]
         if min_idle is None or self.idle is None:
-            return lambda i: tree.first_at_least(i, min_end)
+            f = self._fns[key] = lambda i: tree.first_at_least(i, min_end)
+            return f
         idle = self.idle_trees[room]
         if min_end <= -1e308:   # no reservation to respect: idle CPU enough is all
-            return lambda i: idle.first_at_least(i, min_idle)
+            f = self._fns[key] = lambda i: idle.first_at_least(i, min_idle)
+            return f
         # Under a reservation a host must also end late enough. Guests' walltimes take few
         # distinct values, so per (room, least end) a max tree of the idle cores of the hosts
         # that end late enough answers both rules in O(log n) (at most 8 per room, and only
@@ -233,8 +258,10 @@ class HostIndex:
             both = MaxTree([x if t >= min_end else _NEG for x, t in zip(idles, ends)])
             self._both[(room, min_end)] = both
             self._both_keys.setdefault(room, []).append(min_end)
+            self._both_in.setdefault(room, []).append((min_end, both))
         if both is not None:
-            return lambda i: both.first_at_least(i, min_idle)
+            f = self._fns[key] = lambda i: both.first_at_least(i, min_idle)
+            return f
         leaves, size = idle.tree, idle.size
 
         def walk(i: int) -> int:
@@ -271,37 +298,57 @@ class HostIndex:
         # reserved cores: only hosts that end after the guest qualify then.
         # (-1e308, not -inf: empty positions hold -inf and must never match.)
         min_end = guest_end if shadow is not None and guest_end > shadow else -1e308
-        min_idle = need = None
-        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
-        if self.idle_only:
-            demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-            need = guest_need(guest.cores, demand, self.margin)
-            min_idle = 0.5 * need - 1e-9
-        idle_trees = self.idle_trees
-        nexts = [self._room_next(room, min_end, min_idle) for room, tree in self.end_trees.items()
-                 if room >= guest.cores and tree.tree[1] >= min_end
-                 and (min_idle is None or idle_trees[room].tree[1] >= min_idle)]
+        kind = self._kinds.get((guest.job_class, guest.cores, guest.stage_type))
+        if kind is None:
+            kind = self._kind(guest)
+        min_idle = kind[1]
+        idle_trees, fns = self.idle_trees, self._fns
+        nexts = []
+        for room, tree in self.end_trees.items():
+            if room >= guest.cores and tree.tree[1] >= min_end \
+                    and (min_idle is None or idle_trees[room].tree[1] >= min_idle):
+                nexts.append(fns.get((room, min_end, min_idle))
+                             or self._room_next(room, min_end, min_idle))
         if not nexts:
             return iter(())
-        found = self._filter(guest, self._positions(nexts), expected, need)
+        found = self._filter(guest, self._positions(nexts), kind)
         return found if self.max_candidates is None else islice(found, self.max_candidates)
 
-    def _filter(self, guest: Job, positions: Iterator[int], expected: Expected | None,
-                need_cores: float | None) -> Iterator[HostCandidate]:
-        """HostCandidates at ``positions``, with what the guest's class usually uses
-        (``expected``) and (idle-only lending) its need in cores: the same whatever the host."""
+    def _kind(self, guest: Job) -> tuple:
+        """What the candidates of a guest depend on besides its walltime, the same for every
+        guest of its class, cores and stage type in a pass: what its class usually uses
+        (``expected``), its least idle cores (idle-only lending, else None), its usual
+        demand in cores and its need as a share of its cores (for ``loan``), and what the
+        experts may know of it (``HostState.with_guest``'s values but its share of the host)."""
+        expected = self.usage.expected(guest.job_class) if self.usage is not None else None
+        min_idle = demand = need = None
+        if self.idle_only:
+            demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
+            need_cores = guest_need(guest.cores, demand, self.margin)
+            min_idle = 0.5 * need_cores - 1e-9
+            need = need_cores / guest.cores
+        known = None
+        if expected is not None:
+            known = (expected.cpu_percent, expected.mem_percent, expected.io_mb_s,
+                     wait_share(guest.stage_type, guest.cores, expected.cpu_percent))
+        kind = (expected, min_idle, demand, need, known)
+        self._kinds[(guest.job_class, guest.cores, guest.stage_type)] = kind
+        return kind
+
+    def _filter(self, guest: Job, positions: Iterator[int], kind: tuple
+                ) -> Iterator[HostCandidate]:
+        """HostCandidates at ``positions`` for a guest of ``kind`` (``_kind``)."""
         now, cooldown, taken_map, samples = self.now, self.cooldown, self.taken, self.samples
-        entries = self.entries
-        gid = guest.job_id
+        entries, own_of, used_of = self.entries, self._own, self._used
+        gid, g_cores = guest.job_id, guest.cores
         check_beside = self.node_mem_mb is not None or self.node_bb_gb is not None
         idle_only, margin, max_guests = self.idle_only, self.margin, self.max_guests
-        demand = need = None
-        if idle_only:
-            demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-            need = need_cores / guest.cores
+        _, _, demand, need, known = kind
         for p in positions:
-            _, rj, used, lent = entries[p]
-            host_id = rj.job.job_id
+            _, rj, _, lent, _ = entries[p]
+            host = rj.job
+            host_id = host.job_id
+            used = used_of.get(host_id)
             if cooldown:
                 until = cooldown.get((gid, host_id))
                 if until is not None and until > now:
@@ -315,23 +362,24 @@ class HostIndex:
             if placement is None:
                 continue
             if check_beside and fits_beside(
-                    guest, rj.job, [self.running_by_id[g].job for g in rj.guest_jobs
-                                    if g in self.running_by_id],
+                    guest, host, [self.running_by_id[g].job for g in rj.guest_jobs
+                                  if g in self.running_by_id],
                     node_mem_mb=self.node_mem_mb, node_bb_gb=self.node_bb_gb) is not None:
                 continue  # its memory or burst buffer would not fit beside the host's
             sample = samples.get(host_id)
             cap = None
             if idle_only:
-                used_now = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
-                cap = loan(rj.job.cores, lent, used_now, guest.cores, demand, margin)
+                used_now = None if sample is None else sample.cpu_percent / 100.0 * host.cores
+                cap = loan(host.cores, lent, used_now, g_cores, demand, margin)
                 if cap is None:
                     continue   # not enough idle CPU on this host for this guest
-            own = self._own.get(host_id)
+            own = own_of.get(host_id)
             if own is None:
-                own = self._own[host_id] = host_own_state(
-                    rj, sample, now, self.alone_runtime(rj.job.job_class))
-            yield HostCandidate(rj, placement, lent, sample,
-                                state_with_guest(own, rj, guest, expected), cap, need)
+                own = own_of[host_id] = host_own_state(
+                    rj, sample, now, self.alone_runtime(host.job_class))
+            state = own if known is None else own.with_guest(
+                known[0], known[1], g_cores / host.cores, known[2], known[3])
+            yield candidate(rj, placement, lent, sample, state, cap, need)
 
     def has_idle(self, guest: Job, rj: RunningJob) -> bool:
         """Whether ``rj`` has idle CPU enough for half of ``guest``'s need (diagnostics)."""

@@ -28,9 +28,10 @@ def host_state(rj: RunningJob, sample: MetricsSample | None, now: float,
                             expected)
 
 
-# What a host's state holds of the host alone: (class, CPU %, memory %, stage type, elapsed
-# share of walltime, Hp, I/O MB/s, waiting share). The same for every guest it is asked about in a pass.
-OwnState = tuple
+# What a host's state holds of the host alone: its HostState without a guest (class, CPU %,
+# memory %, stage type, elapsed share of walltime, Hp, I/O MB/s, waiting share). The same for
+# every guest it is asked about in a pass: built and checked once per host.
+OwnState = HostState
 
 
 def host_own_state(rj: RunningJob, sample: MetricsSample | None, now: float,
@@ -55,8 +56,8 @@ def host_own_state(rj: RunningJob, sample: MetricsSample | None, now: float,
         except InvalidInput:
             happiness = None
     wait = None if sample is None else wait_share(job.stage_type, job.cores, cpu)
-    return (job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s, happiness, io,
-            wait)
+    return HostState.of_host(job.job_class, cpu, mem, job.stage_type, elapsed / job.walltime_s,
+                             happiness, io, wait)
 
 
 def wait_share(stage_type: StageType, cores: int, cpu_percent: float) -> float:
@@ -76,13 +77,11 @@ def wait_share(stage_type: StageType, cores: int, cpu_percent: float) -> float:
 def state_with_guest(own: OwnState, rj: RunningJob, guest: Job | None,
                      expected: Expected | None) -> HostState:
     """A HostState from the host's own part and what is known of the guest's class."""
-    *head, wait = own
     if guest is not None and expected is not None:
-        return HostState(*head, expected.cpu_percent, expected.mem_percent,
-                         guest.cores / rj.job.cores, expected.io_mb_s, wait_share=wait,
-                         guest_wait_share=wait_share(guest.stage_type, guest.cores,
-                                                     expected.cpu_percent))
-    return HostState(*head, wait_share=wait)
+        return own.with_guest(expected.cpu_percent, expected.mem_percent,
+                              guest.cores / rj.job.cores, expected.io_mb_s,
+                              wait_share(guest.stage_type, guest.cores, expected.cpu_percent))
+    return own
 
 
 def _plain(x: object) -> bool:

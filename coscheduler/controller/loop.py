@@ -35,6 +35,18 @@ from .usage import ClassUsage
 log = logging.getLogger("coscheduler.controller")
 
 
+def _promote_young() -> None:
+    """Move the objects the pass made (and any others still young) to the oldest generation
+    without the young-generation collection that would scan them all at once (gc.freeze
+    then gc.unfreeze, as the gc module documents them). They are the pass's records and
+    the controller's state, alive by construction; a cycle among them is still found by
+    the next full collection. Nothing is done when something else froze objects on purpose
+    (a pre-fork server's gc.freeze)."""
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
+
+
 def _claim(recorder: Recorder | None) -> None:
     """One controller per persistent store (store/lock.py): recorders that can be shared
     between processes say so with ``claim_controller``; a second controller is refused."""
@@ -173,6 +185,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                 self._flush_writes(report)
             finally:
                 if collecting:
+                    _promote_young()
                     gc.enable()
         self._expire_cooldowns(now)
         report.duration_s = time.perf_counter() - t0
@@ -263,7 +276,9 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                     report.errors.append(f"policy {self.policy.name} failed for job {job.job_id}: {exc}")
                     result = NO_COALLOCATION
                 chosen = result.choice.host_job if result.choice is not None else None
-                index.mark_asked([h for h in result.asked if h != chosen])
+                asked = result.asked
+                if asked and (len(asked) > 1 or asked[0] != chosen):   # (most: none, or chosen)
+                    index.mark_asked([h for h in asked if h != chosen])
                 declined.extend(result.declined)
                 for d in result.declined:
                     self._cooldown[(job.job_id, d.host_job)] = now + self.config.decline_cooldown_s

@@ -15,6 +15,9 @@ from typing import Iterable, Mapping
 from ..model import InvalidInput, MetricsSample, RunningJob, check_finite
 
 
+_new, _setattr = object.__new__, object.__setattr__
+
+
 @dataclass(frozen=True)
 class Expected:
     """A class's usual use: CPU % of its cores, memory % of its allocation, I/O MB/s."""
@@ -56,8 +59,12 @@ class ClassUsage:
         a = self.alpha
         io = io_mb_s if old.io_mb_s is None else (
             old.io_mb_s if io_mb_s is None else (1 - a) * old.io_mb_s + a * io_mb_s)
-        self.means[job_class] = Expected((1 - a) * old.cpu_percent + a * cpu_percent,
-                                         (1 - a) * old.mem_percent + a * mem_percent, io)
+        # (Expected(...) with its fields set at once: one per running job and pass)
+        e = _new(Expected)
+        _setattr(e, "__dict__", {"cpu_percent": (1 - a) * old.cpu_percent + a * cpu_percent,
+                                 "mem_percent": (1 - a) * old.mem_percent + a * mem_percent,
+                                 "io_mb_s": io})
+        self.means[job_class] = e
 
     def expected(self, job_class: str) -> Expected | None:
         return self.means.get(job_class)

@@ -28,12 +28,15 @@ No I/O: the state store (coscheduler/store) saves ``ClassState`` and pending dec
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import Callable, Iterable, Sequence
 
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
 from .experts import (EXTRA_EXPERTS, Expert, FittedTreeExpert, HostState, action_fractions,
                       extra_expert, paper_experts)
+from .keyed import keyed_answers
 
 GAMMA_SCHEDULES = ("sqrt", "constant")
 
@@ -210,6 +213,8 @@ class RoundClosed:
     weights_after: tuple[float, ...]
 
 
+_new = object.__new__
+_setattr = object.__setattr__
 _MIXTURES_MAX = 8192   # cached mixtures (see AsaxLearner._mix); cleared past this
 
 
@@ -252,9 +257,9 @@ class AsaxLearner:
         self._factory = expert_factory or default_expert_factory(self.config)
         self._experts: dict[str, list[Expert]] = {}
         self._classes: dict[str, ClassState] = {}
-        # Per class, the experts' keyed_distribution methods (empty: some expert has none);
-        # (class, keys) -> (weights, distributions, mixture, its sum), see ``_mix``.
-        self._keyed: dict[str, list] = {}
+        # Per class, the experts' keyed answers in one call (``_keyed_experts``);
+        # (class, keys) -> (weights, distributions, mixture, its sum, running sums), ``_mix``.
+        self._keyed: dict[str, Callable | bool] = {}
         self._valid: set[str] = set()     # class names that passed validate_job_class
         self._mixtures: dict[tuple, tuple] = {}
         self.pending: dict[int, Decision] = {}
@@ -321,45 +326,52 @@ class AsaxLearner:
             check_finite(now, "decision time", minimum=0.0)
         st = self.class_state(job_class)
         weights = tuple(st.weights)
-        dists, mixture, total = self._mix(job_class, state, weights)
+        dists, mixture, total, cumulative = self._mix(job_class, state, weights)
         did = self.next_decision_id
         self.next_decision_id += 1
-        u = _uniform01(self.config.seed, did) * total
-        acc = 0.0
-        j = self.config.m - 1
-        for k, pk in enumerate(mixture):
-            acc += pk
-            if u < acc:
-                j = k
-                break
-        decision = Decision(did, float(now), job_class, host_job, guest_job, state,
-                            st.expert_names, dists, weights, mixture, j, self.actions[j])
+        # The first action whose running sum of the mixture exceeds u (the last if none).
+        j = bisect_right(cumulative, _uniform01(self.config.seed, did) * total)
+        if j >= self.config.m:
+            j = self.config.m - 1
+        # The fields are this method's own checked values: set at once, not one by one
+        # through the frozen dataclass's __init__ (one decision per host asked).
+        decision = _new(Decision)
+        _setattr(decision, "__dict__", {
+            "decision_id": did, "time": float(now), "job_class": job_class,
+            "host_job": host_job, "guest_job": guest_job, "state": state,
+            "expert_names": st.expert_names, "expert_dists": dists, "weights": weights,
+            "mixture": mixture, "action_index": j, "action_fraction": self.actions[j],
+            "policy": "asax"})
         st.decisions += 1
         self.pending[did] = decision
         return decision
 
+    def _keyed_experts(self, job_class: str):
+        """The class's experts' keyed answers in one call (``experts.keyed_answers``), or
+        False when some expert has no ``keyed_distribution``."""
+        fn = keyed_answers(self.experts_for(job_class)) or False
+        self._keyed[job_class] = fn
+        return fn
+
     def _mix(self, job_class: str, state: HostState, weights: tuple[float, ...]
-             ) -> tuple[tuple, tuple[float, ...], float]:
-        """The experts' distributions for ``state``, their mixture under ``weights`` and its
-        sum. Experts that key their answers (``keyed_distribution``: the paper's trees by
-        leaf, the fitted one by fit and leaves) let the mixture be computed once per class,
-        weights and combination of leaves, not once per (host, guest) pair."""
-        experts = self.experts_for(job_class)
-        keyed = self._keyed.get(job_class)
-        if keyed is None:
-            keyed = self._keyed[job_class] = [getattr(e, "keyed_distribution", None)
-                                              for e in experts]
-            if not all(keyed):
-                keyed.clear()
-        if keyed:
-            answers = [f(state) for f in keyed]
-            key = (job_class, tuple([a[0] for a in answers]))
+             ) -> tuple[tuple, tuple[float, ...], float, list[float]]:
+        """The experts' distributions for ``state``, their mixture under ``weights``, its
+        sum and its running sums. Experts that key their answers (``keyed_distribution``:
+        the paper's trees by leaf, the fitted one by fit and leaves) let the mixture be
+        computed once per class, weights and combination of leaves, not once per (host,
+        guest) pair."""
+        fns = self._keyed.get(job_class)
+        if fns is None:
+            fns = self._keyed_experts(job_class)
+        if fns:
+            keys, dist_list = fns(state)
+            key = (job_class, keys)
             hit = self._mixtures.get(key)
             if hit is not None and hit[0] == weights:
-                return hit[1], hit[2], hit[3]
-            dists = tuple([a[1] for a in answers])
+                return hit[1], hit[2], hit[3], hit[4]
+            dists = tuple(dist_list)
         else:
-            dists = tuple(e.distribution(state) for e in experts)
+            dists = tuple(e.distribution(state) for e in self.experts_for(job_class))
         m = self.config.m
         mixture = [0.0] * m
         for alpha, p in zip(weights, dists):
@@ -367,11 +379,12 @@ class AsaxLearner:
                 mixture[j] += alpha * p[j]
         mixture_t = tuple(mixture)
         total = sum(mixture)
-        if keyed:
+        cumulative = list(accumulate(mixture))
+        if fns:
             if len(self._mixtures) >= _MIXTURES_MAX:
                 self._mixtures.clear()
-            self._mixtures[key] = (weights, dists, mixture_t, total)
-        return dists, mixture_t, total
+            self._mixtures[key] = (weights, dists, mixture_t, total, cumulative)
+        return dists, mixture_t, total, cumulative
 
     def observe(self, decision_id: int, loss: float, now: float) -> RoundClosed | None:
         """Lines 9-12: the host's loss for a decision arrives; update risk, maybe weights."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 from ..happiness import HAPPINESS_DONE
@@ -94,6 +94,46 @@ class HostState:
                 raise InvalidInput(f"host state: {name} must lie in [0, 1], got {v!r}")
         object.__setattr__(self, "stage_type", StageType.parse(self.stage_type, "host state"))
 
+    @classmethod
+    def of_host(cls, job_class: str, cpu_percent: float, mem_percent: float,
+                stage_type: StageType, elapsed_fraction: float, happiness: float | None,
+                io_mb_s: float | None, wait_share: float | None) -> "HostState":
+        """A host's state without a guest, one per host asked about in a pass: plain values
+        (``_plainly_valid``'s rules) are set at once, else through the constructor."""
+        if type(stage_type) is StageType and job_class in _VALID_CLASSES \
+                and type(cpu_percent) is type(mem_percent) is type(elapsed_fraction) is float \
+                and 0.0 <= cpu_percent < _INF and 0.0 <= mem_percent < _INF \
+                and 0.0 <= elapsed_fraction < _INF and _plain_guest(None, None, None, io_mb_s, wait_share) \
+                and (happiness is None or (type(happiness) is float and happiness >= 0.0)):
+            st = _new(cls)
+            _setattr(st, "__dict__", {
+                "job_class": job_class, "cpu_percent": cpu_percent, "mem_percent": mem_percent,
+                "stage_type": stage_type, "elapsed_fraction": elapsed_fraction,
+                "happiness": happiness, "io_mb_s": io_mb_s, "guest_cpu_percent": None,
+                "guest_mem_percent": None, "guest_share": None, "guest_io_mb_s": None,
+                "wait_share": wait_share, "guest_wait_share": None})
+            return st
+        return cls(job_class, cpu_percent, mem_percent, stage_type, elapsed_fraction,
+                   happiness, io_mb_s, wait_share=wait_share)
+
+    def with_guest(self, cpu_percent: float | None, mem_percent: float | None, share: float | None,
+                   io_mb_s: float | None, wait_share: float | None) -> "HostState":
+        """This (checked) state with what is known of a guest (its class's usual CPU %,
+        memory %, I/O, waiting share; its cores over the host's), one per candidate: plain
+        values are set at once, anything else goes through the constructor's checks."""
+        if _plain_guest(cpu_percent, mem_percent, share, io_mb_s, wait_share):
+            fields = self.__dict__.copy()
+            fields["guest_cpu_percent"] = cpu_percent
+            fields["guest_mem_percent"] = mem_percent
+            fields["guest_share"] = share
+            fields["guest_io_mb_s"] = io_mb_s
+            fields["guest_wait_share"] = wait_share
+            st = _new(HostState)
+            _setattr(st, "__dict__", fields)
+            return st
+        return replace(self, guest_cpu_percent=cpu_percent, guest_mem_percent=mem_percent,
+                       guest_share=share, guest_io_mb_s=io_mb_s, guest_wait_share=wait_share)
+
     def features(self) -> list[float]:
         """Numeric features for fitted experts (Hp clipped, unknowns as -1): what the
         host's own samples tell. Not the guest's fields: they come from the controller's
@@ -154,6 +194,17 @@ _OPTIONAL_FIELDS = ("io_mb_s", "guest_cpu_percent", "guest_mem_percent", "guest_
 # candidate host, and a cluster has few classes. Bounded: cleared when it grows past this.
 _VALID_CLASSES: set[str] = set()
 _VALID_CLASSES_MAX = 4096
+
+
+_new, _setattr = object.__new__, object.__setattr__   # (fields set at once, all checked)
+
+
+def _plain_guest(cpu: object, mem: object, share: object, io: object, wait: object) -> bool:
+    """``HostState.with_guest``'s values pass ``__post_init__``'s checks as they are."""
+    for v in (cpu, mem, share, io, wait):
+        if v is not None and (type(v) is not float or not 0.0 <= v < _INF):
+            return False
+    return wait is None or wait <= 1.0
 
 
 def _plainly_valid(st: "HostState") -> bool:

@@ -25,6 +25,7 @@ host's state costs nothing for hosts never asked.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Callable, Iterable, Iterator, Protocol
 
 from ..learner import AsaxLearner, Decision, HostState
@@ -69,6 +70,22 @@ class HostCandidate:
     guest_need: float | None = None
 
 
+_new = object.__new__
+_setattr = object.__setattr__
+
+
+def candidate(host: RunningJob, placement: Allocation, lent: float, sample: MetricsSample | None,
+              state: HostState, loan_cap: float | None = None,
+              guest_need: float | None = None) -> HostCandidate:
+    """``HostCandidate(...)`` with its fields set at once rather than one by one through
+    the frozen dataclass's __init__ (the controller makes one per host it hands over)."""
+    c = _new(HostCandidate)
+    _setattr(c, "__dict__", {"host": host, "placement": placement, "lent": lent,
+                             "sample": sample, "state": state, "loan_cap": loan_cap,
+                             "guest_need": guest_need})
+    return c
+
+
 @dataclass(frozen=True)
 class Choice:
     """Co-allocate: run the guest on ``placement`` inside ``host_job`` at
@@ -111,8 +128,21 @@ class CoallocationPolicy(Protocol):
 def _choice(guest: Job, cand: HostCandidate, a: float, decision: Decision | None) -> Choice:
     if cand.loan_cap is not None:
         a = min(a, cand.loan_cap)
-    host_q = host_quota_fraction(cand.host.job.cores, cand.lent + lent_share(a, guest.cores))
-    return Choice(cand.host.job_id, cand.placement, a, host_q, decision)
+    host = cand.host.job
+    host_q = host_quota_fraction(host.cores, cand.lent + lent_share(a, guest.cores))
+    # (Choice(...) with its fields set at once: one per guest placed in a host)
+    c = _new(Choice)
+    _setattr(c, "__dict__", {"host_job": host.job_id, "placement": cand.placement,
+                             "guest_quota": a, "host_quota": host_q, "decision": decision})
+    return c
+
+
+def _result(choice: Choice | None, asked: tuple[str, ...],
+            declined: tuple[Decision, ...]) -> CoallocationResult:
+    """``CoallocationResult(...)`` with its fields set at once (one per guest and pass)."""
+    r = _new(CoallocationResult)
+    _setattr(r, "__dict__", {"choice": choice, "asked": asked, "declined": declined})
+    return r
 
 
 class SpaceSharing:
@@ -183,14 +213,15 @@ class Asax:
     def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
         asked: list[str] = []
         declined: list[Decision] = []
-        it: Iterator[HostCandidate] = iter(candidates)
+        # (islice: the candidate after the last ask is never built.)
+        it: Iterator[HostCandidate] = iter(candidates) if self.max_asks is None \
+            else islice(candidates, self.max_asks)
         for cand in it:
-            if self.max_asks is not None and len(asked) >= self.max_asks:
-                break
-            host_id = cand.host.job_id
+            host = cand.host.job
+            host_id = host.job_id
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
-                                    job_class=self.class_of(cand.host.job))
+                                    job_class=self.class_of(host))
             short = cand.guest_need is not None and \
                 d.action_fraction < 0.5 * cand.guest_need - 1e-12
             if d.action_index == 0 or d.action_fraction <= 0.0:
@@ -208,9 +239,9 @@ class Asax:
                 self.learner.forget(d.decision_id)
                 declined.append(d)
                 continue
-            return CoallocationResult(_choice(guest, cand, d.action_fraction, d), tuple(asked),
-                                      tuple(declined))
-        return CoallocationResult(None, tuple(asked), tuple(declined))
+            return _result(_choice(guest, cand, d.action_fraction, d), tuple(asked),
+                           tuple(declined))
+        return _result(None, tuple(asked), tuple(declined))
 
 
 POLICY_NAMES = ("space-sharing", "static", "asax")
@@ -237,6 +268,6 @@ def make_policy(name: str, learner: AsaxLearner | None = None,
 
 __all__ = [
     "Asax", "Choice", "CoallocationPolicy", "CoallocationResult", "HostCandidate",
-    "NO_COALLOCATION", "POLICY_NAMES", "SpaceSharing", "Static", "host_quota_fraction",
+    "NO_COALLOCATION", "POLICY_NAMES", "SpaceSharing", "Static", "candidate", "host_quota_fraction",
     "lent_share", "make_policy",
 ]

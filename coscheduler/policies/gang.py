@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from ..model import Allocation, InvalidInput, Job, check_finite, validate_job_id
 
+_new, _setattr = object.__new__, object.__setattr__
+
 # ``free`` arguments are ordered (node, free cores) pairs or a mapping (insertion order).
 FreeCores = Sequence[tuple[str, int]] | Mapping[str, int]
 
@@ -72,7 +74,11 @@ def guest_placement(guest: Job, host_allocation: Allocation,
         # One node each (the common case): first_fit's answer without building the list.
         node, cores = held[0]
         if cores - used.get(node, 0) >= guest.cores:
-            return Allocation(guest.job_id, ((node, guest.cores),))
+            # (Allocation(...), which has no checks, with its fields set at once)
+            a = _new(Allocation)
+            _setattr(a, "__dict__", {"job_id": guest.job_id,
+                                     "cores_by_node": ((node, guest.cores),)})
+            return a
         return None
     room = [(node, cores - used.get(node, 0)) for node, cores in held]
     return first_fit(guest, room)
