@@ -126,3 +126,28 @@ def test_a_pass_keeps_what_someone_else_froze():
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_cycles_left_by_passes_are_collected_within_a_full_collection_period():
+    """Promoting the pass's objects skips the collector's own schedule for full collections,
+    so every FULL_COLLECT_EVERY passes the controller collects in full: a reference cycle
+    that died before them is gone after them."""
+    import weakref
+
+    from coscheduler.controller import loop
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    dead = weakref.ref(a)
+    backend = _BenchBackend(10, 10, 5)
+    ctl = Controller(backend, Asax(AsaxLearner(LearnerConfig(seed=5))))
+    ctl.step()                   # the cycle is promoted with the pass's objects
+    del a, b
+    assert dead() is not None    # only a full collection can free it now
+    for _ in range(loop.FULL_COLLECT_EVERY):
+        backend.t += 1.0
+        ctl.step()
+    assert dead() is None

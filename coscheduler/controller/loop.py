@@ -35,16 +35,27 @@ from .usage import ClassUsage
 log = logging.getLogger("coscheduler.controller")
 
 
+# Promoted objects skip the collector's own schedule for full collections, so a long-running
+# controller collects in full every this many passes (that pass pays for it), freeing any
+# reference cycles its passes left.
+FULL_COLLECT_EVERY = 64
+_promotions = 0
+
+
 def _promote_young() -> None:
     """Move the objects the pass made (and any others still young) to the oldest generation
     without the young-generation collection that would scan them all at once (gc.freeze
     then gc.unfreeze, as the gc module documents them). They are the pass's records and
-    the controller's state, alive by construction; a cycle among them is still found by
-    the next full collection. Nothing is done when something else froze objects on purpose
-    (a pre-fork server's gc.freeze)."""
+    the controller's state, alive by construction; a cycle among them is found by the full
+    collection made every ``FULL_COLLECT_EVERY`` promotions. Nothing is done when something
+    else froze objects on purpose (a pre-fork server's gc.freeze)."""
+    global _promotions
     if gc.get_freeze_count() == 0:
         gc.freeze()
         gc.unfreeze()
+        _promotions += 1
+        if _promotions % FULL_COLLECT_EVERY == 0:
+            gc.collect()
 
 
 def _claim(recorder: Recorder | None) -> None:
