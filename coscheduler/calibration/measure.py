@@ -143,7 +143,7 @@ class Settings:
     def spread(cls) -> "Settings":
         """Probes free to run on every CPU (as a host and its guests on the host's cores)
         beside one CPU-bound co-runner (a core stays free) and as many as there are CPUs
-        (none does), with the same-CPU pairs for comparison, five rounds (about five
+        (none does), with the same-CPU pairs for comparison, five rounds (about three
         minutes on two CPUs): fits only ``spill``, the wake-up cost a disk-waiting job
         keeps although a core is free."""
         n = len(os.sched_getaffinity(0))

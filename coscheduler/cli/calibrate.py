@@ -43,7 +43,7 @@ def _pct(x: float) -> str:
 @click.option("--spread", is_flag=True,
               help="Probes free to run on every CPU beside CPU-bound co-runners (a host and "
                    "its guests share the host's cores), with the same pairs pinned to one CPU "
-                   "for comparison, five rounds (about five minutes on two CPUs); fits only "
+                   "for comparison, five rounds (about three minutes on two CPUs); fits only "
                    "spill.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (docs/cli-json.md).")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
