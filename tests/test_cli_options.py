@@ -81,6 +81,25 @@ def test_the_walk_finds_the_commands_and_every_numeric_option_is_bounded():
     assert loose == []
 
 
+def test_help_texts_give_the_options_own_ranges_not_the_machines_limits():
+    """``harden``'s bounds are the machine's (INT_MAX, finite floats), not what an option
+    means: click printed ``x<=None`` for an unbounded float and 19-digit limits for every
+    integer. The help shows only an option's own range."""
+    bad = []
+    for path, cmd, p in CASES:
+        if not isinstance(p, click.Option):
+            continue
+        with click.Context(cmd, info_name=path[-1] if path else "cosched") as ctx:
+            record = p.get_help_record(ctx)
+        text = " ".join(record) if record else ""
+        if "None" in text or str(INT_MAX) in text:
+            bad.append(f"{' '.join(path)} {p.opts[0]}: {text}")
+    assert bad == []
+    r = CliRunner().invoke(main, ["simulate", "paper", "--help"])
+    assert "--repeat INTEGER RANGE" in r.output and "[default: 3; x>=1]" in r.output
+    assert "--seed INTEGER " in r.output and "--scale FLOAT " in r.output
+
+
 @pytest.mark.parametrize("path,cmd,p", CASES, ids=[f"{' '.join(c[0])}:{c[2].name}" for c in CASES])
 def test_out_of_range_values_are_a_one_line_usage_error(path, cmd, p):
     runner = CliRunner()

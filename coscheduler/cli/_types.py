@@ -21,10 +21,45 @@ INT_MAX = 2 ** 63 - 1   # SQLite's and the kernel's largest integer
 MAX_JOB_CORES = 1 << 20
 
 
+def _describe(lo: object, hi: object, lo_open: bool, hi_open: bool) -> str:
+    """The range for help texts, without the bounds ``harden`` adds (they are the machine's
+    limits, not the option's meaning): click would print ``x<=None`` for an unbounded
+    float and 19-digit limits for every integer."""
+    lo = None if lo is None or lo == -INT_MAX else lo
+    hi = None if hi is None or hi == INT_MAX else hi
+    if lo is None and hi is None:
+        return ""
+    if lo is None:
+        return f"x{'<' if hi_open else '<='}{hi}"
+    if hi is None:
+        return f"x{'>' if lo_open else '>='}{lo}"
+    return f"{lo}{'<' if lo_open else '<='}x{'<' if hi_open else '<='}{hi}"
+
+
+class BoundedInt(click.IntRange):
+    """An integer range whose help text leaves out the machine's limits."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not _describe(self.min, self.max, self.min_open, self.max_open):
+            self.name = "integer"
+
+    def _describe_range(self) -> str:
+        return _describe(self.min, self.max, self.min_open, self.max_open)
+
+
 class FiniteRange(click.FloatRange):
     """A float in a range that is also finite (click's FloatRange lets nan through)."""
 
     name = "float range"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not _describe(self.min, self.max, self.min_open, self.max_open):
+            self.name = "float"
+
+    def _describe_range(self) -> str:
+        return _describe(self.min, self.max, self.min_open, self.max_open)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("nan", "+nan", "-nan"):
@@ -43,10 +78,10 @@ def positive(max: float | None = None) -> FiniteRange:
 def _bounded(t: click.ParamType) -> click.ParamType:
     if isinstance(t, click.IntRange):
         if t.max is None or t.max > INT_MAX:
-            return click.IntRange(t.min, INT_MAX, min_open=t.min_open, max_open=False, clamp=t.clamp)
+            return BoundedInt(t.min, INT_MAX, min_open=t.min_open, max_open=False, clamp=t.clamp)
         return t
     if isinstance(t, click.types.IntParamType):
-        return click.IntRange(-INT_MAX, INT_MAX)
+        return BoundedInt(-INT_MAX, INT_MAX)
     if isinstance(t, FiniteRange):
         return t
     if isinstance(t, click.FloatRange):
