@@ -98,6 +98,7 @@ def test_help_texts_give_the_options_own_ranges_not_the_machines_limits():
     r = CliRunner().invoke(main, ["simulate", "paper", "--help"])
     assert "--repeat INTEGER RANGE" in r.output and "[default: 3; x>=1]" in r.output
     assert "--seed INTEGER " in r.output and "--scale FLOAT " in r.output
+    assert "0.0<x<=1.0" in r.output      # --loan-min-share keeps its own range
 
 
 @pytest.mark.parametrize("path,cmd,p", CASES, ids=[f"{' '.join(c[0])}:{c[2].name}" for c in CASES])

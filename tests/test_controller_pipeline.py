@@ -528,14 +528,14 @@ def test_restart_from_a_recorder_gives_the_same_decisions(jobs, restart_after):
 def test_restart_closes_decisions_of_hosts_the_backend_no_longer_knows():
     rec = MemoryRecorder()
     cfg = LearnerConfig(seed=2)
-    b, c = host_and_guest(Asax(AsaxLearner(cfg, expert_factory=lambda: [OneActionPerClass({"h": 5})])),
+    b, c = host_and_guest(Asax(AsaxLearner(cfg, expert_factory=lambda: [OneActionPerClass({"h": 8})])),
                           recorder=rec)
     c.step()
     [did] = rec.decisions
     # A new backend (the old one's jobs are gone without outcomes), controller restarted.
     b2 = VirtualBackend({"n1": 8})
     c2 = Controller.from_recorder(b2, rec, "asax", learner_config=cfg,
-                                  expert_factory=lambda: [OneActionPerClass({"h": 5})])
+                                  expert_factory=lambda: [OneActionPerClass({"h": 8})])
     assert did in c2.learner.pending
     r = c2.step()
     assert r.cancelled == 1 and did not in c2.learner.pending

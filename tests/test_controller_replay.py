@@ -14,7 +14,8 @@ through a digest.
 
 The fixtures were recorded from main's code before the pass was optimised, and recorded
 again when decisions changed on purpose (issue 19: host states carry both jobs' waiting
-shares, so the pair expert's answers changed):
+shares, so the pair expert's answers changed; later the smallest loan went from half to
+three quarters of a guest's need, ``ControllerConfig.lend_min_share``):
 
     .venv/bin/python tests/test_controller_replay.py --record
 """
@@ -201,7 +202,7 @@ def test_replay_scenarios_exercise_every_kind_of_decision():
     assert {"carried out", "declined", "cancelled", "walltime"} <= kinds
     assert calls == {"start", "set_quota"} or calls == {"start", "set_quota", "fail"}
     first = json.loads(gzip.decompress(_path("asax_1k").read_bytes()))["passes"][0]["report"]
-    assert first["coallocated"] > 500 and first["declined"] > 100
+    assert first["coallocated"] > 300 and first["declined"] > 100
 
 
 def record() -> None:

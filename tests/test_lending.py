@@ -26,14 +26,17 @@ def test_loan_is_the_idle_share_capped_by_the_guests_demand():
     assert loan(8, 0.0, 2.0, 4, 1.0, 0.1) == pytest.approx(1.4 / 4)
     # A guest that needs all of its 4 cores gets the whole idle share... capped at 4 cores.
     assert loan(8, 0.0, 2.0, 4, None, 0.1) == pytest.approx(1.0)
-    # ... and with the host using 5 cores, 2.2 cores: above half of 4, so lent.
-    assert loan(8, 0.0, 5.0, 4, None, 0.1) == pytest.approx(2.2 / 4)
-    # Host using 6 cores: 1.2 idle, under half of the guest's 4: no loan.
-    assert loan(8, 0.0, 6.0, 4, None, 0.1) is None
-    # What is already lent counts: 3 cores lent, host uses 2: idle 8 - 3 - 2 - 0.8 = 2.2.
-    assert loan(8, 3.0, 2.0, 4, None, 0.1) == pytest.approx(2.2 / 4)
-    # The learner's action caps it too.
-    assert loan(8, 0.0, 2.0, 4, None, 0.1, wanted_fraction=0.6) == pytest.approx(0.6)
+    # ... and with the host using 4 cores, 3.2 cores: above three quarters of 4, so lent.
+    assert loan(8, 0.0, 4.0, 4, None, 0.1) == pytest.approx(3.2 / 4)
+    # Host using 5 cores: 2.2 idle, under three quarters of the guest's 4: no loan.
+    assert loan(8, 0.0, 5.0, 4, None, 0.1) is None
+    # What is already lent counts: 2 cores lent, host uses 2: idle 8 - 2 - 2 - 0.8 = 3.2.
+    assert loan(8, 2.0, 2.0, 4, None, 0.1) == pytest.approx(3.2 / 4)
+    assert loan(8, 3.0, 2.0, 4, None, 0.1) is None
+    # The learner's action caps it too, and a capped loan under the smallest one is none.
+    assert loan(8, 0.0, 2.0, 4, None, 0.1, wanted_fraction=0.8) == pytest.approx(0.8)
+    assert loan(8, 0.0, 2.0, 4, None, 0.1, wanted_fraction=0.6) is None
+    assert loan(8, 0.0, 2.0, 4, None, 0.1, wanted_fraction=0.6, min_share=0.5) == pytest.approx(0.6)
 
 
 def test_no_measured_use_no_loan():
@@ -148,3 +151,46 @@ def test_a_host_whose_use_jumps_mid_loan_gets_its_cpu_back_from_the_guest_first(
     assert b.quota_of("h") * 8 >= 0.9 * 8 * 0.99             # the host got its use back
     assert breaches == 0
     assert any(g == "g" and new < old for _, g, old, new in ctl.revisions)
+
+
+# -- the smallest loan (a guest may rather wait for a better host) ------------------------------
+
+def test_the_smallest_loan_is_a_share_of_the_guests_need():
+    # 8-core host using 5 cores, margin 0.8: 2.2 cores idle for a 4-core guest needing all 4.
+    assert loan(8, 0.0, 5.0, 4, None, 0.1) is None          # 0.55 of its need: it waits
+    assert loan(8, 0.0, 5.0, 4, None, 0.1, min_share=0.5) == pytest.approx(2.2 / 4)
+    assert loan(8, 0.0, 5.0, 4, None, 0.1, min_share=0.6) is None           # it waits
+    assert loan(8, 0.0, 4.0, 4, None, 0.1, min_share=0.75) == pytest.approx(3.2 / 4)
+    assert loan(8, 0.0, 2.0, 4, None, 0.1, min_share=1.0) == pytest.approx(1.0)
+    assert loan(8, 0.0, 4.0, 4, None, 0.1, min_share=1.0) is None
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, 1.01, math.nan, "0.5", True, None])
+def test_a_bad_smallest_loan_share_is_refused_by_name(bad):
+    with pytest.raises(InvalidInput, match="smallest loan share"):
+        loan(8, 0.0, 1.0, 4, 1.0, 0.1, min_share=bad)
+    with pytest.raises(InvalidInput, match="lend_min_share"):
+        ControllerConfig(lend_min_share=bad)
+
+
+@pytest.mark.parametrize("min_share, lent", [(0.5, True), (0.9, False)])
+def test_a_guest_offered_less_than_the_smallest_loan_waits_for_its_own_cores(min_share, lent):
+    """An 8-core host using 50 % leaves 8 - 4 - 0.8 = 3.2 cores idle; a 4-core guest that
+    usually uses all its cores needs 4: 0.8 of its need, lent under the half rule, not under
+    0.9; the guest then starts on its own cores when the host ends."""
+    b = VirtualBackend({"n1": 8})
+    b.submit(Job("h", 8, 200.0, "h", tasks=100), Profile(60.0, 0.5, 10.0))
+    b.submit(Job("g", 4, 200.0, "g", tasks=100, submit_time=1.0), Profile(30.0, 1.0, 10.0))
+    learner = AsaxLearner(LearnerConfig(seed=0, fitted_expert=False))
+    ctl = Controller(b, Asax(learner), MemoryRecorder(),
+                     config=ControllerConfig(lend_min_share=min_share))
+    ctl.usage.add("g", 100.0, 10.0)
+    learner.actions = tuple(1.0 if j else 0.0 for j in range(len(learner.actions)))
+    for _ in range(200):
+        ctl.step()
+        if b.idle():
+            break
+        b.advance(1.0)
+    hosted = [h for _, g, h in b.starts if g == "g"]
+    assert hosted == (["h"] if lent else [None])
+    assert {o.job_id: o.state for o in b.history} == {"h": "completed", "g": "completed"}

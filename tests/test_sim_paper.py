@@ -341,9 +341,17 @@ def test_asax_closes_rounds_over_repetitions_and_reports_them():
     assert closed == sorted(closed) and closed[-1] >= 1
     history = [h for r in runs for h in r.weight_history]
     assert len(history) == closed[-1]
+    moved = 0
     for h in history:
-        assert h["weights_after"] != h["weights_before"]
+        # A round closes when its host ends; the weights move unless every expert's risk
+        # was the same (no loss told them apart: a host that was not slowed).
+        if max(h["risk"]) > min(h["risk"]):
+            assert h["weights_after"] != h["weights_before"]
+            moved += 1
+        else:
+            assert h["weights_after"] == pytest.approx(h["weights_before"])
         assert sum(h["weights_after"]) == pytest.approx(1.0)
+    assert moved >= 1
     assert all(r.mean_slowdown >= -1e-9 for r in runs)
 
 

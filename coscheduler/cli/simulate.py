@@ -32,6 +32,7 @@ from ..policies.queue import POLICIES, get_policy
 from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
 from ..sim.engine import BACKFILL_MODES
 from ..sim.replay import ReplayResult, replay, window
+from ._types import FiniteRange
 from .progress_bar import DelayedProgress
 
 def _parse_policies(text: str) -> list[str]:
@@ -315,6 +316,11 @@ def _positive_scale(ctx, param, value: float) -> float:
               metavar="SHARE|off",
               help="ASA_X's Permit step: veto a loan whose predicted host slowdown exceeds "
                    "this share (0.05: 5 %), or off.")
+@click.option("--loan-min-share", type=FiniteRange(0.0, 1.0, min_open=True), default=0.75,
+              show_default=True,
+              help="ASA_X lends no less than this share of a guest's need (its usual CPU use "
+                   "plus the margin); a guest offered less waits for a host with more idle "
+                   "CPU or for cores of its own.")
 @click.option("--placement", type=click.Choice(["shared", "pinned"]), default="shared",
               show_default=True,
               help="Where a host's and its guests' processes run: anywhere on the host's cores "
@@ -342,7 +348,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
           explain: bool, model_name: str, old_rules: bool, out_dir: Path | None,
           queue_policy: str | None, inspector: str | None, workers: int | None,
           cluster: str | None, as_json: bool, guests: str = GUESTS_DEFAULT,
-          permit_text: str = PERMIT_DEFAULT, placement: str = "shared") -> None:
+          permit_text: str = PERMIT_DEFAULT, placement: str = "shared",
+          loan_min_share: float = 0.75) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -402,7 +409,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         old_rules=old_rules, model=paper_exp.MODELS[model_name],
                                         queue_policy=queue, workers=workers,
                                         cluster=cluster, idle_guests=guests == "idle",
-                                        permit=permit, shared_cores=placement == "shared")
+                                        permit=permit, shared_cores=placement == "shared",
+                                        loan_min_share=loan_min_share)
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -419,7 +427,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                      "kill_at_walltime": kill_at_walltime, "scale_out": scale_out,
                      "classes": classes, "experts": list(experts), "model": model_name,
                      "old_rules": old_rules, "guests": guests, "permit": permit,
-                     "placement": placement},
+                     "placement": placement, "loan_min_share": loan_min_share},
         "runs": [r.as_json(explain) for r in runs],
         "summary": summary,
         "normalised_runtime": {str(c): v for c, v in

@@ -46,7 +46,7 @@ class ActMixin:
             if d.action_index == 0:
                 kind, note = "declined", "a_0: not on this host"
             else:   # forgotten by the learner: closed like a decision never carried out
-                kind, note = "cancelled", "action under half the guest's need: no loan"
+                kind, note = "cancelled", "action under the smallest loan (or vetoed): no loan"
             self._record(report, self.recorder.record_outcome, OutcomeRecord(
                 d.decision_id, now, 0.0, kind, note=note))
             self._dirty_classes.add(d.job_class)

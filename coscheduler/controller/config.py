@@ -53,10 +53,14 @@ class ControllerConfig:
     # per-tick revision (policies.lending).
     lend_margin: float = 0.1
     lend_hysteresis: float = 1.0
+    # No loan below this share of the guest's need: the guest waits for a host with more
+    # idle CPU, or for cores of its own (policies.lending.DEFAULT_MIN_SHARE).
+    lend_min_share: float = 0.75
 
     def __post_init__(self) -> None:
-        from ..policies.lending import check_hysteresis, check_margin
+        from ..policies.lending import check_hysteresis, check_margin, check_min_share
         check_margin(self.lend_margin, "controller lend_margin")
+        check_min_share(self.lend_min_share, "controller lend_min_share")
         check_hysteresis(self.lend_hysteresis, "controller lend_hysteresis")
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
             v = getattr(self, name)

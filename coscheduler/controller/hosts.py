@@ -61,6 +61,7 @@ class HostIndex:
         # guest are not handed over.
         self.idle_only = idle_only
         self.margin = config.lend_margin
+        self.min_share = config.lend_min_share
         self._alone_of = alone_runtime
         self._alone: dict[str, float | None] = {}
         self._own: dict[str, OwnState] = {}    # host -> its own part of its state, this pass
@@ -325,7 +326,7 @@ class HostIndex:
         if self.idle_only:
             demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
             need_cores = guest_need(guest.cores, demand, self.margin)
-            min_idle = 0.5 * need_cores - 1e-9
+            min_idle = self.min_share * need_cores - 1e-9
             need = need_cores / guest.cores
         known = None
         if expected is not None:
@@ -343,6 +344,7 @@ class HostIndex:
         gid, g_cores = guest.job_id, guest.cores
         check_beside = self.node_mem_mb is not None or self.node_bb_gb is not None
         idle_only, margin, max_guests = self.idle_only, self.margin, self.max_guests
+        min_share = self.min_share
         _, _, demand, need, known = kind
         for p in positions:
             _, rj, _, lent, _ = entries[p]
@@ -370,7 +372,8 @@ class HostIndex:
             cap = None
             if idle_only:
                 used_now = None if sample is None else sample.cpu_percent / 100.0 * host.cores
-                cap = loan(host.cores, lent, used_now, g_cores, demand, margin)
+                cap = loan(host.cores, lent, used_now, g_cores, demand, margin,
+                           min_share=min_share)
                 if cap is None:
                     continue   # not enough idle CPU on this host for this guest
             own = own_of.get(host_id)
@@ -379,10 +382,11 @@ class HostIndex:
                     rj, sample, now, self.alone_runtime(host.job_class))
             state = own if known is None else own.with_guest(
                 known[0], known[1], g_cores / host.cores, known[2], known[3])
-            yield candidate(rj, placement, lent, sample, state, cap, need)
+            yield candidate(rj, placement, lent, sample, state, cap, need,
+                            None if need is None else min_share * need)
 
     def has_idle(self, guest: Job, rj: RunningJob) -> bool:
-        """Whether ``rj`` has idle CPU enough for half of ``guest``'s need (diagnostics)."""
+        """Whether ``rj`` has idle CPU enough for the smallest loan to ``guest`` (diagnostics)."""
         expected = self.usage.expected(guest.job_class) if self.usage is not None else None
         demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
         sample = self.samples.get(rj.job_id)
@@ -390,7 +394,8 @@ class HostIndex:
         lent = sum(self.running_by_id[g].quota_fraction * self.running_by_id[g].job.cores
                    for g in rj.guest_jobs if g in self.running_by_id)
         lent += self.taken.get(rj.job_id, (0, 0.0))[1]
-        return loan(rj.job.cores, lent, used, guest.cores, demand, self.margin) is not None
+        return loan(rj.job.cores, lent, used, guest.cores, demand, self.margin,
+                    min_share=self.min_share) is not None
 
     def alone_runtime(self, job_class: str) -> float | None:
         """The class's runtime alone (cached for the pass), or None."""
@@ -416,7 +421,7 @@ REFUSALS: tuple[str, ...] = (
     "EASY reservation",       # ... or end before the guest would, past the shadow time
     "cooldown",               # ... or declined this guest within decline_cooldown_s
     "asked this pass",        # ... or were asked for another guest in this pass
-    "no idle CPU",            # ... or leave too little idle CPU for half the guest's need
+    "no idle CPU",            # ... or leave too little idle CPU for the smallest loan
     "declined",               # the policy was asked and did not co-allocate
 )
 

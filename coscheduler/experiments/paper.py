@@ -65,6 +65,7 @@ from ..learner import LearnerConfig
 from ..learner.classes import class_key
 from ..model import InvalidInput
 from ..policies.coalloc import Asax, SpaceSharing, Static, make_policy
+from ..policies.lending import DEFAULT_MIN_SHARE
 from ..policies.permit import HostHarmPermit
 from ..recorder import MemoryRecorder, Recorder
 from .paper_metrics import (IO_HEAVY, PAPER_LOAD, PAPER_TABLE2_RUNTIME_H,  # noqa: F401 - re-exported
@@ -137,7 +138,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               experts: Sequence[str] = DEFAULT_EXPERTS, model: InterferenceModel = CALIBRATED,
               usage: ClassUsage | None = None, scale_out: int = 1,
               old_rules: bool = False, queue_policy=None, idle_guests: bool = False,
-              permit: float | None = None, shared_cores: bool = True) -> PaperRun:
+              permit: float | None = None, shared_cores: bool = True,
+              loan_min_share: float = DEFAULT_MIN_SHARE) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -154,6 +156,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     ``shared_cores``: a host and its guests run on the host's cores, spread by the kernel
     (interference.py, "shared cores"); False: the pinned worst case, every co-runner on
     each job's own cores (the model before 2026-11-26's fourth session).
+    ``loan_min_share``: ASA_X lends no less than this share of a guest's need; a guest
+    offered less waits for a better host or for cores of its own (policies.lending).
     """
     from coscheduler.workloads.profile import check_scale
 
@@ -177,7 +181,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     for s in stages:
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
-                              **(OLD_RULES if old_rules else {}))
+                              lend_min_share=loan_min_share, **(OLD_RULES if old_rules else {}))
     # queue_policy: a heuristic, a learned scorer or an inspector (controller.order_by);
     # default the paper's submission order. A fresh order per run: an inspector's keeps state.
     order = submission_order(stages) if queue_policy is None else order_by(queue_policy)
@@ -227,7 +231,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
         run.weight_history = [
             {"class": r.job_class, "round": r.round, "time": r.time,
              "experts": list(learner.class_state(r.job_class).expert_names),
-             "weights_before": list(r.weights_before), "weights_after": list(r.weights_after)}
+             "risk": list(r.risk), "weights_before": list(r.weights_before), "weights_after": list(r.weights_after)}
             for r in recorder.closed]
     if census is not None:
         run.refusals = census.totals()
@@ -249,7 +253,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    old_rules: bool = False, queue_policy=None,
                    workers: int | None = 1, cluster: str | None = None,
                    idle_guests: bool = False, permit: float | None = None,
-                   shared_cores: bool = True) -> list[PaperRun]:
+                   shared_cores: bool = True,
+                   loan_min_share: float = DEFAULT_MIN_SHARE) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -267,7 +272,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 kill_at_walltime=kill_at_walltime, mix=mix, classes=classes, experts=experts,
                 model=model, explain=explain, prior_runs=prior_runs, scale_out=scale_out,
                 old_rules=old_rules, queue_policy=queue_policy, idle_guests=idle_guests,
-                permit=permit, shared_cores=shared_cores)
+                permit=permit, shared_cores=shared_cores, loan_min_share=loan_min_share)
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
         tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, repeat, scale, seed,
@@ -320,7 +325,8 @@ def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repeat: i
                                 queue_policy=opts["queue_policy"],
                                 idle_guests=opts.get("idle_guests", False),
                                 permit=opts.get("permit"),
-                                shared_cores=opts.get("shared_cores", True))
+                                shared_cores=opts.get("shared_cores", True),
+                                loan_min_share=opts.get("loan_min_share", DEFAULT_MIN_SHARE))
                 runs.append(run)
     return runs
 

@@ -65,9 +65,12 @@ class HostCandidate:
     state: HostState
     # With the idle-only lending rule (policies.lending): the largest quota fraction the
     # guest may get from this host (its idle share, capped by the guest's usual demand)
-    # and the guest's need as a fraction of its cores. None: the rule is off.
+    # and the guest's need as a fraction of its cores; the smallest loan worth making, as
+    # a fraction of its cores (``ControllerConfig.lend_min_share`` of its need). None: the
+    # rule is off.
     loan_cap: float | None = None
     guest_need: float | None = None
+    min_loan: float | None = None
 
 
 _new = object.__new__
@@ -76,13 +79,13 @@ _setattr = object.__setattr__
 
 def candidate(host: RunningJob, placement: Allocation, lent: float, sample: MetricsSample | None,
               state: HostState, loan_cap: float | None = None,
-              guest_need: float | None = None) -> HostCandidate:
+              guest_need: float | None = None, min_loan: float | None = None) -> HostCandidate:
     """``HostCandidate(...)`` with its fields set at once rather than one by one through
     the frozen dataclass's __init__ (the controller makes one per host it hands over)."""
     c = _new(HostCandidate)
     _setattr(c, "__dict__", {"host": host, "placement": placement, "lent": lent,
                              "sample": sample, "state": state, "loan_cap": loan_cap,
-                             "guest_need": guest_need})
+                             "guest_need": guest_need, "min_loan": min_loan})
     return c
 
 
@@ -222,8 +225,7 @@ class Asax:
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
                                     job_class=self.class_of(host))
-            short = cand.guest_need is not None and \
-                d.action_fraction < 0.5 * cand.guest_need - 1e-12
+            short = cand.min_loan is not None and d.action_fraction < cand.min_loan - 1e-12
             if d.action_index == 0 or d.action_fraction <= 0.0:
                 # a_0: observed now, loss 0 adds no risk (lending nothing cannot hurt the host).
                 self.learner.observe(d.decision_id, 0.0, now)
@@ -234,7 +236,7 @@ class Asax:
                                                                         cand.loan_cap)
                 short = not self.permit(cand.state, a)
             if short:
-                # An action under half the guest's need: no loan is made. It was not carried
+                # An action under the smallest loan: no loan is made. It was not carried
                 # out, so nothing is learned from it (no loss to observe); it counts as a decline.
                 self.learner.forget(d.decision_id)
                 declined.append(d)
