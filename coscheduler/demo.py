@@ -11,7 +11,9 @@ what was measured, never from the policy's expectations:
 - cpu_util: kernel CPU seconds of all jobs (wait4 rusage) over the CPU capacity of the
   cores they held (a guest's cores are its host's, counted once);
 - mean_slowdown: mean over job classes of runtime / runtime of the same class under space
-  sharing - 1 (None when space sharing was not run).
+  sharing - 1 (None when space sharing was not run);
+- waited_s_by_reason: why eligible jobs found no host while they waited, in job-seconds
+  per rule (the controller's ``explain``): why a policy lent nothing is shown, not guessed.
 """
 
 from __future__ import annotations
@@ -41,11 +43,17 @@ class PolicyRun:
     coallocations: int
     # Completed jobs' runtimes by job class (job ids differ between runs; classes repeat).
     runtimes: dict[str, list[float]] = field(default_factory=dict)
+    # Job-seconds that eligible jobs waited with no host taking them, by the rule that kept
+    # them out (controller.hosts.REFUSALS: "no idle CPU", "no host large enough", ...);
+    # None: not measured (a run without the controller's explain), left out of the JSON.
+    waited_s_by_reason: dict[str, float] | None = None
     # The run for the timeline picture (experiments.timeline.Timeline), not in the JSON.
     timeline: object | None = field(default=None, repr=False)
 
     def summary(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("runtimes", "timeline")}
+        if d["waited_s_by_reason"] is None:
+            del d["waited_s_by_reason"]
         return d
 
 
@@ -88,5 +96,10 @@ def summarise_rounds(rounds: list[list[PolicyRun]]) -> list[dict]:
         for k in _FIGURES:
             vals = [getattr(r, k) for r in per if getattr(r, k) is not None]
             entry[k] = None if not vals else round(statistics.median(vals), 4)
+        measured = [r.waited_s_by_reason for r in per if r.waited_s_by_reason is not None]
+        if measured:
+            reasons = sorted({k for m in measured for k in m})
+            entry["waited_s_by_reason"] = {
+                k: round(statistics.median(m.get(k, 0.0) for m in measured), 2) for k in reasons}
         out.append(entry)
     return out

@@ -200,6 +200,15 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
     click.echo("\nCPU util: kernel CPU time over the capacity of the held cores.\n"
                "slowdown: runtime against the same job under space sharing.\n"
                "done: jobs completed (a job running past twice its walltime is killed).")
+    why = [(r["policy"], r["waited_s_by_reason"]) for r in results if r.get("waited_s_by_reason")]
+    # (a policy that lent to every waiting job has no line)
+    if why:
+        click.echo("\nWhy waiting jobs found no host (job-seconds"
+                   + (", median of the rounds" if repeat > 1 else "") + "):")
+        for policy, reasons in why:
+            parts = ", ".join(f"{reason} {secs:.1f} s" for reason, secs in
+                              sorted(reasons.items(), key=lambda kv: -kv[1]))
+            click.echo(f"  {policy:<14} {parts}")
     if "asax" in chosen:
         from coscheduler.cli.experts import show
 

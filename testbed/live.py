@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from coscheduler.controller import Controller
+from coscheduler.controller import Controller, ControllerConfig
+from coscheduler.controller.hosts import seconds_by_refusal
 from coscheduler.controller.usage import ClassUsage
 from coscheduler.demo import DEMO_NODES, PolicyRun
 from coscheduler.learner import LearnerConfig
@@ -34,15 +35,19 @@ def run_policy(policy: str, jobs: list[Job], workdir: Path, *,
     workdir.mkdir(parents=True, exist_ok=True)
     use_log: list[tuple[float, str, float]] = []
     round_times: list[float] = []
+    # explain: each pass says why each waiting job found no host (a dozen jobs: cheap)
+    config = ControllerConfig(explain=True)
+    passes: list[tuple[float, dict[str, str]]] = []
     with LocalBackend(nodes, workdir, cpus=cpus) as backend:
         for job in jobs:
             backend.submit(job)
         if policy in ("asax", "asa_x"):
             controller = Controller.from_recorder(backend, recorder, "asax",
                                                   learner_config=LearnerConfig(seed=seed),
-                                                  usage=usage)
+                                                  usage=usage, config=config)
         else:
-            controller = Controller(backend, make_policy(policy), recorder, usage=usage)
+            controller = Controller(backend, make_policy(policy), recorder, usage=usage,
+                                    config=config)
         learner = controller.learner
 
         def rounds() -> int:
@@ -50,7 +55,8 @@ def run_policy(policy: str, jobs: list[Job], workdir: Path, *,
                                                  for c in learner.known_classes())
         seen = rounds()
         while not backend.idle():
-            controller.step()
+            report = controller.step()
+            passes.append((report.time, report.refused))
             for jid, smp in controller.last_samples.items():
                 use_log.append((smp.time, jid, smp.cpu_percent / 100.0))
             if rounds() > seen:
@@ -63,6 +69,9 @@ def run_policy(policy: str, jobs: list[Job], workdir: Path, *,
         if rounds() > seen:
             round_times.append(backend.now())
         run = _measure(policy, jobs, backend)
+        # (space sharing hosts no one: it has nothing to explain)
+        run.waited_s_by_reason = {} if policy == "space-sharing" else {
+            k: round(v, 2) for k, v in seconds_by_refusal(passes).items()}
         run.timeline = _timeline(policy, jobs, backend, use_log, round_times)
         return run
 

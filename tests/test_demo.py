@@ -51,6 +51,13 @@ def test_demo_short_live_run(tmp_path, monkeypatch):
         assert res["makespan_s"] > 0 and 0 < res["cpu_util"] <= 1.2
     assert by["space-sharing"]["coallocations"] == 0
     assert by["space-sharing"]["mean_slowdown"] == 0.0
+    # Why jobs waited with no host is measured by the controller, never left out: space
+    # sharing hosts no one (nothing to say), the co-allocating policies name their rules.
+    from coscheduler.controller.hosts import REFUSALS
+    assert by["space-sharing"]["waited_s_by_reason"] == {}
+    for policy in ("static", "asax"):
+        reasons = by[policy]["waited_s_by_reason"]
+        assert set(reasons) <= set(REFUSALS) and all(v > 0 for v in reasons.values())
     # Whether a stage finds the nodes busy (and so is co-allocated) depends on timing at this
     # tiny scale; test_local_backend.py checks co-allocation by the controller for real.
     # What ASA_X decided is in its state database for the operator CLI.
@@ -77,6 +84,28 @@ def test_rounds_are_summarised_by_medians_with_every_round_kept():
     assert out[0]["jobs"] == 12 and out[0]["completed"] == 12
 
 
+def test_why_jobs_waited_is_summed_per_rule_and_summarised_by_medians():
+    from coscheduler.controller.hosts import seconds_by_refusal
+    from coscheduler.demo import PolicyRun, summarise_rounds
+
+    # Passes at 0, 0.5, 1.5 and 2 s: a waiting job counts the time to the next pass.
+    passes = [(0.0, {"g1": "no idle CPU", "g2": "no host large enough"}),
+              (0.5, {"g1": "no idle CPU"}),
+              (1.5, {"g1": "cooldown"}),
+              (2.0, {"g1": "cooldown"})]
+    assert seconds_by_refusal(passes) == {"no idle CPU": 1.5, "no host large enough": 0.5,
+                                          "cooldown": 0.5}
+    assert seconds_by_refusal(passes[:1]) == {} and seconds_by_refusal([]) == {}
+
+    def run(reasons):
+        return PolicyRun("asax", 20.0, 1.0, 0.8, 0.0, 12, 12, 0, waited_s_by_reason=reasons)
+
+    out = summarise_rounds([[run({"no idle CPU": 9.0})], [run({"no idle CPU": 3.0, "cooldown": 4.0})],
+                            [run({})]])
+    # A rule absent from a round counts 0 there.
+    assert out[0]["waited_s_by_reason"] == {"cooldown": 0.0, "no idle CPU": 3.0}
+
+
 def test_demo_table_with_rounds_shows_medians_ranges_and_completed_jobs(tmp_path, monkeypatch):
     """The human output of --repeat, with the live runs replaced by fixed figures."""
     from testbed import demo_cli
@@ -101,3 +130,4 @@ def test_demo_table_with_rounds_shows_medians_ranges_and_completed_jobs(tmp_path
     assert "11/12" in out
     table = out[:out.index("Where ASA_X")]
     assert max(len(line) for line in table.splitlines()) <= 80
+    assert "Why waiting jobs found no host" not in out    # the fake runs measured none

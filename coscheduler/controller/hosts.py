@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from itertools import islice
 from operator import itemgetter
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ..model import Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate, candidate
@@ -426,6 +426,17 @@ REFUSALS: tuple[str, ...] = (
 )
 
 
+def seconds_by_refusal(passes: Sequence[tuple[float, Mapping[str, str]]]) -> dict[str, float]:
+    """Job-seconds of waiting per refusal rule: ``passes`` are (pass time,
+    ``PassReport.refused``) in order; each refused job counts the time until the next
+    pass (the last pass counts nothing: its wait is not known yet)."""
+    out: dict[str, float] = {}
+    for (t, refused), (t_next, _) in zip(passes, passes[1:]):
+        for reason in refused.values():
+            out[reason] = out.get(reason, 0.0) + (t_next - t)
+    return out
+
+
 def why_not_hosted(guest: Job, running: list[RunningJob], *,
                    running_by_id: Mapping[str, RunningJob], was_guest: set[str],
                    cooldown: Mapping[tuple[str, str], float], index: "HostIndex",
@@ -472,4 +483,5 @@ def why_not_hosted(guest: Job, running: list[RunningJob], *,
     return REFUSALS[furthest]
 
 
-__all__ = ["REFUSALS", "HostIndex", "MaxTree", "host_state", "why_not_hosted"]
+__all__ = ["REFUSALS", "HostIndex", "MaxTree", "host_state", "seconds_by_refusal",
+           "why_not_hosted"]

@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 from ..backends.interference import InterferenceModel
 from ..backends.virtual import VirtualBackend
 from ..controller import Controller
+from ..controller.hosts import seconds_by_refusal
 from ..model import Allocation, Job
 from ..recorder import Recorder
 
@@ -205,11 +206,7 @@ class _Census:
 
     def totals(self) -> dict[str, float]:
         """Stage-seconds of waiting per refusal reason."""
-        out: dict[str, float] = {}
-        for (t, refused), (t_next, _) in zip(self.passes, self.passes[1:]):
-            for reason in refused.values():
-                out[reason] = out.get(reason, 0.0) + (t_next - t)
-        return out
+        return seconds_by_refusal(self.passes)
 
 
 def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, policy: str,
