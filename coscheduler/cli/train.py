@@ -182,9 +182,13 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
 @click.option("--base", required=True, type=click.Choice([p.lower() for p in POLICIES]
                                                          + list(POLICIES)),
               help="Base policy whose picks the inspector accepts or rejects (sjf, f1, ...).")
+@click.option("--start-reject", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=None, help="Start from a policy that rejects with this probability "
+                                 "whatever it sees (e.g. 0.05: near the base policy) instead "
+                                 "of a random one (about half).")
 def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
               out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
-              base) -> None:
+              base, start_reject) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
@@ -192,7 +196,7 @@ def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ra
                   trajectories=trajectories, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
-                  init=init, stop_after=stop_after)
+                  init=init, env=env, stop_after=stop_after, start_reject=start_reject)
     _run(cfg, fresh, as_json)
 
 
