@@ -212,3 +212,17 @@ def test_an_inspector_trained_from_a_low_rejection_start_rejects_little(tmp_path
     assert low["header"]["start_reject"] == 0.02
     with pytest.raises(AssertionError, match="inspector trained from scratch"):
         train_in_subprocess(_config(tmp_path / "rl", trace_path, epochs=1, start_reject=0.1))
+
+
+def test_a_long_run_keeps_a_small_curve_in_the_header():
+    from coscheduler.learned.train import header_curve
+
+    curve = [{"epoch": 0, "imitation": 1, "mean_value": 50.0}]
+    curve += [{"epoch": e, "mean_value": 40.0 + e % 7, "steps": 1000, "pi_loss": 0.1,
+               **({"validation": 45.0} if e % 5 == 0 else {})} for e in range(1, 2001)]
+    rows = header_curve(curve)
+    assert len(rows) <= 120 and rows[0] == {"epoch": 0, "imitation": 1, "mean_value": 50.0}
+    assert rows[-1]["epoch"] == 2000 and "steps" not in rows[-1]
+    assert [r["epoch"] for r in rows] == sorted(r["epoch"] for r in rows)
+    short = curve[:31]   # a short run keeps every row
+    assert [r["epoch"] for r in header_curve(short)] == list(range(31))

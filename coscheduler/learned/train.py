@@ -323,9 +323,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         "framework": _framework(), "python": platform.python_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "last_epoch": curve[-1] if curve else None,
-        "curve": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
-                   if k in ("epoch", "imitation", "mean_value", "mean_base", "validation",
-                            "rejections", "filtered")} for r in curve],
+        "curve": header_curve(curve),
         "kept_epoch": best[1] if best else None,
         "validation": best[0] if best else None,
         "imitate": cfg.imitate if cfg.kind == "rlscheduler" and not cfg.init else None,
@@ -363,6 +361,39 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     except ImportError:
         plot = None
     return TrainResult(model, path, curve, first_epoch, seconds, plot, figures, report)
+
+
+HEADER_CURVE_ROWS = 120
+
+
+def header_curve(curve: list[dict], limit: int = HEADER_CURVE_ROWS) -> list[dict]:
+    """The training curve for a model's header, kept small (a few KiB) however long the
+    run: the warm-start rows (epoch 0), the validated epochs, and the other epochs thinned
+    to about ``limit`` rows in all; validations too when there are more than that (the
+    last and the best kept). The checkpoint keeps every row."""
+    keys = ("epoch", "imitation", "mean_value", "mean_base", "validation", "rejections",
+            "filtered")
+
+    def thin(rows: list[dict], room: int) -> list[dict]:
+        if len(rows) <= room:
+            return rows
+        stride = -(-len(rows) // max(1, room))
+        return rows[::-1][::stride][::-1]  # the last row always kept
+
+    head = [r for r in curve if r.get("epoch", 0) == 0]
+    checked = [r for r in curve if r.get("epoch", 0) > 0 and "validation" in r]
+    plain = [r for r in curve if r.get("epoch", 0) > 0 and "validation" not in r]
+    room = max(2, limit - len(head))
+    kept = thin(checked, room - 1)
+    if checked:
+        best = min(checked, key=lambda r: r["validation"])
+        if all(r is not best for r in kept):
+            kept.append(best)
+    kept += thin(plain, room - len(kept))
+    order = {id(r): i for i, r in enumerate(curve)}
+    rows = head + sorted(kept, key=lambda r: order[id(r)])
+    return [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k in keys}
+            for r in rows]
 
 
 def _validation_tasks(cfg: TrainConfig, total_jobs: int, norm: Normalisation, params: dict,
