@@ -118,6 +118,36 @@ def test_train_command_and_its_checkpoint_check(tmp_path):
     assert r.returncode == 1 and "a checkpoint with other settings (seed)" in r.stderr
 
 
+def test_train_options_sequence_and_start_reject_reach_the_model(tmp_path):
+    import subprocess
+    import sys
+
+    from coscheduler.learned.modelfile import load_model
+    from learned_helpers import write_stuck_shorts_trace
+
+    trace = write_stuck_shorts_trace(tmp_path / "stuck.swf")
+    common = [sys.executable, "-m", "coscheduler.cli", "train"]
+    out = tmp_path / "seq.model"
+    r = subprocess.run(common + ["rlscheduler", "--trace", str(trace), "--epochs", "1",
+                                 "--trajectories", "2", "--sequence", "64", "--no-eval",
+                                 "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert load_model(out).header["sequence_jobs"] == 64
+    report = json.loads(out.with_name("seq.report.json").read_text())
+    assert report["validation_windows"]["jobs"] == 128   # twice the sequence
+    out = tmp_path / "insp.model"
+    r = subprocess.run(common + ["inspector", "--trace", str(trace), "--base", "sjf",
+                                 "--epochs", "1", "--trajectories", "2", "--sequence", "64",
+                                 "--start-reject", "0.05", "--no-eval", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert load_model(out).header["start_reject"] == 0.05
+    r = subprocess.run(common + ["inspector", "--trace", str(trace), "--base", "sjf",
+                                 "--start-reject", "1.5", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "--start-reject" in r.stderr
+
+
 def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
     from coscheduler.learned.registry import resolve_policy
     from coscheduler.policies.queue import QueuePolicy

@@ -21,7 +21,8 @@ from gymnasium.utils.env_checker import check_env  # noqa: E402
 
 from coscheduler.learned import envs  # noqa: E402 - registers the environments
 from coscheduler.learned.modelfile import load_model  # noqa: E402
-from coscheduler.learned.nets import inspector_init, kernel_scores, mlp, rl_init  # noqa: E402
+from coscheduler.learned.nets import (inspector_init, inspector_start, kernel_scores,  # noqa: E402
+                                      mlp, rl_init)
 from coscheduler.learned.selectors import LearnedScorer  # noqa: E402
 from coscheduler.learned.train import checkpoint_path  # noqa: E402
 from coscheduler.policies import get_policy  # noqa: E402
@@ -178,3 +179,50 @@ def test_a_stopped_run_resumed_is_the_same_run(tmp_path, trace_path):
         assert np.array_equal(a.params[k], b.params[k]), k
     # the gate report is written beside every model, the stopped run's too
     assert Path(resumed["path"]).with_name("m.report.json").is_file()
+
+
+def test_an_inspector_start_rejects_with_the_given_probability():
+    rng = np.random.default_rng(3)
+    params = inspector_init(rng, 9)
+    x = rng.random((2000, 9))
+
+    def reject_share(p):
+        z = mlp(p, "pi", x)
+        z = z - z.max(axis=1, keepdims=True)
+        return (np.exp(z[:, 1]) / np.exp(z).sum(axis=1)).mean()
+
+    assert 0.2 < reject_share(params) < 0.8          # a random start: about half
+    assert 0.04 < reject_share(inspector_start(params, 0.05)) < 0.06
+    # only the last layer changes: the features still reach the logits
+    start = inspector_start(params, 0.05)
+    assert np.array_equal(start["pi/0/w"], params["pi/0/w"])
+    assert np.ptp(mlp(start, "pi", x)[:, 1]) > 0
+    with pytest.raises(ValueError, match="must lie in"):
+        inspector_start(params, 1.0)
+
+
+def test_an_inspector_trained_from_a_low_rejection_start_rejects_little(tmp_path, trace_path):
+    cfg = dict(kind="inspector", base="FCFS", epochs=1, validate_every=1)
+    low = train_in_subprocess(_config(tmp_path / "low", trace_path, start_reject=0.02, **cfg))
+    rand = train_in_subprocess(_config(tmp_path / "rand", trace_path, **cfg))
+    first_low = next(r for r in low["curve"] if r["epoch"] == 1)
+    first_rand = next(r for r in rand["curve"] if r["epoch"] == 1)
+    # rejections per sequence in the first epoch's rollouts
+    assert first_low["rejections"] < first_rand["rejections"] / 4, (first_low, first_rand)
+    assert low["header"]["start_reject"] == 0.02
+    with pytest.raises(AssertionError, match="inspector trained from scratch"):
+        train_in_subprocess(_config(tmp_path / "rl", trace_path, epochs=1, start_reject=0.1))
+
+
+def test_a_long_run_keeps_a_small_curve_in_the_header():
+    from coscheduler.learned.train import header_curve
+
+    curve = [{"epoch": 0, "imitation": 1, "mean_value": 50.0}]
+    curve += [{"epoch": e, "mean_value": 40.0 + e % 7, "steps": 1000, "pi_loss": 0.1,
+               **({"validation": 45.0} if e % 5 == 0 else {})} for e in range(1, 2001)]
+    rows = header_curve(curve)
+    assert len(rows) <= 120 and rows[0] == {"epoch": 0, "imitation": 1, "mean_value": 50.0}
+    assert rows[-1]["epoch"] == 2000 and "steps" not in rows[-1]
+    assert [r["epoch"] for r in rows] == sorted(r["epoch"] for r in rows)
+    short = curve[:31]   # a short run keeps every row
+    assert [r["epoch"] for r in header_curve(short)] == list(range(31))

@@ -29,6 +29,9 @@ def _common(f):
                      help="PPO epochs (default: 60 for rlscheduler, 40 for inspector)."),
         click.option("--trajectories", type=click.IntRange(min=1), default=32, show_default=True,
                      help="256-job sequences per epoch."),
+        click.option("--sequence", type=click.IntRange(min=8), default=256, show_default=True,
+                     help="Jobs per training sequence (the reference's 256); the validation "
+                          "windows are twice as long (capped by the training part)."),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
         click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Rollout worker processes (or Ray tasks with --executor ray)."),
@@ -162,13 +165,13 @@ def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
               help="Warm start: first clone this heuristic's picks (a queue policy name, or "
                    "'best': the heuristic that does best as a scorer on training sequences), "
                    "then PPO; 'none' starts from random weights as the reference.")
-def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
+def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
                 out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
                 metric, mask, imitate) -> None:
     """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
     cfg = _config("rlscheduler", trace, out, epochs, 60, metric=metric, backfill=backfill,
-                  trajectories=trajectories, seed=seed, workers=workers, executor=executor,
+                  trajectories=trajectories, sequence=sequence, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, mask=mask, pi_lr=pi_lr or 3e-4,
                   imitate=None if imitate.lower() == "none" else
                   "best" if imitate.lower() == "best" else get_policy(imitate).name,
@@ -182,17 +185,21 @@ def rlscheduler(trace, backfill, epochs, trajectories, seed, workers, executor, 
 @click.option("--base", required=True, type=click.Choice([p.lower() for p in POLICIES]
                                                          + list(POLICIES)),
               help="Base policy whose picks the inspector accepts or rejects (sjf, f1, ...).")
-def inspector(trace, backfill, epochs, trajectories, seed, workers, executor, ray_address,
+@click.option("--start-reject", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=None, help="Start from a policy that rejects with this probability "
+                                 "whatever it sees (e.g. 0.05: near the base policy) instead "
+                                 "of a random one (about half).")
+def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
               out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
-              base) -> None:
+              base, start_reject) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
     cfg = _config("inspector", trace, out, epochs, 40, base=base, backfill=backfill,
-                  trajectories=trajectories, seed=seed, workers=workers, executor=executor,
+                  trajectories=trajectories, sequence=sequence, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
-                  init=init, stop_after=stop_after)
+                  init=init, env=env, stop_after=stop_after, start_reject=start_reject)
     _run(cfg, fresh, as_json)
 
 

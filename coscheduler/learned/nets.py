@@ -85,3 +85,18 @@ def inspector_init(rng: np.random.Generator, features: int) -> dict:
     params = init_layers(rng, "pi", [features, *INSPECTOR_HIDDEN, 2])
     params.update(init_layers(rng, "v", [features, *INSPECTOR_HIDDEN, 1]))
     return params
+
+
+def inspector_start(params: dict, reject: float) -> dict:
+    """The inspector's policy made to reject with probability ``reject`` whatever the
+    features (``--start-reject``): the last layer's weights shrunk tenfold, its biases
+    set to the logits of (accept, reject). A random start rejects about half of the picks,
+    which on heavy traces is so much worse than the base policy that PPO learns to accept
+    always; a start near the base policy explores a few rejections at a time."""
+    if not 0.0 < reject < 1.0:
+        raise ValueError(f"the starting rejection probability must lie in (0, 1), got {reject}")
+    out = dict(params)
+    last = layer_count(params, "pi") - 1
+    out[f"pi/{last}/w"] = (params[f"pi/{last}/w"] * 0.1).astype(np.float32)
+    out[f"pi/{last}/b"] = np.array([0.0, np.log(reject / (1.0 - reject))], dtype=np.float32)
+    return out

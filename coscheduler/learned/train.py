@@ -34,7 +34,7 @@ from ..sim.replay import window as trace_window
 from ..sim.swf import read_swf
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 from .modelfile import Model, save_model
-from .nets import inspector_init, rl_init
+from .nets import inspector_init, inspector_start, rl_init
 from .rollout import RolloutTask, make_executor, split
 from .windows import SEQUENCE_JOBS, train_limit
 
@@ -70,6 +70,7 @@ class TrainConfig:
     imitate_epochs: int | None = None  # default: min(4, max(1, epochs // 10)) rounds
     imitate_steps: int = 150
     init: str | None = None          # start the policy from this model file's weights
+    start_reject: float | None = None  # inspector: start rejecting with this probability
     validate_every: int = 5
     validation_windows: int = 6
     time_limit_s: float | None = None
@@ -178,6 +179,14 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     init_rng = np.random.default_rng(cfg.seed)
     features = len(RL_FEATURES if cfg.kind == "rlscheduler" else INSPECTOR_FEATURES)
     params = (rl_init if cfg.kind == "rlscheduler" else inspector_init)(init_rng, features)
+    if cfg.start_reject is not None:
+        if cfg.kind != "inspector" or cfg.init:
+            raise InvalidInput("a starting rejection probability is for an inspector trained "
+                               "from scratch (not with --init)")
+        try:
+            params = inspector_start(params, cfg.start_reject)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
     init_model = None
     if cfg.init:
         from .modelfile import load_model
@@ -195,7 +204,8 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     elapsed_before = 0.0
     if resume and ckpt.exists():
         meta, arrays = _load_checkpoint(ckpt)
-        if meta["settings"] != cfg.settings():
+        # a setting added later (absent from an older checkpoint) counts as its default
+        if {k: meta["settings"].get(k) for k in cfg.settings()} != cfg.settings():
             differ = sorted(k for k in cfg.settings()
                             if meta["settings"].get(k) != cfg.settings()[k])
             raise InvalidInput(f"{ckpt}: a checkpoint with other settings ({', '.join(differ)}); "
@@ -313,14 +323,13 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         "framework": _framework(), "python": platform.python_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "last_epoch": curve[-1] if curve else None,
-        "curve": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
-                   if k in ("epoch", "imitation", "mean_value", "mean_base", "validation",
-                            "rejections", "filtered")} for r in curve],
+        "curve": header_curve(curve),
         "kept_epoch": best[1] if best else None,
         "validation": best[0] if best else None,
         "imitate": cfg.imitate if cfg.kind == "rlscheduler" and not cfg.init else None,
         "init": ({"model": Path(cfg.init).name, "trace": init_model.header.get("trace"),
                   "epochs": init_model.header.get("epochs")} if init_model else None),
+        "start_reject": cfg.start_reject,
         "imitated": next((r["teacher"] for r in curve if "teacher" in r), None),
         "teachers": next((r["teachers"] for r in curve if "teachers" in r), None),
     }
@@ -352,6 +361,39 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     except ImportError:
         plot = None
     return TrainResult(model, path, curve, first_epoch, seconds, plot, figures, report)
+
+
+HEADER_CURVE_ROWS = 120
+
+
+def header_curve(curve: list[dict], limit: int = HEADER_CURVE_ROWS) -> list[dict]:
+    """The training curve for a model's header, kept small (a few KiB) however long the
+    run: the warm-start rows (epoch 0), the validated epochs, and the other epochs thinned
+    to about ``limit`` rows in all; validations too when there are more than that (the
+    last and the best kept). The checkpoint keeps every row."""
+    keys = ("epoch", "imitation", "mean_value", "mean_base", "validation", "rejections",
+            "filtered")
+
+    def thin(rows: list[dict], room: int) -> list[dict]:
+        if len(rows) <= room:
+            return rows
+        stride = -(-len(rows) // max(1, room))
+        return rows[::-1][::stride][::-1]  # the last row always kept
+
+    head = [r for r in curve if r.get("epoch", 0) == 0]
+    checked = [r for r in curve if r.get("epoch", 0) > 0 and "validation" in r]
+    plain = [r for r in curve if r.get("epoch", 0) > 0 and "validation" not in r]
+    room = max(2, limit - len(head))
+    kept = thin(checked, room - 1)
+    if checked:
+        best = min(checked, key=lambda r: r["validation"])
+        if all(r is not best for r in kept):
+            kept.append(best)
+    kept += thin(plain, room - len(kept))
+    order = {id(r): i for i, r in enumerate(curve)}
+    rows = head + sorted(kept, key=lambda r: order[id(r)])
+    return [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k in keys}
+            for r in rows]
 
 
 def _validation_tasks(cfg: TrainConfig, total_jobs: int, norm: Normalisation, params: dict,
