@@ -21,45 +21,44 @@ INT_MAX = 2 ** 63 - 1   # SQLite's and the kernel's largest integer
 MAX_JOB_CORES = 1 << 20
 
 
-def _describe(lo: object, hi: object, lo_open: bool, hi_open: bool) -> str:
-    """The range for help texts, without the bounds ``harden`` adds (they are the machine's
+class _OwnRange:
+    """Help texts of a range without the bounds ``harden`` adds (they are the machine's
     limits, not the option's meaning): click would print ``x<=None`` for an unbounded
-    float and 19-digit limits for every integer."""
-    lo = None if lo is None or lo == -INT_MAX else lo
-    hi = None if hi is None or hi == INT_MAX else hi
-    if lo is None and hi is None:
-        return ""
-    if lo is None:
-        return f"x{'<' if hi_open else '<='}{hi}"
-    if hi is None:
-        return f"x{'>' if lo_open else '>='}{lo}"
-    return f"{lo}{'<' if lo_open else '<='}x{'<' if hi_open else '<='}{hi}"
+    float and 19-digit limits for every integer. Unbounded, the type's name drops "range"."""
 
-
-class BoundedInt(click.IntRange):
-    """An integer range whose help text leaves out the machine's limits."""
+    plain_name = ""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if not _describe(self.min, self.max, self.min_open, self.max_open):
-            self.name = "integer"
+        if not self._describe_range():
+            self.name = self.plain_name
 
     def _describe_range(self) -> str:
-        return _describe(self.min, self.max, self.min_open, self.max_open)
+        lo, hi = self.min, self.max
+        lo = None if lo is None or lo == -INT_MAX else lo
+        hi = None if hi is None or hi == INT_MAX else hi
+        lo_op = "<" if self.min_open else "<="
+        hi_op = "<" if self.max_open else "<="
+        if lo is None and hi is None:
+            return ""
+        if lo is None:
+            return f"x{hi_op}{hi}"
+        if hi is None:
+            return f"x{'>' if self.min_open else '>='}{lo}"
+        return f"{lo}{lo_op}x{hi_op}{hi}"
 
 
-class FiniteRange(click.FloatRange):
+class BoundedInt(_OwnRange, click.IntRange):
+    """An integer range whose help text leaves out the machine's limits."""
+
+    plain_name = "integer"
+
+
+class FiniteRange(_OwnRange, click.FloatRange):
     """A float in a range that is also finite (click's FloatRange lets nan through)."""
 
     name = "float range"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if not _describe(self.min, self.max, self.min_open, self.max_open):
-            self.name = "float"
-
-    def _describe_range(self) -> str:
-        return _describe(self.min, self.max, self.min_open, self.max_open)
+    plain_name = "float"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("nan", "+nan", "-nan"):
@@ -100,5 +99,5 @@ def harden(cmd: click.Command) -> click.Command:
     if isinstance(cmd, click.Group):
         for sub in cmd.commands.values():
             harden(sub)
-    cmd._cosched_hardened = True  # type: ignore[attr-defined]
+    cmd._cosched_hardened = True
     return cmd
