@@ -112,8 +112,12 @@ class ControllerDaemon:
 
     # -- one pass -----------------------------------------------------------------------------
     def step(self) -> PassReport:
+        # Optional backend hooks (Mesos: stamp the pass; after it send its ACCEPTs and give
+        # back the held offers it saw).
+        before = getattr(self.backend, "before_pass", None)
+        if before is not None:
+            before()
         report = self.controller.step()
-        # Optional backend hooks (Mesos: send the pass's ACCEPTs, give back held offers).
         after = getattr(self.backend, "after_pass", None)
         if after is not None:
             after()

@@ -86,6 +86,9 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self._node_of: dict[str, str] = {}         # agent id -> node name the controller sees
         self._agent_of: dict[str, str] = {}
         self._pool: dict[str, HeldOffer] = {}
+        # When the current pass began (backend clock): after it, only offers that pass could
+        # use are declined. None: no pass has announced itself (every expired offer goes).
+        self._pass_started: float | None = None
         self._pending: dict[str, dict[str, Any]] = {}        # agent id -> ACCEPT being built
         self._taken: dict[str, dict[str, float]] = {}        # offer id -> resources cut this pass
         self._last_offer: dict[str, float] = {}              # job id -> its last needed offer
@@ -244,7 +247,14 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
             out, self._finished = self._finished, []
             return out
 
-    # -- after each controller pass: offers held too long go back -----------------------------
+    # -- around each controller pass: offers held too long go back ----------------------------
+    def before_pass(self) -> None:
+        """Stamp the pass's start. An offer that arrives while a pass runs was not seen by
+        it; declining it after that pass (with ``refuse_s``) would hide the agent for the whole
+        filter from a job that needs it (a slow first pass did this in CI)."""
+        with self._lock:
+            self._pass_started = self.now()
+
     def after_pass(self) -> None:
         """After each controller pass: feeds read, waiting guests launched, the ACCEPTs
         sent, offers held too long declined."""
@@ -256,10 +266,12 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
             if not self._ready():
                 return
             idle = not self._waiting and not any(r.waiting_since is not None for r in self._runs.values())
+            started = self._pass_started
+            seen = [h for h in self._pool.values() if started is None or h.received <= started]
             if idle:
-                give_back, refuse = list(self._pool), self.config.idle_refuse_s
+                give_back, refuse = [h.offer_id for h in seen], self.config.idle_refuse_s
             else:
-                give_back, refuse = expired(self._pool.values(), now), self.config.refuse_s
+                give_back, refuse = expired(seen, now), self.config.refuse_s
             declined = [self._pool.pop(oid) for oid in give_back if oid in self._pool]
             should_suppress = idle and not self._suppressed
             if should_suppress:

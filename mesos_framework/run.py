@@ -79,6 +79,7 @@ class MesosRun:
 
     def step(self) -> PassReport:
         self.backend.changed.clear()
+        self.backend.before_pass()
         report = self.controller.step()
         self.backend.after_pass()
         if report.errors:

@@ -274,3 +274,30 @@ def test_guest_whose_hosts_agent_has_no_memory_held_gets_it_by_revive(emulator, 
     assert ("guest", "host") in {(j, h) for _, j, h in mr.backend.starts}
     assert "waits for memory on its host's agent" in caplog.text
     assert waited < 15.0                      # far less than the 120 s filter: REVIVE did it
+
+
+def test_offer_that_arrives_during_a_pass_is_not_declined_after_it(emulator):
+    """An offer received while a pass ran was not seen by it: declining it after that pass
+    (refuse_s 120) hid the host's agent from its job for two minutes (a CI flake of the
+    test above, when a slow first pass outlasted hold_s). It is declined only after a pass
+    that could have used it."""
+    emu = emulator(agents=1, cpus=2, mem=1024)
+    cfg = quick(hold_s=0.0, hold_jitter=0.0, refuse_s=120.0, idle_refuse_s=120.0)
+    mr = MesosRun(emu.url, "static", config=cfg)
+    # never fits (4 cores on a 2-core agent): the framework is not idle, offers are only held
+    mr.submit([sleeper("big", 1, cores=4)])
+    mr.backend.before_pass()                 # a pass starts before any offer came
+    mr.start()
+    try:
+        wait_for(lambda: bool(mr.backend.held_offers()), 20, 0.05, "an offer")
+        time.sleep(cfg.settle_s + 0.1)       # settled: the framework may decline now
+        mr.backend.after_pass()              # that pass ends: the offer is expired but unseen
+        assert mr.backend.held_offers(), "an offer no pass saw was declined"
+        assert mr.backend.counters["declined"] == 0
+        # passes that see it: it goes back once the framework has settled (settle_s)
+        wait_for(lambda: (mr.step(), not mr.backend.held_offers())[1], 20, 0.05,
+                 "the seen offer to be declined")
+        assert mr.backend.counters["declined"] >= 1
+    finally:
+        mr.backend.cancel("big", "test over")
+        mr.close()
