@@ -29,6 +29,7 @@ from ..model import InvalidInput
 from ..sweep import SweepError, default_workers
 from ..experiments import paper as paper_exp
 from ..policies.queue import POLICIES, get_policy
+from ..policies.lending import DEFAULT_MIN_SHARE
 from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
 from ..sim.engine import BACKFILL_MODES
 from ..sim.replay import ReplayResult, replay, window
@@ -316,7 +317,8 @@ def _positive_scale(ctx, param, value: float) -> float:
               metavar="SHARE|off",
               help="ASA_X's Permit step: veto a loan whose predicted host slowdown exceeds "
                    "this share (0.05: 5 %), or off.")
-@click.option("--loan-min-share", type=FiniteRange(0.0, 1.0, min_open=True), default=0.75,
+@click.option("--loan-min-share", type=FiniteRange(0.0, 1.0, min_open=True),
+              default=DEFAULT_MIN_SHARE,
               show_default=True,
               help="ASA_X lends no less than this share of a guest's need (its usual CPU use "
                    "plus the margin); a guest offered less waits for a host with more idle "
@@ -349,7 +351,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
           queue_policy: str | None, inspector: str | None, workers: int | None,
           cluster: str | None, as_json: bool, guests: str = GUESTS_DEFAULT,
           permit_text: str = PERMIT_DEFAULT, placement: str = "shared",
-          loan_min_share: float = 0.75) -> None:
+          loan_min_share: float = DEFAULT_MIN_SHARE) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..model import InvalidInput, check_finite
+from ..policies.lending import DEFAULT_MIN_SHARE
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ class ControllerConfig:
     lend_margin: float = 0.1
     lend_hysteresis: float = 1.0
     # No loan below this share of the guest's need: the guest waits for a host with more
-    # idle CPU, or for cores of its own (policies.lending.DEFAULT_MIN_SHARE).
-    lend_min_share: float = 0.75
+    # idle CPU, or for cores of its own (policies.lending).
+    lend_min_share: float = DEFAULT_MIN_SHARE
 
     def __post_init__(self) -> None:
         from ..policies.lending import check_hysteresis, check_margin, check_min_share
