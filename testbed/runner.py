@@ -171,6 +171,7 @@ def run(a) -> int:
 
     tick = a.tick if a.tick is not None else max(0.5, paper_exp.TICK_S * a.scale)
     seen = _Seen()
+    rounds_before = _rounds(controller)
     done: dict[str, Outcome] = {}
     interrupted = None
     last_say = 0.0
@@ -190,8 +191,7 @@ def run(a) -> int:
                     seen.quota_log.append((tick_t, name_of[jid], q))
             seen.revisions_seen = len(controller.revisions)
             if controller.learner is not None:
-                n = sum(controller.learner.class_state(c).rounds
-                        for c in controller.learner.known_classes())
+                n = _rounds(controller)
                 if n > seen.rounds_seen >= 0:
                     seen.round_times.append(tick_t)
                 seen.rounds_seen = n
@@ -249,6 +249,11 @@ def run(a) -> int:
     result.start_quotas = dict(seen.start_quota)
     result.quota_log, result.use_log = seen.quota_log, seen.use_log
     result.round_times = seen.round_times
+    if controller.learner is not None:
+        # as ``cosched simulate paper`` reports them: closed so far (the state database
+        # carries them across repetitions), and closed in this run
+        result.rounds_closed = _rounds(controller)
+        result.rounds_in_run = result.rounds_closed - rounds_before
     data = run_to_json(result)
     data["slurm_ids"] = {name: int(sid) for sid, name in name_of.items()}
     data["reasons"] = {o.job_id: o.reason for o in history if o.state != "completed"}
@@ -257,6 +262,14 @@ def run(a) -> int:
     Path(a.out).write_text(json.dumps(data, allow_nan=False) + "\n")
     say(f"{policy}: finished in {time.time() - t0:.0f} s")
     return 130 if interrupted and "timed" not in interrupted else 0
+
+
+def _rounds(controller) -> int:
+    """Learning rounds ASA_X's learner has closed, over all its job classes (0 without one)."""
+    learner = controller.learner
+    if learner is None:
+        return 0
+    return sum(learner.class_state(c).rounds for c in learner.known_classes())
 
 
 if __name__ == "__main__":
