@@ -153,6 +153,42 @@ def test_train_options_sequence_imitate_rounds_and_start_reject_reach_the_model(
     assert r.returncode == 2 and "--start-reject" in r.stderr
 
 
+def test_relative_reward_divides_by_sjf_on_the_same_sequence(tmp_path):
+    import subprocess
+    import sys
+
+    from coscheduler.learned.train import _load_checkpoint, checkpoint_path
+    from coscheduler.learned.windows import train_limit
+    from coscheduler.policies.queue import get_policy
+    from coscheduler.sim.cluster import Cluster
+    from coscheduler.sim.engine import simulate
+    from coscheduler.sim.metrics import compute_metrics
+    from coscheduler.sim.replay import window as trace_window
+    from coscheduler.sim.swf import read_swf
+    from learned_helpers import write_stuck_shorts_trace
+
+    trace_path = write_stuck_shorts_trace(tmp_path / "stuck.swf")
+    out = tmp_path / "rel.model"
+    common = [sys.executable, "-m", "coscheduler.cli", "train", "rlscheduler", "--trace",
+              str(trace_path), "--epochs", "1", "--trajectories", "1", "--sequence", "64",
+              "--imitate", "none", "--no-eval", "--relative-reward", "--out", str(out)]
+    r = subprocess.run(common, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = next(x for x in _load_checkpoint(checkpoint_path(out))[0]["curve"] if x["epoch"] == 1)
+    divisor = -row["mean_value"] / row["mean_reward"]   # the one sequence's SJF bsld
+    trace = read_swf(trace_path)
+    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
+    sjf = set()
+    for start in range(train_limit(len(trace.jobs), sequence=64) - 64 + 1):
+        jobs = trace_window(trace.jobs, start, 64)
+        sched = simulate(jobs, cluster, get_policy("SJF"), "none")
+        sjf.add(round(compute_metrics(jobs, sched.start, sched.end, trace.max_procs).avg_bsld, 9))
+    assert round(divisor, 9) in sjf and divisor > 1.5   # not the absolute reward (divisor 1)
+    r = subprocess.run(common + ["--metric", "util", "--fresh"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1 and "relative reward is for RLScheduler with the bsld" in r.stderr
+
+
 def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
     from coscheduler.learned.registry import resolve_policy
     from coscheduler.policies.queue import QueuePolicy
