@@ -118,7 +118,7 @@ def test_train_command_and_its_checkpoint_check(tmp_path):
     assert r.returncode == 1 and "a checkpoint with other settings (seed)" in r.stderr
 
 
-def test_train_options_sequence_and_start_reject_reach_the_model(tmp_path):
+def test_train_options_sequence_imitate_rounds_and_start_reject_reach_the_model(tmp_path):
     import subprocess
     import sys
 
@@ -130,9 +130,14 @@ def test_train_options_sequence_and_start_reject_reach_the_model(tmp_path):
     out = tmp_path / "seq.model"
     r = subprocess.run(common + ["rlscheduler", "--trace", str(trace), "--epochs", "1",
                                  "--trajectories", "2", "--sequence", "64", "--no-eval",
+                                 "--imitate", "sjf", "--imitate-rounds", "2",
                                  "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert load_model(out).header["sequence_jobs"] == 64
+    header = load_model(out).header
+    assert header["sequence_jobs"] == 64
+    # two cloning rounds (one epoch alone would give one)
+    assert header["imitated"] == "SJF"
+    assert [r["imitation"] for r in header["curve"] if "imitation" in r] == [1, 2]
     report = json.loads(out.with_name("seq.report.json").read_text())
     assert report["validation_windows"]["jobs"] == 128   # twice the sequence
     out = tmp_path / "insp.model"
@@ -146,6 +151,42 @@ def test_train_options_sequence_and_start_reject_reach_the_model(tmp_path):
                                  "--start-reject", "1.5", "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "--start-reject" in r.stderr
+
+
+def test_relative_reward_divides_by_sjf_on_the_same_sequence(tmp_path):
+    import subprocess
+    import sys
+
+    from coscheduler.learned.train import _load_checkpoint, checkpoint_path
+    from coscheduler.learned.windows import train_limit
+    from coscheduler.policies.queue import get_policy
+    from coscheduler.sim.cluster import Cluster
+    from coscheduler.sim.engine import simulate
+    from coscheduler.sim.metrics import compute_metrics
+    from coscheduler.sim.replay import window as trace_window
+    from coscheduler.sim.swf import read_swf
+    from learned_helpers import write_stuck_shorts_trace
+
+    trace_path = write_stuck_shorts_trace(tmp_path / "stuck.swf")
+    out = tmp_path / "rel.model"
+    common = [sys.executable, "-m", "coscheduler.cli", "train", "rlscheduler", "--trace",
+              str(trace_path), "--epochs", "1", "--trajectories", "1", "--sequence", "64",
+              "--imitate", "none", "--no-eval", "--relative-reward", "--out", str(out)]
+    r = subprocess.run(common, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = next(x for x in _load_checkpoint(checkpoint_path(out))[0]["curve"] if x["epoch"] == 1)
+    divisor = -row["mean_value"] / row["mean_reward"]   # the one sequence's SJF bsld
+    trace = read_swf(trace_path)
+    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
+    sjf = set()
+    for start in range(train_limit(len(trace.jobs), sequence=64) - 64 + 1):
+        jobs = trace_window(trace.jobs, start, 64)
+        sched = simulate(jobs, cluster, get_policy("SJF"), "none")
+        sjf.add(round(compute_metrics(jobs, sched.start, sched.end, trace.max_procs).avg_bsld, 9))
+    assert round(divisor, 9) in sjf and divisor > 1.5   # not the absolute reward (divisor 1)
+    r = subprocess.run(common + ["--metric", "util", "--fresh"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1 and "relative reward is for RLScheduler with the bsld" in r.stderr
 
 
 def test_resolve_policy_gives_heuristics_or_scorers(tmp_path):
@@ -206,3 +247,52 @@ def test_simulate_learned_in_parallel_gives_the_serial_report():
     assert len(serial["inspectors"]) == 1
     assert done == ["lublin_256.swf, backfill none", "lublin_256.swf, backfill easy",
                     f"rl:{pick[1]['name']} on lublin_256.swf", f"inspector {pick[2]['name']}"]
+
+
+def test_simulate_learned_later_windows_hold_only_unseen_jobs(tmp_path):
+    # a tiny trace (2,100 jobs) and a model "trained" on it with 512-job sequences: its
+    # training part then ends at job 513, not at 20 % (420); the later windows start after
+    # both, the seed-1 ones need not
+    import statistics
+
+    from coscheduler.learned.evaluate import window_bsld
+    from coscheduler.learned.gate import validation_starts
+    from coscheduler.learned.report import build_report
+    from coscheduler.learned.selectors import LearnedScorer
+    from coscheduler.learned.windows import train_limit
+    from coscheduler.policies.queue import get_policy
+    from coscheduler.sim.swf import read_swf
+    from learned_helpers import write_stuck_shorts_trace
+
+    trace_path = write_stuck_shorts_trace(tmp_path / "stuck.swf", cycles=300)
+    trace = read_swf(trace_path)
+    n = len(trace.jobs)
+    assert n == 2100 and train_limit(n) == 420 and train_limit(n, sequence=512) == 513
+    model = rl_model(seed=3, trace="stuck.swf", backfill="none", sequence_jobs=512)
+    save_model(model, tmp_path / "tiny.model")
+    row = {"name": "tiny", "kind": "rlscheduler", "trace": "stuck.swf", "backfill": "none",
+           "path": str(tmp_path / "tiny.model")}
+    rep = build_report([trace_path], [row], workers=1, windows="later")
+    entry = rep["traces"]["stuck.swf"]
+    assert rep["window_set"] == "later" and entry["first_heldout_job"] == 513
+    starts = entry["windows"]
+    assert len(starts) == 10 and min(starts) >= 513 and max(starts) + 1024 <= n
+    # disjoint from the model's validation windows (and so from the gate's)
+    val, jobs = validation_starts(n, 0, 512)
+    assert max(val) + jobs <= 513
+    # the figures are the model's and the heuristics' own replays of exactly those windows
+    scorer = LearnedScorer(model, name="rl:tiny")
+    assert entry["mean_bsld"]["none"]["rl:tiny"] == \
+        statistics.fmean(window_bsld(trace, scorer, "none", starts))
+    assert entry["mean_bsld"]["none"]["F1"] == \
+        statistics.fmean(window_bsld(trace, get_policy("F1"), "none", starts))
+    seed1 = build_report([trace_path], [row], workers=1)
+    assert seed1["window_set"] == "seed1" and seed1["traces"]["stuck.swf"]["windows"] != starts
+    # the command: the same windows, the verdict against the 5 % target, a plot per backfilling
+    r = run("simulate", "learned", "--traces", str(trace_path), "--models", "lublin256",
+            "--windows", "later", "--workers", "1", "--out", str(tmp_path / "rep"))
+    assert r.exit_code == 0, r.stderr
+    assert "ten later (held-out) windows" in r.stdout and "from job 420 of 2100" in r.stdout
+    assert (tmp_path / "rep" / "windows-stuck-none-later.png").is_file()
+    r = run("simulate", "learned", "--traces", str(trace_path), "--windows", "unseen")
+    assert r.exit_code == 2 and "--windows" in r.stderr

@@ -1,5 +1,5 @@
-"""``cosched simulate learned [--traces T,...] [--workers N] [--cluster ADDRESS] [--json]
-[--out DIR]``: the shipped learned
+"""``cosched simulate learned [--traces T,...] [--windows seed1|later] [--workers N]
+[--cluster ADDRESS] [--json] [--out DIR]``: the shipped learned
 models beside the heuristics (tables of ``coscheduler/learned/report.py``)."""
 
 from __future__ import annotations
@@ -32,6 +32,12 @@ def _default_data_dir() -> Path:
               help="Folder for the training-curve PNGs and report.json.")
 @click.option("--models", "models_text", default=None,
               help="Only these shipped models (names separated by commas) [default: all].")
+@click.option("--windows", "window_set", type=click.Choice(["seed1", "later"]),
+              default="seed1", show_default=True,
+              help="The RL tables' ten 1,024-job windows: RLScheduler's seed-1 windows (they may "
+                   "overlap the training part), or 'later': drawn the same way from the jobs "
+                   "after every evaluated model's training part (never trained or validated "
+                   "on; the inspectors' held-out windows).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Local processes for the independent evaluations (a trace's table per "
                    "backfilling, a model on another trace, an inspector) [default: this "
@@ -42,11 +48,11 @@ def _default_data_dir() -> Path:
                    "the 'ray' extra) instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
-            models_text: str | None, workers: int | None, cluster: str | None,
-            as_json: bool) -> None:
-    """RLScheduler's table per trace (mean bsld over the ten seed-1 windows, with and
-    without EASY), the cross-trace table, each inspector's improvement and rejection ratio
-    over its base, and PNG training curves, for the shipped models."""
+            models_text: str | None, window_set: str, workers: int | None,
+            cluster: str | None, as_json: bool) -> None:
+    """RLScheduler's table per trace (mean bsld over the ten seed-1 windows, or the later
+    ones, with and without EASY), the cross-trace table, each inspector's improvement and
+    rejection ratio over its base, and PNG training curves, for the shipped models."""
     from ..learned.registry import list_models
     from ..learned.report import build_report, draw_curves, draw_windows, render
 
@@ -83,7 +89,7 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
 
     try:
         report = build_report(paths, models, progress=None if as_json else progress,
-                              workers=workers, cluster=cluster)
+                              workers=workers, cluster=cluster, windows=window_set)
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     report["curves"] = draw_curves(models, out_dir)

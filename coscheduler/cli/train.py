@@ -165,9 +165,15 @@ def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
               help="Warm start: first clone this heuristic's picks (a queue policy name, or "
                    "'best': the heuristic that does best as a scorer on training sequences), "
                    "then PPO; 'none' starts from random weights as the reference.")
+@click.option("--imitate-rounds", type=click.IntRange(min=1), default=None,
+              help="Rounds of cloning (each: --trajectories sequences, 150 steps) "
+                   "[default: min(4, epochs / 10)].")
+@click.option("--relative-reward", is_flag=True,
+              help="Reward a sequence by its bsld divided by SJF's on the same sequence (so "
+                   "a heavy-tailed trace's hardest sequences do not drown the others).")
 def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
                 out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
-                metric, mask, imitate) -> None:
+                metric, mask, imitate, imitate_rounds, relative_reward) -> None:
     """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
     cfg = _config("rlscheduler", trace, out, epochs, 60, metric=metric, backfill=backfill,
@@ -176,7 +182,8 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
                   imitate=None if imitate.lower() == "none" else
                   "best" if imitate.lower() == "best" else get_policy(imitate).name,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
-                  init=init, env=env, stop_after=stop_after)
+                  init=init, env=env, stop_after=stop_after, imitate_epochs=imitate_rounds,
+                  relative_reward=relative_reward)
     _run(cfg, fresh, as_json)
 
 

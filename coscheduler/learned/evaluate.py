@@ -1,7 +1,8 @@
 """Evaluating learned models beside the heuristics on the same windows (numpy only).
 
 RLScheduler-style table: mean bounded slowdown over the ten seed-1 windows of 1,024 jobs
-(``windows.eval_starts``) per policy. Inspectors: mean bsld of the base policy alone and
+(``windows.eval_starts``) per policy, or over any other window starts (the later,
+held-out windows: ``windows.heldout_starts``). Inspectors: mean bsld of the base policy alone and
 inspected over the held-out windows (``windows.heldout_starts``), the relative
 improvement and the rejection ratio (rejections per inspected pick).
 """
@@ -19,7 +20,7 @@ from ..sim.replay import window as trace_window
 from ..sim.swf import SwfTrace
 from .modelfile import Model
 from .selectors import LearnedInspector, LearnedScorer
-from .windows import EVAL_JOBS, eval_starts, heldout_starts
+from .windows import EVAL_JOBS, SEQUENCE_JOBS, eval_starts, heldout_starts
 
 HEURISTICS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1")
 
@@ -54,10 +55,10 @@ def window_bsld(trace: SwfTrace, policy, backfill: str, starts: list[int],
 
 
 def rl_table(trace: SwfTrace, scorers: dict, backfill: str,
-             heuristics=HEURISTICS) -> dict:
-    """{policy name: mean bsld} over the seed-1 windows, heuristics then scorers, and each
-    window's bsld per policy (``window_bsld``, in window order)."""
-    starts = eval_starts(len(trace.jobs))
+             heuristics=HEURISTICS, starts: list[int] | None = None) -> dict:
+    """{policy name: mean bsld} over ``starts`` (default: the seed-1 windows), heuristics
+    then scorers, and each window's bsld per policy (``window_bsld``, in window order)."""
+    starts = eval_starts(len(trace.jobs)) if starts is None else starts
     per_window = {name: window_bsld(trace, get_policy(name), backfill, starts)
                   for name in heuristics}
     for name, scorer in scorers.items():
@@ -67,8 +68,9 @@ def rl_table(trace: SwfTrace, scorers: dict, backfill: str,
             "window_bsld": per_window}
 
 
-def inspector_figures(trace: SwfTrace, inspector, backfill: str) -> dict:
-    starts = heldout_starts(len(trace.jobs))
+def inspector_figures(trace: SwfTrace, inspector, backfill: str,
+                      sequences=(SEQUENCE_JOBS,)) -> dict:
+    starts = heldout_starts(len(trace.jobs), sequences=sequences)
     base: QueuePolicy = inspector.queue_policy
     counted = CountingInspector(inspector)
     t0 = time.perf_counter()

@@ -1,8 +1,10 @@
 """``cosched simulate learned``: the learned models beside the heuristics (numpy only).
 
 For every trace: RLScheduler's table (mean bounded slowdown over the ten seed-1 windows of
-1,024 jobs, without and with EASY, FCFS / WFP3 / UNICEP / SJF / F1 and each learned model
-trained on that trace with that backfilling); the cross-trace table (the model of trace X
+1,024 jobs, or with ``windows="later"`` over the ten held-out windows after every
+evaluated model's training part, ``windows.heldout_starts``; without and with EASY,
+FCFS / WFP3 / UNICEP / SJF / F1 and each learned model trained on that trace with that
+backfilling); the cross-trace table (the model of trace X
 on trace Y's windows); each inspector's mean bsld over its base on the held-out windows,
 with the relative improvement and the rejection ratio; and the training curves (PNG,
 drawn from the curves the model files keep, when matplotlib is present).
@@ -20,9 +22,11 @@ from .evaluate import HEURISTICS, inspector_figures, rl_table, window_bsld
 from .modelfile import load_model
 from .registry import list_models
 from .selectors import LearnedInspector, LearnedScorer
-from .windows import eval_starts
+from .windows import SEQUENCE_JOBS, eval_starts, heldout_first, heldout_starts
 
 BACKFILLS = ("none", "easy")
+WINDOW_SETS = ("seed1", "later")
+SET_TEXT = {"seed1": "seed-1 windows", "later": "later (held-out) windows"}
 
 
 def trace_key(name: str) -> str:
@@ -33,17 +37,36 @@ def trace_key(name: str) -> str:
     return name
 
 
+def _sequences(models: list[dict], trace_name: str) -> list[int]:
+    """The training sequence lengths of the models trained on ``trace_name`` (they set
+    where its training part ends on a short trace)."""
+    return sorted({int(load_model(m["path"]).header.get("sequence_jobs", SEQUENCE_JOBS))
+                   for m in models if m.get("trace") == trace_name} | {SEQUENCE_JOBS})
+
+
+def window_starts(spec: tuple, total_jobs: int) -> list[int]:
+    """The RL tables' windows: ``("seed1",)`` or ``("later", sequences)``."""
+    if spec[0] == "later":
+        return heldout_starts(total_jobs, sequences=spec[1])
+    return eval_starts(total_jobs)
+
+
 def build_report(traces: list[Path], models: list[dict] | None = None,
-                 progress=None, workers: int | None = 1, cluster: str | None = None) -> dict:
+                 progress=None, workers: int | None = 1, cluster: str | None = None,
+                 windows: str = "seed1") -> dict:
     """Evaluate every shipped model (``list_models`` rows) on ``traces``; plain data out.
 
     The evaluations are independent (a trace's table per backfilling, a model on another
     trace's windows, an inspector on its trace), so they run as one sweep
     (``coscheduler/sweep.py``): ``workers`` local processes (None: every core) or a Dask
     ``cluster``; the report is the same as a serial one. ``progress(what)`` is called as
-    each evaluation is done, in order."""
+    each evaluation is done, in order. ``windows``: the RL tables' windows, "seed1"
+    (RLScheduler's) or "later" (held-out: jobs no evaluated model trained or was
+    validated on); inspectors always use the held-out windows."""
     from .. import sweep
 
+    if windows not in WINDOW_SETS:
+        raise InvalidInput(f"unknown window set {windows!r}; one of {', '.join(WINDOW_SETS)}")
     models = list_models() if models is None else models
     t0 = time.perf_counter()
     paths = {p.name: str(p) for p in traces}
@@ -52,14 +75,19 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
                            f"{', '.join(sorted(str(p) for p in traces))}")
     rl = [m for m in models if m.get("kind") == "rlscheduler"]
     insp = [m for m in models if m.get("kind") == "inspector" and m["trace"] in paths]
+    seqs = {name: _sequences(models, name) for name in paths}
+    spec = {name: ("later", seqs[name]) if windows == "later" else ("seed1",) for name in paths}
     tasks = [sweep.Task(f"{name}, backfill {backfill}",
                         ("table", path, backfill,
-                         [m for m in rl if m["trace"] == name and m["backfill"] == backfill]))
+                         [m for m in rl if m["trace"] == name and m["backfill"] == backfill],
+                         spec[name], seqs[name]))
              for name, path in paths.items() for backfill in BACKFILLS]
-    tasks += [sweep.Task(f"rl:{m['name']} on {name}", ("cross", path, m["backfill"], [m]))
+    tasks += [sweep.Task(f"rl:{m['name']} on {name}", ("cross", path, m["backfill"], [m],
+                                                       spec[name], seqs[name]))
               for m in rl for name, path in paths.items() if m["trace"] != name]
     tasks += [sweep.Task(f"inspector {m['name']}", ("inspector", paths[m["trace"]],
-                                                    m["backfill"], [m])) for m in insp]
+                                                    m["backfill"], [m], spec[m["trace"]],
+                                                    seqs[m["trace"]])) for m in insp]
     on_result = (lambda task, _r: progress(task.name)) if progress else None
     try:
         results = dict(zip((t.name for t in tasks),
@@ -69,9 +97,11 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
         if isinstance(exc.cause, InvalidInput):
             raise exc.cause from None
         raise
-    out: dict = {"traces": {}, "cross_trace": {b: {} for b in BACKFILLS}, "inspectors": []}
+    out: dict = {"window_set": windows, "traces": {},
+                 "cross_trace": {b: {} for b in BACKFILLS}, "inspectors": []}
     for name in paths:
-        entry = {"jobs": results[f"{name}, backfill {BACKFILLS[0]}"]["jobs"],
+        jobs = results[f"{name}, backfill {BACKFILLS[0]}"]["jobs"]
+        entry = {"jobs": jobs, "first_heldout_job": heldout_first(jobs, seqs[name]),
                  "windows": None, "mean_bsld": {}, "window_bsld": {}, "models": {}}
         for backfill in BACKFILLS:
             r = results[f"{name}, backfill {backfill}"]
@@ -113,37 +143,42 @@ def _trace(path: str) -> SwfTrace:
     return read_swf(Path(path))
 
 
-def _evaluate(what: str, path: str, backfill: str, models: list[dict]):
+def _evaluate(what: str, path: str, backfill: str, models: list[dict], spec: tuple,
+              sequences: list[int]):
     """One evaluation of a report (a sweep task: plain arguments, a plain result)."""
     trace = _trace(path)
+    starts = window_starts(tuple(spec), len(trace.jobs))
     if what == "table":
         own = {f"rl:{m['name']}": LearnedScorer(load_model(m["path"], "rlscheduler"),
                                                 name=f"rl:{m['name']}") for m in models}
-        return {"jobs": len(trace.jobs), "windows": eval_starts(len(trace.jobs)),
-                "labels": list(own), "table": rl_table(trace, own, backfill)}
+        return {"jobs": len(trace.jobs), "windows": starts,
+                "labels": list(own), "table": rl_table(trace, own, backfill, starts=starts)}
     (m,) = models
     if what == "cross":
         scorer = LearnedScorer(load_model(m["path"], "rlscheduler"), name=f"rl:{m['name']}")
-        values = window_bsld(trace, scorer, backfill, eval_starts(len(trace.jobs)))
+        values = window_bsld(trace, scorer, backfill, starts)
         return sum(values) / len(values)
     return inspector_figures(trace, LearnedInspector(load_model(m["path"], "inspector")),
-                             backfill)
+                             backfill, sequences=sequences)
 
 
 def draw_windows(report: dict, directory: Path) -> list[str]:
-    """One PNG per trace and backfilling: each seed-1 window's bsld per policy (the
-    heuristics and the learned models side by side); [] without matplotlib."""
+    """One PNG per trace and backfilling: each window's bsld per policy (the heuristics
+    and the learned models side by side); [] without matplotlib."""
     try:
         from .plots import plot_windows
     except ImportError:
         return []
     directory.mkdir(parents=True, exist_ok=True)
+    which = report.get("window_set", "seed1")
+    suffix = "" if which == "seed1" else f"-{which}"
     paths = []
     for name, entry in report["traces"].items():
         for backfill, per_policy in entry.get("window_bsld", {}).items():
-            path = directory / f"windows-{trace_key(name)}-{backfill}.png"
+            path = directory / f"windows-{trace_key(name)}-{backfill}{suffix}.png"
             plot_windows(entry["windows"], per_policy, path,
-                         title=f"{name}, backfill {backfill}: bounded slowdown per seed-1 window")
+                         title=f"{name}, backfill {backfill}: bounded slowdown per "
+                               f"{SET_TEXT[which][:-1]}")
             paths.append(str(path))
     return paths
 
@@ -173,8 +208,13 @@ def draw_curves(models: list[dict], directory: Path) -> list[str]:
 def render(report: dict) -> str:
     """The report as text tables."""
     lines = []
+    which = SET_TEXT[report.get("window_set", "seed1")]
     for name, entry in report["traces"].items():
-        lines.append(f"{name}: mean bounded slowdown over the ten seed-1 windows of 1,024 jobs")
+        lines.append(f"{name}: mean bounded slowdown over the ten {which} of 1,024 jobs")
+        if report.get("window_set") == "later":
+            lines.append(f"  (windows from job {entry['first_heldout_job']} of {entry['jobs']}: "
+                         "after every evaluated model's training part; starts "
+                         f"{', '.join(map(str, entry['windows']))})")
         rows = sorted({k for b in BACKFILLS for k in entry["mean_bsld"].get(b, {})},
                       key=lambda k: (k.startswith("rl:"), list(HEURISTICS).index(k)
                                      if k in HEURISTICS else 0, k))
@@ -186,15 +226,19 @@ def render(report: dict) -> str:
                 cells.append(f"{v:.1f}" if v is not None else "-")
             lines.append(f"  {k:<24}{cells[0]:>16}{cells[1]:>12}")
         for label, m in entry["models"].items():
+            target = ""
+            if report.get("window_set") == "later":  # issue 20: within 5 % of it, or better
+                target = f"; within 5 %: {'yes' if m['vs_best'] <= 0.05 else 'no'}"
             lines.append(f"  {label} ({m['backfill']}): {100 * m['vs_best']:+.1f} % against the "
-                         f"best heuristic ({m['best_heuristic']} {m['best_heuristic_bsld']:.1f})")
+                         f"best heuristic ({m['best_heuristic']} {m['best_heuristic_bsld']:.1f})"
+                         f"{target}")
         lines.append("")
     for backfill, table in report["cross_trace"].items():
         if not table:
             continue
         names = list(report["traces"])
         lines.append(f"Cross-trace (backfill {backfill}): model of trace X (rows) on trace Y's "
-                     "seed-1 windows (columns), mean bsld")
+                     f"{which} (columns), mean bsld")
         lines.append("  " + f"{'model':<24}" + "".join(f"{trace_key(n)[:14]:>16}" for n in names))
         for label, row in table.items():
             lines.append("  " + f"{label:<24}" + "".join(

@@ -11,6 +11,11 @@ evaluated on the trace's ten seed-1 windows, written (``MODEL``), and its curve 
 Trajectory filtering (RLScheduler): for the first ``filter_epochs`` epochs only sequences
 whose SJF mean bounded slowdown lies in ``filter_range`` are drawn (the reference's
 10..150), then all.
+
+Relative reward (``relative_reward``, RLScheduler, bsld): a sequence's reward is its
+bsld divided by SJF's on the same sequence (the figure filtering uses), so that on a
+heavy-tailed trace (HPC2N) the few sequences whose figures are 10x the others' do not
+drown every other sequence's signal. The optimum per sequence is the same.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class TrainConfig:
     stop_after: int | None = None    # epochs of this session, then stop (resumable)
     evaluate: bool = True
     env: str = "batched"             # RL rollouts: "batched" (batchenv.py) or "reference"
+    relative_reward: bool = False    # RL: reward / SJF's figure on the same sequence
 
     def __post_init__(self) -> None:
         if self.imitate_epochs is None:
@@ -155,6 +161,15 @@ def _pool(trace, cluster, cfg: TrainConfig, rng: np.random.Generator) -> tuple[n
     return starts, scores
 
 
+def _sjf_figure(cache: dict, trace, cluster, cfg: TrainConfig, start: int) -> float:
+    """SJF's mean bsld (the run's backfilling) on the sequence at ``start`` (>= 1)."""
+    if start not in cache:
+        jobs = trace_window(trace.jobs, int(start), cfg.sequence)
+        sched = simulate(jobs, cluster, get_policy("SJF"), cfg.backfill)
+        cache[start] = compute_metrics(jobs, sched.start, sched.end, trace.max_procs).avg_bsld
+    return max(1.0, float(cache[start]))
+
+
 def train(cfg: TrainConfig, *, resume: bool = True,
           progress: Callable[[int, int, dict], None] | None = None) -> TrainResult:
     """Train (or resume) and write the model; see the module docstring."""
@@ -226,7 +241,12 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         pool_starts, pool_scores = _pool(trace, cluster, cfg, pool_rng)
         keep = (pool_scores > cfg.filter_low) & (pool_scores < cfg.filter_high)
         filtered = pool_starts[keep] if keep.any() else pool_starts
-    if cfg.kind == "rlscheduler" and cfg.metric != "util":
+    if cfg.relative_reward and (cfg.kind != "rlscheduler" or cfg.metric != "bsld"):
+        raise InvalidInput("a relative reward is for RLScheduler with the bsld metric")
+    # sequence start -> SJF's bsld on it (relative reward): the pool's, others as needed
+    sjf_of = dict(zip(pool_starts.tolist(), pool_scores.tolist())) if cfg.relative_reward \
+        else {}
+    if cfg.kind == "rlscheduler" and cfg.metric != "util" and not cfg.relative_reward:
         # a constant scale: the same optimum, but returns of order 1 for the value network
         agent.reward_scale = 1.0 / max(1.0, float(np.median(pool_scores))) \
             if pool_scores is not None else 1.0 / 100.0
@@ -274,6 +294,9 @@ def train(cfg: TrainConfig, *, resume: bool = True,
                                  window=cfg.window, mask=cfg.mask, base=cfg.base, env=cfg.env)
                      for part in split(starts, executor.workers)]
             trajs = [t for batch in executor.map(tasks) for t in batch]
+            if cfg.relative_reward:
+                for t in trajs:
+                    t.reward /= _sjf_figure(sjf_of, trace, cluster, cfg, t.start)
             t_roll = time.perf_counter() - t0
             stats = agent.update(agent.make_batch(trajs))
             row = {"epoch": epoch + 1, "mean_value": float(np.mean([t.value for t in trajs])),
@@ -317,6 +340,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         "backfill": cfg.backfill, "seed": cfg.seed, "epochs": epoch,
         "machine": {"nodes": cluster.nodes, "procs_per_node": cluster.procs_per_node},
         "trajectories": cfg.trajectories, "sequence_jobs": cfg.sequence,
+        **({"relative_reward": True} if cfg.relative_reward else {}),
         "filter_epochs": min(filter_epochs, epoch),
         "filter_range": [cfg.filter_low, cfg.filter_high],
         "training_seconds": round(seconds, 1),

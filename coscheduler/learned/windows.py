@@ -6,8 +6,12 @@
   ``compare-pick-jobs.py`` draws them: ``start = rng.randint(1024, jobs - 1024 - 1)`` ten
   times from the legacy gym seeding of seed 1 (``legacy_rng``), whatever part of the
   trace they fall in.
-- Evaluation on the held-out part: ten 1,024-job windows drawn the same way from the
-  jobs after the training part.
+- Evaluation on the held-out part (the *later* windows): ten 1,024-job windows drawn the
+  same way from the jobs after the training part (``heldout_starts``). Training sequences,
+  the teachers' scoring and the validation windows (which keep the best epoch and feed the
+  release gate) all lie inside ``[0, train_limit)``, so these windows hold only jobs no
+  model saw while it was trained or chosen. Job indices count the trace's jobs as read
+  (``read_swf`` drops jobs with run time <= 0 or wider than the machine).
 """
 
 from __future__ import annotations
@@ -71,7 +75,14 @@ def train_limit(total_jobs: int, share: float = TRAIN_SHARE,
     return limit
 
 
+def heldout_first(total_jobs: int, sequences=(SEQUENCE_JOBS,)) -> int:
+    """The first held-out job: after the training part of every run whose sequence
+    length is in ``sequences`` (on a short trace the training part grows with it)."""
+    return max(train_limit(total_jobs, sequence=s) for s in {SEQUENCE_JOBS, *sequences})
+
+
 def heldout_starts(total_jobs: int, jobs: int = EVAL_JOBS, count: int = EVAL_WINDOWS,
-                   seed: int = EVAL_SEED) -> list[int]:
-    """Evaluation windows inside the held-out part (after ``train_limit``)."""
-    return eval_starts(total_jobs, jobs, count, seed, first=train_limit(total_jobs))
+                   seed: int = EVAL_SEED, sequences=(SEQUENCE_JOBS,)) -> list[int]:
+    """Evaluation windows inside the held-out part (from ``heldout_first``)."""
+    return eval_starts(total_jobs, jobs, count, seed,
+                       first=heldout_first(total_jobs, sequences))
