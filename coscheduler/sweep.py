@@ -87,7 +87,8 @@ def run_tasks(fn: Callable[..., Any], tasks: Sequence[Task], workers: int | None
     cores; 1: in this process, exceptions unchanged). ``cluster``: a Dask scheduler address
     (``tcp://host:8786``) or a Ray cluster's (``ray:...``, the module docstring); then
     ``workers`` is ignored. Raises ``TaskFailed`` naming the
-    first failing task (in task order); the tasks not yet started are cancelled.
+    first failing task (in task order); the tasks not yet started are cancelled
+    (on a Ray cluster they end with the job instead: ``_run_ray`` says why).
     ``preload``: modules the tasks will import late and slowly (sklearn: about 1 s here);
     a local pool imports them once before it forks, or once per worker when it spawns,
     rather than in the middle of a task (only when more than one process runs)."""
@@ -237,11 +238,11 @@ def _run_ray(fn, tasks: list[Task], address: str, on_result) -> list[Any]:
             try:
                 r = ray.get(ref)
             except Exception as exc:
-                for other in refs:
-                    try:
-                        ray.cancel(other)
-                    except Exception:  # noqa: BLE001 - done already, or gone with the cluster
-                        pass
+                # The other tasks are not cancelled here: ray.cancel racing a task that is
+                # just finishing aborts this (the driver's) process inside Ray ("Check
+                # failed: it != submissible_tasks_.end()", ray-project/ray#54846; it killed a
+                # CI run's pytest with Ray 2.60). On our own connection, ray.shutdown below
+                # ends the job and Ray stops what is left of it.
                 # RayTaskError carries the task's own exception as .cause, its traceback in str()
                 raise TaskFailed(t.name, getattr(exc, "cause", None) or exc, str(exc)) from None
             if on_result is not None:
