@@ -80,8 +80,7 @@ boot
 # The guest kernel itself can die under software emulation: one run in 27 here (2026-11-26)
 # ended in "Oops: int3" in the scheduler, while the test was moving a task between cgroups,
 # with no failed check before it. That is the emulator's fault, not the code's: such a run
-# is booted once more, and said so. A failed check (RESULT ... FAIL, no VM-PASS without a
-# panic) is never retried.
+# is booted once more, and said so. A run with a failed check (VM-FAIL) is never retried.
 if ! grep -q "^VM-PASS" "$log" && grep -q "Kernel panic" "$log" && ! grep -q "^VM-FAIL" "$log"; then
     say "the VM's kernel panicked (log above: $log), not a failed check: booting it once more"
     boot

@@ -124,10 +124,18 @@ def test_a_port_in_use_is_a_clear_error_and_nothing_is_made(tmp_path):
     assert not any(p.is_dir() for p in tmp_path.iterdir()) if tmp_path.exists() else True
 
 
+def _interruptible() -> None:
+    """In the child before exec: SIGINT back to its default. A suite started in the
+    background by a non-interactive shell (``nohup ... &``) inherits SIGINT ignored, and
+    Python then never raises KeyboardInterrupt: the Ctrl-C tests would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_up_removes_what_it_made(tmp_path):
     env = dict(os.environ, COSCHED_TESTBED_HOME=str(tmp_path))
     proc = subprocess.Popen(COSCHED + ["testbed", "up", "--nodes", "1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     seen = []
     deadline = time.monotonic() + 600
     assert proc.stderr is not None
@@ -232,7 +240,8 @@ def test_ctrl_c_during_run_cancels_the_jobs_and_gives_quotas_back(tmp_path):
     try:
         proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "static",
                                            "--scale", "0.02", "--timeout", "400"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_interruptible)
         assert proc.stderr is not None
         seen = []
         for line in proc.stderr:
