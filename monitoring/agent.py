@@ -38,7 +38,7 @@ from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, det
 from .execute import Actuator, InPlaceQuota, make_actuator
 from .lease import DEFAULT_MAX_LEASE_S, LeaseKeeper
 from .recovery import StateFile
-from .roles import check_role
+from .roles import check_guest_weight, check_role
 from .state import (JobSpec, JobState, check_fraction, job_quota_us,
                     node_quota_us, parse_registration, validate_agent_job_id)
 from .observing import JobObservation
@@ -75,6 +75,7 @@ class NodeAgent(JobObservation, Restore):
                  discover_slurm: bool = False, slurm_node: str | None = None,
                  io_every: int = 5, start_grace_s: float = 60.0,
                  cgroup_version: int | None = None,
+                 guest_weight: int | str | None = None,
                  layout: Layout | None = None, fs: CgroupFS | None = None):
         if not interval_s > 0:
             raise InvalidInput(f"interval_s must be > 0, got {interval_s!r}")
@@ -82,6 +83,7 @@ class NodeAgent(JobObservation, Restore):
             raise InvalidInput(f"node_cpus must be > 0, got {node_cpus!r}")
         if not cpu_per_core > 0:
             raise InvalidInput(f"cpu_per_core must be > 0, got {cpu_per_core!r}")
+        self.guest_weight = check_guest_weight(guest_weight)
         self.interval_s = float(interval_s)
         self.node_cpus = node_cpus
         self.cpu_per_core = float(cpu_per_core)
@@ -106,6 +108,7 @@ class NodeAgent(JobObservation, Restore):
 
         self.layout = layout or detect_layout(prefer=cgroup_version)
         self.actuator: Actuator = make_actuator(self.layout, cgroup_root, fs)
+        self.actuator.guest_weight = self.guest_weight
         self.cgroup_root = self.actuator.cpu.root_rel
         self.leases = LeaseKeeper(max_lease_s, min_lease_s=self.interval_s)
         self.state_file = StateFile(self.state_dir / "state.json")
@@ -137,6 +140,8 @@ class NodeAgent(JobObservation, Restore):
         # cgroup v2: a batch job's quota is written in its own cgroup (never moving a task)
         self.inplace = (InPlaceQuota(self.layout.cpu_mount, self.actuator.fs, self.period_us,
                                      self.actuator.stats) if self.layout.version == 2 else None)
+        if self.inplace:
+            self.inplace.guest_weight = self.guest_weight
         self.node_quota_us = node_quota_us(node_cpus, self.period_us)
         self.recovery = self._recover()
         with self._lock:
@@ -316,6 +321,7 @@ class NodeAgent(JobObservation, Restore):
                            "path": str(self.actuator.cpu.root), "period_us": self.period_us},
                 "node_cpus": self.node_cpus, "node_quota_us": self.node_quota_us,
                 "cpu_per_core": self.cpu_per_core, "interval_s": self.interval_s,
+                "guest_weight": self.guest_weight or "idle",
                 "max_lease_s": self.leases.max_lease_s,
                 "progress_dir": str(self.progress_dir), "state_file": str(self.state_file.path),
                 "jobs": {s: sum(1 for j in self._jobs.values() if j.status == s)

@@ -31,6 +31,16 @@ def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:
     return read_token_file(str(path)), str(path)
 
 
+def _guest_weight(_ctx, _param, value: str) -> int | None:
+    from coscheduler.model import InvalidInput
+    from monitoring.roles import check_guest_weight
+
+    try:
+        return check_guest_weight(value)
+    except InvalidInput as e:
+        raise click.BadParameter(str(e))
+
+
 def _describe(e: Exception) -> str:
     """An error as one line that names the path (OSError's str() is "[Errno 13] ...")."""
     if isinstance(e, OSError) and e.strerror:
@@ -63,6 +73,10 @@ def _describe(e: Exception) -> str:
               help="Seconds a finished job's last sample stays readable.")
 @click.option("--cgroup-version", type=click.Choice(["auto", "1", "2"]), default="auto",
               show_default=True, help="Force cgroup v1 or v2 instead of detecting.")
+@click.option("--guest-weight", default="idle", show_default=True, callback=_guest_weight,
+              help="How a guest job competes for its host's cores: 'idle' (the idle class: it "
+                   "runs only on what its host leaves) or a cpu.weight 1-10000 (for guests that "
+                   "wait on messages or files in short rounds; the host keeps its weight 1000)")
 @click.option("--discover-slurm", is_flag=True,
               help="Register Slurm jobs found in the cpuacct/unified hierarchy by themselves.")
 @click.option("--slurm-node", default=None,
@@ -73,8 +87,8 @@ def _describe(e: Exception) -> str:
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, state_dir,
-          progress_dir, max_lease, retention, cgroup_version, discover_slurm, slurm_node, check,
-          log_level):
+          progress_dir, max_lease, retention, cgroup_version, guest_weight, discover_slurm,
+          slurm_node, check, log_level):
     """Sample this node's jobs and apply leased cgroup CPU quotas, over an HTTP JSON API.
 
     Stops cleanly on SIGTERM/SIGINT: every quota is lifted and empty job cgroups removed.
@@ -101,7 +115,7 @@ def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, st
                                cpu_per_core=cpu_per_core, state_dir=sdir, progress_dir=progress_dir,
                                max_lease_s=max_lease, finished_retention_s=retention,
                                discover_slurm=discover_slurm, slurm_node=slurm_node,
-                               cgroup_version=version)
+                               cgroup_version=version, guest_weight=guest_weight)
     except (InvalidInput, CgroupError, OSError) as e:
         what = _describe(e)
         if os.geteuid() != 0:

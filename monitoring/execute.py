@@ -56,6 +56,7 @@ class RoleFiles:
     version = 0
     fs: CgroupFS
     stats: ActuatorStats
+    guest_weight: int | None = None  # None: guests in the idle class (roles.py)
 
     def _role_write(self, path: Path, value: str) -> None:
         raise NotImplementedError
@@ -65,7 +66,7 @@ class RoleFiles:
         write only what differs. True when something was written."""
         missing: set[str] = self.__dict__.setdefault("missing_role_files", set())
         wrote = False
-        for name, value in role_files(role, self.version):
+        for name, value in role_files(role, self.version, self.guest_weight):
             if name in missing:
                 continue
             path = d / name

@@ -60,10 +60,13 @@ def testbed() -> None:
                    "from /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list].")
 @click.option("--mesos", is_flag=True, help="Add the emulated Mesos master (testbed/mesos: an "
                                             "emulator of the v1 scheduler API, not Mesos).")
+@click.option("--guest-weight", default="idle", show_default=True,
+              help="How the nodes' agents run guest jobs (cosched agent --guest-weight): 'idle' "
+                   "or a cpu.weight 1-10000.")
 @click.option("--no-install", is_flag=True, help="Do not install the Docker engine when missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, mesos, no_install,
-           as_json) -> None:
+def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, mesos, guest_weight,
+           no_install, as_json) -> None:
     """Build the images (cached) and start slurmctld, the nodes and the controller."""
     from testbed import instance
 
@@ -71,7 +74,7 @@ def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, mesos, no_ins
     try:
         res = instance.up(nodes=nodes, cpus=cpus, cpu_limit=cpu_limit, port_base=port_base,
                           suite=suite, base=base, mirror=mirror, install=not no_install, say=say,
-                          mesos=mesos)
+                          mesos=mesos, guest_weight=guest_weight)
     except KeyboardInterrupt:
         click.echo("cosched testbed up: interrupted; what it had made was removed", err=True)
         sys.exit(130)

@@ -18,6 +18,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from coscheduler.model import InvalidInput
+from monitoring.roles import check_guest_weight
 
 PREFIX = "cosched-testbed"
 LABEL = "cosched.testbed"
@@ -63,6 +64,8 @@ class TestbedSpec:
     # here), its agents as many and as large as the Slurm nodes, on 127.0.0.1:mesos_port.
     mesos: bool = False
     mesos_port: int | None = None
+    # How the nodes' agents run guests (monitoring/roles.py): "idle", or a cpu.weight.
+    guest_weight: str = "idle"
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance)
@@ -89,6 +92,7 @@ class TestbedSpec:
                 self.mesos_port, int) or not 1 <= self.mesos_port <= 65535
                 or self.mesos_port in self.agent_ports):
             raise InvalidInput(f"mesos port {self.mesos_port!r} is not a free TCP port of its own")
+        check_guest_weight(self.guest_weight)
 
     # -- names ----------------------------------------------------------------------------
     @property
@@ -203,6 +207,7 @@ def compose_config(spec: TestbedSpec) -> dict:
                 "COSCHED_NODE_CPUS": f"{spec.cpu_limit:g}",
                 "COSCHED_CPU_PER_CORE": f"{spec.cpu_per_core:.6g}",
                 "COSCHED_AGENT_PORT": str(AGENT_PORT),
+                "COSCHED_GUEST_WEIGHT": str(spec.guest_weight),
             },
             "healthcheck": _health("node"),
         })

@@ -213,14 +213,15 @@ def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
        port_base: int | None = None, suite: str = images.DEFAULT_SUITE, base: str = "auto",
        mirror: str | None = images.DEFAULT_MIRROR, install: bool = True, say: Say = lambda _m: None,
        health_timeout_s: float = HEALTH_TIMEOUT_S, instance: str | None = None,
-       mesos: bool = False) -> UpResult:
+       mesos: bool = False, guest_weight: str = "idle") -> UpResult:
     """Bring a new instance up and wait until it is healthy. On any failure, or Ctrl-C, what
     was made is removed before the exception goes on."""
     t0 = time.monotonic()
     images.check_suite(suite)
     limit = default_cpu_limit(nodes) if cpu_limit is None else cpu_limit
     # Validate everything before touching the machine.
-    TestbedSpec(instance="check", nodes=nodes, cpus=cpus, cpu_limit=limit)
+    TestbedSpec(instance="check", nodes=nodes, cpus=cpus, cpu_limit=limit,
+                guest_weight=guest_weight)
     ports = choose_ports(nodes + (1 if mesos else 0), port_base)
     engine = ensure_engine(install=install, say=say)
     inst = instance or secrets.token_hex(3)
@@ -241,7 +242,7 @@ def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
                 mesos_port=ports[nodes] if mesos else None,
                 suite=suite, tag=tag, config_dir=str(d / "etc"), results_dir=str(d / "results"),
                 context_dir=str(images.cache_dir() / "context" / tag),
-                ca_dir=CA_DIR if Path(CA_DIR).is_dir() else None)
+                ca_dir=CA_DIR if Path(CA_DIR).is_dir() else None, guest_weight=guest_weight)
             made = True
             write_instance(spec)
             (home() / "current").write_text(inst + "\n")

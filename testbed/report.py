@@ -328,11 +328,16 @@ def build(data: dict) -> dict:
             "load_average": data.get("load_average")}
 
 
+def _guest_weight(value: str) -> str:
+    return "in the idle class" if value == "idle" else f"at cpu.weight {value}"
+
+
 def text(rep: dict) -> str:
     s = rep["setup"]
     cores = s["cores"]
     head = (f"{s['workload']} at scale {s['scale']:g} on {s['nodes']} node(s) x {s['cpus']} CPUs "
-            f"({s['cpu_limit']:g} real CPU each), Debian {s['suite']}")
+            f"({s['cpu_limit']:g} real CPU each), Debian {s['suite']}, "
+            f"guests {_guest_weight(s.get('guest_weight', 'idle'))}")
     parts = [tables(rep["testbed"], cores, s.get("paper_cores"),
                     f"TESTBED (real Slurm in containers): {head}"),
              tables(rep["simulator"], cores, s.get("paper_cores"),

@@ -93,7 +93,7 @@ def run(instance: str | None = None, workload: str = "paper-small",
              "cpus": spec.cpus, "cpu_limit": spec.cpu_limit, "cpu_per_core": spec.cpu_per_core,
              "cores": spec.nodes * spec.cpus, "paper_cores": w.paper_cores(spec), "scale": scale,
              "seed": seed, "policies": pols, "repeat": repeat, "suite": spec.suite,
-             "image_tag": spec.tag}
+             "image_tag": spec.tag, "guest_weight": spec.guest_weight}
     data: dict = {"run_id": run_id, "setup": setup, "started": time.time(), "runs": [],
                   "load_average": {"start": list(os.getloadavg())}}
     say(f"run {run_id}: {w.name} at scale {scale:g} on {spec.nodes} x {spec.cpus} CPUs, "

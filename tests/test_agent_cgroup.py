@@ -445,6 +445,20 @@ def test_v1_roles_as_cpu_shares_cleared_lapsed_and_recovered(make_agent, procs, 
     assert quota_file(cg_root, "h") == quota_file(cg_root, "g") == "-1"
 
 
+def test_v1_guest_weight_gives_guests_a_plain_share_and_hosts_keep_theirs(make_agent, procs, cg_root):
+    """REAL cgroup v1, an agent started with guest_weight 100: a guest's cgroup gets the
+    default cpu.shares (1024) instead of 2, a host still 10240, and the node reports it."""
+    agent = make_agent(guest_weight="100")
+    host, guest = procs(SLEEPY), procs(SLEEPY)
+    agent.register_job({"job_id": "h", "pids": [host.pid], "cores": 1})
+    agent.register_job({"job_id": "g", "pids": [guest.pid], "cores": 1})
+    (CPU / cg_root / "g" / "cpu.shares").write_text("2")          # as an idle guest had it
+    agent.set_quota("h", 0.5, 30, role="host")
+    agent.set_quota("g", 0.5, 30, role="guest")
+    assert (_shares(cg_root, "h"), _shares(cg_root, "g")) == ("10240", "1024")
+    assert agent.node()["guest_weight"] == 100
+
+
 @pytest.mark.live
 def test_v1_guest_yields_a_shared_core_to_its_host(make_agent, procs, cg_root):
     """REAL cgroup v1, measured: a host and its guest, both busy, pinned to one core. Without

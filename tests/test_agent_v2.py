@@ -327,7 +327,7 @@ DEFAULTS = ("max 100000", "0", "100")
 
 def test_roles_table_and_validation():
     from coscheduler.model import InvalidInput
-    from monitoring.roles import HOST_WEIGHT, check_role, role_files
+    from monitoring.roles import HOST_WEIGHT, check_guest_weight, check_role, role_files
 
     assert role_files("guest", 2) == [("cpu.idle", "1")]
     assert role_files("host", 2) == [("cpu.idle", "0"), ("cpu.weight", str(HOST_WEIGHT))]
@@ -336,6 +336,15 @@ def test_roles_table_and_validation():
     assert role_files("guest", 1) == [("cpu.shares", "2")]
     assert role_files("host", 1) == [("cpu.shares", str(HOST_WEIGHT * 1024 // 100))]
     assert role_files(None, 1) == [("cpu.shares", "1024")]
+    # a site's guest weight (cosched agent --guest-weight): not idle, a plain weight
+    assert role_files("guest", 2, guest_weight=50) == [("cpu.idle", "0"), ("cpu.weight", "50")]
+    assert role_files("guest", 1, guest_weight=100) == [("cpu.shares", "1024")]
+    assert role_files("guest", 1, guest_weight=1) == [("cpu.shares", "10")]
+    assert role_files("host", 1, guest_weight=100) == role_files("host", 1)
+    assert check_guest_weight("idle") is None and check_guest_weight("250") == 250
+    for bad in ("0", "10001", "-3", "1.5", "nan", "", "weight"):
+        with pytest.raises(InvalidInput, match="guest weight must be 'idle' or an integer"):
+            check_guest_weight(bad)
     assert check_role(None) is None and check_role("guest") == "guest"
     for bad in ("Guest", "", 1, ["host"]):
         with pytest.raises(InvalidInput, match="role must be 'host', 'guest' or null"):

@@ -86,7 +86,7 @@ def test_the_committed_example_compose_file_is_current():
     (dict(nodes=0), "nodes"), (dict(nodes=True), "nodes"), (dict(cpus=0), "cpus"),
     (dict(cpu_limit=float("nan")), "cpu limit"), (dict(cpu_limit=0), "cpu limit"),
     (dict(agent_ports=(1, 2)), "agent ports"), (dict(agent_ports=(5, 5, 6)), "repeat"),
-    (dict(agent_ports=(0, 2, 3)), "not a TCP port"),
+    (dict(agent_ports=(0, 2, 3)), "not a TCP port"), (dict(guest_weight="0"), "guest weight"),
 ])
 def test_bad_specs_are_refused_with_a_named_reason(kw, word):
     with pytest.raises(InvalidInput, match=word):

@@ -50,6 +50,7 @@ node)
         cosched agent --listen "0.0.0.0:${COSCHED_AGENT_PORT:-9137}" --token-file "$conf/agent.token" \
         --cgroup-root cosched --node-cpus "${COSCHED_NODE_CPUS:?}" \
         --cpu-per-core "${COSCHED_CPU_PER_CORE:?}" --state-dir /var/lib/cosched-agent \
+        --guest-weight "${COSCHED_GUEST_WEIGHT:-idle}" \
         --discover-slurm >/var/log/cosched-agent.json 2>/var/log/cosched-agent.log &
     exec slurmd -D -N "$node"
     ;;
