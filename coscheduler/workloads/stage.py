@@ -5,7 +5,9 @@
 
 Runs the stage's task groups in order, each over ``--workers`` processes, and after every
 finished task writes ``{"done", "total"}`` with coscheduler.progress.write_progress (to
-$COSCHED_PROGRESS_FILE, or ``--progress-file``). Files go to a private temporary directory
+$COSCHED_PROGRESS_FILE, or ``--progress-file``). Progress counts work, not tasks: a task
+adds its group's weight (``task_weights``), so a stage whose first tasks are its heaviest
+does not look late to Hp (counted in tasks, a Montage mProject on pace read Hp 0.1-0.4). Files go to a private temporary directory
 removed at the end; with ``--workdir`` they go to a scratch folder inside it (also removed)
 and only hand-offs between stages (BLAST's hit tables) stay in the workdir. SIGTERM (a
 walltime kill) cleans up too. ``--report`` prints one JSON line: elapsed and CPU seconds,
@@ -94,6 +96,16 @@ def parse_part(value: str | None, env: dict | None = None) -> tuple[int, int] | 
     return None if int(n) == 1 else (int(k), int(n))
 
 
+def task_weights(groups) -> list[int]:
+    """Each group's progress units per task: its time per task over the stage's lightest
+    group's, rounded (1 for every task of a one-group stage). Montage's mProject: 103 for
+    an mProject task, 1 for an mDiffFit."""
+    lightest = min(g.task_s for g in groups)
+    if lightest <= 0:
+        return [1] * len(groups)
+    return [max(1, round(g.task_s / lightest)) for g in groups]
+
+
 def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: int | None = None,
               workdir: str | os.PathLike | None = None,
               progress_file: str | os.PathLike | None = None,
@@ -107,7 +119,9 @@ def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: i
     scale = check_scale(scale)
     counts = split_tasks(spec.groups, tasks)
     mine = [part_tasks(n, part) for n in counts]
-    total = sum(len(m) for m in mine)
+    tasks_mine = sum(len(m) for m in mine)
+    weights = task_weights(spec.groups)
+    total = sum(len(m) * w for m, w in zip(mine, weights))
 
     private = workdir is None
     if private:
@@ -122,23 +136,25 @@ def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: i
 
     done = 0
 
-    def report(_task: int) -> None:
-        nonlocal done
-        done += 1
-        write_progress(done, total, progress_file)
+    def reporter(weight: int):
+        def report(_task: int) -> None:
+            nonlocal done
+            done += weight
+            write_progress(done, total, progress_file)
+        return report
 
     t0 = time.perf_counter()
     cpu0 = _cpu_seconds()
     try:
         write_progress(0, total, progress_file)
-        for group, n, indices in zip(spec.groups, counts, mine):
+        for group, n, indices, weight in zip(spec.groups, counts, mine, weights):
             if not indices:
                 continue
             runner = make_runner(group, ctx, n, min(workers, len(indices)))
-            run_group(runner, indices, min(workers, len(indices)), report)
+            run_group(runner, indices, min(workers, len(indices)), reporter(weight))
     finally:
         remove_tree(scratch)
-    return StageReport(wf.name, spec.name, total, workers, scale,
+    return StageReport(wf.name, spec.name, tasks_mine, workers, scale,
                        time.perf_counter() - t0, _cpu_seconds() - cpu0, _max_rss_mb())
 
 
