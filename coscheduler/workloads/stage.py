@@ -7,11 +7,11 @@ Runs the stage's task groups in order, each over ``--workers`` processes, and af
 finished task writes ``{"done", "total"}`` with coscheduler.progress.write_progress (to
 $COSCHED_PROGRESS_FILE, or ``--progress-file``). Progress counts work, not tasks: a task
 adds its group's weight (``task_weights``), so a stage whose first tasks are its heaviest
-does not look late to Hp (counted in tasks, a Montage mProject on pace read Hp 0.1-0.4). Files go to a private temporary directory
-removed at the end; with ``--workdir`` they go to a scratch folder inside it (also removed)
-and only hand-offs between stages (BLAST's hit tables) stay in the workdir. SIGTERM (a
-walltime kill) cleans up too. ``--report`` prints one JSON line: elapsed and CPU seconds,
-peak memory, tasks.
+does not look late to Hp (counted in tasks, a Montage mProject on pace read Hp 0.1-0.4).
+Files go to a private temporary directory removed at the end; with ``--workdir`` they go
+to a scratch folder inside it (also removed) and only hand-offs between stages (BLAST's
+hit tables) stay in the workdir. SIGTERM (a walltime kill) cleans up too. ``--report``
+prints one JSON line: elapsed and CPU seconds, peak memory, tasks.
 """
 
 from __future__ import annotations
