@@ -17,7 +17,8 @@ from ..progress import ENV_VAR, read_progress, write_progress
               help=f"Progress file [default: ${ENV_VAR}, set by the backend that started the job].")
 def progress(done: int, total: int | None, path: str | None) -> None:
     """Record that DONE of TOTAL tasks are finished; the node agent turns successive
-    records into tasks/s and happiness Hp(t)."""
+    records into tasks/s and happiness Hp(t). Hp assumes equal tasks: where they are not,
+    count work units instead (the project's stage programs count each task by its cost)."""
     if total is not None and done > total:
         raise click.BadParameter(f"--done {done} is larger than --total {total}", param_hint="--done")
     target = path if path is not None else os.environ.get(ENV_VAR)
