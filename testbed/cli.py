@@ -60,9 +60,10 @@ def testbed() -> None:
                    "from /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list].")
 @click.option("--mesos", is_flag=True, help="Add the emulated Mesos master (testbed/mesos: an "
                                             "emulator of the v1 scheduler API, not Mesos).")
-@click.option("--guest-weight", default="idle", show_default=True,
+@click.option("--guest-weight", default="100", show_default=True,
               help="How the nodes' agents run guest jobs (cosched agent --guest-weight): 'idle' "
-                   "or a cpu.weight 1-10000.")
+                   "or a cpu.weight 1-10000. Not idle by default: an emulated node has no "
+                   "cpuset, so an idle guest would wait behind every job of its node.")
 @click.option("--no-install", is_flag=True, help="Do not install the Docker engine when missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def up_cmd(nodes, cpus, cpu_limit, port_base, suite, base, mirror, mesos, guest_weight,

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from coscheduler.model import InvalidInput
 from monitoring.roles import check_guest_weight
 
+DEFAULT_GUEST_WEIGHT = "100"
+
 PREFIX = "cosched-testbed"
 LABEL = "cosched.testbed"
 AGENT_PORT = 9137                     # inside each node container
@@ -64,8 +66,11 @@ class TestbedSpec:
     # here), its agents as many and as large as the Slurm nodes, on 127.0.0.1:mesos_port.
     mesos: bool = False
     mesos_port: int | None = None
-    # How the nodes' agents run guests (monitoring/roles.py): "idle", or a cpu.weight.
-    guest_weight: str = "idle"
+    # How the nodes' agents run guests (monitoring/roles.py): "idle", or a cpu.weight. Not
+    # idle by default: an emulated node's jobs share its real CPU with no cpuset, so an idle
+    # guest would wait behind every job of the node, not only behind its host as on a real
+    # node (docs/testbed.md, seventh session).
+    guest_weight: str = DEFAULT_GUEST_WEIGHT
 
     def __post_init__(self) -> None:
         check_instance_id(self.instance)

@@ -34,8 +34,8 @@ from typing import Callable, Iterator
 from coscheduler.model import InvalidInput
 
 from . import cgroups, images
-from .compose import (AGENT_PORT, CA_DIR, CONF_MOUNT, LABEL, TestbedSpec, check_instance_id, compose_config,
-                      render)
+from .compose import (AGENT_PORT, CA_DIR, CONF_MOUNT, DEFAULT_GUEST_WEIGHT, LABEL, TestbedSpec,
+                      check_instance_id, compose_config, render)
 from .engine import DockerError, Engine, EngineUnavailable, engine_status, ensure_engine
 from .slurm_files import slurm_files
 
@@ -213,7 +213,7 @@ def up(nodes: int = 2, cpus: int = 8, cpu_limit: float | None = None,
        port_base: int | None = None, suite: str = images.DEFAULT_SUITE, base: str = "auto",
        mirror: str | None = images.DEFAULT_MIRROR, install: bool = True, say: Say = lambda _m: None,
        health_timeout_s: float = HEALTH_TIMEOUT_S, instance: str | None = None,
-       mesos: bool = False, guest_weight: str = "idle") -> UpResult:
+       mesos: bool = False, guest_weight: str = DEFAULT_GUEST_WEIGHT) -> UpResult:
     """Bring a new instance up and wait until it is healthy. On any failure, or Ctrl-C, what
     was made is removed before the exception goes on."""
     t0 = time.monotonic()
