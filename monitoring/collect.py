@@ -109,10 +109,28 @@ def proc_stat(pid: int, files: "OpenFiles | None" = None) -> ProcStat | None:
         state = f[0].decode()
         if state in ("Z", "X"):
             return None
+        rss = int(f[21]) * _PAGE
+        if rss == 0:
+            # Seen once on a 6.18 kernel for a live, busy Python process: the counter in
+            # stat is approximate (per-CPU since 6.2); smaps_rollup walks the page tables.
+            rss = proc_rss_exact(pid)
         return ProcStat(pid, state, (int(f[11]) + int(f[12])) / _CLK_TCK,
-                        _BOOT + int(f[19]) / _CLK_TCK, int(f[21]) * _PAGE, int(f[17]))
+                        _BOOT + int(f[19]) / _CLK_TCK, rss, int(f[17]))
     except (ValueError, IndexError):
         return None
+
+
+def proc_rss_exact(pid: int) -> int:
+    """Resident bytes from /proc/PID/smaps_rollup (exact, but costs a page-table walk);
+    0 when unreadable."""
+    raw = read_small(f"/proc/{pid}/smaps_rollup")
+    for line in (raw or b"").split(b"\n"):
+        if line.startswith(b"Rss:"):
+            try:
+                return int(line.split()[1]) * 1024
+            except (ValueError, IndexError):
+                return 0
+    return 0
 
 
 def proc_io(pid: int, files: "OpenFiles | None" = None) -> tuple[int, int]:

@@ -235,3 +235,14 @@ def test_progress_command_writes_the_protocol_file(tmp_path):
     (tmp_path / "evil.json").symlink_to(f)
     assert collect.read_progress_file(str(tmp_path / "evil.json")) is None
     assert collect.read_progress_file(str(f)).done == 3
+
+
+def test_resident_memory_of_a_live_process_is_read_two_ways():
+    """The exact reading (smaps_rollup, the fallback when stat's approximate counter
+    reads 0) and the stat reading both see this process's memory, within a few MiB."""
+    me = os.getpid()
+    exact = collect.proc_rss_exact(me)
+    st = collect.proc_stat(me)
+    assert st is not None and exact > 1 << 20
+    assert abs(st.rss_bytes - exact) < 16 << 20, (st.rss_bytes, exact)
+    assert collect.proc_rss_exact(2**22 + 12345) == 0  # no such pid: 0, no error
