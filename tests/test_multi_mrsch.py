@@ -295,3 +295,41 @@ def test_shipped_models_under_todays_rules_pass_their_gate(lublin_swf):
         assert got["score"] < 0, (path.name, got["score"])
         gated.append((h["kind"], h["set"]))
     assert {("mrsch", s) for s in GATED_SETS} <= set(gated), gated
+
+
+def test_seeds_parse_and_bad_lists_are_named():
+    from coscheduler.multi.seeds import parse_seeds
+
+    assert parse_seeds("1-3,7, 2") == [1, 2, 3, 7]
+    for bad in ("x", "3-1", "-2", "1-5000", ""):
+        with pytest.raises(InvalidInput, match="seeds"):
+            parse_seeds(bad)
+
+
+def test_training_several_seeds_keeps_the_best_on_validation(tmp_path, lublin_swf):
+    """--seeds trains each seed (two processes at once) and keeps the lowest validation
+    score; the other seeds' files are gone, the header lists every score."""
+    out = tmp_path / "mrsch-lublin_256-S4.model"
+    args = [sys.executable, "-m", "coscheduler.cli", "train", "mrsch", "--trace", str(lublin_swf),
+            "--set", "S4", "--episodes", "1,0,0", "--jobs-per-set", "64", "--steps", "2",
+            "--batch", "16", "--seeds", "3-4", "--workers", "2", "--out", str(out), "--json"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    h = json.loads(proc.stdout.strip().splitlines()[-1])
+    scores = {int(k): v for k, v in h["seed_scores"].items()}
+    assert sorted(scores) == [3, 4]
+    assert h["seed"] == min(scores, key=lambda k: (scores[k], k))
+    assert h["validation_score"] == pytest.approx(scores[h["seed"]], abs=1e-4)
+    assert h["name"] == "mrsch-lublin_256-S4"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name, out.name + ".ckpt"]
+    assert "seed 3: validation score" in proc.stderr and "seed 4: validation score" in proc.stderr
+
+
+def test_seeds_refuse_resume_and_bad_lists_in_one_line(tmp_path, lublin_swf):
+    base = ["train", "mrsch", "--trace", str(lublin_swf), "--set", "S4",
+            "--out", str(tmp_path / "m.model")]
+    r = CliRunner().invoke(main, base + ["--seeds", "1-2", "--resume"])
+    assert r.exit_code == 2 and "cannot be combined with --seeds" in r.output
+    r = CliRunner().invoke(main, base + ["--seeds", "2-1"])
+    assert r.exit_code == 1 and "seeds '2-1'" in r.output and "Traceback" not in r.output
+    assert not list(tmp_path.iterdir())

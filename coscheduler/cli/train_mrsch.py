@@ -1,8 +1,9 @@
 """``cosched train mrsch``: train an MRSch (or scalar-reward) model on one workload set.
 
 ``cosched train mrsch --trace T --set S4 [--workload-seed 1] [--goal dynamic|fixed]
-[--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1] [--out MODEL]
-[--resume] [--json]``; see coscheduler/multi/train.py.
+[--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1 | --seeds 1-6
+[--workers 2]] [--out MODEL] [--resume] [--json]``; see coscheduler/multi/train.py and
+coscheduler/multi/seeds.py.
 """
 
 from __future__ import annotations
@@ -33,13 +34,18 @@ from ..sim.swf import read_swf
 @click.option("--batch", type=click.IntRange(min=1), default=128, show_default=True,
               help="minibatch size of the gradient steps")
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--seeds", default=None, metavar="LIST",
+              help="train once per seed (e.g. 1-6 or 1,3,5) and keep the model with the best "
+                   "validation score (jobs 70-80 %%); overrides --seed")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="local processes training seeds at once (with --seeds)")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="model file (default: <mrsch|scalar>-<trace>-<set>.model here)")
 @click.option("--resume", is_flag=True, help="continue from OUT.ckpt if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the model header as JSON")
 def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episodes: str,
-          jobs_per_set: int, steps: int, batch: int, seed: int, out: str | None, resume: bool,
-          as_json: bool) -> None:
+          jobs_per_set: int, steps: int, batch: int, seed: int, seeds: str | None,
+          workers: int, out: str | None, resume: bool, as_json: bool) -> None:
     """Train MRSch (DFP) in its three phases on TRACE's set, with the simulator engine."""
     from ..multi.train import TrainConfig, train as run_train
 
@@ -54,11 +60,24 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
         kind = "mrsch" if goal == "dynamic" else "scalar"
         path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"
                                           f"{wl.set_name}.model")
-        with click.progressbar(length=sum(counts), label=f"training {path.name}",
-                               file=sys.stderr) as bar:
-            def progress(done: int, total: int, info: dict) -> None:
-                bar.update(1)
-            model = run_train(wl, path, config, resume=resume, progress=progress)
+        if seeds is not None:
+            from ..multi.seeds import parse_seeds, train_seeds
+
+            if resume:
+                raise click.UsageError("--resume continues one run; it cannot be combined "
+                                       "with --seeds")
+            chosen = parse_seeds(seeds)
+            click.echo(f"training {path.name}: seeds {','.join(map(str, chosen))}, "
+                       f"{workers} at a time", err=True)
+            model, _ = train_seeds(wl, path, config, chosen, workers=workers,
+                                   on_seed=lambda k, score: click.echo(
+                                       f"  seed {k}: validation score {score:+.4f}", err=True))
+        else:
+            with click.progressbar(length=sum(counts), label=f"training {path.name}",
+                                   file=sys.stderr) as bar:
+                def progress(done: int, total: int, info: dict) -> None:
+                    bar.update(1)
+                model = run_train(wl, path, config, resume=resume, progress=progress)
     except InvalidInput as e:
         raise click.ClickException(str(e)) from None
     h = {k: v for k, v in model.header.items() if k not in ("weights", "losses")}
@@ -68,4 +87,5 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
     v = h["validation"]
     click.echo(f"{path}: {h['episodes']} job sets in {h['training_seconds']} s, final loss "
                f"{h['final_loss']:.5f}; validation: node {100 * v['node_util']:.1f} %, "
-               f"wait {v['mean_wait_s']:.0f} s, slowdown {v['mean_slowdown']:.1f}")
+               f"wait {v['mean_wait_s']:.0f} s, slowdown {v['mean_slowdown']:.1f}"
+               + (f"; seed {h['seed']} of {len(h['seed_scores'])}" if "seed_scores" in h else ""))
