@@ -170,3 +170,20 @@ def test_shipped_reports_sit_beside_their_models():
             report["model_figure"] >= report["best_figure"] if report["higher_is_better"]
             else report["model_figure"] <= report["best_figure"]) else "fail")
         assert Path(report["model"]).suffix == ".model"
+
+
+def test_multi_resource_models_are_gated_by_their_header_score():
+    from coscheduler.multi.report import gate_verdict
+
+    assert gate_verdict({"validation_score": -0.2}) == "pass"
+    assert gate_verdict({"validation_score": 0.0}) == "pass"      # at FCFS+EASY: allowed
+    assert gate_verdict({"validation_score": 0.05}) == "fail"
+    assert gate_verdict({"validation_score": float("nan")}) == "unevaluated"
+    assert gate_verdict({}) == "unevaluated"                      # trained before the score
+    every = {r["name"]: r for r in json.loads(run("models", "list", "--all", "--json").output)}
+    offered = {r["name"] for r in json.loads(run("models", "list", "--json").output)}
+    for s in ("S4", "S5"):
+        assert every[f"mrsch-lublin_256-{s}"]["gate"] == "pass"
+        assert f"mrsch-lublin_256-{s}" in offered
+    assert every["scalar-lublin_256-S4"]["gate"] == "unevaluated"
+    assert "scalar-lublin_256-S4" not in offered

@@ -4,7 +4,9 @@ scalar RL in coscheduler/multi/models) and their release gate (``learned/gate.py
 
 ``list`` offers only the models that passed the gate (their validation report beside the
 file says so); ``--all`` lists every model file with its verdict (``pass``, ``fail``,
-``unevaluated``: no report, as the MRSch models, or ``broken``)."""
+``unevaluated``: no report, as the MRSch models trained before their header held a
+validation score, or ``broken``). An MRSch or scalar model's gate is its header's
+validation score against FCFS with EASY (``multi.report.gate_verdict``)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ def _rows() -> list[dict]:
     from ..multi.report import list_models as list_multi_models
 
     rows = list_models()
-    for r in list_multi_models():  # no gate for MRSch models yet
-        rows.append({**r, "gate": "broken" if r.get("error") else "unevaluated",
+    for r in list_multi_models():  # their gate is in the header (multi/report.gate_verdict)
+        rows.append({**r, "gate": "broken" if r.get("error") else r["gate"],
                      "gate_report": None})
     return rows
 

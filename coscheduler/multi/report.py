@@ -71,8 +71,21 @@ def list_models(models_dir: Path = MODELS_DIR) -> list[dict]:
         rows.append({**row, "kind": "scalar-rl" if h.get("goal") == "fixed" else "mrsch",
                      "trace": h.get("trace"), "set": h.get("set"), "goal": h.get("goal"),
                      "base": None, "epochs": h.get("episodes"),
-                     "training_seconds": h.get("training_seconds")})
+                     "training_seconds": h.get("training_seconds"),
+                     "gate": gate_verdict(h), "validation_score": h.get("validation_score")})
     return rows
+
+
+def gate_verdict(header: dict) -> str:
+    """An MRSch or scalar model's release gate, from its header: ``pass`` when its
+    validation score (train.validation_score, measured when it was trained, under today's
+    engine rules) is at or below 0, i.e. no worse than FCFS with EASY on the validation
+    stretch; ``fail`` above; ``unevaluated`` for models trained before the score existed
+    (tests/test_multi_mrsch.py re-scores every shipped model that has one)."""
+    score = header.get("validation_score")
+    if not isinstance(score, (int, float)) or score != score:
+        return "unevaluated"
+    return "pass" if score <= 0 else "fail"
 
 
 def check_model(models_dir: Path, method: str, trace: str, set_name: str) -> Path | None:
