@@ -185,5 +185,5 @@ def test_multi_resource_models_are_gated_by_their_header_score():
     for s in ("S4", "S5"):
         assert every[f"mrsch-lublin_256-{s}"]["gate"] == "pass"
         assert f"mrsch-lublin_256-{s}" in offered
-    assert every["scalar-lublin_256-S4"]["gate"] == "unevaluated"
-    assert "scalar-lublin_256-S4" not in offered
+    assert every["scalar-lublin_256-S1"]["gate"] == "unevaluated"
+    assert "scalar-lublin_256-S1" not in offered
