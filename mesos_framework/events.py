@@ -60,6 +60,10 @@ class SchedulerEvents:
         now = self.now()
         useless: list[HeldOffer] = []
         with self._lock:
+            # Suppressed with nothing waiting: an offer the master sent before it read our
+            # SUPPRESS goes straight back (no later pass may come to decline it).
+            send_back = self._suppressed and self._nothing_waits()
+            refuse = self.config.idle_refuse_s if send_back else self.config.refuse_s
             for raw in offers:
                 try:
                     v = msg.read_offer(raw)
@@ -75,12 +79,12 @@ class SchedulerEvents:
                     self._agents[v.agent_id] = v.hostname
                 held = HeldOffer(v, now, hold_deadline(now, self.config.hold_s,
                                                        self.config.hold_jitter, self._rng))
-                if v.cpus < 1.0 - 1e-6 and v.mem <= 0:
+                if send_back or (v.cpus < 1.0 - 1e-6 and v.mem <= 0):
                     useless.append(held)
                     continue
                 self._pool[v.offer_id] = held
         if useless:
-            self._decline(useless, self.config.refuse_s)
+            self._decline(useless, refuse)
         self.changed.set()
 
     def inverseOffers(self, driver, offers) -> None:

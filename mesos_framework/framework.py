@@ -265,11 +265,14 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         with self._lock:
             if not self._ready():
                 return
-            idle = not self._waiting and not any(r.waiting_since is not None for r in self._runs.values())
+            idle = self._nothing_waits()
             started = self._pass_started
             seen = [h for h in self._pool.values() if started is None or h.received <= started]
             if idle:
-                give_back, refuse = [h.offer_id for h in seen], self.config.idle_refuse_s
+                # every held offer, seen or not: no job needs one, and a framework whose run
+                # loop has ended holds what it keeps until it closes (a CI run's second
+                # framework waited 90 s for cores the finished first one still held)
+                give_back, refuse = list(self._pool), self.config.idle_refuse_s
             else:
                 give_back, refuse = expired(seen, now), self.config.refuse_s
             declined = [self._pool.pop(oid) for oid in give_back if oid in self._pool]
@@ -286,6 +289,10 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
                     self._suppressed = False
         if revive:
             self._revive()
+
+    def _nothing_waits(self) -> bool:
+        """No job queued and no guest waiting for memory (under the lock)."""
+        return not self._waiting and not any(r.waiting_since is not None for r in self._runs.values())
 
     def idle(self) -> bool:
         """Nothing queued or running (the feeds may still bring jobs)."""

@@ -459,3 +459,27 @@ def test_closing_hands_the_last_outcomes_to_the_feeds():
     b.statusUpdate(d, status(t["task_id"]["value"], "TASK_FINISHED", "A1"))
     b.close()
     assert told == ["x"]
+
+
+def test_a_finished_framework_holds_no_offer_after_its_last_pass():
+    """The race behind a CI failure: a framework's last pass finds nothing to do, but an
+    offer arrives while that pass runs, and another after it suppressed offers. Its run
+    loop then ends; neither offer may stay held until it closes (another framework's gang
+    waited 90 s for those cores)."""
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, idle_refuse_s=7.0))
+    b.before_pass()
+    ctl.step()
+    clock.t += 0.1
+    b.resourceOffers(d, [offer("O1", "A1", 2)])      # arrives while the last pass runs
+    b.after_pass()
+    assert b.held_offers() == [] and d.of("SUPPRESS")
+    assert d.of("DECLINE")[0]["decline"] == {"offer_ids": [{"value": "O1"}],
+                                             "filters": {"refuse_seconds": 7.0}}
+    b.resourceOffers(d, [offer("O2", "A2", 2)])      # sent before the master read SUPPRESS
+    assert b.held_offers() == []
+    assert d.of("DECLINE")[1]["decline"]["offer_ids"] == [{"value": "O2"}]
+    # work again: REVIVE, and offers are held for it as before
+    b.submit(job("late"))
+    assert d.of("REVIVE")
+    b.resourceOffers(d, [offer("O3", "A1", 2)])
+    assert [h.offer_id for h in b.held_offers()] == ["O3"]
