@@ -14,7 +14,8 @@ from coscheduler.controller import Controller, ControllerConfig
 from coscheduler.learner import AsaxLearner, LearnerConfig
 from coscheduler.model import InvalidInput, Job
 from coscheduler.policies.coalloc import Asax
-from coscheduler.policies.lending import MIN_GUEST_QUOTA, Loan, loan, revise
+from coscheduler.policies.lending import (MIN_GUEST_QUOTA, Loan, guest_finish_s,
+                                         least_paying_speed, loan, revise)
 from coscheduler.recorder import MemoryRecorder
 
 
@@ -194,3 +195,69 @@ def test_a_guest_offered_less_than_the_smallest_loan_waits_for_its_own_cores(min
     hosted = [h for _, g, h in b.starts if g == "g"]
     assert hosted == (["h"] if lent else [None])
     assert {o.job_id: o.state for o in b.history} == {"h": "completed", "g": "completed"}
+
+
+# -- the "sooner" rule: a partial loan only when it ends the guest sooner than waiting ----------
+
+def test_a_partial_loan_pays_when_the_guest_ends_no_later_than_by_waiting():
+    # R = 100 s alone, its host ends in 50 s, its own cores free in 25 s: at speed v it
+    # ends at 50 + 100 - 50 v (it outlives the host), against 25 + 100 by waiting: v >= 0.5.
+    assert least_paying_speed(100.0, 50.0, 25.0) == pytest.approx(0.5)
+    assert guest_finish_s(100.0, 50.0, 0.5) == pytest.approx(125.0)
+    # Host ends in 200 s, own cores in 50 s: a guest at v >= 2/3 ends before its host, at
+    # 100 / v = 150 s = 50 + 100.
+    assert least_paying_speed(100.0, 200.0, 50.0) == pytest.approx(2.0 / 3.0)
+    assert guest_finish_s(100.0, 200.0, 2.0 / 3.0) == pytest.approx(150.0)
+    # Nothing to wait for: only a full loan; never any cores of its own: any loan.
+    assert least_paying_speed(100.0, 50.0, 0.0) == 1.0
+    assert least_paying_speed(100.0, 50.0, math.inf) == 0.0
+    # Its host ends now: it gets the host's cores at once, so any loan.
+    assert least_paying_speed(100.0, 0.0, 10.0) == 0.0
+    assert least_paying_speed(math.nan, 50.0, 10.0) == 1.0
+    assert guest_finish_s(100.0, 50.0, 0.0) == math.inf
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(1.0, 1e5), st.floats(0.0, 1e5), st.floats(0.0, 1e5), st.floats(0.01, 1.0))
+def test_the_least_paying_speed_is_exactly_where_a_loan_stops_costing_time(r, h, w, v):
+    pays = least_paying_speed(r, h, w)
+    assert 0.0 <= pays <= 1.0
+    gap = guest_finish_s(r, h, v) - (w + r)     # < 0: the loan ends the guest sooner
+    if abs(gap) <= 1e-9 * (r + h + w) or abs(v - pays) <= 1e-6:
+        return   # a tie, within rounding
+    assert (gap < 0 or pays == 0.0) == (v > pays)
+
+
+def test_a_bad_lending_rule_is_refused_by_name():
+    with pytest.raises(InvalidInput, match="lend_rule"):
+        ControllerConfig(lend_rule="soon")
+
+
+@pytest.mark.parametrize("rule, other_ends_at, hosted", [
+    ("share", 20.0, "h"),     # three quarters of its need: lent, whatever else frees
+    ("sooner", 20.0, None),   # its own cores free in ~20 s: at 0.8 speed waiting ends it sooner
+    ("sooner", 150.0, "h"),   # ... in ~150 s: the loan ends it sooner
+])
+def test_the_sooner_rule_lends_only_when_waiting_would_end_the_guest_later(
+        rule, other_ends_at, hosted):
+    """An 8-core host using half its cores leaves 3.2 cores idle for a 4-core CPU-bound
+    guest (0.8 of its need). A 4-core job on the other node frees cores of the guest's own
+    at ``other_ends_at`` (its walltime; it ends a little earlier)."""
+    b = VirtualBackend({"n1": 8, "n2": 4})
+    b.submit(Job("h", 8, 200.0, "h", tasks=100), Profile(150.0, 0.5, 10.0))
+    b.submit(Job("o", 4, other_ends_at, "o", tasks=100), Profile(other_ends_at - 5.0, 1.0, 10.0))
+    b.submit(Job("g", 4, 100.0, "g", tasks=100, submit_time=1.0), Profile(30.0, 1.0, 10.0))
+    learner = AsaxLearner(LearnerConfig(seed=0, fitted_expert=False))
+    ctl = Controller(b, Asax(learner), MemoryRecorder(),
+                     config=ControllerConfig(lend_min_share=0.5, lend_rule=rule)
+                     if rule == "sooner" else ControllerConfig())
+    ctl.usage.add("g", 100.0, 10.0)
+    learner.actions = tuple(1.0 if j else 0.0 for j in range(len(learner.actions)))
+    for _ in range(400):
+        ctl.step()
+        if b.idle():
+            break
+        b.advance(1.0)
+    assert [h for _, g, h in b.starts if g == "g"] == [hosted]
+    assert {o.job_id: o.state for o in b.history} == {"h": "completed", "o": "completed",
+                                                      "g": "completed"}

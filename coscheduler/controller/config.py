@@ -57,11 +57,18 @@ class ControllerConfig:
     # No loan below this share of the guest's need: the guest waits for a host with more
     # idle CPU, or for cores of its own (policies.lending).
     lend_min_share: float = DEFAULT_MIN_SHARE
+    # "share": every loan of at least lend_min_share of the guest's need is made. "sooner":
+    # a loan short of the guest's need is made only if the guest, running slower as a
+    # guest, is estimated to end no later than by waiting for cores of its own
+    # (policies.lending.least_paying_speed; estimates from walltimes, as EASY's).
+    lend_rule: str = "share"
 
     def __post_init__(self) -> None:
-        from ..policies.lending import check_hysteresis, check_margin, check_min_share
+        from ..policies.lending import (check_hysteresis, check_lend_rule, check_margin,
+                                        check_min_share)
         check_margin(self.lend_margin, "controller lend_margin")
         check_min_share(self.lend_min_share, "controller lend_min_share")
+        check_lend_rule(self.lend_rule, "controller lend_rule")
         check_hysteresis(self.lend_hysteresis, "controller lend_hysteresis")
         for name in ("max_guests_per_host", "max_candidates_per_guest", "max_start_attempts"):
             v = getattr(self, name)

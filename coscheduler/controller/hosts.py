@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from ..model import Job, MetricsSample, RunningJob
 from ..policies.coalloc import HostCandidate, candidate
 from ..policies.gang import fits_beside, guest_placement
-from ..policies.lending import guest_need, loan
+from ..policies.lending import guest_need, least_paying_speed, loan
 from .config import ControllerConfig
 from .hoststate import OwnState, host_own_state, host_state, wait_share
 from .maxtree import MaxTree
@@ -62,6 +62,10 @@ class HostIndex:
         self.idle_only = idle_only
         self.margin = config.lend_margin
         self.min_share = config.lend_min_share
+        # The "sooner" rule: a partial loan must beat waiting (policies.lending). ``wait_of``
+        # (set by the controller): when a guest could start on cores of its own, estimated.
+        self.sooner = idle_only and config.lend_rule == "sooner"
+        self.wait_of: Callable[[Job], float] | None = None
         self._alone_of = alone_runtime
         self._alone: dict[str, float | None] = {}
         self._own: dict[str, OwnState] = {}    # host -> its own part of its state, this pass
@@ -346,6 +350,8 @@ class HostIndex:
         idle_only, margin, max_guests = self.idle_only, self.margin, self.max_guests
         min_share = self.min_share
         _, _, demand, need, known = kind
+        sooner = self.sooner and self.wait_of is not None
+        wait_s: float | None = None     # (estimated once per guest, when first needed)
         for p in positions:
             _, rj, _, lent, _ = entries[p]
             host = rj.job
@@ -376,14 +382,21 @@ class HostIndex:
                            min_share=min_share)
                 if cap is None:
                     continue   # not enough idle CPU on this host for this guest
+            min_loan = None if need is None else min_share * need
+            if sooner and cap < need - 1e-9:
+                if wait_s is None:
+                    wait_s = self.wait_of(guest) - now
+                pays = least_paying_speed(guest.walltime_s, self.ends[p] - now, wait_s)
+                if cap < pays * need - 1e-9:
+                    continue   # waiting for cores of its own is estimated to end it sooner
+                min_loan = max(min_loan, pays * need)
             own = own_of.get(host_id)
             if own is None:
                 own = own_of[host_id] = host_own_state(
                     rj, sample, now, self.alone_runtime(host.job_class))
             state = own if known is None else own.with_guest(
                 known[0], known[1], g_cores / host.cores, known[2], known[3])
-            yield candidate(rj, placement, lent, sample, state, cap, need,
-                            None if need is None else min_share * need)
+            yield candidate(rj, placement, lent, sample, state, cap, need, min_loan)
 
     def has_idle(self, guest: Job, rj: RunningJob) -> bool:
         """Whether ``rj`` has idle CPU enough for the smallest loan to ``guest`` (diagnostics)."""

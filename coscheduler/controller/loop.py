@@ -25,7 +25,8 @@ from ..recorder import MemoryRecorder, Recorder
 from .config import ControllerConfig, PassReport
 from .hosts import HostIndex, host_state, why_not_hosted
 from .order import QueueOrder, fcfs
-from .placement import CoStart, EasyBackfill, Start, easy_reservation, free_cores
+from .placement import (CoStart, EasyBackfill, Start, core_releases, easy_reservation,
+                        free_cores, own_start_estimate)
 from .act import ActMixin
 from .drain import DrainMixin
 from .feedback import FeedbackMixin
@@ -251,6 +252,9 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                               idle_only=getattr(self.policy, "idle_only", False),
                               alone_runtime=self.recorder.alone_runtime)
         plan: list[Start | CoStart] = []
+        ahead: list[Job] = []    # the jobs left waiting so far in this pass, in order
+        if index is not None and index.sooner:
+            index.wait_of = self._own_start_estimate(cores, running, plan, now, ahead)
         declined: list[Decision] = []
         host_quota: dict[str, float] = {}   # hosts' quotas after this pass's co-starts
         fits_empty: dict[tuple[int, int], bool] = {}
@@ -307,6 +311,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                         job, running, running_by_id=by_id, was_guest=self._was_guest,
                         cooldown=self._cooldown, index=index, shadow=cores.shadow,
                         now=now, config=self.config)
+            ahead.append(job)
             # Else the first waiting job that can get a reservation (EASY) gets it.
             if cores.shadow is None:
                 if not self.config.backfill:
@@ -318,6 +323,26 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                 report.reservation = (job.job_id, shadow)
                 cores.reserve(shadow, left_over)
         return plan, declined
+
+    def _own_start_estimate(self, cores: EasyBackfill, running: list[RunningJob],
+                            plan: list, now: float, ahead: list[Job]
+                            ) -> Callable[[Job], float]:
+        """When a job could start on cores of its own (``placement.own_start_estimate``)
+        behind the jobs left waiting ahead of it so far in this pass, with the cores held
+        and freed as this pass has planned so far; once per job size and such state."""
+        seen: dict[tuple[int, int, int], float] = {}
+        releases: tuple[int, list[tuple[float, int]]] = (-1, [])
+
+        def wait_of(job: Job) -> float:
+            nonlocal releases
+            key = (job.cores, len(ahead), len(plan))
+            if key not in seen:
+                if releases[0] != len(plan):
+                    releases = (len(plan), core_releases(running, plan, now, self._last))
+                seen[key] = own_start_estimate(job.cores, cores.free.total, releases[1],
+                                               ahead, now)
+            return seen[key]
+        return wait_of
 
     # -- host state for the experts -------------------------------------------------------------
     def host_state(self, rj: RunningJob, sample: MetricsSample | None, now: float) -> HostState:

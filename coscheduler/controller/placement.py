@@ -8,11 +8,15 @@ Pure logic over plain data (no backend, no learner), so each piece can be tested
   from the ends (start + walltime) of running jobs and of the jobs this pass plans to start.
 - ``EasyBackfill``: free cores under that reservation: later jobs start only if they do not
   delay the reserved job.
+- ``own_start_estimate``: when a waiting job would get cores of its own behind the jobs
+  waiting ahead of it (the "sooner" lending rule's estimate).
 - ``Start`` / ``CoStart``: the plan items stage 4 hands to stage 5 (act).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -189,3 +193,34 @@ def easy_reservation(job: Job, free: Mapping[str, int], running: Iterable[Runnin
                 proj[node] -= c
             return end, proj
     return None
+
+
+def core_releases(running: Iterable[RunningJob], plan: Iterable[Start | CoStart], now: float,
+                  running_by_id: Mapping[str, RunningJob]) -> list[tuple[float, int]]:
+    """(time, cores) at which held cores come free, by walltime: the running jobs that hold
+    cores of their own (not guests inside a running host) and the jobs this pass starts."""
+    out = [(max(now, rj.start_time + rj.job.walltime_s), rj.allocation.cores) for rj in running
+           if rj.host_job is None or rj.host_job not in running_by_id]
+    out += [(now + item.job.walltime_s, item.allocation.cores) for item in plan
+            if isinstance(item, Start)]
+    return out
+
+
+def own_start_estimate(cores: int, free_total: int, releases: Iterable[tuple[float, int]],
+                       ahead: Iterable[Job], now: float) -> float:
+    """When a job of ``cores`` cores would start on cores of its own (inf: never), if the
+    jobs waiting ahead of it started first, in order, each as soon as enough cores are free
+    (no backfilling) and held them for its walltime. Cores are counted over the whole
+    cluster, not per node: an estimate for lending, not a reservation."""
+    heap = list(releases)
+    heapq.heapify(heap)
+    free, t = free_total, now
+    for need, walltime in [(j.cores, j.walltime_s) for j in ahead] + [(cores, 0.0)]:
+        while free < need:
+            if not heap:
+                return math.inf
+            at, c = heapq.heappop(heap)
+            t, free = max(t, at), free + c
+        free -= need
+        heapq.heappush(heap, (t + walltime, need))
+    return t

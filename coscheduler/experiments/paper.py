@@ -139,7 +139,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               usage: ClassUsage | None = None, scale_out: int = 1,
               old_rules: bool = False, queue_policy=None, idle_guests: bool = False,
               permit: float | None = None, shared_cores: bool = True,
-              loan_min_share: float = DEFAULT_MIN_SHARE) -> PaperRun:
+              loan_min_share: float = DEFAULT_MIN_SHARE,
+              loan_rule: str = "share") -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -158,6 +159,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     each job's own cores (the model before 2026-11-26's fourth session).
     ``loan_min_share``: ASA_X lends no less than this share of a guest's need; a guest
     offered less waits for a better host or for cores of its own (policies.lending).
+    ``loan_rule``: "sooner" also refuses a partial loan unless the guest is estimated to end
+    sooner as a guest than by waiting for cores of its own (ControllerConfig.lend_rule).
     """
     from coscheduler.workloads.profile import check_scale
 
@@ -181,7 +184,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     for s in stages:
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
-                              lend_min_share=loan_min_share, **(OLD_RULES if old_rules else {}))
+                              lend_min_share=loan_min_share, lend_rule=loan_rule, **(OLD_RULES if old_rules else {}))
     # queue_policy: a heuristic, a learned scorer or an inspector (controller.order_by);
     # default the paper's submission order. A fresh order per run: an inspector's keeps state.
     order = submission_order(stages) if queue_policy is None else order_by(queue_policy)
@@ -254,7 +257,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    workers: int | None = 1, cluster: str | None = None,
                    idle_guests: bool = False, permit: float | None = None,
                    shared_cores: bool = True,
-                   loan_min_share: float = DEFAULT_MIN_SHARE) -> list[PaperRun]:
+                   loan_min_share: float = DEFAULT_MIN_SHARE,
+                   loan_rule: str = "share") -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -272,7 +276,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 kill_at_walltime=kill_at_walltime, mix=mix, classes=classes, experts=experts,
                 model=model, explain=explain, prior_runs=prior_runs, scale_out=scale_out,
                 old_rules=old_rules, queue_policy=queue_policy, idle_guests=idle_guests,
-                permit=permit, shared_cores=shared_cores, loan_min_share=loan_min_share)
+                permit=permit, shared_cores=shared_cores, loan_min_share=loan_min_share,
+                loan_rule=loan_rule)
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
         tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, repeat, scale, seed,
@@ -326,7 +331,8 @@ def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repeat: i
                                 idle_guests=opts.get("idle_guests", False),
                                 permit=opts.get("permit"),
                                 shared_cores=opts.get("shared_cores", True),
-                                loan_min_share=opts.get("loan_min_share", DEFAULT_MIN_SHARE))
+                                loan_min_share=opts.get("loan_min_share", DEFAULT_MIN_SHARE),
+                                loan_rule=opts.get("loan_rule", "share"))
                 runs.append(run)
     return runs
 

@@ -113,6 +113,50 @@ def loan(host_cores: int, lent_cores: float, host_used_cores: float | None, gues
     return max(MIN_GUEST_QUOTA, min(1.0, give / guest_cores))
 
 
+LEND_RULES = ("share", "sooner")
+
+
+def check_lend_rule(rule: object, name: str = "lending rule") -> str:
+    if rule not in LEND_RULES:
+        raise InvalidInput(f"{name} must be one of {', '.join(LEND_RULES)}, got {rule!r}")
+    return rule  # type: ignore[return-value]
+
+
+def guest_finish_s(runtime_s: float, host_left_s: float, speed: float) -> float:
+    """Seconds until a guest that needs ``runtime_s`` alone ends, when it runs at ``speed``
+    (its loan over its need, at most 1) until its host ends in ``host_left_s`` and then at
+    full speed on the cores it holds (the host's end gives its guests their full quota)."""
+    v = min(1.0, speed)
+    if v <= 0.0:
+        return math.inf
+    if v * host_left_s >= runtime_s:
+        return runtime_s / v
+    return host_left_s + (runtime_s - v * host_left_s)
+
+
+def least_paying_speed(runtime_s: float, host_left_s: float, wait_s: float) -> float:
+    """The smallest speed (loan over need) at which a guest finishes no later as a guest
+    (``guest_finish_s``) than by waiting ``wait_s`` for cores of its own and then running
+    ``runtime_s`` there. 1.0 when nothing less pays: waiting costs nothing (``wait_s`` 0),
+    or the estimates are not finite numbers; 0.0 when its host ends now (it gets the host's
+    cores) or it never gets cores of its own.
+
+    A loan at speed v < 1 finishes at ``H + R - v H`` while the host runs ``H`` (when v H < R):
+    sooner than ``W + R`` exactly when ``v > 1 - W / H``; a guest that ends before its host
+    does (v H >= R) finishes at ``R / v``, sooner when ``v > R / (W + R)``."""
+    r, h, w = runtime_s, max(0.0, host_left_s), max(0.0, wait_s)
+    if not (math.isfinite(r) and math.isfinite(h)) or math.isnan(w) or r <= 0:
+        return 1.0
+    if h == 0.0 or math.isinf(w):
+        return 0.0   # its host ends now, or it never gets cores of its own: any loan
+    if w == 0.0:
+        return 1.0
+    v = 1.0 - w / h
+    if v * h < r:   # the guest outlives its host at this speed: the first case holds
+        return min(1.0, max(0.0, v))
+    return min(1.0, r / (w + r))
+
+
 @dataclass(frozen=True)
 class Loan:
     """One guest on a host: its cores, its quota fraction now, and the most it may have
@@ -170,5 +214,7 @@ def revise(host_cores: int, host_used_cores: float | None, loans: Sequence[Loan]
     return out
 
 
-__all__ = ["DEFAULT_HYSTERESIS", "DEFAULT_MARGIN", "DEFAULT_MIN_SHARE", "Loan", "MIN_GUEST_QUOTA",
-           "check_hysteresis", "check_margin", "check_min_share", "guest_need", "loan", "revise"]
+__all__ = ["DEFAULT_HYSTERESIS", "DEFAULT_MARGIN", "DEFAULT_MIN_SHARE", "LEND_RULES", "Loan",
+           "MIN_GUEST_QUOTA", "check_hysteresis", "check_lend_rule", "check_margin",
+           "check_min_share", "guest_finish_s", "guest_need", "least_paying_speed", "loan",
+           "revise"]
