@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from coscheduler.controller.hosts import HostIndex, MaxTree, host_state
 from coscheduler.controller.placement import (CoStart, EasyBackfill, FreeCores, Start,
-                                              easy_reservation, free_cores)
+                                              core_releases, easy_reservation, free_cores,
+                                              own_start_estimate)
 from coscheduler.controller.quotas import quota_without_guest, wanted_quota
 from coscheduler.controller import ControllerConfig
 from coscheduler.model import Allocation, Job, MetricsSample, RunningJob
@@ -66,6 +67,25 @@ def test_reservation_is_the_earliest_end_that_frees_enough_cores():
     res = easy_reservation(job("w", 6, nodes=2), {"n0": 0, "n1": 0}, [a, half], planned, 10.0,
                            by_id(a, half))
     assert res == (110.0, {"n0": 1, "n1": 1})
+
+
+def test_an_own_start_waits_for_the_jobs_ahead_to_start_first():
+    """8 cores, all held: 4 free at 10 s and 4 at 20 s. A 4-core job alone starts at 10 s;
+    behind a 4-core job of walltime 100 it starts at 20 s; behind an 8-core one, when that one
+    ends (20 + 100 s); a job larger than the cluster ahead never lets it start."""
+    a = running("a", [("n0", 4)], 0.0, 10.0)
+    b = running("b", [("n0", 4)], 0.0, 20.0)
+    guest = running("g", [("n0", 2)], 0.0, 500.0, host="a")   # inside a: frees nothing
+    rel = core_releases([a, b, guest], [], 0.0, by_id(a, b, guest))
+    assert sorted(rel) == [(10.0, 4), (20.0, 4)]
+    assert own_start_estimate(4, 0, rel, [], 0.0) == 10.0
+    assert own_start_estimate(4, 0, rel, [job("x", 4)], 0.0) == 20.0
+    assert own_start_estimate(4, 0, rel, [job("x", 8)], 0.0) == 120.0
+    assert own_start_estimate(4, 0, rel, [job("x", 9)], 0.0) == math.inf
+    assert own_start_estimate(4, 4, rel, [], 5.0) == 5.0          # free now
+    # A job this pass starts holds its cores until now + its walltime.
+    planned = [Start(job("p", 2), Allocation("p", (("n0", 2),)))]
+    assert core_releases([], planned, 3.0, {}) == [(103.0, 2)]
 
 
 def test_reservation_never_found_for_a_job_larger_than_what_frees():
