@@ -252,8 +252,9 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                               idle_only=getattr(self.policy, "idle_only", False),
                               alone_runtime=self.recorder.alone_runtime)
         plan: list[Start | CoStart] = []
-        ahead: list[Job] = []    # the jobs left waiting so far in this pass, in order
+        ahead: list[Job] | None = None   # ("sooner" rule) the jobs left waiting so far, in order
         if index is not None and index.sooner:
+            ahead = []
             index.wait_of = self._own_start_estimate(cores, running, plan, now, ahead)
         declined: list[Decision] = []
         host_quota: dict[str, float] = {}   # hosts' quotas after this pass's co-starts
@@ -311,7 +312,8 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                         job, running, running_by_id=by_id, was_guest=self._was_guest,
                         cooldown=self._cooldown, index=index, shadow=cores.shadow,
                         now=now, config=self.config)
-            ahead.append(job)
+            if ahead is not None:
+                ahead.append(job)
             # Else the first waiting job that can get a reservation (EASY) gets it.
             if cores.shadow is None:
                 if not self.config.backfill:
