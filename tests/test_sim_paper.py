@@ -221,6 +221,23 @@ def test_cli_bad_cores(cores, message):
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 
+def test_cli_loan_rule_reaches_the_controller_and_a_bad_one_is_refused():
+    """``--loan-rule sooner`` is run (and said in the settings); on the paper's workload it
+    refuses some of the half rule's loans, so its runs differ from ``share`` at the same floor."""
+    outs = {}
+    for rule in ("share", "sooner"):
+        r = cosched("simulate", "paper", "--cores", "128", "--repeat", "3", "--seed", "7",
+                    "--policies", "asax", "--loan-min-share", "0.5", "--loan-rule", rule,
+                    "--workers", "1", "--json")
+        assert r.exit_code == 0, r.output
+        outs[rule] = json.loads(r.stdout)
+        assert outs[rule]["settings"]["loan_rule"] == rule
+    assert [x["mean_response_s"] for x in outs["share"]["runs"]] != \
+        [x["mean_response_s"] for x in outs["sooner"]["runs"]]
+    r = cosched("simulate", "paper", "--loan-rule", "soon")
+    assert r.exit_code == 2 and "--loan-rule" in r.output and "Traceback" not in r.output
+
+
 def test_cli_bad_policy_and_scale():
     r = cosched("simulate", "paper", "--policies", "fifo")
     assert r.exit_code == 2 and "unknown co-allocation policy" in r.output
