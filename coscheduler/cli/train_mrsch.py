@@ -88,4 +88,5 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
     click.echo(f"{path}: {h['episodes']} job sets in {h['training_seconds']} s, final loss "
                f"{h['final_loss']:.5f}; validation: node {100 * v['node_util']:.1f} %, "
                f"wait {v['mean_wait_s']:.0f} s, slowdown {v['mean_slowdown']:.1f}"
-               + (f"; seed {h['seed']} of {len(h['seed_scores'])}" if "seed_scores" in h else ""))
+               + (f"; seed {h['seed']}, the best of {len(h['seed_scores'])} seeds"
+                  if "seed_scores" in h else ""))
