@@ -174,6 +174,21 @@ def test_a_bad_smallest_loan_share_is_refused_by_name(bad):
         ControllerConfig(lend_min_share=bad)
 
 
+def _run_lending_all_it_may(b: VirtualBackend, config: ControllerConfig) -> list[str | None]:
+    """Run ASA_X on ``b`` until every job ended, its learner forced to lend all it may, the
+    guest ``g``'s class known to use all its cores; the host ``g`` started in (None: alone)."""
+    learner = AsaxLearner(LearnerConfig(seed=0, fitted_expert=False))
+    ctl = Controller(b, Asax(learner), MemoryRecorder(), config=config)
+    ctl.usage.add("g", 100.0, 10.0)
+    learner.actions = tuple(1.0 if j else 0.0 for j in range(len(learner.actions)))
+    for _ in range(400):
+        ctl.step()
+        if b.idle():
+            break
+        b.advance(1.0)
+    return [h for _, g, h in b.starts if g == "g"]
+
+
 @pytest.mark.parametrize("min_share, lent", [(0.5, True), (0.9, False)])
 def test_a_guest_offered_less_than_the_smallest_loan_waits_for_its_own_cores(min_share, lent):
     """An 8-core host using 50 % leaves 8 - 4 - 0.8 = 3.2 cores idle; a 4-core guest that
@@ -182,17 +197,7 @@ def test_a_guest_offered_less_than_the_smallest_loan_waits_for_its_own_cores(min
     b = VirtualBackend({"n1": 8})
     b.submit(Job("h", 8, 200.0, "h", tasks=100), Profile(60.0, 0.5, 10.0))
     b.submit(Job("g", 4, 200.0, "g", tasks=100, submit_time=1.0), Profile(30.0, 1.0, 10.0))
-    learner = AsaxLearner(LearnerConfig(seed=0, fitted_expert=False))
-    ctl = Controller(b, Asax(learner), MemoryRecorder(),
-                     config=ControllerConfig(lend_min_share=min_share))
-    ctl.usage.add("g", 100.0, 10.0)
-    learner.actions = tuple(1.0 if j else 0.0 for j in range(len(learner.actions)))
-    for _ in range(200):
-        ctl.step()
-        if b.idle():
-            break
-        b.advance(1.0)
-    hosted = [h for _, g, h in b.starts if g == "g"]
+    hosted = _run_lending_all_it_may(b, ControllerConfig(lend_min_share=min_share))
     assert hosted == (["h"] if lent else [None])
     assert {o.job_id: o.state for o in b.history} == {"h": "completed", "g": "completed"}
 
@@ -247,17 +252,8 @@ def test_the_sooner_rule_lends_only_when_waiting_would_end_the_guest_later(
     b.submit(Job("h", 8, 200.0, "h", tasks=100), Profile(150.0, 0.5, 10.0))
     b.submit(Job("o", 4, other_ends_at, "o", tasks=100), Profile(other_ends_at - 5.0, 1.0, 10.0))
     b.submit(Job("g", 4, 100.0, "g", tasks=100, submit_time=1.0), Profile(30.0, 1.0, 10.0))
-    learner = AsaxLearner(LearnerConfig(seed=0, fitted_expert=False))
-    ctl = Controller(b, Asax(learner), MemoryRecorder(),
-                     config=ControllerConfig(lend_min_share=0.5, lend_rule=rule)
-                     if rule == "sooner" else ControllerConfig())
-    ctl.usage.add("g", 100.0, 10.0)
-    learner.actions = tuple(1.0 if j else 0.0 for j in range(len(learner.actions)))
-    for _ in range(400):
-        ctl.step()
-        if b.idle():
-            break
-        b.advance(1.0)
-    assert [h for _, g, h in b.starts if g == "g"] == [hosted]
+    config = ControllerConfig(lend_min_share=0.5, lend_rule=rule) if rule == "sooner" \
+        else ControllerConfig()
+    assert _run_lending_all_it_may(b, config) == [hosted]
     assert {o.job_id: o.state for o in b.history} == {"h": "completed", "o": "completed",
                                                       "g": "completed"}
