@@ -184,7 +184,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     for s in stages:
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
-                              lend_min_share=loan_min_share, lend_rule=loan_rule, **(OLD_RULES if old_rules else {}))
+                              lend_min_share=loan_min_share, lend_rule=loan_rule,
+                              **(OLD_RULES if old_rules else {}))
     # queue_policy: a heuristic, a learned scorer or an inspector (controller.order_by);
     # default the paper's submission order. A fresh order per run: an inspector's keeps state.
     order = submission_order(stages) if queue_policy is None else order_by(queue_policy)

@@ -17,6 +17,9 @@ host (issue #19 found half of the loans left the host a quota below its own use)
   gets back at least its use plus the margin, with room to spare (``hysteresis``); guests
   grow back towards what they were lent only once the headroom exceeds the margin by
   twice that, so a host whose use wobbles does not make its guests' quotas flap.
+- ``least_paying_speed`` (the "sooner" rule, ``ControllerConfig.lend_rule``, not the
+  default): a loan short of the guest's need is made only if the guest, slower as a guest
+  until its host ends, is estimated to end no later than by waiting for cores of its own.
 
 Plain numbers in, plain numbers out; every quantity in cores unless it says fraction.
 """
