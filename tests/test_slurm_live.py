@@ -515,8 +515,13 @@ def test_agent_discovers_a_job_it_was_never_told_about(state, slurm):
     rc, jid, err = sbatch(state, f"-p{state.default_partition}", "-t2", f"-w{n1}", "-c3",
                           script=script)
     assert rc == 0, err
-    v = wait_until(lambda: (lambda v: v if v.get("nprocs", 0) >= 2 and v.get("cpu_percent") else None)(
-        agent_view(b, n1, jid)), 20, what="the late child to be followed")
+
+    def followed_both_processes():
+        v = agent_view(b, n1, jid)
+        # A job the agent has registered but not sampled yet reports nprocs None.
+        return v if (v.get("nprocs") or 0) >= 2 and v.get("cpu_percent") else None
+
+    v = wait_until(followed_both_processes, 20, what="the late child to be followed")
     assert v["source"] == "slurm" and v["cores"] == 3.0
     assert agent_view(b, n2, jid) == {}
     assert any("followed new process" in e["event"] or "discovered" in e["event"] for e in v["events"])
