@@ -128,13 +128,17 @@ def test_a_pass_keeps_what_someone_else_froze():
         gc.unfreeze()
 
 
-def test_cycles_left_by_passes_are_collected_within_a_full_collection_period():
+def test_cycles_left_by_passes_are_collected_within_a_full_collection_period(monkeypatch):
     """Promoting the pass's objects skips the collector's own schedule for full collections,
-    so every FULL_COLLECT_EVERY passes the controller collects in full: a reference cycle
-    that died before them is gone after them."""
+    so the controller collects in full itself (controller/collect.py): a reference cycle
+    that died is gone once ``min_passes`` passes ran and the time rule allows it."""
     import weakref
 
-    from coscheduler.controller import loop
+    from coscheduler.controller import collect
+
+    ticks = iter(range(10**6))
+    schedule = collect.FullCollections(clock=lambda: float(next(ticks)))
+    monkeypatch.setattr(collect, "FULL_COLLECTIONS", schedule)
 
     class Node:
         pass
@@ -147,7 +151,29 @@ def test_cycles_left_by_passes_are_collected_within_a_full_collection_period():
     ctl.step()                   # the cycle is promoted with the pass's objects
     del a, b
     assert dead() is not None    # only a full collection can free it now
-    for _ in range(loop.FULL_COLLECT_EVERY):
+    for _ in range(schedule.min_passes):
         backend.t += 1.0
         ctl.step()
     assert dead() is None
+    assert schedule.last_end is not None and schedule.passes < schedule.min_passes
+
+
+def test_full_collections_are_spaced_by_their_cost_and_forced_by_growth():
+    """The schedule's two rules on plain numbers: after a full collection of 0.03 s, with
+    max_share 0.02, the next waits 1.5 s however many passes ran; 25 % more tracked
+    objects makes one due at once."""
+    from coscheduler.controller.collect import FullCollections
+
+    s = FullCollections(min_passes=4, max_share=0.02, growth=0.25)
+    s.live_after_last = 1000
+    s.passes = 3
+    assert not s.due(live=1100, now=0.0)          # too few passes, little growth
+    s.passes = 4
+    assert s.due(live=1100, now=0.0)              # never collected: the passes suffice
+    s.last_end, s.last_cost_s = 10.0, 0.03
+    s.passes = 500
+    assert not s.due(live=1100, now=11.0)         # 1 s < 0.03 / 0.02 s
+    assert s.due(live=1100, now=11.5)
+    s.passes = 0
+    assert not s.due(live=1250, now=10.1)         # exactly 25 %: not more
+    assert s.due(live=1251, now=10.1)             # growth wins over both rules

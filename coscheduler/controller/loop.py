@@ -28,35 +28,13 @@ from .order import QueueOrder, fcfs
 from .placement import (CoStart, EasyBackfill, Start, core_releases, easy_reservation,
                         free_cores, own_start_estimate)
 from .act import ActMixin
+from .collect import promote_young
 from .drain import DrainMixin
 from .feedback import FeedbackMixin
 from .usage import ClassUsage
 
 # The package's name, as before the controller became a package, so log filters still match.
 log = logging.getLogger("coscheduler.controller")
-
-
-# Promoted objects skip the collector's own schedule for full collections, so a long-running
-# controller collects in full every this many passes (that pass pays for it), freeing any
-# reference cycles its passes left.
-FULL_COLLECT_EVERY = 64
-_promotions = 0
-
-
-def _promote_young() -> None:
-    """Move the objects the pass made (and any others still young) to the oldest generation
-    without the young-generation collection that would scan them all at once (gc.freeze
-    then gc.unfreeze, as the gc module documents them). They are the pass's records and
-    the controller's state, alive by construction; a cycle among them is found by the full
-    collection made every ``FULL_COLLECT_EVERY`` promotions. Nothing is done when something
-    else froze objects on purpose (a pre-fork server's gc.freeze)."""
-    global _promotions
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
-        gc.unfreeze()
-        _promotions += 1
-        if _promotions % FULL_COLLECT_EVERY == 0:
-            gc.collect()
 
 
 def _claim(recorder: Recorder | None) -> None:
@@ -197,7 +175,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                 self._flush_writes(report)
             finally:
                 if collecting:
-                    _promote_young()
+                    promote_young()
                     gc.enable()
         self._expire_cooldowns(now)
         report.duration_s = time.perf_counter() - t0
