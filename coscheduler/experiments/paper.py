@@ -281,16 +281,25 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 loan_rule=loan_rule)
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
-        tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, repeat, scale, seed,
-                                          carry_learning, store, opts))]
+        tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, range(repeat), scale,
+                                          seed, carry_learning, store, opts))]
         workers, cluster = 1, None
     elif len(set(policies)) == len(policies):
-        tasks = [sweep.Task(f"cores {c} {p}", ([c], [p], repeat, scale, seed, carry_learning,
-                                               None, opts))
-                 for c in cluster_sizes for p in policies]
+        # A chain holds what must stay in one process: ASA_X's repetitions when learning
+        # carries over. Every other run is a task of its own, so the pool stays balanced;
+        # the longest tasks (the chains) go first.
+        chains = [sweep.Task(f"cores {c} {p}", ([c], [p], range(repeat), scale, seed,
+                                                carry_learning, None, opts))
+                  for c in cluster_sizes for p in policies if p == "asax" and carry_learning]
+        singles = [sweep.Task(f"cores {c} {p} repetition {k}", ([c], [p], range(k, k + 1),
+                                                                scale, seed, carry_learning,
+                                                                None, opts))
+                   for c in cluster_sizes for p in policies
+                   if not (p == "asax" and carry_learning) for k in range(repeat)]
+        tasks = chains + singles
     else:
-        tasks = [sweep.Task(f"cores {c}", ([c], policies, repeat, scale, seed, carry_learning,
-                                           None, opts)) for c in cluster_sizes]
+        tasks = [sweep.Task(f"cores {c}", ([c], policies, range(repeat), scale, seed,
+                                           carry_learning, None, opts)) for c in cluster_sizes]
 
     def done(task, chain: list[PaperRun]) -> None:
         if on_run is not None:
@@ -298,13 +307,19 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 on_run(run)
 
     # ASA_X's fitted expert imports sklearn (about 1 s) at its first refit: once, not per worker
-    chains = sweep.run_tasks(_chain_runs, tasks, workers=workers, cluster=cluster,
-                             on_result=done,
-                             preload=("sklearn.tree",) if "asax" in policies else ())
-    return [run for chain in chains for run in chain]
+    chains_run = sweep.run_tasks(_chain_runs, tasks, workers=workers, cluster=cluster,
+                                 on_result=done,
+                                 preload=("sklearn.tree",) if "asax" in policies else ())
+    runs = [run for chain in chains_run for run in chain]
+    if len(set(policies)) != len(policies):
+        return runs
+    # Back in the serial order: size, then policy, then repetition.
+    rank = {(c, p): i for i, (c, p) in enumerate((c, p) for c in cluster_sizes
+                                                  for p in policies)}
+    return sorted(runs, key=lambda r: (rank[(r.cores, r.policy)], r.repeat))
 
 
-def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repeat: int,
+def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repetitions: range,
                 scale: float, seed: int, carry_learning: bool, store: Recorder | None,
                 opts: dict) -> list[PaperRun]:
     """run_experiment's runs for these sizes and policies, in its order (one sweep task)."""
@@ -315,7 +330,7 @@ def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repeat: i
             MemoryRecorder() if carry_learning else None)
         usage = ClassUsage() if carry_learning or store is not None else None
         for policy in policies:
-            for k in range(repeat):
+            for k in repetitions:
                 recorder = carried if policy == "asax" else None
                 run_tag = f"c{cores}-r{k}" if tag is None else f"{tag}-c{cores}-r{k}"
                 run = run_paper(cores, policy, seed, scale, k, recorder,
