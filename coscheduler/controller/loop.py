@@ -5,7 +5,7 @@ mixins beside this module: ``drain`` (stages 1 and 2: finished jobs, metrics, ea
 losses), ``act`` (stage 5 and the quota helpers), ``feedback`` (the learner's feedback and
 the recorder's writes, batched per pass). The pure pieces: ``order`` (stage 3),
 ``placement`` (free cores and the EASY reservation), ``hosts`` (candidate hosts for a
-guest), ``quotas``.
+guest), ``quotas``; ``collect`` decides when the process collects its garbage in full.
 """
 
 from __future__ import annotations
