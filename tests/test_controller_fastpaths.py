@@ -158,22 +158,20 @@ def test_cycles_left_by_passes_are_collected_within_a_full_collection_period(mon
     assert schedule.last_end is not None and schedule.passes < schedule.min_passes
 
 
-def test_full_collections_are_spaced_by_their_cost_and_forced_by_growth():
-    """The schedule's two rules on plain numbers: after a full collection of 0.03 s, with
-    max_share 0.02, the next waits 1.5 s however many passes ran; 25 % more tracked
-    objects makes one due at once."""
+def test_full_collections_wait_for_enough_passes_and_are_spaced_by_their_cost():
+    """The schedule on plain numbers: never before min_passes passes; the first once they
+    ran; after a full collection of 0.03 s, with max_share 0.02, the next waits 1.5 s
+    however many passes ran."""
     from coscheduler.controller.collect import FullCollections
 
-    s = FullCollections(min_passes=4, max_share=0.02, growth=0.25)
-    s.live_after_last = 1000
+    s = FullCollections(min_passes=4, max_share=0.02)
     s.passes = 3
-    assert not s.due(live=1100, now=0.0)          # too few passes, little growth
+    assert not s.due(now=0.0)                    # too few passes
     s.passes = 4
-    assert s.due(live=1100, now=0.0)              # never collected: the passes suffice
+    assert s.due(now=0.0)                        # never collected: the passes suffice
     s.last_end, s.last_cost_s = 10.0, 0.03
     s.passes = 500
-    assert not s.due(live=1100, now=11.0)         # 1 s < 0.03 / 0.02 s
-    assert s.due(live=1100, now=11.5)
-    s.passes = 0
-    assert not s.due(live=1250, now=10.1)         # exactly 25 %: not more
-    assert s.due(live=1251, now=10.1)             # growth wins over both rules
+    assert not s.due(now=11.0)                   # 1 s < 0.03 / 0.02 s
+    assert s.due(now=11.5)
+    s.passes = 3
+    assert not s.due(now=1000.0)                 # time alone is not enough
