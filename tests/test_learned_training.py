@@ -160,6 +160,19 @@ def test_training_from_a_model_starts_at_its_weights(tmp_path, trace_path):
                                     base="FCFS", epochs=1, init=first["path"]))
 
 
+def test_an_inspector_trained_further_from_its_model_draws_its_curve(tmp_path, trace_path):
+    """--init on an inspector puts a row without the base policy's mean (the starting
+    model's validation) into the curve; drawing the curve once raised KeyError 'mean_base'
+    after the model was saved, so `cosched train inspector --init` ended in a traceback."""
+    first = train_in_subprocess(_config(tmp_path / "a", trace_path, kind="inspector",
+                                        base="FCFS", epochs=2))
+    more = train_in_subprocess(_config(tmp_path / "b", trace_path, kind="inspector",
+                                       base="FCFS", epochs=1, validate_every=1,
+                                       init=first["path"]))
+    assert any("init" in r for r in more["curve"])
+    assert more["plot"] is not None and Path(more["plot"]).stat().st_size > 0
+
+
 def test_a_stopped_run_resumed_is_the_same_run(tmp_path, trace_path):
     """2 epochs, stop (--stop-after 2), resume for the 3rd: the same curve (sampled means,
     validations, losses) and bit-identical kept weights as 3 straight epochs."""

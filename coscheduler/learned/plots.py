@@ -13,12 +13,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 def plot_curve(curve: list[dict], kind: str, path: Path, title: str = "") -> Path:
     """Mean metric of the training sequences per epoch (and the base policy's, for an
     inspector); filtered epochs shaded."""
-    epochs = [r["epoch"] for r in curve]
+    # A row per epoch, plus rows of another kind at epoch 0: a starting model's validation
+    # (``init``, under --init) and, for RLScheduler, the warm start's teacher and imitation.
+    learned = [(r["epoch"], r["mean_value"]) for r in curve
+               if r.get("mean_value") is not None and "init" not in r]
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    ax.plot(epochs, [r["mean_value"] for r in curve], label="learned", color="tab:blue")
+    if learned:
+        ax.plot(*zip(*learned), label="learned", color="tab:blue")
     if kind == "inspector":
-        ax.plot(epochs, [r["mean_base"] for r in curve], label="base policy", color="tab:orange")
+        base = [(r["epoch"], r["mean_base"]) for r in curve if r.get("mean_base") is not None]
+        if base:
+            ax.plot(*zip(*base), label="base policy", color="tab:orange")
     checked = [(r["epoch"], r["validation"]) for r in curve if r.get("validation") is not None]
+    checked += [(r["epoch"], r["mean_value"]) for r in curve
+                if "init" in r and r.get("mean_value") is not None]
     if checked:
         ax.plot(*zip(*checked), "o", color="tab:green", markersize=4,
                 label="greedy, validation windows")
