@@ -75,6 +75,17 @@ def test_run_experiment_parallel_keeps_the_serial_order_and_learning():
     assert [r.weight_history for r in parallel] == [r.weight_history for r in serial]
 
 
+def test_a_size_given_twice_keeps_its_runs_in_the_serial_order_on_two_workers():
+    """Runs are put back by their place in the serial order (size index, policy, repetition),
+    not by their size, so a size listed twice is not interleaved."""
+    args = ([64, 64], ["static", "space-sharing"])
+    serial = run_experiment(*args, repeat=2, scale=0.05)
+    parallel = run_experiment(*args, repeat=2, scale=0.05, workers=2)
+    assert [(r.cores, r.policy, r.repeat) for r in serial] == [
+        (64, p, k) for _ in range(2) for p in ("static", "space-sharing") for k in (0, 1)]
+    assert [r.as_json() for r in parallel] == [r.as_json() for r in serial]
+
+
 def test_results_come_back_in_task_order_from_several_processes():
     # the first task is the slowest, so the workers finish out of order
     tasks = [sweep.Task(f"t{i}", (i, None, 0.4 if i == 0 else 0.0)) for i in range(6)]

@@ -279,6 +279,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 old_rules=old_rules, queue_policy=queue_policy, idle_guests=idle_guests,
                 permit=permit, shared_cores=shared_cores, loan_min_share=loan_min_share,
                 loan_rule=loan_rule)
+    slots: list[list[tuple[int, int, int]]] | None = None
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
         tasks = [sweep.Task("all sizes", (list(cluster_sizes), policies, range(repeat), scale,
@@ -287,16 +288,22 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
     elif len(set(policies)) == len(policies):
         # A chain holds what must stay in one process: ASA_X's repetitions when learning
         # carries over. Every other run is a task of its own, so the pool stays balanced;
-        # the longest tasks (the chains) go first.
-        chains = [sweep.Task(f"cores {c} {p}", ([c], [p], range(repeat), scale, seed,
-                                                carry_learning, None, opts))
-                  for c in cluster_sizes for p in policies if p == "asax" and carry_learning]
-        singles = [sweep.Task(f"cores {c} {p} repetition {k}", ([c], [p], range(k, k + 1),
-                                                                scale, seed, carry_learning,
-                                                                None, opts))
-                   for c in cluster_sizes for p in policies
-                   if not (p == "asax" and carry_learning) for k in range(repeat)]
-        tasks = chains + singles
+        # the longest tasks (the chains) go first. ``slots``: each task's runs' places in
+        # the serial order (size index, policy index, repetition).
+        chains, singles, chain_slots, single_slots = [], [], [], []
+        for ci, c in enumerate(cluster_sizes):
+            for pi, p in enumerate(policies):
+                if p == "asax" and carry_learning:
+                    chains.append(sweep.Task(f"cores {c} {p}", ([c], [p], range(repeat), scale,
+                                                                seed, carry_learning, None, opts)))
+                    chain_slots.append([(ci, pi, k) for k in range(repeat)])
+                    continue
+                for k in range(repeat):
+                    singles.append(sweep.Task(f"cores {c} {p} repetition {k}",
+                                              ([c], [p], range(k, k + 1), scale, seed,
+                                               carry_learning, None, opts)))
+                    single_slots.append([(ci, pi, k)])
+        tasks, slots = chains + singles, chain_slots + single_slots
     else:
         tasks = [sweep.Task(f"cores {c}", ([c], policies, range(repeat), scale, seed,
                                            carry_learning, None, opts)) for c in cluster_sizes]
@@ -310,13 +317,12 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
     chains_run = sweep.run_tasks(_chain_runs, tasks, workers=workers, cluster=cluster,
                                  on_result=done,
                                  preload=("sklearn.tree",) if "asax" in policies else ())
-    runs = [run for chain in chains_run for run in chain]
-    if len(set(policies)) != len(policies):
-        return runs
+    if slots is None:
+        return [run for chain in chains_run for run in chain]
     # Back in the serial order: size, then policy, then repetition.
-    rank = {(c, p): i for i, (c, p) in enumerate((c, p) for c in cluster_sizes
-                                                  for p in policies)}
-    return sorted(runs, key=lambda r: (rank[(r.cores, r.policy)], r.repeat))
+    placed = sorted(((slot, run) for task_slots, chain in zip(slots, chains_run)
+                     for slot, run in zip(task_slots, chain, strict=True)), key=lambda e: e[0])
+    return [run for _, run in placed]
 
 
 def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repetitions: range,
