@@ -57,6 +57,18 @@ def test_simulate_swf_reports_a_learned_policy_under_its_given_name(tmp_path):
         assert o["jobs"] == out[0]["jobs"]
 
 
+def test_simulate_swf_takes_the_hand_written_inspector_over_any_heuristic():
+    r = run("simulate", "swf", str(SMALL), "--policy", "F1", "--inspector", "reject-blocked:f1",
+            "--json")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [o["policy"] for o in out] == ["F1", "F1+reject-blocked"]
+    assert out[1]["jobs"] == out[0]["jobs"] and "rejections" in out[1]
+    r = run("simulate", "swf", str(SMALL), "--inspector", "reject-blocked:nosuch")
+    assert r.exit_code == 2 and "unknown queue policy 'nosuch'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_bad_learned_policies_get_clear_errors(tmp_path):
     r = run("simulate", "swf", str(SMALL), "--policy", "rl:nosuchmodel")
     assert r.exit_code == 2 and "unknown model 'nosuchmodel'; shipped models:" in r.stderr
@@ -245,6 +257,9 @@ def test_simulate_learned_in_parallel_gives_the_serial_report():
     assert json.dumps(parallel) == json.dumps(serial)
     assert serial["cross_trace"][pick[1]["backfill"]][f"rl:{pick[1]['name']}"]["lublin_256.swf"] > 0
     assert len(serial["inspectors"]) == 1
+    # beside each inspector, the hand-written rule over its base on the same windows
+    row = serial["inspectors"][0]
+    assert row["rule_bsld"] > 0 and -1 < row["rule_improvement"] < 1
     assert done == ["lublin_256.swf, backfill none", "lublin_256.swf, backfill easy",
                     f"rl:{pick[1]['name']} on lublin_256.swf", f"inspector {pick[2]['name']}"]
 

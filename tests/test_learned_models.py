@@ -77,6 +77,37 @@ def test_an_inspector_that_never_rejects_equals_its_base(name, backfill):
     assert c.start == a.start and c.rejections == 0
 
 
+def test_reject_blocked_rejects_exactly_the_picks_that_cannot_start_now(stuck):
+    """The hand-written inspector, and the teacher a network is warm-started from
+    (learned/teachers.py, which reads the same rule off the observation row), answer
+    alike on every question of a replay; only blocked picks are rejected, and on a
+    stretch of lublin_256 rejecting them lowers SJF's mean bounded slowdown."""
+    from coscheduler.learned.features import inspector_observation
+    from coscheduler.learned.teachers import reject_blocked
+    from coscheduler.policies.selection import RejectBlocked
+
+    rule = RejectBlocked(get_policy("SJF"))
+    asked: list[tuple[bool, bool, int]] = []
+
+    class Watching(RejectBlocked):
+        def accept(self, view):
+            ok = rule.accept(view)
+            row = inspector_observation(view, Normalisation())[None, :]
+            asked.append((ok, bool(view.need[0] <= view.free_nodes),
+                          int(reject_blocked(row)[0])))
+            return ok
+
+    sched, m = replay(stuck, Watching(get_policy("SJF")))
+    assert asked and sched.finished == 256
+    assert all(ok == fits for ok, fits, _ in asked)
+    assert all(teacher == (0 if ok else 1) for ok, _, teacher in asked)
+    assert any(not ok for ok, _, _ in asked) and sched.rejections > 0
+    lublin = read_swf(SWF / "lublin_256.swf")
+    _, base = replay(lublin, get_policy("SJF"), start=3000, count=512)
+    _, inspected = replay(lublin, rule, start=3000, count=512)
+    assert inspected.avg_bsld < 0.9 * base.avg_bsld, (inspected.avg_bsld, base.avg_bsld)
+
+
 def test_rejections_delay_and_are_bounded(stuck):
     reject = LearnedInspector(inspector_model(-50.0))   # always rejects
     sched, m = replay(stuck, reject)

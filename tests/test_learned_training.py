@@ -239,3 +239,36 @@ def test_a_long_run_keeps_a_small_curve_in_the_header():
     assert [r["epoch"] for r in rows] == sorted(r["epoch"] for r in rows)
     short = curve[:31]   # a short run keeps every row
     assert [r["epoch"] for r in header_curve(short)] == list(range(31))
+
+
+def test_an_inspector_warm_started_from_reject_blocked_answers_as_it_does(tmp_path, trace_path):
+    """--imitate reject-blocked: the cloned network gives the teacher's answer (reject a
+    pick that cannot start now) on the cloning rollouts' steps; the clone is validated at
+    epoch 0 beside the accept-always network, and the kept model is the better of all."""
+    from coscheduler.learned.teachers import reject_blocked
+
+    result = train_in_subprocess(_config(tmp_path, trace_path, kind="inspector", base="SJF",
+                                         epochs=1, validate_every=1, imitate="reject-blocked",
+                                         imitate_epochs=2, pi_lr=1e-2))
+    rows = [r for r in result["curve"] if "imitation" in r]
+    assert [r["imitation"] for r in rows] == [1, 2]
+    assert all(r["teacher"] == "reject-blocked" for r in rows)
+    assert rows[-1]["agreement"] >= 0.95, rows
+    # sure of the teacher's answer, not certain: PPO still samples the other one
+    assert 0.75 < rows[-1]["teacher_probability"] < 0.97, rows
+    start = next(r for r in result["curve"] if r.get("init") == "imitated reject-blocked")
+    assert result["header"]["imitate"] == "reject-blocked"
+    assert result["header"]["validation"] <= min(start["mean_value"], start["base_validation"]) + 1e-9
+    # the teacher itself, on rows built by hand: only the runnable feature decides
+    x = np.full((4, 9), 0.5)
+    x[:, 5] = [1 - 1e-5, 1e-5, 1 - 1e-5, 1e-5]
+    assert reject_blocked(x).tolist() == [0, 1, 0, 1]
+
+
+def test_an_unknown_or_conflicting_inspector_warm_start_is_refused(tmp_path, trace_path):
+    with pytest.raises(AssertionError, match="unknown inspector teacher 'always-no'"):
+        train_in_subprocess(_config(tmp_path / "a", trace_path, kind="inspector", base="SJF",
+                                    epochs=1, imitate="always-no"))
+    with pytest.raises(AssertionError, match="not with --init or --start-reject"):
+        train_in_subprocess(_config(tmp_path / "b", trace_path, kind="inspector", base="SJF",
+                                    epochs=1, imitate="reject-blocked", start_reject=0.05))

@@ -16,6 +16,7 @@ import click
 
 from ..model import InvalidInput
 from ..policies.queue import POLICIES, get_policy
+from ..learned.teachers import INSPECTOR_TEACHERS
 from ..sim.engine import BACKFILL_MODES
 
 
@@ -196,9 +197,17 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
               default=None, help="Start from a policy that rejects with this probability "
                                  "whatever it sees (e.g. 0.05: near the base policy) instead "
                                  "of a random one (about half).")
+@click.option("--imitate", type=click.Choice(["none", *INSPECTOR_TEACHERS]), default="none",
+              show_default=True,
+              help="Warm start: first clone a hand-written inspector's answers (reject-blocked: "
+                   "reject a pick that cannot start now), then PPO; the clone is validated "
+                   "and kept if training does not validate better.")
+@click.option("--imitate-rounds", type=click.IntRange(min=1), default=None,
+              help="Rounds of cloning (each: --trajectories sequences, 150 steps) "
+                   "[default: min(4, epochs / 10)].")
 def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
               out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
-              base, start_reject) -> None:
+              base, start_reject, imitate, imitate_rounds) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
@@ -206,7 +215,8 @@ def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, ex
                   trajectories=trajectories, sequence=sequence, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
-                  init=init, env=env, stop_after=stop_after, start_reject=start_reject)
+                  init=init, env=env, stop_after=stop_after, start_reject=start_reject,
+                  imitate=None if imitate == "none" else imitate, imitate_epochs=imitate_rounds)
     _run(cfg, fresh, as_json)
 
 

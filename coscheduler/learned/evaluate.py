@@ -4,7 +4,8 @@ RLScheduler-style table: mean bounded slowdown over the ten seed-1 windows of 1,
 (``windows.eval_starts``) per policy, or over any other window starts (the later,
 held-out windows: ``windows.heldout_starts``). Inspectors: mean bsld of the base policy alone and
 inspected over the held-out windows (``windows.heldout_starts``), the relative
-improvement and the rejection ratio (rejections per inspected pick).
+improvement and the rejection ratio (rejections per inspected pick), beside the hand-written
+``reject-blocked`` rule over the same base (``policies.selection.RejectBlocked``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 import time
 
 from ..policies.queue import QueuePolicy, get_policy
+from ..policies.selection import RejectBlocked
 from ..sim.cluster import Cluster
 from ..sim.engine import simulate
 from ..sim.metrics import compute_metrics
@@ -76,11 +78,16 @@ def inspector_figures(trace: SwfTrace, inspector, backfill: str,
     t0 = time.perf_counter()
     b = window_bsld(trace, base, backfill, starts)
     i = window_bsld(trace, counted, backfill, starts)
-    base_mean, insp_mean = statistics.fmean(b), statistics.fmean(i)
+    # the hand-written rule over the same base on the same windows: what a learned
+    # inspector must beat to be worth its training
+    r = window_bsld(trace, RejectBlocked(base), backfill, starts)
+    base_mean, insp_mean, rule_mean = statistics.fmean(b), statistics.fmean(i), statistics.fmean(r)
     return {"windows": starts, "base": base.name, "base_bsld": base_mean,
             "inspected_bsld": insp_mean, "improvement": (base_mean - insp_mean) / base_mean,
             "rejection_ratio": counted.rejected / counted.asked if counted.asked else 0.0,
             "inspections": counted.asked, "rejections": counted.rejected,
+            "rule": "reject-blocked", "rule_bsld": rule_mean,
+            "rule_improvement": (base_mean - rule_mean) / base_mean,
             "seconds": time.perf_counter() - t0}
 
 

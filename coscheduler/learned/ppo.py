@@ -27,6 +27,11 @@ from .rollout import Trajectory
 BATCH_ROUND = 2048
 
 
+# An inspector's behaviour cloning aims at the teacher's answer with this much probability
+# left on the other one (label smoothing): the clone keeps sampling both answers.
+BC_SMOOTHING = 0.1
+
+
 @dataclass
 class PPOConfig:
     clip: float = 0.2
@@ -144,7 +149,15 @@ class PPO:
             return optax.apply_updates(v, updates), state, loss
 
         def bc_loss(pi, rows, seg, chosen, w):
-            lp, _ = _rl_logp(pi, rows, seg, chosen, w.shape[0])
+            if rl:
+                lp, _ = _rl_logp(pi, rows, seg, chosen, w.shape[0])
+            else:
+                # the teacher's answer at 1 - BC_SMOOTHING, not 1: a clone that is sure of
+                # every answer gives PPO no gradient to move it by (its samples never differ)
+                lp_all = jax.nn.log_softmax(_mlp(pi, "pi", rows), axis=-1)
+                mine = jnp.take_along_axis(lp_all, chosen[:, None], axis=-1)[:, 0]
+                other = jnp.take_along_axis(lp_all, 1 - chosen[:, None], axis=-1)[:, 0]
+                lp = (1.0 - BC_SMOOTHING) * mine + BC_SMOOTHING * other
             return -(lp * w).sum() / w.sum()
 
         @jax.jit

@@ -14,6 +14,8 @@ from ..model import InvalidInput
 from ..resources import resource_dir
 from .gate import read_verdict, report_path
 from .modelfile import MAGIC, ModelError, load_model
+from ..policies.queue import get_policy
+from ..policies.selection import RejectBlocked
 from .selectors import LearnedInspector, LearnedScorer
 
 MODELS_DIR = resource_dir(__package__, "models")   # package data (pyproject.toml)
@@ -80,10 +82,16 @@ def scorer_for(text: str, directory: Path = MODELS_DIR) -> LearnedScorer:
                          name=PREFIX + spec[len(PREFIX):])
 
 
+HAND_INSPECTOR = "reject-blocked"
+
+
 def inspector_for(text: str, base: str | None = None,
-                  directory: Path = MODELS_DIR) -> LearnedInspector:
-    """``NAME|PATH`` of an inspector model; ``base`` overrides the base policy it was
-    trained on."""
+                  directory: Path = MODELS_DIR) -> LearnedInspector | RejectBlocked:
+    """``NAME|PATH`` of an inspector model (``base`` overrides the base policy it was
+    trained on), or ``reject-blocked:BASE``, the hand-written inspector over a heuristic
+    (``policies.selection.RejectBlocked``)."""
+    if isinstance(text, str) and text.lower().startswith(HAND_INSPECTOR + ":"):
+        return RejectBlocked(get_policy(base or text.split(":", 1)[1]))
     model = load_model(resolve(text, directory), "inspector")
     return LearnedInspector(model, base=base)
 
@@ -93,8 +101,6 @@ def resolve_policy(text: str, directory: Path = MODELS_DIR):
     scorer (``rl:NAME|PATH``). For every command that takes a queue policy (the Slurm
     priority hook, ``cosched run``): heuristics keep their key functions, scorers go
     through ``policies.selection.order_by_scores``."""
-    from ..policies.queue import get_policy
-
     return scorer_for(text, directory) if is_learned_policy(text) else get_policy(text)
 
 

@@ -132,6 +132,8 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
                                   "inspected_bsld": f["inspected_bsld"],
                                   "improvement": f["improvement"],
                                   "rejection_ratio": f["rejection_ratio"],
+                                  "rule_bsld": f["rule_bsld"],
+                                  "rule_improvement": f["rule_improvement"],
                                   "windows": f["windows"]})
     out["seconds"] = time.perf_counter() - t0
     return out
@@ -247,9 +249,12 @@ def render(report: dict) -> str:
     if report["inspectors"]:
         lines.append("SchedInspector on the held-out windows (after the training part): mean bsld")
         lines.append(f"  {'model':<22}{'trace':<16}{'base':<6}{'base':>10}{'inspected':>11}"
-                     f"{'improvement':>13}{'rejections':>12}")
+                     f"{'improvement':>13}{'rejections':>12}{'reject-blocked':>16}")
         for r in report["inspectors"]:
             lines.append(f"  {r['model']:<22}{trace_key(r['trace'])[:15]:<16}{r['base']:<6}"
                          f"{r['base_bsld']:>10.1f}{r['inspected_bsld']:>11.1f}"
-                         f"{100 * r['improvement']:>12.1f}%{r['rejection_ratio']:>12.3f}")
+                         f"{100 * r['improvement']:>12.1f}%{r['rejection_ratio']:>12.3f}"
+                         f"{100 * r['rule_improvement']:>15.1f}%")
+        lines.append("  reject-blocked: the hand-written rule over the same base (reject a pick "
+                     "that cannot start now), its improvement on the same windows")
     return "\n".join(lines).rstrip() + "\n"

@@ -31,6 +31,7 @@ from .fastsim import kernel
 from .episode import InspectorEpisode, SchedulingEpisode, metric_value
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 from .nets import kernel_scores, masked_log_softmax, mlp, rl_pooled
+from .teachers import inspector_teacher
 
 EXECUTORS = ("serial", "processes", "ray")
 ENVS = ("batched", "reference")
@@ -52,7 +53,9 @@ class RolloutTask:
     mask: str = "runnable"
     base: str = "SJF"
     greedy: bool = False
-    teacher: str | None = None  # RL: play this heuristic's picks (imitation warm start)
+    # play this teacher's actions (imitation warm start): RL, a heuristic's picks;
+    # inspector, a hand-written inspector (teachers.INSPECTOR_TEACHERS)
+    teacher: str | None = None
     env: str = "batched"        # RL: "batched" (batchenv.py) or "reference" (episode.py)
 
 
@@ -325,6 +328,7 @@ def _inspector_batched(trace, cluster, task, norm, params, rng) -> list[Trajecto
     results: dict[int, tuple] = {}
     logged: dict[int, list] = {e: [] for e in range(len(starts))}
     fill = _slot_filler(env, trace.jobs, starts, task.sequence, episode, results)
+    teacher = inspector_teacher(task.teacher) if task.teacher else None
 
     for slot in range(slots):
         fill(slot)
@@ -333,8 +337,11 @@ def _inspector_batched(trace, cluster, task, norm, params, rng) -> list[Trajecto
         z = mlp(params, "pi", rows)
         lp = z - z.max(axis=1, keepdims=True)
         lp = lp - np.log(np.exp(lp).sum(axis=1, keepdims=True))
-        v = lp if task.greedy else lp + rng.gumbel(size=lp.shape)
-        act = np.argmax(v, axis=1)
+        if teacher is not None:
+            act = teacher(rows)
+        else:
+            v = lp if task.greedy else lp + rng.gumbel(size=lp.shape)
+            act = np.argmax(v, axis=1)
         obs32 = rows.astype(np.float32)
         picked = lp[np.arange(len(act)), act]
         for i, slot in enumerate(active.tolist()):
@@ -363,13 +370,15 @@ def _inspector_episode(jobs, cluster, max_procs, task, norm, params, rng, start)
                           max_procs=max_procs, norm=norm)
     obs_l, act_l, logp_l = [], [], []
     reward = 0.0
+    teacher = inspector_teacher(task.teacher) if task.teacher else None
     if ep.reset():
         while True:
             obs = ep.observe()
             z = mlp(params, "pi", obs)
             lp = z - z.max()
             lp = lp - np.log(np.exp(lp).sum())
-            a = _pick(rng, lp, task.greedy)
+            a = _pick(rng, lp, task.greedy) if teacher is None \
+                else int(teacher(obs[None, :])[0])
             obs_l.append(obs.astype(np.float32))
             act_l.append(a)
             logp_l.append(lp[a])

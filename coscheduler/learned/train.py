@@ -39,8 +39,9 @@ from ..sim.replay import window as trace_window
 from ..sim.swf import read_swf
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 from .modelfile import Model, save_model
-from .nets import inspector_init, inspector_start, rl_init
+from .nets import inspector_init, inspector_start, mlp, rl_init
 from .rollout import RolloutTask, make_executor, split
+from .teachers import inspector_teacher
 from .windows import SEQUENCE_JOBS, train_limit
 
 CKPT_MAGIC = "coscheduler-checkpoint-1"
@@ -71,7 +72,8 @@ class TrainConfig:
     v_iters: int = 40
     pi_lr: float = 3e-4
     vf_lr: float = 1e-3
-    imitate: str | None = None       # RL: warm start by imitating this heuristic
+    imitate: str | None = None       # warm start: imitate this heuristic (RL) or hand-written
+    #                                  inspector (teachers.INSPECTOR_TEACHERS)
     imitate_epochs: int | None = None  # default: min(4, max(1, epochs // 10)) rounds
     imitate_steps: int = 150
     init: str | None = None          # start the policy from this model file's weights
@@ -194,6 +196,11 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     init_rng = np.random.default_rng(cfg.seed)
     features = len(RL_FEATURES if cfg.kind == "rlscheduler" else INSPECTOR_FEATURES)
     params = (rl_init if cfg.kind == "rlscheduler" else inspector_init)(init_rng, features)
+    if cfg.kind == "inspector" and cfg.imitate:
+        inspector_teacher(cfg.imitate)   # a clear error for an unknown name, before any work
+        if cfg.init or cfg.start_reject is not None:
+            raise InvalidInput("an inspector's warm start (--imitate) is for one trained from "
+                               "scratch: not with --init or --start-reject")
     if cfg.start_reject is not None:
         if cfg.kind != "inspector" or cfg.init:
             raise InvalidInput("a starting rejection probability is for an inspector trained "
@@ -253,7 +260,10 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     executor = make_executor(cfg.executor, cfg.workers, cfg.ray_address)
     epoch = first_epoch
     try:
-        if cfg.kind == "rlscheduler" and cfg.imitate and first_epoch == 0 and not cfg.init:
+        imitated = bool(cfg.imitate) and first_epoch == 0 and not cfg.init
+        if imitated and cfg.kind == "inspector":
+            _imitate(cfg, cfg.imitate, agent, executor, limit, norm, curve)
+        elif imitated:
             teacher = cfg.imitate
             if teacher == "best":
                 teacher_scores = _teacher_scores(trace, cluster, cfg, limit)
@@ -269,9 +279,12 @@ def train(cfg: TrainConfig, *, resume: bool = True,
                 accept = dict(start)
                 accept["pi/3/b"] = np.array([8.0, -8.0], dtype=np.float32)
                 best = (_validate(cfg, executor, n_jobs, norm, accept), first_epoch, accept)
-                if cfg.init:  # the starting model too: kept if it validates better
+                if cfg.init or imitated:
+                    # the starting model (or the imitated teacher) too: kept if it
+                    # validates better
                     value = _validate(cfg, executor, n_jobs, norm, start)
-                    curve.append({"epoch": 0, "init": Path(cfg.init).name,
+                    curve.append({"epoch": 0, "init": Path(cfg.init).name if cfg.init
+                                  else f"imitated {cfg.imitate}",
                                   "mean_value": value, "base_validation": best[0]})
                     if value < best[0]:
                         best = (value, first_epoch, start)
@@ -350,7 +363,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         "curve": header_curve(curve),
         "kept_epoch": best[1] if best else None,
         "validation": best[0] if best else None,
-        "imitate": cfg.imitate if cfg.kind == "rlscheduler" and not cfg.init else None,
+        "imitate": cfg.imitate if not cfg.init else None,
         "init": ({"model": Path(cfg.init).name, "trace": init_model.header.get("trace"),
                   "epochs": init_model.header.get("epochs")} if init_model else None),
         "start_reject": cfg.start_reject,
@@ -395,8 +408,8 @@ def header_curve(curve: list[dict], limit: int = HEADER_CURVE_ROWS) -> list[dict
     run: the warm-start rows (epoch 0), the validated epochs, and the other epochs thinned
     to about ``limit`` rows in all; validations too when there are more than that (the
     last and the best kept). The checkpoint keeps every row."""
-    keys = ("epoch", "imitation", "mean_value", "mean_base", "validation", "rejections",
-            "filtered")
+    keys = ("epoch", "imitation", "agreement", "teacher_probability", "mean_value",
+            "mean_base", "validation", "rejections", "filtered")
 
     def thin(rows: list[dict], room: int) -> list[dict]:
         if len(rows) <= room:
@@ -475,13 +488,26 @@ def _imitate(cfg: TrainConfig, teacher: str, agent, executor, limit: int, norm: 
         tasks = [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), [int(s) for s in part],
                              cfg.sequence, cfg.backfill, agent.policy_params(), norm.as_dict(),
                              seed=k, metric=cfg.metric, window=cfg.window, mask=cfg.mask,
-                             teacher=teacher)
+                             base=cfg.base, teacher=teacher, env=cfg.env)
                  for part in split(starts, executor.workers)]
         trajs = [t for batch in executor.map(tasks) for t in batch]
         loss = agent.imitate(agent.make_batch(trajs), cfg.imitate_steps)
-        curve.append({"epoch": 0, "imitation": k + 1, "teacher": teacher,
-                      "mean_value": float(np.mean([t.value for t in trajs])),
-                      "bc_loss": loss})
+        row = {"epoch": 0, "imitation": k + 1, "teacher": teacher,
+               "mean_value": float(np.mean([t.value for t in trajs])), "bc_loss": loss}
+        if cfg.kind == "inspector":
+            # how often the network's greedy answer is now the teacher's, on these steps
+            obs = np.concatenate([t.obs for t in trajs if len(t.actions)] or
+                                 [np.zeros((0, len(INSPECTOR_FEATURES)), np.float32)])
+            acts = np.concatenate([t.actions for t in trajs] or [np.zeros(0, np.int32)])
+            if len(acts):
+                z = mlp({k2: np.asarray(v, np.float64) for k2, v in agent.policy_params().items()},
+                        "pi", obs.astype(np.float64))
+                row["agreement"] = float(np.mean(np.argmax(z, axis=1) == acts))
+                # and the probability it gives that answer (ppo.BC_SMOOTHING keeps it < 1)
+                p = np.exp(z - z.max(axis=1, keepdims=True))
+                p /= p.sum(axis=1, keepdims=True)
+                row["teacher_probability"] = float(np.mean(p[np.arange(len(acts)), acts]))
+        curve.append(row)
 
 
 def _framework() -> str:

@@ -198,6 +198,21 @@ class AcceptAll(Inspector):
         return True
 
 
+class RejectBlocked(Inspector):
+    """A hand-written inspector: reject the base policy's pick when it cannot start on the
+    free nodes now, so that a job behind it that fits may start (the rejection limit and
+    the retry delay bound how long the pick waits). The learned inspectors are reported
+    beside it (``cosched simulate learned``) and can start from it (``cosched train
+    inspector --imitate reject-blocked``; ``learned/teachers.py`` reads the same rule off
+    the observation row)."""
+
+    def __init__(self, base: QueuePolicy):
+        super().__init__(f"{base.name}+reject-blocked", base)
+
+    def accept(self, view: ChoiceView) -> bool:
+        return bool(view.need[0] <= view.free_nodes)
+
+
 def machine_view(now: float, jobs: Sequence[Sequence[float]], free_nodes: int, total_nodes: int,
                  procs_per_node: int = 1, running: Sequence[tuple[float, int]] = (),
                  kind: str = "pick") -> ChoiceView:
