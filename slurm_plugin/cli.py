@@ -213,8 +213,9 @@ def env_cmd(directory):
                    "rl:NAME|PATH (cosched models list).")
 @click.option("--partition", default=None, help="Only this partition's pending jobs [all].")
 @click.option("--inspector", default=None, metavar="NAME|PATH",
-              help="A SchedInspector model over its base policy (instead of --policy): a "
-                   "rejected top job goes last for the model's retry delay.")
+              help="A SchedInspector model over its base policy, or reject-blocked:BASE "
+                   "(the hand-written inspector), instead of --policy: a rejected top job "
+                   "goes last for the inspector's retry delay.")
 @click.option("--once", is_flag=True, help="One pass, then exit.")
 @click.option("--interval", type=float, default=10.0, show_default=True,
               help="Seconds between passes (without --once).")

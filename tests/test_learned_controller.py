@@ -59,6 +59,23 @@ def test_inspected_ranking_demotes_a_rejected_top_for_its_retry_delay():
     assert ranking.times == {"a": 2}
 
 
+def test_the_hand_written_inspector_ranks_a_live_queue_by_what_fits_now():
+    # reject-blocked:FCFS as the Slurm priority hook and the controller take it: a top job
+    # wider than the free nodes goes last for the retry delay, one that fits stays first
+    from coscheduler.learned.registry import inspector_for
+    from coscheduler.policies.selection import InspectedRanking
+
+    ranking = InspectedRanking(inspector_for("reject-blocked:FCFS"))
+    assert ranking.name == "FCFS+reject-blocked"
+    jobs = [(0, 4, 500), (1, 1, 50), (2, 2, 80)]   # (submit, processors, estimate)
+    ids = ["wide", "b", "c"]
+    assert ranking.rank(10.0, jobs, ids, 2, 4) == [1, 2, 0]   # 4 wanted, 2 free: last
+    assert ranking.times == {"wide": 1}
+    fresh = InspectedRanking(inspector_for("reject-blocked:FCFS"))
+    assert fresh.rank(10.0, jobs, ids, 4, 4) == [0, 1, 2]     # it fits: first, not asked again
+    assert fresh.times == {}
+
+
 def test_controller_takes_an_inspector_order():
     from coscheduler.learned.selectors import LearnedInspector
     from test_learned_models import inspector_model

@@ -109,7 +109,8 @@ def simulate() -> None:
               help="Skip malformed trace lines (counted and reported) instead of failing.")
 @click.option("--inspector", "inspectors", multiple=True, metavar="NAME|PATH",
               help="Also replay under this SchedInspector model over its base policy "
-                   "(repeatable; see cosched models list).")
+                   "(repeatable; see cosched models list), or reject-blocked:BASE, the "
+                   "hand-written inspector (reject a pick that cannot start now).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each policy's schedule as Batsim's jobs.csv to "
                    "DIR/POLICY_jobs.csv (evalys and Batsim's tools read it).")
@@ -339,7 +340,8 @@ def _positive_scale(ctx, param, value: float) -> float:
               help="Queue order: a heuristic (SJF, F1, ...) or a learned model rl:NAME|PATH "
                    "[default: submission order].")
 @click.option("--inspector", default=None, metavar="NAME|PATH",
-              help="Queue order by a SchedInspector model over its base policy.")
+              help="Queue order by a SchedInspector model over its base policy, or "
+                   "reject-blocked:BASE (the hand-written inspector).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Local processes for the independent chains of runs (one per cluster size "
                    "and policy) [default: this machine's cores; 1: serial]. Same figures.")
