@@ -472,8 +472,11 @@ def test_controller_survives_a_slurmctld_restart(state, slurm, tmp_path):
         assert longest >= 3.0 or d.stats.errors >= 1
         # and kept stepping after it: a count of passes, waited for (a pass takes seconds in a
         # loaded container; a CI run on 26.05 saw 4 passes in all by the time both stages ended)
+        # (counted from after the restart: a pass blocked on the outage ends after it, so
+        # ``after_restart`` may still equal ``passes``; asserting "> passes + 3" failed once
+        # with exactly passes + 3 when it did)
         wait_until(lambda: d.stats.passes >= after_restart + 3, 60, what="passes after the restart")
-        assert d.stats.passes > passes + 3 and t.is_alive()
+        assert after_restart >= passes and t.is_alive()
     finally:
         d.stop()
         t.join(30)
