@@ -57,9 +57,9 @@ class SchedulerEvents:
             self._pool.clear()
 
     def resourceOffers(self, driver, offers) -> None:
-        now = self.now()
         useless: list[HeldOffer] = []
         with self._lock:
+            now = self.now()
             # Suppressed with nothing waiting: an offer the master sent before it read our
             # SUPPRESS goes straight back (no later pass may come to decline it).
             send_back = self._suppressed and self._nothing_waits()
@@ -78,7 +78,8 @@ class SchedulerEvents:
                 elif v.hostname:
                     self._agents[v.agent_id] = v.hostname
                 held = HeldOffer(v, now, hold_deadline(now, self.config.hold_s,
-                                                       self.config.hold_jitter, self._rng))
+                                                       self.config.hold_jitter, self._rng),
+                                 self._passes_begun)
                 if send_back or (v.cpus < 1.0 - 1e-6 and v.mem <= 0):
                     useless.append(held)
                     continue

@@ -86,9 +86,9 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self._node_of: dict[str, str] = {}         # agent id -> node name the controller sees
         self._agent_of: dict[str, str] = {}
         self._pool: dict[str, HeldOffer] = {}
-        # When the current pass began (backend clock): after it, only offers that pass could
-        # use are declined. None: no pass has announced itself (every expired offer goes).
-        self._pass_started: float | None = None
+        # Passes begun (before_pass): after a pass, only offers that arrived before it began
+        # are declined. 0: no pass has announced itself (every expired offer goes).
+        self._passes_begun = 0
         self._pending: dict[str, dict[str, Any]] = {}        # agent id -> ACCEPT being built
         self._taken: dict[str, dict[str, float]] = {}        # offer id -> resources cut this pass
         self._last_offer: dict[str, float] = {}              # job id -> its last needed offer
@@ -249,11 +249,14 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
 
     # -- around each controller pass: offers held too long go back ----------------------------
     def before_pass(self) -> None:
-        """Stamp the pass's start. An offer that arrives while a pass runs was not seen by
+        """Count the pass's start. An offer that arrives while a pass runs was not seen by
         it; declining it after that pass (with ``refuse_s``) would hide the agent for the whole
-        filter from a job that needs it (a slow first pass did this in CI)."""
+        filter from a job that needs it (a slow first pass did this in CI). Counted, not
+        timed: an offer stamped with the time before a pass began but pooled during it
+        (its handler waited for the lock the pass held) was taken for seen, declined, and
+        hid the only agent from the first job for 120 s (CI, test_mesos_faults)."""
         with self._lock:
-            self._pass_started = self.now()
+            self._passes_begun += 1
 
     def after_pass(self) -> None:
         """After each controller pass: feeds read, waiting guests launched, the ACCEPTs
@@ -266,8 +269,8 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
             if not self._ready():
                 return
             idle = self._nothing_waits()
-            started = self._pass_started
-            seen = [h for h in self._pool.values() if started is None or h.received <= started]
+            begun = self._passes_begun
+            seen = [h for h in self._pool.values() if begun == 0 or h.passes_before < begun]
             if idle:
                 # every held offer, seen or not: no job needs one, and a framework whose run
                 # loop has ended holds what it keeps until it closes (a CI run's second

@@ -26,6 +26,8 @@ class HeldOffer:
     view: OfferView
     received: float     # when it arrived (backend clock)
     hold_until: float   # declined after this unless used
+    # controller passes begun before it arrived: only a pass begun after it saw it
+    passes_before: int = 0
 
     @property
     def offer_id(self) -> str:

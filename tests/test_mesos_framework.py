@@ -483,3 +483,32 @@ def test_a_finished_framework_holds_no_offer_after_its_last_pass():
     assert d.of("REVIVE")
     b.resourceOffers(d, [offer("O3", "A1", 2)])
     assert [h.offer_id for h in b.held_offers()] == ["O3"]
+
+
+def test_an_offer_pooled_during_a_pass_is_not_taken_for_seen_by_its_stamp():
+    """The CI flake of test_mesos_faults' REVIVE test: the offer handler read the clock,
+    then waited for the lock a pass held; the offer was pooled during the pass with a
+    time from before it began, taken for seen, declined after the pass with the 120 s
+    filter, and the only agent was hidden from the first job. Passes are now counted:
+    an offer counts as seen only by a pass begun after it was pooled."""
+    import threading
+
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, hold_s=10.0, hold_jitter=0.0,
+                                            refuse_s=120.0))
+    b.submit(job("x", cores=4))
+    with b._lock:                                   # a pass holds the backend's lock
+        handler = threading.Thread(target=b.resourceOffers, args=(d, [offer("O1", "A1", 4)]))
+        handler.start()
+        handler.join(0.3)                           # the offer waits for the lock
+        assert handler.is_alive()
+        clock.t += 0.1
+        b.before_pass()
+        ctl.step()                                  # sees no offer: nothing starts
+    handler.join(5)
+    assert [h.offer_id for h in b.held_offers()] == ["O1"]
+    clock.t += 20.0                                 # past the offer's hold
+    b.after_pass()
+    assert not d.of("DECLINE"), "an offer no pass saw was declined"
+    b.before_pass()
+    step(b, ctl)                                    # the next pass sees it and uses it
+    assert d.of("ACCEPT") and not d.of("DECLINE")
