@@ -155,6 +155,14 @@ def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
                        epochs=epochs or default_epochs, init=init, **kw)
 
 
+# The warm start's length, for both kinds (their --imitate options differ: a heuristic
+# to clone for RLScheduler, a hand-written inspector for SchedInspector).
+_imitate_rounds = click.option(
+    "--imitate-rounds", type=click.IntRange(min=1), default=None,
+    help="Rounds of cloning (each: --trajectories sequences, 150 steps) "
+         "[default: min(4, epochs / 10)].")
+
+
 @train.command("rlscheduler")
 @_common
 @click.option("--metric", type=click.Choice(["bsld", "wait", "util"]), default="bsld",
@@ -166,9 +174,7 @@ def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
               help="Warm start: first clone this heuristic's picks (a queue policy name, or "
                    "'best': the heuristic that does best as a scorer on training sequences), "
                    "then PPO; 'none' starts from random weights as the reference.")
-@click.option("--imitate-rounds", type=click.IntRange(min=1), default=None,
-              help="Rounds of cloning (each: --trajectories sequences, 150 steps) "
-                   "[default: min(4, epochs / 10)].")
+@_imitate_rounds
 @click.option("--relative-reward", is_flag=True,
               help="Reward a sequence by its bsld divided by SJF's on the same sequence (so "
                    "a heavy-tailed trace's hardest sequences do not drown the others).")
@@ -202,9 +208,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
               help="Warm start: first clone a hand-written inspector's answers (reject-blocked: "
                    "reject a pick that cannot start now), then PPO; the clone is validated "
                    "and kept if training does not validate better.")
-@click.option("--imitate-rounds", type=click.IntRange(min=1), default=None,
-              help="Rounds of cloning (each: --trajectories sequences, 150 steps) "
-                   "[default: min(4, epochs / 10)].")
+@_imitate_rounds
 def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
               out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
               base, start_reject, imitate, imitate_rounds) -> None:
