@@ -252,8 +252,18 @@ def test_guest_whose_hosts_agent_has_no_memory_held_gets_it_by_revive(emulator, 
     mr.submit([sleeper("host", 8.0, cores=2), sleeper("big", 1, cores=4, submit_time=1.0)])
     mr.start()
     try:
-        wait_for(lambda: (mr.step(), "host" in {r.job_id for r in mr.backend.running()})[1], 30, 0.1,
-                 "the host to start")
+        try:
+            wait_for(lambda: (mr.step(), "host" in {r.job_id for r in mr.backend.running()})[1],
+                     30, 0.1, "the host to start")
+        except AssertionError as exc:
+            # an intermittent CI failure (2 of 3 full runs on 2026-11-27, never alone):
+            # say what the framework and the master held when it happened
+            fws = emu.state().get("frameworks", [])
+            raise AssertionError(
+                f"{exc}; counters {mr.backend.counters}, held offers "
+                f"{[h.offer_id for h in mr.backend.held_offers()]}, problems "
+                f"{mr.backend.problems[-5:]}, last pass {mr.reports[-1] if mr.reports else None}, "
+                f"master frameworks {fws}") from None
         # what is left on the agent (memory) is held, then declined with the long filter
         wait_for(lambda: (mr.step(), mr.backend.counters["declined"] >= 1 and not mr.backend.held_offers())[1],
                  20, 0.05, "the memory left on the agent to be declined")
