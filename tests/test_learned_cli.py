@@ -69,6 +69,34 @@ def test_simulate_swf_takes_the_hand_written_inspector_over_any_heuristic():
     assert "Traceback" not in r.stderr
 
 
+def test_inspector_budget_measures_the_rule_per_budget_and_chooses_on_validation():
+    """`simulate inspector-budget`: budget 0 is the base policy (the same figures); the
+    choice is the budget with the lowest validation bsld, whatever the held-out figures;
+    a larger budget is taken by `simulate swf` as reject-blocked:BASE:BUDGET."""
+    trace = swf_dir() / "lublin_256.swf"
+    r = run("simulate", "inspector-budget", "--trace", str(trace), "--base", "SJF",
+            "--budgets", "1000,0", "--json")
+    assert r.exit_code == 0, r.stderr
+    (t,) = json.loads(r.stdout)["tables"]
+    assert t["base"] == "SJF" and [b["budget"] for b in t["budgets"]] == [0, 1000]
+    zero, large = t["budgets"]
+    assert zero["validation"]["bsld"] == t["base_validation"]["bsld"]
+    assert zero["heldout"]["bsld"] == t["base_heldout"]["bsld"]
+    assert len(t["validation_windows"]) == 24 and len(t["heldout_windows"]) == 10
+    assert max(t["validation_windows"]) < min(t["heldout_windows"])
+    best = min(t["budgets"], key=lambda b: b["validation"]["bsld"])["budget"]
+    assert t["chosen"] == best
+    r = run("simulate", "swf", str(SMALL), "--policy", "SJF", "--inspector",
+            "reject-blocked:SJF:1000", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)[1]["policy"] == "SJF+reject-blocked/1000"
+    for args, what in ((("--budgets", "ten"), "integers separated by commas"),
+                       (("--budgets", "-1"), "from 0 to 100000"),
+                       (("--base", "nosuch"), "nosuch")):
+        r = run("simulate", "inspector-budget", "--trace", str(trace), *args)
+        assert r.exit_code != 0 and what in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_bad_learned_policies_get_clear_errors(tmp_path):
     r = run("simulate", "swf", str(SMALL), "--policy", "rl:nosuchmodel")
     assert r.exit_code == 2 and "unknown model 'nosuchmodel'; shipped models:" in r.stderr

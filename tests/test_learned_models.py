@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from coscheduler.data import swf_dir
+from coscheduler.model import InvalidInput
 
 from coscheduler.learned.features import RL_FEATURES, Normalisation, rl_observation
 from coscheduler.learned.modelfile import MAGIC, Model, ModelError, load_model, save_model
@@ -106,6 +107,38 @@ def test_reject_blocked_rejects_exactly_the_picks_that_cannot_start_now(stuck):
     _, base = replay(lublin, get_policy("SJF"), start=3000, count=512)
     _, inspected = replay(lublin, rule, start=3000, count=512)
     assert inspected.avg_bsld < 0.9 * base.avg_bsld, (inspected.avg_bsld, base.avg_bsld)
+
+
+def test_the_rejection_budget_bounds_what_the_rule_changes(stuck):
+    """Budget 0: the rule is never asked and the schedule is the base policy's; a larger
+    budget rejects more, each job at most the budget's times; on a lublin_256 stretch a
+    large budget lowers SJF's bsld further than SchedInspector's 10."""
+    from coscheduler.learned.budget import choose_budget
+    from coscheduler.learned.registry import hand_inspector
+    from coscheduler.policies.selection import RejectBlocked
+
+    base, mb = replay(stuck, get_policy("SJF"))
+    none, m0 = replay(stuck, RejectBlocked(get_policy("SJF"), max_rejections=0))
+    assert none.rejections == 0 and m0.avg_bsld == mb.avg_bsld
+    assert list(none.start) == list(base.start)
+    ten, _ = replay(stuck, RejectBlocked(get_policy("SJF")))
+    many, _ = replay(stuck, hand_inspector("reject-blocked:SJF:1000"))
+    assert 0 < ten.rejections <= 256 * 10 and many.rejections >= ten.rejections
+    lublin = read_swf(SWF / "lublin_256.swf")
+    s10, small = replay(lublin, hand_inspector("reject-blocked:sjf"), start=3000, count=512)
+    s1000, large = replay(lublin, hand_inspector("reject-blocked:SJF:1000"), start=3000, count=512)
+    assert s1000.rejections > s10.rejections
+    assert large.avg_bsld < small.avg_bsld, (large.avg_bsld, small.avg_bsld)
+    # the choice: the lowest validation figure, the smaller budget on a tie
+    assert choose_budget({10: 5.0, 200: 3.0, 1000: 3.0}) == 200
+    assert choose_budget({10: 5.0, 200: 3.001, 1000: 3.0}) == 200
+    assert choose_budget({10: 2.0, 1000: 3.0}) == 10
+    for bad, what in (("reject-blocked:SJF:x", "integer from 0 to 100000"),
+                      ("reject-blocked:SJF:100001", "integer from 0 to 100000"),
+                      ("reject-blocked:SJF:1:2", "reject-blocked:BASE:BUDGET"),
+                      ("reject-blocked:nosuch", "nosuch")):
+        with pytest.raises(InvalidInput, match=what):
+            hand_inspector(bad)
 
 
 def test_rejections_delay_and_are_bounded(stuck):

@@ -249,7 +249,9 @@ def test_an_inspector_warm_started_from_reject_blocked_answers_as_it_does(tmp_pa
 
     result = train_in_subprocess(_config(tmp_path, trace_path, kind="inspector", base="SJF",
                                          epochs=1, validate_every=1, imitate="reject-blocked",
-                                         imitate_epochs=2, pi_lr=1e-2))
+                                         imitate_epochs=2, pi_lr=1e-2, max_rejections=50))
+    # the rejection budget it trained under is the model's (LearnedInspector reads it)
+    assert result["header"]["normalisation"]["max_rejections"] == 50
     rows = [r for r in result["curve"] if "imitation" in r]
     assert [r["imitation"] for r in rows] == [1, 2]
     assert all(r["teacher"] == "reject-blocked" for r in rows)

@@ -498,9 +498,10 @@ def io_pairs(repeat: int, seed: int, as_json: bool) -> None:
 
 
 def _add_learned() -> None:
-    from .simulate_learned import learned
+    from .simulate_learned import inspector_budget, learned
 
     simulate.add_command(learned)
+    simulate.add_command(inspector_budget)
 
 
 _add_learned()

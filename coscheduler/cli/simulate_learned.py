@@ -103,3 +103,60 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
     click.echo(f"training curves, per-window plots and report.json in {out_dir}/ "
                f"({len(report['curves'])} + {len(report['window_plots'])} PNG); "
                f"{report['seconds']:.0f} s", err=False)
+
+
+@click.command("inspector-budget")
+@click.option("--trace", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="SWF trace (plain or .gz); validation windows come from its first 20 %.")
+@click.option("--base", "bases", default="SJF,F1", show_default=True,
+              help="Base policies, separated by commas.")
+@click.option("--budgets", "budgets_text", default=",".join(map(str, (10, 20, 50, 100, 200, 1000))),
+              show_default=True, help="Rejection budgets to measure, separated by commas.")
+@click.option("--backfill", type=click.Choice(["none", "easy"]), default="none", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def inspector_budget(trace: str, bases: str, budgets_text: str, backfill: str,
+                     as_json: bool) -> None:
+    """The hand-written inspector (reject-blocked) at each rejection budget: mean bounded
+    slowdown on 24 windows of the training part (the choice is made on these: the lowest,
+    the smaller budget on a tie) and on the held-out windows of `simulate learned`
+    (reported, never used to choose). Use the chosen budget as
+    `--inspector reject-blocked:BASE:BUDGET` or `cosched train inspector --max-rejections`.
+
+    JSON: {"tables": [{"trace", "base", "backfill", "chosen", "base_validation",
+    "base_heldout", "budgets": [{"budget", "validation", "heldout",
+    "validation_improvement", "heldout_improvement", "validation_windows_worse",
+    "heldout_windows_worse"}], "validation_windows", "heldout_windows"}]}
+    (validation/heldout: {"bsld", "wait_s", "max_bsld", "per_window_bsld"})."""
+    from ..learned.budget import budget_table
+    from ..policies.queue import get_policy
+    from ..sim.swf import read_swf
+
+    try:
+        budgets = [int(x) for x in budgets_text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"integers separated by commas, got {budgets_text[:80]!r}",
+                                 param_hint="--budgets") from None
+    names = [b.strip() for b in bases.split(",") if b.strip()]
+    try:
+        for b in names:
+            get_policy(b)
+        tr = read_swf(trace)
+        tables = [budget_table(tr, b, budgets, backfill) for b in names]
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"tables": tables}))
+        return
+    for t in tables:
+        bv, bh = t["base_validation"], t["base_heldout"]
+        click.echo(f"{t['trace']} {t['base']} (backfill {t['backfill']}): base bsld "
+                   f"{bv['bsld']:.2f} validation, {bh['bsld']:.2f} held-out")
+        click.echo(f"  {'budget':>7} {'validation':>10} {'vs base':>8} {'worse':>6} "
+                   f"{'held-out':>9} {'vs base':>8} {'worse':>6} {'max bsld':>9}")
+        for r in t["budgets"]:
+            mark = "  <- chosen" if r["budget"] == t["chosen"] else ""
+            click.echo(f"  {r['budget']:>7} {r['validation']['bsld']:>10.2f} "
+                       f"{-100 * r['validation_improvement']:>+7.1f}% "
+                       f"{r['validation_windows_worse']:>6} {r['heldout']['bsld']:>9.2f} "
+                       f"{-100 * r['heldout_improvement']:>+7.1f}% "
+                       f"{r['heldout_windows_worse']:>6} {r['heldout']['max_bsld']:>9.1f}{mark}")

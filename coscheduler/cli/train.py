@@ -16,6 +16,7 @@ import click
 
 from ..model import InvalidInput
 from ..policies.queue import POLICIES, get_policy
+from ..policies.selection import MAX_REJECTION_TIMES, RETRY_AFTER_S
 from ..learned.teachers import INSPECTOR_TEACHERS
 from ..sim.engine import BACKFILL_MODES
 
@@ -209,9 +210,17 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
                    "reject a pick that cannot start now), then PPO; the clone is validated "
                    "and kept if training does not validate better.")
 @_imitate_rounds
+@click.option("--max-rejections", type=click.IntRange(0, 100_000), default=MAX_REJECTION_TIMES,
+              show_default=True,
+              help="Rejections of one job before it is accepted without asking "
+                   "(SchedInspector's 10; `cosched simulate inspector-budget` measures "
+                   "others on the trace's training part).")
+@click.option("--retry-after", type=click.FloatRange(1.0, 7 * 86400.0), default=RETRY_AFTER_S,
+              show_default=True, help="Seconds before a rejected job is asked again (at the "
+                                      "latest; an arrival or an end asks sooner).")
 def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
               out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
-              base, start_reject, imitate, imitate_rounds) -> None:
+              base, start_reject, imitate, imitate_rounds, max_rejections, retry_after) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
     out = out or Path(f"{_stem(trace)}-{base.lower()}-inspector.model")
@@ -220,7 +229,8 @@ def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, ex
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
                   time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
                   init=init, env=env, stop_after=stop_after, start_reject=start_reject,
-                  imitate=None if imitate == "none" else imitate, imitate_epochs=imitate_rounds)
+                  imitate=None if imitate == "none" else imitate, imitate_epochs=imitate_rounds,
+                  max_rejections=max_rejections, retry_after_s=retry_after)
     _run(cfg, fresh, as_json)
 
 

@@ -80,13 +80,16 @@ def inspector_figures(trace: SwfTrace, inspector, backfill: str,
     i = window_bsld(trace, counted, backfill, starts)
     # the hand-written rule over the same base on the same windows: what a learned
     # inspector must beat to be worth its training
-    r = window_bsld(trace, RejectBlocked(base), backfill, starts)
+    # (at the inspector's own rejection budget and retry delay)
+    r = window_bsld(trace, RejectBlocked(base, max_rejections=inspector.max_rejections,
+                                         retry_after=inspector.retry_after), backfill, starts)
     base_mean, insp_mean, rule_mean = statistics.fmean(b), statistics.fmean(i), statistics.fmean(r)
     return {"windows": starts, "base": base.name, "base_bsld": base_mean,
             "inspected_bsld": insp_mean, "improvement": (base_mean - insp_mean) / base_mean,
             "rejection_ratio": counted.rejected / counted.asked if counted.asked else 0.0,
             "inspections": counted.asked, "rejections": counted.rejected,
             "rule": "reject-blocked", "rule_bsld": rule_mean,
+            "max_rejections": inspector.max_rejections,
             "rule_improvement": (base_mean - rule_mean) / base_mean,
             "seconds": time.perf_counter() - t0}
 

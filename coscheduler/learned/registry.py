@@ -15,7 +15,7 @@ from ..resources import resource_dir
 from .gate import read_verdict, report_path
 from .modelfile import MAGIC, ModelError, load_model
 from ..policies.queue import get_policy
-from ..policies.selection import RejectBlocked
+from ..policies.selection import MAX_REJECTION_TIMES, RejectBlocked
 from .selectors import LearnedInspector, LearnedScorer
 
 MODELS_DIR = resource_dir(__package__, "models")   # package data (pyproject.toml)
@@ -83,17 +83,34 @@ def scorer_for(text: str, directory: Path = MODELS_DIR) -> LearnedScorer:
 
 
 HAND_INSPECTOR = "reject-blocked"
+MAX_BUDGET = 100_000   # rejections per job: beyond any window a trace holds
 
 
 def inspector_for(text: str, base: str | None = None,
                   directory: Path = MODELS_DIR) -> LearnedInspector | RejectBlocked:
     """``NAME|PATH`` of an inspector model (``base`` overrides the base policy it was
-    trained on), or ``reject-blocked:BASE``, the hand-written inspector over a heuristic
-    (``policies.selection.RejectBlocked``)."""
+    trained on), or ``reject-blocked:BASE[:BUDGET]``, the hand-written inspector over a
+    heuristic (``policies.selection.RejectBlocked``) with at most BUDGET rejections per
+    job (default SchedInspector's 10)."""
     if isinstance(text, str) and text.lower().startswith(HAND_INSPECTOR + ":"):
-        return RejectBlocked(get_policy(base or text.split(":", 1)[1]))
+        return hand_inspector(text, base)
     model = load_model(resolve(text, directory), "inspector")
     return LearnedInspector(model, base=base)
+
+
+def hand_inspector(text: str, base: str | None = None) -> RejectBlocked:
+    """``reject-blocked:BASE[:BUDGET]`` -> the rule (``base`` overrides BASE)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or parts[0].lower() != HAND_INSPECTOR:
+        raise InvalidInput(f"the hand-written inspector is written {HAND_INSPECTOR}:BASE or "
+                           f"{HAND_INSPECTOR}:BASE:BUDGET, got {text[:80]!r}")
+    budget = MAX_REJECTION_TIMES
+    if len(parts) == 3:
+        if not parts[2].isdigit() or not 0 <= int(parts[2]) <= MAX_BUDGET:
+            raise InvalidInput(f"{text[:80]!r}: the rejection budget must be an integer "
+                               f"from 0 to {MAX_BUDGET}, got {parts[2][:20]!r}")
+        budget = int(parts[2])
+    return RejectBlocked(get_policy(base or parts[1]), max_rejections=budget)
 
 
 def resolve_policy(text: str, directory: Path = MODELS_DIR):

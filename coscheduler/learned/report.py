@@ -134,6 +134,7 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
                                   "rejection_ratio": f["rejection_ratio"],
                                   "rule_bsld": f["rule_bsld"],
                                   "rule_improvement": f["rule_improvement"],
+                                  "max_rejections": f["max_rejections"],
                                   "windows": f["windows"]})
     out["seconds"] = time.perf_counter() - t0
     return out
@@ -249,12 +250,13 @@ def render(report: dict) -> str:
     if report["inspectors"]:
         lines.append("SchedInspector on the held-out windows (after the training part): mean bsld")
         lines.append(f"  {'model':<22}{'trace':<16}{'base':<6}{'base':>10}{'inspected':>11}"
-                     f"{'improvement':>13}{'rejections':>12}{'reject-blocked':>16}")
+                     f"{'improvement':>13}{'rejections':>12}{'budget':>8}{'reject-blocked':>16}")
         for r in report["inspectors"]:
             lines.append(f"  {r['model']:<22}{trace_key(r['trace'])[:15]:<16}{r['base']:<6}"
                          f"{r['base_bsld']:>10.1f}{r['inspected_bsld']:>11.1f}"
                          f"{100 * r['improvement']:>12.1f}%{r['rejection_ratio']:>12.3f}"
-                         f"{100 * r['rule_improvement']:>15.1f}%")
+                         f"{r['max_rejections']:>8}{100 * r['rule_improvement']:>15.1f}%")
+        lines.append("  budget: rejections of one job before it is accepted unasked (the model's);")
         lines.append("  reject-blocked: the hand-written rule over the same base (reject a pick "
-                     "that cannot start now), its improvement on the same windows")
+                     "that cannot start now) at that budget, its improvement on the same windows")
     return "\n".join(lines).rstrip() + "\n"

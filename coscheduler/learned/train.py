@@ -32,6 +32,7 @@ import numpy as np
 
 from ..model import InvalidInput
 from ..policies.queue import get_policy
+from ..policies.selection import MAX_REJECTION_TIMES, RETRY_AFTER_S
 from ..sim.cluster import Cluster
 from ..sim.engine import simulate
 from ..sim.metrics import compute_metrics
@@ -85,6 +86,10 @@ class TrainConfig:
     evaluate: bool = True
     env: str = "batched"             # RL rollouts: "batched" (batchenv.py) or "reference"
     relative_reward: bool = False    # RL: reward / SJF's figure on the same sequence
+    # inspector: rejections per job before it is accepted unasked, and the retry delay
+    # (SchedInspector's 10 and 600 s); stored in the model's normalisation
+    max_rejections: int = MAX_REJECTION_TIMES
+    retry_after_s: float = RETRY_AFTER_S
 
     def __post_init__(self) -> None:
         if self.imitate_epochs is None:
@@ -98,6 +103,11 @@ class TrainConfig:
                   "evaluate"):
             d.pop(k)
         return d
+
+
+# What a setting added after a checkpoint was written meant before it existed.
+_DEFAULT_SETTINGS = {"max_rejections": MAX_REJECTION_TIMES, "retry_after_s": RETRY_AFTER_S,
+                     "relative_reward": False}
 
 
 @dataclass
@@ -187,9 +197,17 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     n_jobs = len(trace.jobs)
     limit = train_limit(n_jobs, sequence=cfg.sequence)
     longest = max(j.run for j in trace.jobs[:limit])
-    norm = Normalisation(estimate_s=float(max(longest, 1.0)), window=cfg.window)
+    norm = Normalisation(estimate_s=float(max(longest, 1.0)), window=cfg.window,
+                         retry_after_s=float(cfg.retry_after_s),
+                         max_rejections=int(cfg.max_rejections))
     if cfg.kind == "inspector":
         get_policy(cfg.base)
+    if isinstance(cfg.max_rejections, bool) or not isinstance(cfg.max_rejections, int) \
+            or cfg.max_rejections < 0:
+        raise InvalidInput(f"max_rejections must be an integer >= 0, got {cfg.max_rejections!r}")
+    if not 0 < cfg.retry_after_s < float("inf"):
+        raise InvalidInput(f"retry_after_s must be a positive number of seconds, "
+                           f"got {cfg.retry_after_s!r}")
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint_path(out)
@@ -227,9 +245,9 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     if resume and ckpt.exists():
         meta, arrays = _load_checkpoint(ckpt)
         # a setting added later (absent from an older checkpoint) counts as its default
-        if {k: meta["settings"].get(k) for k in cfg.settings()} != cfg.settings():
-            differ = sorted(k for k in cfg.settings()
-                            if meta["settings"].get(k) != cfg.settings()[k])
+        saved = {k: meta["settings"].get(k, _DEFAULT_SETTINGS.get(k)) for k in cfg.settings()}
+        if saved != cfg.settings():
+            differ = sorted(k for k in cfg.settings() if saved[k] != cfg.settings()[k])
             raise InvalidInput(f"{ckpt}: a checkpoint with other settings ({', '.join(differ)}); "
                                "remove it or pass --fresh")
         agent.load_state_arrays({k: v for k, v in arrays.items() if not k.startswith("best:")})

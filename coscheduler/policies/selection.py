@@ -204,10 +204,19 @@ class RejectBlocked(Inspector):
     the retry delay bound how long the pick waits). The learned inspectors are reported
     beside it (``cosched simulate learned``) and can start from it (``cosched train
     inspector --imitate reject-blocked``; ``learned/teachers.py`` reads the same rule off
-    the observation row)."""
+    the observation row).
 
-    def __init__(self, base: QueuePolicy):
-        super().__init__(f"{base.name}+reject-blocked", base)
+    ``max_rejections`` is the rule's one real setting: SchedInspector's 10 keeps a pick
+    waiting at most ten decisions; a large budget makes the rule start the first job in
+    the base order that fits, as backfilling without a reservation would, at the price of
+    the widest jobs' waits (``learned/budget.py`` chooses it on a trace's training part)."""
+
+    def __init__(self, base: QueuePolicy, max_rejections: int = MAX_REJECTION_TIMES,
+                 retry_after: float = RETRY_AFTER_S):
+        name = f"{base.name}+reject-blocked"
+        if max_rejections != MAX_REJECTION_TIMES:
+            name += f"/{max_rejections}"   # the budget changes what the rule does: say it
+        super().__init__(name, base, max_rejections=max_rejections, retry_after=retry_after)
 
     def accept(self, view: ChoiceView) -> bool:
         return bool(view.need[0] <= view.free_nodes)
