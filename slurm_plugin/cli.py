@@ -213,7 +213,7 @@ def env_cmd(directory):
                    "rl:NAME|PATH (cosched models list).")
 @click.option("--partition", default=None, help="Only this partition's pending jobs [all].")
 @click.option("--inspector", default=None, metavar="NAME|PATH",
-              help="A SchedInspector model over its base policy, or reject-blocked:BASE "
+              help="A SchedInspector model over its base policy, or reject-blocked:BASE[:BUDGET] "
                    "(the hand-written inspector), instead of --policy: a rejected top job "
                    "goes last for the inspector's retry delay.")
 @click.option("--once", is_flag=True, help="One pass, then exit.")

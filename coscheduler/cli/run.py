@@ -53,7 +53,7 @@ from ._types import FiniteRange, positive
                    "rl:NAME|PATH (cosched models list).")
 @click.option("--inspector", default=None, metavar="NAME|PATH",
               help="Queue order by a SchedInspector model over its base policy, or "
-                   "reject-blocked:BASE, the hand-written inspector (instead of "
+                   "reject-blocked:BASE[:BUDGET], the hand-written inspector (instead of "
                    "--queue-policy).")
 @db_option
 @click.option("--interval", type=positive(), default=2.0, show_default=True,

@@ -109,8 +109,9 @@ def simulate() -> None:
               help="Skip malformed trace lines (counted and reported) instead of failing.")
 @click.option("--inspector", "inspectors", multiple=True, metavar="NAME|PATH",
               help="Also replay under this SchedInspector model over its base policy "
-                   "(repeatable; see cosched models list), or reject-blocked:BASE, the "
-                   "hand-written inspector (reject a pick that cannot start now).")
+                   "(repeatable; see cosched models list), or reject-blocked:BASE[:BUDGET], the "
+                   "hand-written inspector (reject a pick that cannot start now; BUDGET: rejections "
+                   "per job, default 10).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write each policy's schedule as Batsim's jobs.csv to "
                    "DIR/POLICY_jobs.csv (evalys and Batsim's tools read it).")
@@ -341,7 +342,7 @@ def _positive_scale(ctx, param, value: float) -> float:
                    "[default: submission order].")
 @click.option("--inspector", default=None, metavar="NAME|PATH",
               help="Queue order by a SchedInspector model over its base policy, or "
-                   "reject-blocked:BASE (the hand-written inspector).")
+                   "reject-blocked:BASE[:BUDGET] (the hand-written inspector).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Local processes for the independent chains of runs (one per cluster size "
                    "and policy) [default: this machine's cores; 1: serial]. Same figures.")
