@@ -89,6 +89,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         # Passes begun (before_pass): after a pass, only offers that arrived before it began
         # are declined. 0: no pass has announced itself (every expired offer goes).
         self._passes_begun = 0
+        self._pass_settled = False                 # whether the last pass began settled
         self._pending: dict[str, dict[str, Any]] = {}        # agent id -> ACCEPT being built
         self._taken: dict[str, dict[str, float]] = {}        # offer id -> resources cut this pass
         self._last_offer: dict[str, float] = {}              # job id -> its last needed offer
@@ -257,6 +258,10 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         hid the only agent from the first job for 120 s (CI, test_mesos_faults)."""
         with self._lock:
             self._passes_begun += 1
+            # A pass that begins before the framework settled sees an empty queue
+            # (``queued``); it must not decline what it could not use, even if the settle
+            # time passes while it runs (CI: settle_s = hold_s, 120 s refuse filter).
+            self._pass_settled = self._ready()
 
     def after_pass(self) -> None:
         """After each controller pass: feeds read, waiting guests launched, the ACCEPTs
@@ -266,7 +271,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self.flush()
         now = self.now()
         with self._lock:
-            if not self._ready():
+            if not self._ready() or (self._passes_begun and not self._pass_settled):
                 return
             idle = self._nothing_waits()
             begun = self._passes_begun

@@ -512,3 +512,25 @@ def test_an_offer_pooled_during_a_pass_is_not_taken_for_seen_by_its_stamp():
     b.before_pass()
     step(b, ctl)                                    # the next pass sees it and uses it
     assert d.of("ACCEPT") and not d.of("DECLINE")
+
+
+def test_a_pass_begun_before_the_framework_settled_does_not_decline_what_it_could_not_use():
+    """The CI flake of test_mesos_faults' REVIVE test (settle_s and hold_s both 0.3 s): a
+    pass began before the framework had settled, so it saw an empty queue (``queued``
+    shows nothing until then) and started nothing; the settle time passed while it ran,
+    and after it the offer, pooled before the pass began and past its hold, was taken
+    for seen and declined with the 120 s filter: the only agent was hidden from the
+    first job. A pass that began unsettled declines nothing."""
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.3, hold_s=0.3, hold_jitter=0.0,
+                                            refuse_s=120.0))
+    b.submit(job("host", cores=2))
+    b.resourceOffers(d, [offer("O1", "A1", 2)])     # pooled just after subscribing
+    clock.t += 0.2
+    b.before_pass()
+    assert ctl.step().started == 0                   # not settled: the queue looks empty
+    clock.t += 0.2                                   # settled, and the offer's hold is over
+    b.after_pass()
+    assert not d.of("DECLINE"), "an offer a pass could not use was declined"
+    b.before_pass()
+    step(b, ctl)                                     # a settled pass sees the job and uses it
+    assert d.of("ACCEPT") and not d.of("DECLINE")
