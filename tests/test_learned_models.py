@@ -135,6 +135,7 @@ def test_the_rejection_budget_bounds_what_the_rule_changes(stuck):
     assert choose_budget({10: 2.0, 1000: 3.0}) == 10
     for bad, what in (("reject-blocked:SJF:x", "integer from 0 to 100000"),
                       ("reject-blocked:SJF:100001", "integer from 0 to 100000"),
+                      ("reject-blocked:SJF:\u00b2", "integer from 0 to 100000"),
                       ("reject-blocked:SJF:1:2", "reject-blocked:BASE:BUDGET"),
                       ("reject-blocked:nosuch", "nosuch")):
         with pytest.raises(InvalidInput, match=what):

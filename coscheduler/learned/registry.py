@@ -106,7 +106,7 @@ def hand_inspector(text: str, base: str | None = None) -> RejectBlocked:
                            f"{HAND_INSPECTOR}:BASE:BUDGET, got {text[:80]!r}")
     budget = MAX_REJECTION_TIMES
     if len(parts) == 3:
-        if not parts[2].isdigit() or not 0 <= int(parts[2]) <= MAX_BUDGET:
+        if not (parts[2].isascii() and parts[2].isdigit()) or not 0 <= int(parts[2]) <= MAX_BUDGET:
             raise InvalidInput(f"{text[:80]!r}: the rejection budget must be an integer "
                                f"from 0 to {MAX_BUDGET}, got {parts[2][:20]!r}")
         budget = int(parts[2])
