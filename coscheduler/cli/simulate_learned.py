@@ -113,9 +113,11 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
 @click.option("--budgets", "budgets_text", default=",".join(map(str, (10, 20, 50, 100, 200, 1000))),
               show_default=True, help="Rejection budgets to measure, separated by commas.")
 @click.option("--backfill", type=click.Choice(["none", "easy"]), default="none", show_default=True)
+@click.option("--skip-bad-lines", is_flag=True, help="Skip malformed SWF lines (counted) "
+                                                     "instead of stopping at the first.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def inspector_budget(trace: str, bases: str, budgets_text: str, backfill: str,
-                     as_json: bool) -> None:
+                     skip_bad_lines: bool, as_json: bool) -> None:
     """The hand-written inspector (reject-blocked) at each rejection budget: mean bounded
     slowdown on 24 windows of the training part (the choice is made on these: the lowest,
     the smaller budget on a tie) and on the held-out windows of `simulate learned`
@@ -140,7 +142,7 @@ def inspector_budget(trace: str, bases: str, budgets_text: str, backfill: str,
     try:
         for b in names:
             get_policy(b)
-        tr = read_swf(trace)
+        tr = read_swf(trace, skip_bad_lines=skip_bad_lines)
         tables = [budget_table(tr, b, budgets, backfill) for b in names]
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
