@@ -197,17 +197,18 @@ def train(cfg: TrainConfig, *, resume: bool = True,
     n_jobs = len(trace.jobs)
     limit = train_limit(n_jobs, sequence=cfg.sequence)
     longest = max(j.run for j in trace.jobs[:limit])
+    if isinstance(cfg.max_rejections, bool) or not isinstance(cfg.max_rejections, int) \
+            or cfg.max_rejections < 0:
+        raise InvalidInput(f"max_rejections must be an integer >= 0, got {cfg.max_rejections!r}")
+    if isinstance(cfg.retry_after_s, bool) or not isinstance(cfg.retry_after_s, (int, float)) \
+            or not 0 < cfg.retry_after_s < float("inf"):
+        raise InvalidInput(f"retry_after_s must be a positive number of seconds, "
+                           f"got {cfg.retry_after_s!r}")
     norm = Normalisation(estimate_s=float(max(longest, 1.0)), window=cfg.window,
                          retry_after_s=float(cfg.retry_after_s),
                          max_rejections=int(cfg.max_rejections))
     if cfg.kind == "inspector":
         get_policy(cfg.base)
-    if isinstance(cfg.max_rejections, bool) or not isinstance(cfg.max_rejections, int) \
-            or cfg.max_rejections < 0:
-        raise InvalidInput(f"max_rejections must be an integer >= 0, got {cfg.max_rejections!r}")
-    if not 0 < cfg.retry_after_s < float("inf"):
-        raise InvalidInput(f"retry_after_s must be a positive number of seconds, "
-                           f"got {cfg.retry_after_s!r}")
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint_path(out)
