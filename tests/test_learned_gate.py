@@ -187,3 +187,16 @@ def test_multi_resource_models_are_gated_by_their_header_score():
         assert f"mrsch-lublin_256-{s}" in offered
     assert every["scalar-lublin_256-S1"]["gate"] == "unevaluated"
     assert "scalar-lublin_256-S1" not in offered
+
+
+def test_every_shipped_model_is_named_as_its_file():
+    """A model's header name is what reports and inspectors call it (SJF+inspector:NAME):
+    a file copied in under another name must say that name (the wheel smoke found
+    'SJF+inspector:ppo-lublin256-sjf' for lublin256-sjf.model)."""
+    from coscheduler.learned.modelfile import load_model
+    from coscheduler.learned.registry import MODELS_DIR, shipped
+
+    files = list(shipped(MODELS_DIR))
+    assert len(files) >= 14
+    wrong = {p.stem: load_model(p).name for p in files if load_model(p).name != p.stem}
+    assert not wrong, f"header names differ from the file names: {wrong}"
