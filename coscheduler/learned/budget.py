@@ -25,11 +25,8 @@ import numpy as np
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..policies.selection import RejectBlocked
-from ..sim.cluster import Cluster
-from ..sim.engine import simulate
-from ..sim.metrics import compute_metrics
-from ..sim.replay import window as trace_window
 from ..sim.swf import SwfTrace
+from .evaluate import window_metrics
 from .windows import EVAL_JOBS, heldout_starts, train_limit
 
 DEFAULT_BUDGETS = (10, 20, 50, 100, 200, 1000)
@@ -48,18 +45,12 @@ class WindowFigures:
     per_window_bsld: tuple[float, ...]
 
 
-def _figures(trace: SwfTrace, cluster: Cluster, policy, backfill: str,
-             starts: list[int]) -> WindowFigures:
-    bsld, wait, worst = [], [], []
-    for s in starts:
-        jobs = trace_window(trace.jobs, s, EVAL_JOBS)
-        sched = simulate(jobs, cluster, policy, backfill)
-        m = compute_metrics(jobs, sched.start, sched.end, trace.max_procs)
-        bsld.append(m.avg_bsld)
-        wait.append(m.avg_wait)
-        worst.append(m.max_bsld)
-    return WindowFigures(statistics.fmean(bsld), statistics.fmean(wait), statistics.fmean(worst),
-                         tuple(bsld))
+def _figures(trace: SwfTrace, policy, backfill: str, starts: list[int]) -> WindowFigures:
+    ms = window_metrics(trace, policy, backfill, starts)
+    return WindowFigures(statistics.fmean(m.avg_bsld for m in ms),
+                         statistics.fmean(m.avg_wait for m in ms),
+                         statistics.fmean(m.max_bsld for m in ms),
+                         tuple(m.avg_bsld for m in ms))
 
 
 def validation_starts(total_jobs: int, count: int = VALIDATION_WINDOWS) -> list[int]:
@@ -87,15 +78,14 @@ def budget_table(trace: SwfTrace, base: str, budgets=DEFAULT_BUDGETS, backfill: 
     """The rule over ``base`` at each budget, validation and held-out, and the choice."""
     budgets = check_budgets(budgets)
     policy = get_policy(base)
-    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
     val, held = validation_starts(len(trace.jobs), windows), heldout_starts(len(trace.jobs))
-    base_val = _figures(trace, cluster, policy, backfill, val)
-    base_held = _figures(trace, cluster, policy, backfill, held)
+    base_val = _figures(trace, policy, backfill, val)
+    base_held = _figures(trace, policy, backfill, held)
     rows = []
     for b in budgets:
         rule = RejectBlocked(policy, max_rejections=b)
-        v = _figures(trace, cluster, rule, backfill, val)
-        h = _figures(trace, cluster, rule, backfill, held)
+        v = _figures(trace, rule, backfill, val)
+        h = _figures(trace, rule, backfill, held)
         rows.append({"budget": b, "validation": asdict(v), "heldout": asdict(h),
                      "validation_improvement": 1.0 - v.bsld / base_val.bsld,
                      "heldout_improvement": 1.0 - h.bsld / base_held.bsld,

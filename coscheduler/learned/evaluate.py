@@ -17,7 +17,7 @@ from ..policies.queue import QueuePolicy, get_policy
 from ..policies.selection import RejectBlocked
 from ..sim.cluster import Cluster
 from ..sim.engine import simulate
-from ..sim.metrics import compute_metrics
+from ..sim.metrics import Metrics, compute_metrics
 from ..sim.replay import window as trace_window
 from ..sim.swf import SwfTrace
 from .modelfile import Model
@@ -44,16 +44,22 @@ class CountingInspector:
         return ok
 
 
-def window_bsld(trace: SwfTrace, policy, backfill: str, starts: list[int],
-                jobs: int = EVAL_JOBS) -> list[float]:
-    """Mean bsld of each window under ``policy`` (a QueuePolicy or a selector)."""
+def window_metrics(trace: SwfTrace, policy, backfill: str, starts: list[int],
+                   jobs: int = EVAL_JOBS) -> list[Metrics]:
+    """Each window's metrics under ``policy`` (a QueuePolicy or a selector)."""
     cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
     out = []
     for s in starts:
         chosen = trace_window(trace.jobs, s, jobs)
         sched = simulate(chosen, cluster, policy, backfill)
-        out.append(compute_metrics(chosen, sched.start, sched.end, trace.max_procs).avg_bsld)
+        out.append(compute_metrics(chosen, sched.start, sched.end, trace.max_procs))
     return out
+
+
+def window_bsld(trace: SwfTrace, policy, backfill: str, starts: list[int],
+                jobs: int = EVAL_JOBS) -> list[float]:
+    """Mean bsld of each window under ``policy`` (a QueuePolicy or a selector)."""
+    return [m.avg_bsld for m in window_metrics(trace, policy, backfill, starts, jobs)]
 
 
 def rl_table(trace: SwfTrace, scorers: dict, backfill: str,
