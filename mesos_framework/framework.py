@@ -298,6 +298,17 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         if revive:
             self._revive()
 
+    def seconds_to_next_release(self) -> float | None:
+        """Time until the earliest held offer's deadline passes, or None if none is held.
+        The run loops (``wait_for_change``) wake then, not at their next regular tick: two frameworks that each hold
+        half of what both need (and got their offers in the same allocation pass) would
+        otherwise both decline on the same tick, their jitter rounded away by the pass
+        interval, and swap halves again (CI: two competing gangs swapped for 90 s)."""
+        with self._lock:
+            if not self._pool:
+                return None
+            return max(0.0, min(h.hold_until for h in self._pool.values()) - self.now())
+
     def _nothing_waits(self) -> bool:
         """No job queued and no guest waiting for memory (under the lock)."""
         return not self._waiting and not any(r.waiting_since is not None for r in self._runs.values())
@@ -355,7 +366,12 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
     controller_options = {"give_up_unplaceable": False}
 
     def wait_for_change(self, timeout: float) -> None:
-        """Block until the driver brought something (offers, updates) or ``timeout``."""
+        """Block until the driver brought something (offers, updates), or a held offer's
+        deadline passed (a millisecond after it, so the pass finds it expired), or
+        ``timeout``."""
+        release = self.seconds_to_next_release()
+        if release is not None:
+            timeout = min(timeout, release + 0.001)
         self.changed.wait(timeout)
         self.changed.clear()
 

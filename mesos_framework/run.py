@@ -97,7 +97,7 @@ class MesosRun:
         done = until or self.backend.idle
         coalloc, errors = 0, []
         while not self._stop.is_set():
-            self.backend.changed.wait(self.pass_interval_s)
+            self.backend.wait_for_change(self.pass_interval_s)
             r = self.step()
             coalloc += r.coallocated
             errors += r.errors

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import time
 
 import pytest
 
@@ -534,3 +535,28 @@ def test_a_pass_begun_before_the_framework_settled_does_not_decline_what_it_coul
     b.before_pass()
     step(b, ctl)                                     # a settled pass sees the job and uses it
     assert d.of("ACCEPT") and not d.of("DECLINE")
+
+
+def test_the_run_loop_wakes_when_a_held_offer_is_due_not_at_its_next_tick():
+    """Two frameworks that each hold one of the two agents both their gangs need got their
+    offers in one allocation pass. If each gave its half back at its next regular pass,
+    the hold jitter (meant to make one give up first) was rounded to the pass interval,
+    both declined together, the master swapped the halves, and so on: in CI one gang
+    waited 90 s (204 declines in one of 20 runs of the emulated test before this; at most
+    4 after). The wait ends at the earliest deadline."""
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, hold_s=5.0, hold_jitter=0.0))
+    assert b.seconds_to_next_release() is None
+    b.submit(job("gang", cores=8, nodes=2))
+    b.resourceOffers(d, [offer("O1", "A1", 4)])
+    clock.t += 2.0
+    b.resourceOffers(d, [offer("O2", "A2", 2)])
+    assert b.seconds_to_next_release() == pytest.approx(3.0)
+    clock.t += 4.0                                   # O1 is past its deadline
+    assert b.seconds_to_next_release() == 0.0
+    t0 = time.monotonic()
+    b.wait_for_change(30.0)                          # nothing changes; the deadline is due
+    assert time.monotonic() - t0 < 5.0
+    b.before_pass()
+    step(b, ctl)
+    assert [o["value"] for o in d.of("DECLINE")[0]["decline"]["offer_ids"]] == ["O1"]
+    assert b.seconds_to_next_release() == pytest.approx(1.0)
