@@ -58,15 +58,17 @@ class PolicyRun:
 
 
 def demo_jobs(scale: float, workdir: Path, nodes: dict[str, int] = DEMO_NODES,
-              cpus: float | None = None, tag: str = "demo") -> list[Job]:
+              cpus: float | None = None, tag: str = "demo",
+              sequential_cores: str = "one") -> list[Job]:
     """One workflow of each kind sized for the demo's emulated nodes; ``tag`` goes into the
-    job ids so that runs sharing a state database never reuse one."""
+    job ids so that runs sharing a state database never reuse one; ``sequential_cores``:
+    what a sequential stage asks for (``workflow_jobs``)."""
     from coscheduler.workloads.jobs import small_mix
 
     real = cpus if cpus is not None else float(len(os.sched_getaffinity(0)))
     per_core = real / sum(nodes.values())
     return small_mix(scale=scale, node_cores=max(nodes.values()), workdir=workdir / "shared",
-                     core_speed=min(1.0, per_core), tag=tag)
+                     core_speed=min(1.0, per_core), tag=tag, sequential_cores=sequential_cores)
 
 
 def add_slowdowns(runs: list[PolicyRun], baseline: str = "space-sharing") -> None:

@@ -22,6 +22,7 @@ from coscheduler.demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs
 from coscheduler.model import InvalidInput
 # The workloads' own demo scale (a whole demo in about a minute on two cores).
 from coscheduler.workloads.jobs import DEMO_SCALE as DEFAULT_SCALE
+from coscheduler.workloads.jobs import SEQUENTIAL_CORES
 from monitoring.support import CgroupsUnavailable, check_local_support
 
 from .live import run_policy
@@ -85,9 +86,14 @@ def _progress(stream):
                    "with their range.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write a timeline PNG per policy (its last round) into this folder.")
+@click.option("--sequential-cores", type=click.Choice(SEQUENTIAL_CORES), default="one",
+              show_default=True,
+              help="What a workflow's sequential stage asks for: one core, or the workflow's "
+                   "cores (the paper's geometry, Slurm holding the workflow's allocation for "
+                   "every stage: idle cores for co-scheduling to lend).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, keep_workdir: bool,
-         seed: int, repeat: int, out_dir: Path | None, as_json: bool) -> None:
+         seed: int, repeat: int, out_dir: Path | None, sequential_cores: str, as_json: bool) -> None:
     """Co-schedule real workloads live on this machine under each policy (about a minute)."""
     try:
         check_local_support()
@@ -145,7 +151,8 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
             runs = []
             for policy in chosen:
                 where = workdir / (policy if repeat == 1 else f"round{k + 1}-{policy}")
-                jobs = demo_jobs(scale, where, tag=f"{run_tag}-{k + 1}-{policy}")
+                jobs = demo_jobs(scale, where, tag=f"{run_tag}-{k + 1}-{policy}",
+                                 sequential_cores=sequential_cores)
                 runs.append(run_policy(policy, jobs, where, recorder=store, seed=seed,
                                        on_tick=None if as_json else _progress(err),
                                        usage=usage))
@@ -175,7 +182,8 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
         click.echo(f"wrote {', '.join(str(f) for f in files)}", err=True)
     if as_json:
         echo_json({"mode": "live", "workdir": str(workdir) if not temp_workdir or keep_workdir else None,
-                   "db": str(db), "repeat": repeat, "results": results})
+                   "db": str(db), "repeat": repeat,
+                   "sequential_cores": sequential_cores, "results": results})
         return
     click.echo("")
     if repeat > 1:

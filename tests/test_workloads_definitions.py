@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from coscheduler.model import InvalidInput, Job, StageType
+from coscheduler.workloads.jobs import DEMO_CORES
 from coscheduler.workloads import (DEMO_NODE_CORES, DEMO_NODES, DEMO_SCALE, WORKFLOWS, paper_mix,
                                small_mix, stage_profile, workflow_jobs, workflow_profiles)
 from coscheduler.workloads.definitions import BLAST_TASK_TIME_FACTOR, TASKS_FACTOR, get_workflow
@@ -212,3 +213,19 @@ def test_summarize_instance_reads_a_small_wfformat_file(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match="bad.json"):
         summarize_instance(tmp_path / "bad.json")
+
+
+def test_the_papers_geometry_holds_the_workflows_cores_for_every_stage_and_runs_the_same_programs():
+    one = small_mix(tag="g")
+    held = small_mix(tag="g", sequential_cores="workflow")
+    assert [j.job_id for j in one] == [j.job_id for j in held]
+    sizes = dict(DEMO_CORES)
+    for a, b in zip(one, held):
+        wf = a.job_class.split("/")[0]
+        assert b.cores == sizes[wf]                          # every stage: the workflow's cores
+        assert a.command == b.command and a.walltime_s == b.walltime_s and a.mem_mb == b.mem_mb
+        if a.stage_type is StageType.SEQUENTIAL:
+            assert a.cores == 1 < b.cores
+    assert any(a.cores < b.cores for a, b in zip(one, held))
+    with pytest.raises(InvalidInput, match="sequential_cores must be one of one, workflow, got 'all'"):
+        small_mix(sequential_cores="all")

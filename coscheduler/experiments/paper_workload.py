@@ -10,6 +10,7 @@ from typing import Sequence
 
 from ..backends.virtual import Profile
 from ..model import InvalidInput, Job
+from ..workloads.jobs import SEQUENTIAL_CORES  # (cli/simulate.py reads it here)
 
 
 
@@ -22,8 +23,6 @@ class PaperStage:
     workflow: str     # the workflow instance, e.g. "montage-8"
     kind: str         # the workflow kind, e.g. "montage"
 
-
-SEQUENTIAL_CORES = ("one", "workflow")
 
 
 def paper_workload(scale: float = 1.0, tag: str | None = None,

@@ -31,6 +31,9 @@ DEMO_SCALE = 0.01
 DEMO_NODES = 4
 DEMO_NODE_CORES = 2
 DEMO_CORES: dict[str, int] = {"montage": 2, "blast": 4, "statistics": 2, "synthetic": 4}
+# What a sequential stage asks for: one core (a user who sized each step), or its workflow's
+# cores (the paper's geometry: Slurm holds the workflow's allocation for every stage).
+SEQUENTIAL_CORES = ("one", "workflow")
 
 
 def stage_command(workflow: str, stage: str, tasks: int, workers: int, scale: float,
@@ -49,10 +52,13 @@ def stage_command(workflow: str, stage: str, tasks: int, workers: int, scale: fl
 def workflow_jobs(workflow: str, cores: int, scale: float, submit_time: float = 0.0,
                   id_prefix: str | None = None, *, workdir: str | os.PathLike | None = None,
                   node_cores: int | None = None, core_speed: float = 1.0,
-                  user: str | None = None) -> list[Job]:
+                  user: str | None = None, sequential_cores: str = "one") -> list[Job]:
     """One Job per stage of ``workflow``, each depending on the previous stage's job.
 
-    Parallel stages ask for ``cores`` cores, sequential ones for one. Job ids are
+    Parallel stages ask for ``cores`` cores, sequential ones for one, or with
+    ``sequential_cores="workflow"`` for the workflow's cores too (the paper's geometry: a
+    workflow's allocation held for each stage, a sequential stage's program using one of
+    its cores; the idle CPU co-scheduling exists for). Job ids are
     ``{id_prefix}.{stage}`` (default prefix ``{workflow}-{cores}``), classes
     ``{workflow}/{stage}``, walltimes a user-style overestimate of the expected runtime.
     ``workdir``: a folder the stages share (under ``workdir/{id_prefix}``), so BLAST's merge
@@ -70,6 +76,9 @@ def workflow_jobs(workflow: str, cores: int, scale: float, submit_time: float = 
     if node_cores is not None and (isinstance(node_cores, bool) or not isinstance(node_cores, int)
                                    or node_cores < 1):
         raise InvalidInput(f"node_cores must be an integer >= 1, got {node_cores!r}")
+    if sequential_cores not in SEQUENTIAL_CORES:
+        raise InvalidInput(f"sequential_cores must be one of {', '.join(SEQUENTIAL_CORES)}, "
+                           f"got {sequential_cores!r}")
     speed = check_finite(core_speed, "core_speed", minimum=0.0, maximum=1.0)
     if not speed:
         raise InvalidInput(f"core_speed must be in (0, 1], got {core_speed!r}")
@@ -79,10 +88,12 @@ def workflow_jobs(workflow: str, cores: int, scale: float, submit_time: float = 
     for spec in wf.stages:
         prof = stage_profile(wf, spec.name, cores, scale)
         job_id = f"{prefix}.{spec.name}"
-        nodes = 1 if node_cores is None else math.ceil(prof.cores / node_cores)
+        # (the program is the same either way: only what the job asks for changes)
+        held = cores if sequential_cores == "workflow" else prof.cores
+        nodes = 1 if node_cores is None else math.ceil(held / node_cores)
         jobs.append(Job(
             job_id=job_id,
-            cores=prof.cores,
+            cores=held,
             nodes=nodes,
             # CPU work shrinks with the core speed (the stage keeps its profile); only the
             # interpreter's start-up, a fixed amount of CPU, runs slower.
@@ -121,13 +132,15 @@ def demo_core_speed(host_cores: int | None = None, nodes: int = DEMO_NODES,
 def small_mix(scale: float = DEMO_SCALE, cores: dict[str, int] | None = None,
               node_cores: int = DEMO_NODE_CORES, submit_time: float = 0.0,
               workdir: str | os.PathLike | None = None,
-              core_speed: float | None = None, tag: str = "demo") -> list[Job]:
+              core_speed: float | None = None, tag: str = "demo",
+              sequential_cores: str = "one") -> list[Job]:
     """One workflow of each kind, small enough for a live demo (about a minute in total).
 
     ``cores`` maps workflow -> cores (default DEMO_CORES: 2-4 cores on 2-core nodes).
     ``core_speed`` defaults to demo_core_speed() (4 emulated 2-core nodes on this host), so
     walltime requests hold when emulated cores are slower than real ones. ``tag`` names the
     run in the job ids (``montage-TAG.mProject``): a batch system never reuses a job id.
+    ``sequential_cores``: as in ``workflow_jobs``.
     """
     speed = demo_core_speed(node_cores=node_cores) if core_speed is None else core_speed
     chosen = dict(DEMO_CORES if cores is None else cores)
@@ -137,7 +150,8 @@ def small_mix(scale: float = DEMO_SCALE, cores: dict[str, int] | None = None,
     jobs: list[Job] = []
     for wf, c in chosen.items():
         jobs += workflow_jobs(wf, c, scale, submit_time, f"{wf}-{tag}", workdir=workdir,
-                              node_cores=node_cores, core_speed=speed)
+                              node_cores=node_cores, core_speed=speed,
+                              sequential_cores=sequential_cores)
     return jobs
 
 
@@ -149,6 +163,6 @@ def workflow_of(jobs: list[Job]) -> dict[str, list[Job]]:
     return out
 
 
-__all__ = ["DEMO_CORES", "DEMO_NODES", "DEMO_NODE_CORES", "DEMO_SCALE", "PAPER_MIX",
+__all__ = ["DEMO_CORES", "DEMO_NODES", "DEMO_NODE_CORES", "DEMO_SCALE", "PAPER_MIX", "SEQUENTIAL_CORES",
            "demo_core_speed", "paper_mix",
            "small_mix", "stage_command", "workflow_jobs", "workflow_of"]
