@@ -21,7 +21,7 @@ from coscheduler.model import InvalidInput
 
 from coscheduler.model import StageType
 from coscheduler.progress import read_progress
-from coscheduler.workloads.burn import REF_RATE_CACHED, REF_RATE_STREAMING, measure_rates
+from coscheduler.workloads.burn import REF_RATE_CACHED, REF_RATE_STREAMING, Burner, measure_rates, new_buffer
 from coscheduler.workloads import WORKFLOWS, stage_profile
 from coscheduler.workloads import stage as stage_mod
 from coscheduler.workloads import tasks as tasks_mod
@@ -398,3 +398,25 @@ def test_parts_of_a_stage_split_its_tasks_and_together_run_each_once(tmp_path):
     rec = json.loads((tmp_path / "p1.json").read_text())
     heavy = stage_mod.task_weights(WORKFLOWS["blast"].stage("blastall").groups)[1]
     assert rec["done"] == rec["total"] == 2 * heavy   # part 1: two blastall tasks
+
+
+def test_a_slow_emulated_core_uses_only_its_share_of_a_real_cpu(tmp_path):
+    """A sequential stage in a four-core allocation of cores worth a quarter of a real CPU
+    (the demo's emulated nodes, the paper's geometry) must look like one busy core of
+    four, not like a whole real CPU. The same work takes its CPU either way; only how
+    fast it may take it changes (the sleeps between slices)."""
+    fast, slow = Burner(new_buffer(2**20)), Burner(new_buffer(2**20), speed=0.25)
+    for burner in (fast, slow):
+        c0, t0 = time.thread_time(), time.perf_counter()
+        assert burner.seconds(0.15) == round(0.15 * burner.rate)
+        burner.cpu, burner.wall = time.thread_time() - c0, time.perf_counter() - t0
+    # (a busy machine only lowers a share of a real CPU, never raises it)
+    assert slow.cpu / slow.wall <= 0.4, (slow.cpu, slow.wall)
+    assert slow.wall >= 2.5 * slow.cpu
+    assert fast.cpu / fast.wall > slow.cpu / slow.wall
+    with pytest.raises(ValueError, match="burn speed must lie in"):
+        Burner(new_buffer(2**20), speed=0.0)
+    # a one-worker stage at that speed: its CPU over its elapsed time stays near a quarter
+    rep = stage_mod.run_stage("synthetic", "compute", workers=1, scale=0.002, tasks=1,
+                              workdir=tmp_path, core_speed=0.25)
+    assert rep.cpu_util <= 0.45, rep

@@ -33,6 +33,8 @@ _ADD = 1e-7
 REF_RATE_CACHED = 170_000.0
 REF_RATE_STREAMING = 105_000.0
 CACHED_LIMIT_BYTES = 16 * 2**20
+# A slow core's work is run in slices of this much reference CPU, each followed by its sleep.
+SLOW_SLICE_S = 0.01
 
 
 def rate_for(buf: np.ndarray) -> float:
@@ -51,11 +53,20 @@ class Burner:
 
     Consecutive calls continue where the last one stopped, so repeated tasks on a large
     buffer sweep all of it (memory-heavy), not just its first blocks.
+
+    ``speed`` < 1 emulates a core slower than a real one (emulated nodes that claim more
+    cores than the machine has): after each slice of work the thread sleeps so that it
+    uses at most ``speed`` of a real CPU. Without it one thread takes a whole real CPU, so
+    a sequential stage in a many-core allocation of slow cores looked as busy as all of
+    them, and no co-scheduler could see the idle cores it was there to lend.
     """
 
-    def __init__(self, buf: np.ndarray) -> None:
+    def __init__(self, buf: np.ndarray, speed: float = 1.0) -> None:
         if buf.dtype != np.float64 or buf.ndim != 1 or buf.size < BLOCK:
             raise ValueError(f"burn buffer must be 1-D float64 with >= {BLOCK} elements")
+        if not 0.0 < speed <= 1.0:
+            raise ValueError(f"burn speed must lie in (0, 1], got {speed!r}")
+        self.speed = float(speed)
         self.buf = buf
         self.blocks = buf.size // BLOCK
         self.pos = 0
@@ -77,7 +88,18 @@ class Burner:
     def seconds(self, seconds: float) -> int:
         """Run the iterations that take ``seconds`` on the reference core; returns the count."""
         n = max(0, round(seconds * self.rate))
-        self.iterations(n)
+        if self.speed >= 1.0:
+            self.iterations(n)
+            return n
+        step, left = max(1, round(SLOW_SLICE_S * self.rate)), n
+        rest = 1.0 / self.speed - 1.0
+        while left > 0:
+            k = min(step, left)
+            c0 = time.thread_time()
+            self.iterations(k)
+            # the CPU this thread really got (less under a quota): the sleep keeps its share
+            time.sleep((time.thread_time() - c0) * rest)
+            left -= k
         return n
 
 

@@ -32,7 +32,8 @@ class StageContext:
     workdir: Path
     scratch: Path
     # What one of the job's cores is worth in reference cores (emulated nodes): CPU work
-    # shrinks by it so a stage keeps its CPU-to-wait ratio, and so its profile, there.
+    # shrinks by it so a stage keeps its CPU-to-wait ratio, and so its profile, there, and
+    # each worker uses at most that share of a real CPU (Burner's speed), as a slow core.
     core_speed: float = 1.0
 
 
@@ -82,7 +83,8 @@ class FilesRunner(Runner):
 
     def setup(self, worker: int) -> None:
         super().setup(worker)
-        self.burner = Burner(new_buffer(buffer_bytes(self.group, self.ctx.scale, self.workers)))
+        self.burner = Burner(new_buffer(buffer_bytes(self.group, self.ctx.scale, self.workers)),
+                             self.ctx.core_speed)
 
     def run(self, task: int) -> None:
         g = self.group
@@ -126,7 +128,7 @@ class MergeRunner(Runner):
         with WaitFloor(self.wait_s / 2):
             parts = [read_file(p) for p in mine]
         merged = np.sort(np.concatenate(parts)) if parts else np.zeros(1)
-        burner = Burner(new_buffer(max(merged.nbytes, 2**20)))
+        burner = Burner(new_buffer(max(merged.nbytes, 2**20)), self.ctx.core_speed)
         burner.seconds(self.cpu_s)
         with WaitFloor(self.wait_s / 2):
             out = self.out_dir / f"merged-{task}.dat"
@@ -198,7 +200,8 @@ class MessageRunner(Runner):
     def setup(self, worker: int) -> None:
         super().setup(worker)
         threading.Thread(target=_accept_loop, args=(self.listeners[worker],), daemon=True).start()
-        self.burner = Burner(new_buffer(buffer_bytes(self.group, self.ctx.scale, self.workers)))
+        self.burner = Burner(new_buffer(buffer_bytes(self.group, self.ctx.scale, self.workers)),
+                             self.ctx.core_speed)
         self.payload = np.linspace(0.0, 1.0, self.msg_bytes // 8)
         self.peers: dict[int, socket.socket] = {}
 
@@ -244,7 +247,7 @@ class MemLoadRunner(Runner):
 
     def run(self, task: int) -> None:
         chunk = new_buffer(self.chunk_bytes, fill=1.0 + task)
-        Burner(chunk).seconds(self.cpu_s)
+        Burner(chunk, self.ctx.core_speed).seconds(self.cpu_s)
         self.chunks.append(chunk)
 
     def close(self) -> None:
@@ -257,7 +260,7 @@ class MemComputeRunner(Runner):
     def setup(self, worker: int) -> None:
         super().setup(worker)
         share = new_buffer(buffer_bytes(self.group, self.ctx.scale, self.workers), fill=1.0)
-        self.burner = Burner(share)
+        self.burner = Burner(share, self.ctx.core_speed)
 
     def run(self, task: int) -> None:
         self.burner.seconds(self.cpu_s)
