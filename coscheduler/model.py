@@ -264,6 +264,11 @@ class Outcome:
     end_time: float
     state: str = "completed"  # completed | failed | cancelled | timeout
     reason: str = ""
+    # Its mean CPU use over its life (% of its cores) and peak memory (% of its memory),
+    # when the backend knows them (the process accounting at exit): what a job too short
+    # to be sampled while it ran used. None: not known.
+    cpu_percent: float | None = None
+    mem_percent: float | None = None
 
     @property
     def runtime_s(self) -> float:

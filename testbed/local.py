@@ -331,7 +331,7 @@ class LocalBackend(JobBook):
                 self.agents[run.data.node].unregister(jid)
             except Exception:
                 pass
-            self._end(jid, state, reason, end_time=now)
+            self._end(jid, state, reason, end_time=now, use=self._life_use(run, rusage, now))
 
     def _account(self, jid: str, run, rusage, now: float) -> None:
         u = self.usage[jid]
@@ -344,6 +344,18 @@ class LocalBackend(JobBook):
         if run.host is None:
             for g in run.guests:   # guests hold these cores alone from now on
                 self._orphaned_at[g] = now
+
+    def _life_use(self, run, rusage, now: float) -> tuple[float | None, float | None]:
+        """A job's mean CPU use over its life, in % of its cores (of ``cpu_per_core`` each,
+        as the agent's samples are), and its peak resident memory in % of its memory, from
+        the accounting of its exit; (None, None) without one."""
+        held_s = (now - run.start) * run.job.cores * self.cpu_per_core
+        if rusage is None or held_s <= 0:
+            return None, None
+        cpu = 100.0 * (rusage.ru_utime + rusage.ru_stime) / held_s
+        # ru_maxrss: KiB, the largest single process of the job (its workers' are not summed)
+        mem = None if not run.job.mem_mb else 100.0 * rusage.ru_maxrss / 1024.0 / run.job.mem_mb
+        return min(cpu, 100.0), mem
 
     @staticmethod
     def _kill(popen: subprocess.Popen) -> None:

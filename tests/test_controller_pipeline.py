@@ -573,3 +573,35 @@ def test_a_failed_quota_restore_is_retried_next_pass():
     r = c.step()
     assert any("set_quota(h" in e for e in r.errors)
     assert b.quota_of("h") == 1.0        # re-asserted in the same pass by reconciliation
+
+
+def test_a_job_too_short_to_be_sampled_teaches_its_class_from_its_accounting_at_exit():
+    """The live demo's sequential stages ended between two samples: their classes stayed
+    unknown, so a guest of such a class was taken to need all its cores and found no host
+    with that much idle CPU. What the backend accounted at the job's exit fills the gap;
+    a class the samples already know keeps what they say."""
+    from dataclasses import replace
+
+    b = VirtualBackend({"n1": 8})
+    b.submit(job("short", cores=4, walltime=50.0, job_class="wf/seq"), Profile(5.0, 0.25, 10))
+    b.submit(job("sampled", cores=4, walltime=50.0, job_class="wf/par"), Profile(5.0, 0.9, 10))
+    drain = b.drain_finished
+    b.drain_finished = lambda: [replace(o, cpu_percent=25.0 if o.job_id == "short" else 55.0,
+                                        mem_percent=12.0) for o in drain()]
+    c = Controller(b, SpaceSharing())
+    c.step()
+    c.usage.add("wf/par", 90.0, 10.0)               # as if a sample had shown it
+    assert c.usage.expected("wf/seq") is None
+    b.advance(10.0)
+    c.step()
+    seq = c.usage.expected("wf/seq")
+    assert seq is not None and (seq.cpu_percent, seq.mem_percent) == (25.0, 12.0)
+    assert c.usage.expected("wf/par").cpu_percent == 90.0
+    # a job that failed, or whose backend does not know, teaches nothing
+    b.submit(job("broken", cores=2, walltime=50.0, job_class="wf/other", submit=10.0),
+             Profile(5.0, 0.5, 10))
+    b.drain_finished = lambda: [replace(o, state="failed", cpu_percent=70.0) for o in drain()]
+    c.step()
+    b.advance(10.0)
+    c.step()
+    assert c.usage.expected("wf/other") is None

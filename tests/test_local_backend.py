@@ -87,6 +87,11 @@ def test_quota_caps_a_cpu_bound_job(backend_factory):
     assert cpu > 0.2
     # A cap is a cap, whatever else the machine runs: CPU time <= quota x wall time.
     assert cpu / o.runtime_s <= 0.25 * 1.3
+    # The outcome carries what the job used over its life (its exit's accounting): at most
+    # the quarter of its core it was allowed, in % of the core.
+    assert o.cpu_percent is not None and 5.0 < o.cpu_percent <= 25.0 * 1.3, o
+    assert o.cpu_percent == pytest.approx(100.0 * cpu / o.runtime_s, rel=0.05)
+    assert o.mem_percent is None                  # the job asked for no memory of its own
 
 
 def test_guest_inside_host_gets_the_lent_quota_and_host_gets_it_back(backend_factory):

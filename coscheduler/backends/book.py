@@ -149,7 +149,10 @@ class JobBook:
         self.starts.append((run.start, jid, host_job))
         return run
 
-    def _end(self, job_id: str, state: str, reason: str, end_time: float | None = None) -> Run:
+    def _end(self, job_id: str, state: str, reason: str, end_time: float | None = None,
+             use: tuple[float | None, float | None] = (None, None)) -> Run:
+        """The job ended: its cores freed, its guests orphaned, its outcome recorded
+        (``use``: its mean CPU and peak memory percentages, when known)."""
         r = self._runs.pop(job_id)
         if r.host is None:
             for node, c in r.allocation.cores_by_node:
@@ -165,7 +168,7 @@ class JobBook:
             if host is not None:
                 host.guests.remove(job_id)
         end = self.now() if end_time is None else end_time
-        self._record(Outcome(job_id, r.start, max(end, r.start), state, reason))
+        self._record(Outcome(job_id, r.start, max(end, r.start), state, reason, *use))
         return r
 
     def _record(self, outcome: Outcome) -> None:

@@ -102,17 +102,28 @@ class DrainMixin:
                 self._observe_parts(d, host, self._loss_part(job, o, "guest"), when, report)
         if rj is not None and rj.host_job is not None and rj.host_job not in done:
             self._restore_host_quota(rj.host_job, o.job_id, report)
-        # A job that ran alone teaches its class's exclusive runtime.
+        # A job that ran alone teaches its class's exclusive runtime, and what its class
+        # uses if no sample ever showed it (a job shorter than the sampling interval).
         if job is not None and o.state == "completed" and o.job_id not in self._shared:
             try:
                 self.recorder.record_alone_runtime(job.job_class, o.runtime_s)
             except Exception as exc:  # noqa: BLE001
                 report.errors.append(f"recording the alone runtime of {o.job_id}: {exc}")
+            self._learn_use_at_exit(job, o)
         self._shared.discard(o.job_id)
         self._loan_target.pop(o.job_id, None)
         self._was_guest.discard(o.job_id)
         self._unplaceable.discard(o.job_id)
         self._attempts.pop(o.job_id, None)
+
+    def _learn_use_at_exit(self, job: Job, o: Outcome) -> None:
+        """A class's use from a job's accounting at exit, only while no sample taught it:
+        the samples of running jobs stay the measure (``ClassUsage.observe``)."""
+        cpu = o.cpu_percent
+        if cpu is None or not math.isfinite(cpu) or self.usage.expected(job.job_class) is not None:
+            return
+        mem = o.mem_percent if o.mem_percent is not None and math.isfinite(o.mem_percent) else 0.0
+        self.usage.add(job.job_class, min(max(cpu, 0.0), 100.0), min(max(mem, 0.0), 100.0))
 
     def _loss_part(self, job: Job, o: Outcome, role: str) -> "_LossPart":
         """One side's loss of a co-location: degradation against its class's runtime alone
