@@ -18,7 +18,8 @@ from pathlib import Path
 import click
 
 from coscheduler.cli._common import echo_json
-from coscheduler.demo import DEMO_NODES, DEMO_POLICIES, add_slowdowns, demo_jobs, summarise_rounds
+from coscheduler.demo import (DEMO_NODES, DEMO_POLICIES, DEMO_SEQUENTIAL_CORES, add_slowdowns, demo_jobs,
+                              summarise_rounds)
 from coscheduler.model import InvalidInput
 # The workloads' own demo scale (a whole demo in about a minute on two cores).
 from coscheduler.workloads.jobs import DEMO_SCALE as DEFAULT_SCALE
@@ -86,7 +87,7 @@ def _progress(stream):
                    "with their range.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also write a timeline PNG per policy (its last round) into this folder.")
-@click.option("--sequential-cores", type=click.Choice(SEQUENTIAL_CORES), default="one",
+@click.option("--sequential-cores", type=click.Choice(SEQUENTIAL_CORES), default=DEMO_SEQUENTIAL_CORES,
               show_default=True,
               help="What a workflow's sequential stage asks for: one core, or the workflow's "
                    "cores (the paper's geometry, Slurm holding the workflow's allocation for "
