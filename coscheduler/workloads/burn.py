@@ -92,13 +92,15 @@ class Burner:
             self.iterations(n)
             return n
         step, left = max(1, round(SLOW_SLICE_S * self.rate)), n
-        rest = 1.0 / self.speed - 1.0
         while left > 0:
             k = min(step, left)
-            c0 = time.thread_time()
+            t0, c0 = time.perf_counter(), time.thread_time()
             self.iterations(k)
-            # the CPU this thread really got (less under a quota): the sleep keeps its share
-            time.sleep((time.thread_time() - c0) * rest)
+            # A slice of CPU c takes c / speed on the slow core: sleep what is left of that.
+            # A thread slowed anyway (a quota, a busy machine) sleeps less or not at all.
+            pause = (time.thread_time() - c0) / self.speed - (time.perf_counter() - t0)
+            if pause > 0:
+                time.sleep(pause)
             left -= k
         return n
 
