@@ -80,8 +80,11 @@ class SlurmBackend(SlurmReading, AgentCalls):
                  state_file: str | os.PathLike | None = None,
                  jobcomp_file: str | os.PathLike | None = None,
                  usage_dir: str | os.PathLike | None = None, refresh_s: float = 0.25,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, cpu_per_core: float = 1.0):
         self.source = source
+        # What one Slurm CPU is worth in real CPUs (1 on a real cluster; less on the
+        # emulated one), as the agents count it: the base of an outcome's cpu_percent.
+        self.cpu_per_core = check_finite(cpu_per_core, "cpu_per_core", minimum=1e-6)
         self.partition = partition
         self.agents = dict(agents or {})
         self.lease_s = check_finite(lease_s, "lease_s", minimum=1.0)
@@ -501,14 +504,16 @@ class SlurmBackend(SlurmReading, AgentCalls):
         end = j.end_time or self._clock()
         start = j.start_time or end
         usage = self.usage(j.job_id)
+        mine = None
         if usage and j.state == "COMPLETED":
             s, e = usage.get("start"), usage.get("end")
             # The wrapper's own clock, to the microsecond, when it is this run's record.
             if isinstance(s, (int, float)) and isinstance(e, (int, float)) and 0 < e - s \
                     and start - 2 <= s and e <= end + 2:
-                start, end = float(s), float(e)
+                start, end, mine = float(s), float(e), usage
         if j.state == "COMPLETED":
-            return Outcome(str(j.job_id), start, end, "completed")
+            return Outcome(str(j.job_id), start, end, "completed",
+                           cpu_percent=self._life_cpu_percent(j, mine, end - start))
         if j.state in ("TIMEOUT", "DEADLINE"):
             return Outcome(str(j.job_id), start, end, "timeout",
                            f"Slurm ended it at its time limit ({j.state})")
@@ -524,6 +529,17 @@ class SlurmBackend(SlurmReading, AgentCalls):
         return Outcome(str(j.job_id), start, end, "failed",
                        f"{j.state}" + (f": {detail}" if detail else "")
                        + (f" ({j.reason})" if j.reason and j.reason != "None" else ""))
+
+    def _life_cpu_percent(self, j: SlurmJob, usage: dict | None, runtime_s: float) -> float | None:
+        """The job's mean CPU use over its life, in % of its CPUs, from the job wrapper's
+        record (the rusage of the job's processes at exit); None without one. What a job too
+        short for the agents to sample used (the controller's ClassUsage)."""
+        cpu_s = usage.get("cpu_s") if usage else None
+        cores = j.cpus or 0
+        if isinstance(cpu_s, bool) or not isinstance(cpu_s, (int, float)) or not math.isfinite(cpu_s) \
+                or cpu_s < 0 or cores < 1 or not runtime_s > 0:
+            return None
+        return min(100.0, 100.0 * cpu_s / (runtime_s * cores * self.cpu_per_core))
 
     def _give_up(self, j: SlurmJob, reason: str) -> None:
         """Cancel one of our pending jobs and report it failed with ``reason``."""

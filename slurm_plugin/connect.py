@@ -67,7 +67,8 @@ def backend_for_cluster(state: ClusterState | str | Path, *, lease_s: float = 20
     d = Path(state.dir)
     return SlurmBackend(make_source(cmds, source), partition=state.partition, agents=agents,
                         lease_s=lease_s, state_file=d / "backend-state.json",
-                        jobcomp_file=d / "log" / "jobcomp.txt", usage_dir=state.usage_dir)
+                        jobcomp_file=d / "log" / "jobcomp.txt", usage_dir=state.usage_dir,
+                        cpu_per_core=state.cpu_per_core)
 
 
 def with_default_cluster(options: Mapping[str, Any]) -> Mapping[str, Any]:

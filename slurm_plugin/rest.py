@@ -415,7 +415,8 @@ def backend_from_options(options: Mapping[str, Any]):
     d = Path(state.dir)
     return SlurmBackend(source, partition=options.get("partition") or state.partition,
                         agents=agents, lease_s=lease, state_file=d / "backend-state-rest.json",
-                        jobcomp_file=d / "log" / "jobcomp.txt", usage_dir=state.usage_dir)
+                        jobcomp_file=d / "log" / "jobcomp.txt", usage_dir=state.usage_dir,
+                        cpu_per_core=state.cpu_per_core)
 
 
 __all__ = ["RestClient", "RestError", "RestSource", "backend_from_options", "check_url",

@@ -465,6 +465,10 @@ def test_controller_survives_a_slurmctld_restart(state, slurm, tmp_path):
         wait_until(lambda: {o.job_id for o in b.history} >= {first, second}, 10, what="outcomes")
         assert {o.job_id: o.state for o in b.history if o.job_id in (first, second)} == \
                {first: "completed", second: "completed"}
+        # each outcome carries the job's mean CPU use, from the job wrapper's record
+        for o in b.history:
+            if o.job_id in (first, second):
+                assert o.cpu_percent is not None and 0 < o.cpu_percent <= 100, o
         # It saw slurmctld gone (Slurm's clients wait for it up to their timeout; a pass
         # either waited through the outage or reported an error), and carried on.
         longest = max(r.duration_s for r in d.stats.reports)

@@ -486,3 +486,31 @@ def test_backend_tells_the_agents_who_lends_and_who_borrows(tmp_path):
     now[0] += 10.0     # renewed while Slurm's answer does not show the guest's mark yet
     b._renew_leases()
     assert ("quota", "7", 0.25, "guest") in agent.calls
+
+
+def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_job_wrappers_record(tmp_path):
+    """The wrapper's rusage at exit (cpu_s) over the job's CPUs and runtime, in % as the
+    agents count it (cpu_per_core real CPUs per Slurm CPU): what a job too short to be
+    sampled used. Only this run's record counts; a stale or broken one gives None."""
+    import json as _json
+
+
+    usage = tmp_path / "usage"
+    usage.mkdir()
+    b = SlurmBackend(RecordedCluster("24.11"), partition="cosched", usage_dir=usage,
+                     cpu_per_core=0.5)
+    job = SlurmJob(41, state="COMPLETED", cpus=4, start_time=1000.0, end_time=1011.0)
+    assert b._outcome(job).cpu_percent is None                 # no record
+    (usage / "41.json").write_text(_json.dumps({"job_id": 41, "start": 1000.5, "end": 1010.5,
+                                                "cpu_s": 5.0, "rc": 0}))
+    o = b._outcome(job)
+    assert (o.state, o.runtime_s) == ("completed", 10.0)
+    assert o.cpu_percent == pytest.approx(100.0 * 5.0 / (10.0 * 4 * 0.5))   # 25 %
+    (usage / "41.json").write_text(_json.dumps({"start": 500.0, "end": 510.0, "cpu_s": 5.0}))
+    assert b._outcome(job).cpu_percent is None                 # an earlier run's record
+    (usage / "41.json").write_text(_json.dumps({"start": 1000.5, "end": 1010.5, "cpu_s": "x"}))
+    assert b._outcome(job).cpu_percent is None
+    failed = SlurmJob(41, state="FAILED", cpus=4, start_time=1000.0, end_time=1011.0, exit_code=1)
+    assert b._outcome(failed).cpu_percent is None
+    with pytest.raises(InvalidInput, match="cpu_per_core"):
+        SlurmBackend(RecordedCluster("24.11"), partition="cosched", cpu_per_core=float("nan"))
