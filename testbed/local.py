@@ -101,6 +101,7 @@ class LocalBackend(JobBook):
             raise InvalidInput(f"local backend: cpus must be > 0, got {cpus!r}")
         total = sum(n.cores for n in self._nodes)
         self.cpu_per_core = real / total
+        self._node_mem_bytes = psutil.virtual_memory().total   # what the agents measure against
         self.lease_s = float(lease_s)
         self.workdir = Path(workdir)
         for sub in ("logs", "progress", "jobs", "agents"):
@@ -348,14 +349,17 @@ class LocalBackend(JobBook):
     def _life_use(self, run, rusage, now: float) -> tuple[float | None, float | None]:
         """A job's mean CPU use over its life, in % of its cores (of ``cpu_per_core`` each,
         as the agent's samples are), and its peak resident memory in % of its memory, from
-        the accounting of its exit; (None, None) without one."""
+        the accounting of its exit; (None, None) without one. Memory is in % of the node's,
+        as the agent's samples are: jobs are registered without a memory size of their own
+        (an emulated job's ``mem_mb`` is its profile's, a few MB at the demo's scale, far
+        below its interpreter's resident size: against it every class would read 100 %)."""
         held_s = (now - run.start) * run.job.cores * self.cpu_per_core
         if rusage is None or held_s <= 0:
             return None, None
         cpu = 100.0 * (rusage.ru_utime + rusage.ru_stime) / held_s
         # ru_maxrss: KiB, the largest single process of the job (its workers' are not summed)
-        mem = None if not run.job.mem_mb else 100.0 * rusage.ru_maxrss / 1024.0 / run.job.mem_mb
-        return min(cpu, 100.0), mem
+        mem = 100.0 * rusage.ru_maxrss * 1024.0 / self._node_mem_bytes
+        return min(cpu, 100.0), min(mem, 100.0)
 
     @staticmethod
     def _kill(popen: subprocess.Popen) -> None:

@@ -100,6 +100,20 @@ def main(argv: list[str] | None = None) -> int:
             Path(a.pid_file).unlink(missing_ok=True)
 
 
+def slurm_backend(cmds, cluster: dict, usage_dir: Path, state_file: Path):
+    """The run's Slurm backend, from the testbed's ``cluster.json`` (``cluster``): quotas
+    through its node agents, completed stages' use from the job wrapper's records in
+    ``usage_dir``, in % of their emulated cores (``cpu_per_core`` real CPUs each), as the
+    agents sample them."""
+    from slurm_plugin.backend import SlurmBackend
+    from slurm_plugin.connect import agent_clients
+    from slurm_plugin.source import make_source
+
+    return SlurmBackend(make_source(cmds), partition=PARTITION,
+                        agents=agent_clients(cluster["nodes"]), usage_dir=str(usage_dir),
+                        state_file=str(state_file), cpu_per_core=float(cluster["cpu_per_core"]))
+
+
 def run(a) -> int:
     from coscheduler.controller import Controller, ControllerConfig
     from coscheduler.experiments import paper as paper_exp
@@ -108,9 +122,6 @@ def run(a) -> int:
     from coscheduler.policies.coalloc import make_policy
     from coscheduler.recorder import MemoryRecorder
     from slurm_plugin.commands import SlurmCommands
-    from slurm_plugin.connect import agent_clients
-    from slurm_plugin.backend import SlurmBackend
-    from slurm_plugin.source import make_source
     from slurm_plugin.submit import SubmitOptions, submit_jobs
 
     from .experiment import get_workload, stages as make_stages
@@ -126,9 +137,7 @@ def run(a) -> int:
     for d in (out_dir, usage_dir):
         d.mkdir(parents=True, exist_ok=True)
     cmds = SlurmCommands(str(SLURM_CONF))
-    backend = SlurmBackend(make_source(cmds), partition=PARTITION,
-                           agents=agent_clients(cluster["nodes"]), usage_dir=str(usage_dir),
-                           state_file=str(Path(a.out).with_suffix(".backend.json")))
+    backend = slurm_backend(cmds, cluster, usage_dir, Path(a.out).with_suffix(".backend.json"))
     t0 = time.time()
     submitted = submit_jobs(cmds, [s.job for s in stg], SubmitOptions(
         partition=PARTITION, cosched=True, output_dir=str(out_dir), usage_dir=str(usage_dir),

@@ -156,3 +156,23 @@ def test_measure_run_reproduces_the_simulators_own_measurement():
     for key in ("makespan_s", "mean_wait_s", "mean_response_s", "cpu_util", "coallocations",
                 "completed", "failed"):
         assert getattr(got, key) == pytest.approx(getattr(sim, key)), key
+
+
+def test_the_runners_backend_counts_a_stages_use_at_exit_in_its_emulated_cores(tmp_path):
+    """The testbed's emulated cores are a fraction of a real CPU (cluster.json's
+    cpu_per_core); a stage too short to be sampled is learned from the job wrapper's record,
+    which must be in the agents' unit: a busy stage reads 100 %, not cpu_per_core x 100."""
+    from slurm_plugin.commands import SlurmCommands
+    from slurm_plugin.parse import SlurmJob
+    from testbed.runner import slurm_backend
+
+    usage = tmp_path / "usage"
+    usage.mkdir()
+    cluster = {"cpu_per_core": 0.125,
+               "nodes": {"c1": {"url": "http://127.0.0.1:9"}, "c2": {"url": "http://127.0.0.1:9"}}}
+    b = slurm_backend(SlurmCommands(str(tmp_path / "slurm.conf")), cluster, usage,
+                      tmp_path / "run.backend.json")
+    # 4 emulated cores x 0.125 real CPU, busy for 10 s: 5 CPU-seconds
+    (usage / "7.json").write_text(json.dumps({"start": 100.0, "end": 110.0, "cpu_s": 5.0}))
+    o = b._outcome(SlurmJob(7, state="COMPLETED", cpus=4, start_time=100.0, end_time=110.0))
+    assert o.cpu_percent == pytest.approx(100.0)
