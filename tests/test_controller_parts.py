@@ -3,6 +3,7 @@
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -179,6 +180,37 @@ def test_host_state_reads_unknown_metrics_as_busy():
     assert (s.cpu_percent, s.mem_percent, s.happiness, s.elapsed_fraction) == (100.0, 100.0, None, 0.5)
     s = host_state(h, MetricsSample("h", 50.0, 20.0, 30.0, 5, 10, 0.1), 50.0)
     assert (s.cpu_percent, s.mem_percent) == (20.0, 30.0) and s.happiness is not None
+
+
+def test_a_host_not_sampled_yet_lends_what_its_class_usually_leaves_idle():
+    """An agent's first sample of a job comes a tick or two after its start; until then a
+    host whose class is known is taken to use what that class usually uses (so stages
+    shorter than two ticks can host), and the experts see that use, Hp unknown. A host of
+    an unknown class, or with the option off, lends nothing until it is measured."""
+    from coscheduler.controller.hoststate import host_own_state
+    from coscheduler.controller.usage import ClassUsage
+
+    h = running("h", [("n0", 4)], 0.0, 100.0)
+    usage = ClassUsage()
+    usage.add("c", 25.0, 10.0, 0.5)            # class "c" (host and guest) uses 1 of 4 cores
+
+    def caps(config, samples=None, known=usage):
+        index = HostIndex([h], {"n0": 4}, samples or {}, 10.0, running_by_id=by_id(h),
+                          was_guest=set(), cooldown={}, config=config, usage=known,
+                          idle_only=True)
+        return [(c.host.job_id, c.loan_cap) for c in index.candidates(job("g", 4), None)]
+
+    # idle: 4 - 1 used - 0.4 margin = 2.6 cores; the guest needs 1 + 0.4: all of it is lent
+    assert caps(ControllerConfig()) == [("h", pytest.approx(1.4 / 4))]
+    assert caps(ControllerConfig(lend_unsampled_by_class=False)) == []
+    assert caps(ControllerConfig(), known=None) == []
+    # A sample, once there, is what counts: a busy host lends nothing whatever its class.
+    busy = {"h": MetricsSample("h", 10.0, 95.0, 10.0, 1, 10, 0.1)}
+    assert caps(ControllerConfig(), busy) == []
+
+    own = host_own_state(h, None, 50.0, unsampled=usage.expected("c"))
+    assert (own.cpu_percent, own.mem_percent, own.io_mb_s, own.happiness) == (25.0, 10.0, 0.5, None)
+    assert host_own_state(h, None, 50.0).cpu_percent == 100.0     # unknown: read as busy
 
 
 # -- quotas.py -------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ through a digest.
 The fixtures were recorded from main's code before the pass was optimised, and recorded
 again when decisions changed on purpose (issue 19: host states carry both jobs' waiting
 shares, so the pair expert's answers changed; later the smallest loan went from half to
-three quarters of a guest's need, ``ControllerConfig.lend_min_share``):
+three quarters of a guest's need, ``ControllerConfig.lend_min_share``; then a host not
+sampled yet was read at its class's usual use, ``lend_unsampled_by_class``: asax_1k and
+asax_not_idle changed, the other three are byte for byte the same):
 
     .venv/bin/python tests/test_controller_replay.py --record
 """

@@ -57,6 +57,11 @@ class ControllerConfig:
     # No loan below this share of the guest's need: the guest waits for a host with more
     # idle CPU, or for cores of its own (policies.lending).
     lend_min_share: float = DEFAULT_MIN_SHARE
+    # A host not sampled yet (a node agent's first sample of a job comes a tick or two
+    # after its start) is taken to use what its job class usually uses (``ClassUsage``),
+    # when that is known; the next sample revises its guests' quotas as usual. False: an
+    # unsampled host lends nothing (then stages shorter than two ticks never host).
+    lend_unsampled_by_class: bool = True
     # "share": every loan of at least lend_min_share of the guest's need is made. "sooner":
     # a loan short of the guest's need is made only if the guest, running slower as a
     # guest, is estimated to end no later than by waiting for cores of its own

@@ -60,6 +60,7 @@ class HostIndex:
         # Lend only idle CPU (policies.lending): hosts without enough idle share for a
         # guest are not handed over.
         self.idle_only = idle_only
+        self.by_class = config.lend_unsampled_by_class and usage is not None
         self.margin = config.lend_margin
         self.min_share = config.lend_min_share
         # The "sooner" rule: a partial loan must beat waiting (policies.lending). ``wait_of``
@@ -220,13 +221,21 @@ class HostIndex:
             self._enter(p, room)
 
     def _busy_cores(self, rj: RunningJob) -> float | None:
-        """The cores a host uses by its latest sample (at most its own), None: unmeasured."""
+        """The cores a host uses by its latest sample (at most its own); not sampled yet,
+        what its class usually uses (``config.lend_unsampled_by_class``); None: unknown."""
         job = rj.job
         sample = self.samples.get(job.job_id)
-        if sample is None or not math.isfinite(sample.cpu_percent):
+        if sample is not None and math.isfinite(sample.cpu_percent):
+            pct = sample.cpu_percent
+        elif sample is None and self.by_class:
+            expected = self.usage.expected(job.job_class)
+            if expected is None:
+                return None
+            pct = expected.cpu_percent
+        else:
             return None
         cores = job.cores
-        return min(cores, max(0.0, sample.cpu_percent / 100.0 * cores))
+        return min(cores, max(0.0, pct / 100.0 * cores))
 
     def mark_asked(self, host_ids) -> None:
         for h in host_ids:
@@ -351,6 +360,7 @@ class HostIndex:
         min_share = self.min_share
         _, _, demand, need, known = kind
         sooner = self.sooner and self.wait_of is not None
+        busy = self._busy if idle_only else None
         wait_s: float | None = None     # (estimated once per guest, when first needed)
         for p in positions:
             _, rj, _, lent, _ = entries[p]
@@ -377,8 +387,7 @@ class HostIndex:
             sample = samples.get(host_id)
             cap = None
             if idle_only:
-                used_now = None if sample is None else sample.cpu_percent / 100.0 * host.cores
-                cap = loan(host.cores, lent, used_now, g_cores, demand, margin,
+                cap = loan(host.cores, lent, busy[p], g_cores, demand, margin,
                            min_share=min_share)
                 if cap is None:
                     continue   # not enough idle CPU on this host for this guest
@@ -393,7 +402,9 @@ class HostIndex:
             own = own_of.get(host_id)
             if own is None:
                 own = own_of[host_id] = host_own_state(
-                    rj, sample, now, self.alone_runtime(host.job_class))
+                    rj, sample, now, self.alone_runtime(host.job_class),
+                    self.usage.expected(host.job_class)
+                    if sample is None and self.by_class else None)
             state = own if known is None else own.with_guest(
                 known[0], known[1], g_cores / host.cores, known[2], known[3])
             yield candidate(rj, placement, lent, sample, state, cap, need, min_loan)
@@ -402,8 +413,7 @@ class HostIndex:
         """Whether ``rj`` has idle CPU enough for the smallest loan to ``guest`` (diagnostics)."""
         expected = self.usage.expected(guest.job_class) if self.usage is not None else None
         demand = None if expected is None else expected.cpu_percent / 100.0 * guest.cores
-        sample = self.samples.get(rj.job_id)
-        used = None if sample is None else sample.cpu_percent / 100.0 * rj.job.cores
+        used = self._busy_cores(rj)
         lent = sum(self.running_by_id[g].quota_fraction * self.running_by_id[g].job.cores
                    for g in rj.guest_jobs if g in self.running_by_id)
         lent += self.taken.get(rj.job_id, (0, 0.0))[1]

@@ -35,13 +35,20 @@ OwnState = HostState
 
 
 def host_own_state(rj: RunningJob, sample: MetricsSample | None, now: float,
-                   alone_runtime_s: float | None = None) -> OwnState:
-    """The host's own part of ``host_state`` (see there)."""
+                   alone_runtime_s: float | None = None,
+                   unsampled: Expected | None = None) -> OwnState:
+    """The host's own part of ``host_state`` (see there). ``unsampled``: what the host's
+    class usually uses, read as its use while it has no sample yet (Hp stays unknown)."""
     job = rj.job
     elapsed = max(0.0, now - rj.start_time)
     happiness = None
     cpu = mem = 100.0
     io = None
+    if sample is None and unsampled is not None:
+        cpu, mem, io = unsampled.cpu_percent, unsampled.mem_percent, unsampled.io_mb_s
+        return HostState.of_host(job.job_class, cpu, mem, job.stage_type,
+                                 elapsed / job.walltime_s, None, io,
+                                 wait_share(job.stage_type, job.cores, cpu))
     if sample is not None:
         io = sample.io_mb_s
         cpu, mem = sample.cpu_percent, sample.mem_percent

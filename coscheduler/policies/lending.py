@@ -10,8 +10,10 @@ host (issue #19 found half of the loans left the host a quota below its own use)
   CPU, or for cores of its own. Issue #19 asked for half; three quarters is the default,
   measured in docs/simulator.md ("A guest waiting for a better host"): the loans between
   half and three quarters of a guest's need cost it more runtime than they saved it wait.
-  Without a measured use of the host nothing is lent (we do not guess: an unmeasured host
-  may be busy).
+  Without a known use of the host nothing is lent (we do not guess: an unmeasured host
+  may be busy); a host not sampled yet whose class was measured before is taken to use
+  what its class usually uses (the controller's choice, ``ControllerConfig.
+  lend_unsampled_by_class``), and ``revise`` corrects the loan at its first sample.
 - ``revise``: every controller tick, with the host's newest use. When the host's headroom
   (its quota minus its use) falls below the margin, its guests shrink first, so the host
   gets back at least its use plus the margin, with room to spare (``hysteresis``); guests
