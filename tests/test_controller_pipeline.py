@@ -605,3 +605,31 @@ def test_a_job_too_short_to_be_sampled_teaches_its_class_from_its_accounting_at_
     b.advance(10.0)
     c.step()
     assert c.usage.expected("wf/other") is None
+
+
+@pytest.mark.parametrize("short_actions", ["forget", "floor"])
+def test_an_action_under_the_smallest_loan_is_forgotten_or_lends_the_smallest_loan(short_actions):
+    """The learner asks 30 % of the guest's cores where the smallest loan is three quarters
+    of its need (its need unknown: all 4 cores): "forget" (the default) makes no loan and
+    forgets the decision; "floor" lends the smallest loan, 75 %, and the decision waits for
+    its host's loss like any loan."""
+    learner = AsaxLearner(LearnerConfig(seed=1),
+                          expert_factory=lambda: [OneActionPerClass({"h": 3})])
+    policy = Asax(learner, idle_only=True, short_actions=short_actions)
+    b, c = host_and_guest(policy)          # the host uses 30 % of 8 cores: 4.8 idle after the margin
+    r = c.step()
+    guest = {rj.job_id: rj for rj in b.running()}.get("g")
+    if short_actions == "forget":
+        assert r.coallocated == 0 and guest is None and not learner.pending
+    else:
+        assert r.coallocated == 1 and guest is not None and guest.host_job == "h"
+        assert guest.quota_fraction == pytest.approx(0.75)
+        (d,) = learner.pending.values()
+        assert d.action_fraction == pytest.approx(0.3)     # what the learner chose, recorded
+
+
+def test_asax_refuses_an_unknown_short_action_rule():
+    from coscheduler.model import InvalidInput
+
+    with pytest.raises(InvalidInput, match="short_actions must be one of forget, floor"):
+        Asax(AsaxLearner(LearnerConfig(seed=1)), short_actions="round-up")

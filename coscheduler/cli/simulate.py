@@ -29,6 +29,7 @@ from ..model import InvalidInput
 from ..sweep import SweepError, default_workers
 from ..experiments import paper as paper_exp
 from ..policies.queue import POLICIES, get_policy
+from ..policies.coalloc import SHORT_ACTIONS
 from ..policies.lending import DEFAULT_MIN_SHARE, LEND_RULES
 from ..sim.batsim import DEFAULT_HOST_SPEED, read_workload
 from ..sim.engine import BACKFILL_MODES
@@ -329,6 +330,10 @@ def _positive_scale(ctx, param, value: float) -> float:
               help="share: every loan of at least --loan-min-share of a guest's need is made; "
                    "sooner: a loan short of the need is made only if the guest is estimated to "
                    "end sooner as a guest than by waiting for cores of its own.")
+@click.option("--short-actions", type=click.Choice(SHORT_ACTIONS), default="forget",
+              show_default=True,
+              help="What ASA_X does when the learner's action is under the smallest loan: "
+                   "forget: no loan, nothing learned; floor: lend the smallest loan.")
 @click.option("--placement", type=click.Choice(["shared", "pinned"]), default="shared",
               show_default=True,
               help="Where a host's and its guests' processes run: anywhere on the host's cores "
@@ -358,7 +363,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
           queue_policy: str | None, inspector: str | None, workers: int | None,
           cluster: str | None, as_json: bool, guests: str = GUESTS_DEFAULT,
           permit_text: str = PERMIT_DEFAULT, placement: str = "shared",
-          loan_min_share: float = DEFAULT_MIN_SHARE, loan_rule: str = "share") -> None:
+          loan_min_share: float = DEFAULT_MIN_SHARE, loan_rule: str = "share",
+          short_actions: str = "forget") -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -419,7 +425,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         queue_policy=queue, workers=workers,
                                         cluster=cluster, idle_guests=guests == "idle",
                                         permit=permit, shared_cores=placement == "shared",
-                                        loan_min_share=loan_min_share, loan_rule=loan_rule)
+                                        loan_min_share=loan_min_share, loan_rule=loan_rule,
+                                        short_actions=short_actions)
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -437,7 +444,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                      "classes": classes, "experts": list(experts), "model": model_name,
                      "old_rules": old_rules, "guests": guests, "permit": permit,
                      "placement": placement, "loan_min_share": loan_min_share,
-                     "loan_rule": loan_rule},
+                     "loan_rule": loan_rule, "short_actions": short_actions},
         "runs": [r.as_json(explain) for r in runs],
         "summary": summary,
         "normalised_runtime": {str(c): v for c, v in

@@ -105,7 +105,8 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                       expert_factory: Callable[[], list] | None = None,
                       class_of: Callable[[Job], str] | None = None,
                       usage: ClassUsage | None = None,
-                      idle_only: bool = True, permit=None) -> "Controller":
+                      idle_only: bool = True, permit=None,
+                      short_actions: str = "forget") -> "Controller":
         """Rebuild a controller after a restart: the learner from ``recorder.load()``
         (classes, pending decisions, next id; observed outcomes re-taught to fitted
         experts), declines still in cooldown, and host/guest relations from the backend."""
@@ -118,7 +119,8 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                                   next_decision_id=loaded.next_decision_id)
             for decision, loss in loaded.observed:
                 learner.teach(decision, loss)
-        ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of, idle_only, permit), recorder,
+        ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of, idle_only, permit,
+                                       short_actions), recorder,
                   queue_order, config, usage)
         now = backend.now()
         running = set(ctl._last)

@@ -140,7 +140,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               old_rules: bool = False, queue_policy=None, idle_guests: bool = False,
               permit: float | None = None, shared_cores: bool = True,
               loan_min_share: float = DEFAULT_MIN_SHARE,
-              loan_rule: str = "share") -> PaperRun:
+              loan_rule: str = "share", short_actions: str = "forget") -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -209,7 +209,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
             backend, recorder, "asax",
             learner_config=LearnerConfig(seed=seed + repeat_index, extra_experts=tuple(experts)),
             queue_order=order, config=config, class_of=class_key(CLASSES[classes]), usage=usage,
-            permit=None if permit is None else HostHarmPermit(permit, idle_guests, model))
+            permit=None if permit is None else HostHarmPermit(permit, idle_guests, model),
+            short_actions=short_actions)
     elif policy == "oracle":
         from ..policies.oracle import Oracle
 
@@ -259,7 +260,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    idle_guests: bool = False, permit: float | None = None,
                    shared_cores: bool = True,
                    loan_min_share: float = DEFAULT_MIN_SHARE,
-                   loan_rule: str = "share") -> list[PaperRun]:
+                   loan_rule: str = "share", short_actions: str = "forget") -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -278,7 +279,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 model=model, explain=explain, prior_runs=prior_runs, scale_out=scale_out,
                 old_rules=old_rules, queue_policy=queue_policy, idle_guests=idle_guests,
                 permit=permit, shared_cores=shared_cores, loan_min_share=loan_min_share,
-                loan_rule=loan_rule)
+                loan_rule=loan_rule, short_actions=short_actions)
     slots: list[list[tuple[int, int, int]]] | None = None
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
@@ -354,7 +355,8 @@ def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repetitio
                                 permit=opts.get("permit"),
                                 shared_cores=opts.get("shared_cores", True),
                                 loan_min_share=opts.get("loan_min_share", DEFAULT_MIN_SHARE),
-                                loan_rule=opts.get("loan_rule", "share"))
+                                loan_rule=opts.get("loan_rule", "share"),
+                                short_actions=opts.get("short_actions", "forget"))
                 runs.append(run)
     return runs
 

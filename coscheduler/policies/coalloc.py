@@ -194,8 +194,16 @@ class Asax:
 
     def __init__(self, learner: AsaxLearner, class_of: Callable[[Job], str] | None = None,
                  idle_only: bool = True, max_asks: int | None = 3,
-                 permit: Callable[[HostState, float], bool] | None = None):
+                 permit: Callable[[HostState, float], bool] | None = None,
+                 short_actions: str = "forget"):
         self.learner = learner
+        # An action under the smallest loan (policies.lending): "forget" makes no loan and
+        # forgets the decision; "floor" lends the smallest loan instead (the learner's
+        # cautious actions then lend that little, and their hosts' losses are observed).
+        if short_actions not in SHORT_ACTIONS:
+            raise InvalidInput(f"ASA_X short_actions must be one of {', '.join(SHORT_ACTIONS)}, "
+                               f"got {short_actions!r}")
+        self.short_actions = short_actions
         # The Permit step (after the learner chose a lending, before it is carried out):
         # False vetoes the loan, which is then not made and teaches nothing.
         self.permit = permit
@@ -225,51 +233,55 @@ class Asax:
             asked.append(host_id)
             d = self.learner.decide(cand.state, host_id, guest.job_id, now,
                                     job_class=self.class_of(host))
-            short = cand.min_loan is not None and d.action_fraction < cand.min_loan - 1e-12
+            a = d.action_fraction
+            short = cand.min_loan is not None and a < cand.min_loan - 1e-12
+            if short and self.short_actions == "floor" and d.action_index != 0 and a > 0.0:
+                a, short = cand.min_loan, False   # (the cap is at least the floor)
             if d.action_index == 0 or d.action_fraction <= 0.0:
                 # a_0: observed now, loss 0 adds no risk (lending nothing cannot hurt the host).
                 self.learner.observe(d.decision_id, 0.0, now)
                 declined.append(d)
                 continue
             if not short and self.permit is not None:
-                a = d.action_fraction if cand.loan_cap is None else min(d.action_fraction,
-                                                                        cand.loan_cap)
-                short = not self.permit(cand.state, a)
+                short = not self.permit(cand.state, a if cand.loan_cap is None
+                                        else min(a, cand.loan_cap))
             if short:
                 # An action under the smallest loan: no loan is made. It was not carried
                 # out, so nothing is learned from it (no loss to observe); it counts as a decline.
                 self.learner.forget(d.decision_id)
                 declined.append(d)
                 continue
-            return _result(_choice(guest, cand, d.action_fraction, d), tuple(asked),
-                           tuple(declined))
+            return _result(_choice(guest, cand, a, d), tuple(asked), tuple(declined))
         return _result(None, tuple(asked), tuple(declined))
 
 
 POLICY_NAMES = ("space-sharing", "static", "asax")
+SHORT_ACTIONS = ("forget", "floor")
 
 
 def make_policy(name: str, learner: AsaxLearner | None = None,
                 static_fraction: float = 0.5,
                 class_of: Callable[[Job], str] | None = None,
                 idle_only: bool = True,
-                permit: Callable[[HostState, float], bool] | None = None) -> CoallocationPolicy:
+                permit: Callable[[HostState, float], bool] | None = None,
+                short_actions: str = "forget") -> CoallocationPolicy:
     """A policy by name: ``space-sharing`` (alias ``slurm``), ``static``, ``asax``
     (``class_of``: the learner's class of a host job, default its job class;
     ``idle_only``: ASA_X lends only the host's idle share; ``permit``: ASA_X's Permit step,
-    policies.permit)."""
+    policies.permit; ``short_actions``: what an action under the smallest loan does, ``Asax``)."""
     key = name.strip().lower() if isinstance(name, str) else name
     if key in ("space-sharing", "spacesharing", "slurm"):
         return SpaceSharing()
     if key == "static":
         return Static(static_fraction)
     if key in ("asax", "asa_x"):
-        return Asax(learner or AsaxLearner(), class_of, idle_only, permit=permit)
+        return Asax(learner or AsaxLearner(), class_of, idle_only, permit=permit,
+                    short_actions=short_actions)
     raise InvalidInput(f"unknown co-allocation policy {name!r}: use one of {', '.join(POLICY_NAMES)}")
 
 
 __all__ = [
     "Asax", "Choice", "CoallocationPolicy", "CoallocationResult", "HostCandidate",
-    "NO_COALLOCATION", "POLICY_NAMES", "SpaceSharing", "Static", "candidate", "host_quota_fraction",
+    "NO_COALLOCATION", "POLICY_NAMES", "SHORT_ACTIONS", "SpaceSharing", "Static", "candidate", "host_quota_fraction",
     "lent_share", "make_policy",
 ]
