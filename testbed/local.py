@@ -347,12 +347,11 @@ class LocalBackend(JobBook):
                 self._orphaned_at[g] = now
 
     def _life_use(self, run, rusage, now: float) -> tuple[float | None, float | None]:
-        """A job's mean CPU use over its life, in % of its cores (of ``cpu_per_core`` each,
-        as the agent's samples are), and its peak resident memory in % of its memory, from
-        the accounting of its exit; (None, None) without one. Memory is in % of the node's,
-        as the agent's samples are: jobs are registered without a memory size of their own
-        (an emulated job's ``mem_mb`` is its profile's, a few MB at the demo's scale, far
-        below its interpreter's resident size: against it every class would read 100 %)."""
+        """A job's mean CPU use over its life, in % of its cores (of ``cpu_per_core`` each),
+        and its peak resident memory in % of the node's memory, from the accounting of its
+        exit, in the units of the agent's samples; (None, None) without one. (Jobs are
+        registered without a memory size: an emulated job's ``mem_mb`` is its profile's, a
+        few MB at the demo's scale, far below its interpreter's resident size.)"""
         held_s = (now - run.start) * run.job.cores * self.cpu_per_core
         if rusage is None or held_s <= 0:
             return None, None
