@@ -7,6 +7,7 @@ A mixin of ``framework.MesosBackend``; it holds no state of its own.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Mapping
 
@@ -191,6 +192,7 @@ class SchedulerEvents:
         self._requeues[job_id] = n
         self.counters["requeued"] += 1
         end = self._remove_run(job_id)
+        self._exit_cpu.pop(job_id, None)   # (a lost run's use is not the job's)
         if n > self.config.max_requeues:
             self._record(Outcome(job_id, run.start, end, "failed",
                                  f"{reason}; gave up after {n - 1} requeues"))
@@ -218,7 +220,9 @@ class SchedulerEvents:
         if run is None:
             return
         end = self._remove_run(job_id)
-        self._record(Outcome(job_id, run.start, max(end, run.start), state, reason))
+        cpu = self._exit_cpu.pop(job_id, None)
+        self._record(Outcome(job_id, run.start, max(end, run.start), state, reason,
+                             cpu_percent=cpu if state == "completed" else None))
 
     def _remove_run(self, job_id: str) -> float:
         run = self._runs.pop(job_id)
@@ -230,18 +234,33 @@ class SchedulerEvents:
             gr = self._runs.get(g)
             if gr is not None:
                 gr.host = None
-        for t in run.tasks.values():
-            self._release_quota(job_id, t)
+        # Its mean CPU use over its life, from the agents that ran its tasks (core-weighted):
+        # what a job too short to be sampled used (the controller learns its class from it).
+        used = [u for t in run.tasks.values() if (u := self._release_quota(job_id, t)) is not None]
+        cores = sum(c for _, c in used)
+        self._exit_cpu.pop(job_id, None)
+        if used and cores > 0:
+            self._exit_cpu[job_id] = sum(p * c for p, c in used) / cores
         self._save_state()
         return self.now()
 
-    def _release_quota(self, job_id: str, t: _Task) -> None:
+    def _release_quota(self, job_id: str, t: _Task) -> tuple[float, float] | None:
+        """Unregister the task's job from its agent; (its life CPU %, its cores there) when
+        the agent knew them."""
         if self.quotas is None:
-            return
+            return None
         try:
-            self.quotas.release(t.agent_id, t.hostname, job_id)
+            view = self.quotas.release(t.agent_id, t.hostname, job_id)
         except Exception as exc:  # noqa: BLE001
             log.debug("releasing %s on %s: %s", job_id, t.agent_id, exc)
+            return None
+        if not isinstance(view, dict):
+            return None
+        pct, cores = view.get("life_cpu_percent"), view.get("cores")
+        if isinstance(pct, (int, float)) and not isinstance(pct, bool) and math.isfinite(pct) \
+                and isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores > 0:
+            return min(max(float(pct), 0.0), 100.0), float(cores)
+        return None
 
     def _record(self, o: Outcome) -> None:
         self._ended[o.job_id] = o.state

@@ -96,6 +96,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self._waiting: dict[str, Job] = {}
         self._runs: dict[str, _Run] = {}
         self._ended: dict[str, str] = {}
+        self._exit_cpu: dict[str, float] = {}    # job id -> its mean CPU % over its life
         self._finished: list[Outcome] = []
         self._requeues: dict[str, int] = {}
         self._attempts: dict[str, int] = {}

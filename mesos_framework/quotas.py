@@ -54,7 +54,10 @@ class NodeQuotas(Protocol):
     def set_quota(self, agent_id: str, hostname: str, job_id: str, fraction: float,
                   lease_s: float) -> None: ...
 
-    def release(self, agent_id: str, hostname: str, job_id: str) -> None: ...
+    def release(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
+        """Unregister the job from the node's agent; the agent's last view of it (None: no
+        agent), whose ``life_cpu_percent`` is its mean CPU use over its life."""
+        ...
 
     def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None: ...
 
@@ -229,10 +232,9 @@ class LocalNodeAgents:
         else:
             a.set_quota(job_id, fraction, lease_s)
 
-    def release(self, agent_id: str, hostname: str, job_id: str) -> None:
+    def release(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
         a = self.agents.get(agent_id)
-        if a is not None:
-            a.unregister(job_id)
+        return a.unregister(job_id) if a is not None else None
 
     def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
         a = self.agents.get(agent_id)
@@ -306,8 +308,8 @@ class RemoteNodeAgents:
         else:
             c.set_quota(job_id, fraction, lease_s)
 
-    def release(self, agent_id: str, hostname: str, job_id: str) -> None:
-        self._client(hostname).unregister(job_id)
+    def release(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
+        return self._client(hostname).unregister(job_id)
 
     def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
         return self._client(hostname).job(job_id)

@@ -243,6 +243,7 @@ class NodeAgent(JobObservation, Restore):
             js = self._get(job_id)
             self.leases.revoke(job_id)
             if js.status == "running":
+                js.life_cpu_percent = self._life_cpu_percent(js)   # (before its cgroup goes)
                 js.status = "released"
                 js.finished_at = time.time()
             js.fraction, js.role = None, None
@@ -575,6 +576,7 @@ class NodeAgent(JobObservation, Restore):
             "cgroup": str(self.actuator.cpu.job(js.spec.job_id)),
             "cgroup_procs": self.actuator.procs_files(js.spec.job_id),
             "registered_at": js.registered_at, "finished_at": js.finished_at,
+            "life_cpu_percent": js.life_cpu_percent,
             "events": list(js.events)[-5:],
         }
 

@@ -229,6 +229,7 @@ class JobObservation:
         js.finished_at = now
         self.leases.revoke(jid)
         js.lease_deadline = None
+        js.life_cpu_percent = self._life_cpu_percent(js)   # (before the counter goes)
         removed = self.actuator.remove_job(jid)
         js.event(now, "all processes gone: finished" + ("; cgroup removed" if removed else
                                                         "; cgroup not yet removable"))
@@ -238,6 +239,25 @@ class JobObservation:
         self._io.pop(jid, None)
         self._light.pop(jid, None)
         self._refused.pop(jid, None)
+
+    def _life_cpu_percent(self, js: JobState) -> float | None:
+        """The job's mean CPU use since it was registered, in % of its cores as its samples
+        are, from its cgroup's counter (which keeps the time of processes that exited): what
+        a job too short to be sampled used. None when the counter may miss some of its
+        processes (a batch system's cgroup; processes sampled outside ours) or is gone."""
+        jid = js.spec.job_id
+        if js.spec.batch_cgroup or js.sample.get("cpu_source") not in (None, "cgroup") \
+                or not self.actuator.has_job(jid):
+            return None
+        try:
+            used_ns = self.actuator.usage_ns(jid)
+        except (CgroupError, OSError):
+            return None
+        if used_ns is None:
+            return None
+        pct = collect.cpu_percent(used_ns / 1e9, time.time() - js.registered_at,
+                                  js.spec.cores * self.cpu_per_core)
+        return None if pct is None else round(min(pct, 100.0), 2)
 
     def _retire(self, now: float) -> bool:
         """Forget finished jobs after the retention time; remove released cgroups once empty."""

@@ -219,6 +219,9 @@ class JobState:
     events: collections.deque = field(default_factory=lambda: collections.deque(maxlen=20))
     apply_error: str | None = None
     seen_processes: bool = False  # a job registered with no pids waits for its first one
+    # Its mean CPU use over its life, read from its cgroup's counter when it finished or was
+    # unregistered (``JobObservation._life_cpu_percent``); None: not known.
+    life_cpu_percent: float | None = None
 
     def event(self, now: float, what: str) -> None:
         self.events.append({"time": round(now, 3), "event": what})

@@ -284,6 +284,28 @@ def test_cpu_percent_is_of_the_emulated_cores(make_agent, procs, cg_root):
     assert 60 < best <= 130, f"a busy 1-core job on 0.25-CPU cores read {best} %"
 
 
+def test_a_jobs_mean_cpu_use_over_its_life_is_read_when_it_finishes_or_is_unregistered(
+        make_agent, procs, cg_root):
+    """A job too short to be sampled: its cgroup's counter, read before the cgroup goes,
+    gives its mean use over its life (``life_cpu_percent``, in % of its cores as samples
+    are), whether its processes end first (the agent finishes it) or it is unregistered."""
+    agent = make_agent(node_cpus=1.0, cpu_per_core=1.0)
+    done, kept, idle = procs(BUSY), procs(BUSY), procs(SLEEPY)
+    for jid, p in (("done", done), ("kept", kept), ("idle", idle)):
+        agent.register_job({"job_id": jid, "pids": [p.pid], "cores": 1})
+    boost(cg_root, "done", "kept", "idle")
+    agent.tick()
+    time.sleep(1.0)
+    done.kill()
+    done.wait()
+    agent.tick()                                   # all its processes gone: finished
+    assert agent.job("done")["status"] == "finished"
+    assert agent.job("done")["life_cpu_percent"] > 30.0      # two busy jobs share the core
+    assert agent.unregister("kept")["life_cpu_percent"] > 30.0
+    assert agent.unregister("idle")["life_cpu_percent"] < 10.0
+    assert agent.job("kept")["status"] == "released"
+
+
 def test_job_started_inside_its_cgroup_by_task_id(make_agent, procs, cg_root):
     """A job registered before it starts (pids []) and launched straight into its cgroup:
     waiting is not finishing; its processes are found by the cgroup of its id."""

@@ -188,6 +188,35 @@ def test_static_co_allocation_applies_real_cpu_quotas(emulator, tmp_path):
     assert 0.5 < h_cpu / max(g_cpu, 1e-6) < 2.0
 
 
+def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_node_agent(emulator, tmp_path):
+    """A job too short to be sampled is learned from what it used: the node agent reads its
+    cgroup's CPU counter when it finishes or is unregistered, and the framework puts the
+    mean use over its life in the job's outcome (in % of its cores, as samples are)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for cgroups")
+    from mesos_framework.quotas import LocalNodeAgents
+    _, url = emulator(agents=1, cpus=2)
+    burn = [sys.executable, "-c", "import time\nt=time.time()+1.5\nwhile time.time()<t: pass"]
+    jobs = [Job("busy", 1, 60.0, "test/burn", command=tuple(burn)),
+            Job("idle", 1, 60.0, "test/sleep", command=("/bin/sleep", "1.5"))]
+    mr = MesosRun(url, "space-sharing", config=quick())
+    mr.backend.quotas = LocalNodeAgents(tmp_path, cpu_per_core=1.0)
+    mr.submit(jobs)
+    mr.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not mr.backend.idle():
+            mr.backend.changed.wait(0.25)
+            mr.step()
+    finally:
+        mr.close()
+    out = {o.job_id: o for o in mr.backend.history}
+    assert out["busy"].state == "completed" and out["idle"].state == "completed"
+    # One busy core for most of its life (start-up and the launch count against it).
+    assert out["busy"].cpu_percent is not None and 40.0 < out["busy"].cpu_percent <= 100.0, out
+    assert out["idle"].cpu_percent is not None and out["idle"].cpu_percent < 20.0, out
+
+
 @pytest.mark.root
 @pytest.mark.live
 def test_done_when_scaled_down_cosched_run_runs_the_four_workflows_with_gangs_and_coallocations(tmp_path):
