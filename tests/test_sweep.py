@@ -97,6 +97,29 @@ def test_results_come_back_in_task_order_from_several_processes():
     assert len({pid for _, pid in out} - {os.getpid()}) == 2
 
 
+def _imported(name: str) -> tuple[bool, int]:
+    return name in sys.modules, os.getpid()
+
+
+@pytest.mark.parametrize("cores", [4, 1])
+def test_a_slow_module_is_imported_before_forking_only_when_workers_outnumber_cores(
+        tmp_path, monkeypatch, cores):
+    """With a core per worker each task imports what it needs, alongside the others' work
+    (importing sklearn before the fork held ``simulate paper --repeat 3`` back 0.9 s);
+    with more workers than cores one import before the fork saves each worker its own."""
+    if sweep.start_method() != "fork":
+        pytest.skip("this process cannot fork safely (a threaded library is loaded)")
+    name = f"cosched_slow_module_{cores}"
+    (tmp_path / f"{name}.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sweep, "default_workers", lambda: cores)
+    tasks = [sweep.Task(f"t{i}", (name,)) for i in range(2)]
+    out = sweep.run_tasks(_imported, tasks, workers=2, preload=(name,))
+    assert len({pid for _, pid in out} - {os.getpid()}) >= 1   # ran in worker processes
+    assert [loaded for loaded, _ in out] == [cores < 2] * 2
+    assert (name in sys.modules) is (cores < 2)
+
+
 def test_a_failing_task_names_itself_and_carries_the_workers_traceback():
     tasks = [sweep.Task(f"cores {c}", (c, 128)) for c in (64, 128, 256)]
     with pytest.raises(sweep.TaskFailed) as info:
