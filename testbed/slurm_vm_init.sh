@@ -215,5 +215,59 @@ sys.exit(0 if ok else 1)
 PY
 step "recovery checked"
 scancel "$HOST" "$GUEST"
+step "a job in the agent's own cgroup tree (a Mesos task's way): quota, mean CPU at exit"
+# Not a Slurm job: the agent makes its cgroup under its own root (cosched/), caps it there
+# and, when its process ends, reads its mean CPU over its life from cpu.stat before the
+# cgroup goes (life_cpu_percent: what a Mesos job's outcome carries).
+python3 - <<'PY' || fail "the own-tree checks (above)"
+import json, os, subprocess, sys, time
+sys.path.insert(0, "/src")
+from monitoring.client import AgentClient
+busy = subprocess.Popen(["taskset", "-c", "1", "python3", "-c", "while True: pass"])
+pid = busy.pid
+# started in a cgroup of its own, as a Mesos agent starts a task (a process in the agent's
+# own cgroup, /init here, is refused: the rule 'agent's cgroup')
+os.makedirs("/sys/fs/cgroup/task1", exist_ok=True)
+with open("/sys/fs/cgroup/task1/cgroup.procs", "w") as f:
+    f.write(str(pid))
+info = json.loads(open("/tmp/agent.json").read().splitlines()[0])
+c = AgentClient(info["url"], token_file=info["token_file"], timeout=30)
+view = c.register_job("own1", [pid], 1.0)
+cg = view["cgroup"]
+in_cg = pid in [int(x) for x in open(f"{cg}/cgroup.procs").read().split()]
+def usage():
+    for line in open(f"{cg}/cpu.stat"):
+        if line.startswith("usage_usec"):
+            return int(line.split()[1]) / 1e6
+def cpu_over(seconds):
+    u0, t0 = usage(), time.time()
+    time.sleep(seconds)
+    return (usage() - u0) / (time.time() - t0)
+time.sleep(1)
+free = cpu_over(3)
+c.set_quota("own1", 0.5, 120)
+quota = open(f"{cg}/cpu.max").read().strip()
+time.sleep(0.5)
+limited = cpu_over(3)
+print(f"RESULT own tree: cgroup {cg}, process in it {in_cg}; unlimited CPU {free:.3f}; "
+      f"cpu.max {quota!r}, CPU {limited:.3f}")
+busy.kill()
+busy.wait()
+end = time.time() + 60
+while time.time() < end and c.job("own1")["status"] == "running":
+    time.sleep(0.5)
+done = c.job("own1")
+life = done.get("life_cpu_percent")
+while time.time() < end and os.path.isdir(cg):    # (removed at once when empty)
+    time.sleep(0.5)
+gone = not os.path.isdir(cg)
+print(f"RESULT own tree, process killed: status {done['status']}, life_cpu_percent {life}, "
+      f"cgroup removed {gone}")
+ok = (cg.startswith("/sys/fs/cgroup/cosched/") and in_cg and quota == "50000 100000"
+      and free > 0.6 and limited <= 0.5 * 1.2 and done["status"] == "finished"
+      and life is not None and 40.0 <= life <= 100.0 and gone)
+os.rmdir("/sys/fs/cgroup/task1")
+sys.exit(0 if ok else 1)
+PY
 step "done"
 finish "VM-PASS"
