@@ -10,7 +10,7 @@ alone, and every outcome is drained exactly once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ..backend import BackendError, check_quota_fraction
 from ..model import Allocation, InvalidInput, Job, Node, Outcome, RunningJob
@@ -58,6 +58,12 @@ class JobBook:
         self.history: list[Outcome] = []                  # every outcome, in order
         self.starts: list[tuple[float, str, str | None]] = []  # (time, job, host)
         self.quota_log: list[tuple[float, str, float]] = []
+        # Stages split into parts (``split``): stage -> its parts' ids, part -> its job,
+        # and (until it ends) part -> stage.
+        self.parts: dict[str, tuple[str, ...]] = {}
+        self.part_jobs: dict[str, Job] = {}
+        self._stage_of: dict[str, str] = {}
+        self._part_ends: dict[str, Outcome] = {}
 
     def now(self) -> float:  # pragma: no cover - bodies define their clock
         raise NotImplementedError
@@ -92,6 +98,30 @@ class JobBook:
         del self._waiting[job_id]
         now = self.now()
         self._record(Outcome(job_id, now, now, "failed", reason))
+
+    def _split(self, job_id: str, parts: Sequence[Job]) -> None:
+        """Queue ``parts`` (``policies.span.split``) instead of queued job ``job_id``, each
+        with the job's own data; a body whose data can run a part offers this as ``split``
+        (the controller splits only on a backend that has it). The job's outcome is recorded once every part has ended:
+        from the first part's start to the last part's end, completed if every part
+        completed (else the first other state), so its successors wait for all of them."""
+        entry = self._waiting.get(job_id)
+        if entry is None:
+            raise BackendError(f"cannot split job {job_id}: it is not queued")
+        job, data = entry
+        ids = [p.job_id for p in parts]
+        if len(parts) < 2 or sum(p.cores for p in parts) != job.cores \
+                or len(set(ids)) != len(ids) or any(
+                    p.depends_on != job.depends_on or p.job_id in self._waiting
+                    or p.job_id in self._runs or p.job_id in self._ended for p in parts):
+            raise BackendError(f"cannot split job {job_id} into {ids}: the parts must be new "
+                               f"jobs with its parents whose cores add up to its {job.cores}")
+        del self._waiting[job_id]
+        for p in parts:
+            self._waiting[p.job_id] = (p, data)
+            self._stage_of[p.job_id] = job_id
+            self.part_jobs[p.job_id] = p
+        self.parts[job_id] = tuple(ids)
 
     def drain_finished(self) -> list[Outcome]:
         self._resolve_dependencies()
@@ -175,6 +205,19 @@ class JobBook:
         self._ended[outcome.job_id] = outcome.state
         self._finished.append(outcome)
         self.history.append(outcome)
+        stage = self._stage_of.pop(outcome.job_id, None)
+        if stage is not None:
+            self._part_ends[outcome.job_id] = outcome
+            if all(p in self._part_ends for p in self.parts[stage]):
+                self._record(self._stage_outcome(stage))
+
+    def _stage_outcome(self, stage: str) -> Outcome:
+        """A split stage's outcome from its parts' (``split``)."""
+        parts = [self._part_ends.pop(p) for p in self.parts[stage]]
+        bad = next((o for o in parts if o.state != "completed"), None)
+        return Outcome(stage, min(o.start_time for o in parts), max(o.end_time for o in parts),
+                       "completed" if bad is None else bad.state,
+                       "" if bad is None else f"part {bad.job_id}: {bad.reason}".rstrip(": "))
 
     def _resolve_dependencies(self) -> None:
         changed = True

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
 from ..backend import BackendError, check_quota_fraction
 from ..model import Allocation, InvalidInput, Job, MetricsSample, Node, check_finite
@@ -136,6 +136,12 @@ class VirtualBackend(JobBook):
         if not isinstance(job, Job) or not isinstance(profile, Profile):
             raise InvalidInput("virtual backend: submit(job, profile) takes a Job and a Profile")
         self._submit(job, profile)
+
+    def split(self, job_id: str, parts: Sequence[Job]) -> None:
+        """Run queued ``job_id`` as ``parts`` (policies.span): a fluid job's profile is per
+        core, so each part keeps its runtime alone; ``JobBook._split``."""
+        self._split(job_id, parts)
+        self._dirty = True
 
     def inject_start_errors(self, job_id: str, count: int = 1) -> None:
         self._start_errors[job_id] = self._start_errors.get(job_id, 0) + count

@@ -334,6 +334,10 @@ def _positive_scale(ctx, param, value: float) -> float:
               show_default=True,
               help="What ASA_X does when the learner's action is under the smallest loan: "
                    "forget: no loan, nothing learned; floor: lend the smallest loan.")
+@click.option("--span-hosts", is_flag=True,
+              help="A parallel stage that no single host takes may run as two parts, each a "
+                   "guest of its own host (issue 19's 'guest spanning two hosts'; off: the "
+                   "paper's rule, a guest inside one host). Every co-allocating policy.")
 @click.option("--placement", type=click.Choice(["shared", "pinned"]), default="shared",
               show_default=True,
               help="Where a host's and its guests' processes run: anywhere on the host's cores "
@@ -364,7 +368,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
           cluster: str | None, as_json: bool, guests: str = GUESTS_DEFAULT,
           permit_text: str = PERMIT_DEFAULT, placement: str = "shared",
           loan_min_share: float = DEFAULT_MIN_SHARE, loan_rule: str = "share",
-          short_actions: str = "forget") -> None:
+          short_actions: str = "forget", span_hosts: bool = False) -> None:
     """Run the ASA_X paper's evaluation (15 workflows, 46 stage jobs queued at t = 0) in
     virtual time under each policy and cluster size, with the real controller, and compare
     with the paper's Tables 3 and 2."""
@@ -426,7 +430,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                                         cluster=cluster, idle_guests=guests == "idle",
                                         permit=permit, shared_cores=placement == "shared",
                                         loan_min_share=loan_min_share, loan_rule=loan_rule,
-                                        short_actions=short_actions)
+                                        short_actions=short_actions,
+                                        span_hosts=span_hosts)
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
@@ -444,7 +449,8 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
                      "classes": classes, "experts": list(experts), "model": model_name,
                      "old_rules": old_rules, "guests": guests, "permit": permit,
                      "placement": placement, "loan_min_share": loan_min_share,
-                     "loan_rule": loan_rule, "short_actions": short_actions},
+                     "loan_rule": loan_rule, "short_actions": short_actions,
+                     "span_hosts": span_hosts},
         "runs": [r.as_json(explain) for r in runs],
         "summary": summary,
         "normalised_runtime": {str(c): v for c, v in

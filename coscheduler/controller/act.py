@@ -14,6 +14,7 @@ from ..policies.lending import Loan, revise
 from ..recorder import OutcomeRecord
 from .config import PassReport
 from .placement import CoStart, Start
+from .span import UNDONE_NOTE
 from .quotas import wanted_quota
 
 log = logging.getLogger("coscheduler.controller")
@@ -45,6 +46,9 @@ class ActMixin:
             self._record(report, self.recorder.record_decision, d, hq, 0.0)
             if d.action_index == 0:
                 kind, note = "declined", "a_0: not on this host"
+            elif d.decision_id in self._span_undone:
+                self._span_undone.discard(d.decision_id)
+                kind, note = "cancelled", UNDONE_NOTE
             else:   # forgotten by the learner: closed like a decision never carried out
                 kind, note = "cancelled", "action under the smallest loan (or vetoed): no loan"
             self._record(report, self.recorder.record_outcome, OutcomeRecord(
@@ -53,8 +57,10 @@ class ActMixin:
         for item in plan:
             if isinstance(item, Start):
                 self._start(item, now, report)
-            else:
+            elif isinstance(item, CoStart):
                 self._co_start(item, now, report)
+            else:
+                self._span_start(item, now, report)
 
     def _start(self, item: Start, now: float, report: PassReport) -> None:
         job = item.job
@@ -103,15 +109,22 @@ class ActMixin:
 
     def _co_start_failed(self, job_id: str, d: Decision | None, reason: str, ch: Choice,
                          now: float, report: PassReport) -> None:
-        if d is not None and self.learner is not None:
-            # The decision happened (its id is spent): record it and close it as cancelled.
-            self.learner.forget(d.decision_id)
-            self._record(report, self.recorder.record_decision, d, ch.host_quota, ch.guest_quota)
-            self._record(report, self.recorder.record_outcome, OutcomeRecord(
-                d.decision_id, now, 0.0, "cancelled", note=reason))
-            report.cancelled += 1
-            self._dirty_classes.add(d.job_class)
+        if d is not None:
+            self._cancel_choice(d, ch, reason, now, report)
         self._start_failed(job_id, reason, report)
+
+    def _cancel_choice(self, d: Decision, ch: Choice, reason: str, now: float,
+                       report: PassReport) -> None:
+        """A chosen loan that was not made: the decision happened (its id is spent), so it
+        is recorded and closed as cancelled."""
+        if self.learner is None:
+            return
+        self.learner.forget(d.decision_id)
+        self._record(report, self.recorder.record_decision, d, ch.host_quota, ch.guest_quota)
+        self._record(report, self.recorder.record_outcome, OutcomeRecord(
+            d.decision_id, now, 0.0, "cancelled", note=reason))
+        report.cancelled += 1
+        self._dirty_classes.add(d.job_class)
 
     def _start_failed(self, job_id: str, reason: str, report: PassReport) -> None:
         n = self._attempts.get(job_id, 0) + 1

@@ -67,6 +67,10 @@ class ControllerConfig:
     # guest, is estimated to end no later than by waiting for cores of its own
     # (policies.lending.least_paying_speed; estimates from walltimes, as EASY's).
     lend_rule: str = "share"
+    # A parallel stage that finds no single host may run as two parts, each a guest of
+    # its own host (policies.span; issue #19's "guest spanning two hosts"), on a backend
+    # that can split a queued job (``split``: the virtual one). Off: the paper's rule.
+    span_hosts: bool = False
 
     def __post_init__(self) -> None:
         from ..policies.lending import (check_hysteresis, check_lend_rule, check_margin,
@@ -85,6 +89,8 @@ class ControllerConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise InvalidInput(f"controller {name} must be an integer >= 1 or None, got {v!r}")
+        if not isinstance(self.span_hosts, bool):
+            raise InvalidInput(f"controller span_hosts must be true or false, got {self.span_hosts!r}")
         check_finite(self.decline_cooldown_s, "controller decline_cooldown_s", minimum=0.0)
         check_finite(self.early_loss_min_elapsed, "controller early_loss_min_elapsed", minimum=0.0)
 

@@ -31,6 +31,7 @@ from .act import ActMixin
 from .collect import promote_young
 from .drain import DrainMixin
 from .feedback import FeedbackMixin
+from .span import SpanMixin
 from .usage import ClassUsage
 
 # The package's name, as before the controller became a package, so log filters still match.
@@ -45,7 +46,7 @@ def _claim(recorder: Recorder | None) -> None:
         claim()
 
 
-class Controller(DrainMixin, ActMixin, FeedbackMixin):
+class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
     """Drives one backend with one co-allocation policy; see the package docstring."""
 
     def __init__(self, backend: Backend, policy: CoallocationPolicy | None = None,
@@ -73,6 +74,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
         self._cooldown: dict[tuple[str, str], float] = {}   # (guest, host) -> until
         self._attempts: dict[str, int] = {}
         self._unplaceable: set[str] = set()
+        self._span_undone: set[int] = set()   # decisions forgotten with a stage's other part
         self._dirty_classes: set[str] = set()
         # Idle-only lending: each guest's quota at its start (what a revision may grow
         # it back to), and the quota revisions made (time, guest, old, new) for reports.
@@ -287,6 +289,12 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin):
                     index.took(chosen, ch.placement, ch.guest_quota * job.cores)
                     plan.append(CoStart(job, ch, before))
                     continue
+                if self.config.span_hosts and self._can_split(job):
+                    span = self._try_span(job, index, cores.shadow, now, host_quota, declined,
+                                          report)
+                    if span is not None:
+                        plan.append(span)
+                        continue
                 if self.config.explain:
                     report.refused[job.job_id] = "declined" if result.asked else why_not_hosted(
                         job, running, running_by_id=by_id, was_guest=self._was_guest,

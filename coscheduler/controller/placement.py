@@ -10,7 +10,7 @@ Pure logic over plain data (no backend, no learner), so each piece can be tested
   delay the reserved job.
 - ``own_start_estimate``: when a waiting job would get cores of its own behind the jobs
   waiting ahead of it (the "sooner" lending rule's estimate).
-- ``Start`` / ``CoStart``: the plan items stage 4 hands to stage 5 (act).
+- ``Start`` / ``CoStart`` / ``SpanStart``: the plan items stage 4 hands to stage 5 (act).
 """
 
 from __future__ import annotations
@@ -43,6 +43,15 @@ class CoStart:
     job: Job
     choice: Choice
     host_quota_before: float
+
+
+@dataclass(frozen=True)
+class SpanStart:
+    """Split queued ``job`` into the jobs of ``parts`` (policies.span) and start each as a
+    guest of its own host."""
+
+    job: Job
+    parts: tuple[CoStart, ...]
 
 
 # -- free cores ------------------------------------------------------------------------------
@@ -141,7 +150,7 @@ class EasyBackfill:
 
 
 def easy_reservation(job: Job, free: Mapping[str, int], running: Iterable[RunningJob],
-                     plan: Iterable[Start | CoStart], now: float,
+                     plan: Iterable[Start | CoStart | SpanStart], now: float,
                      running_by_id: Mapping[str, RunningJob]
                      ) -> tuple[float, dict[str, int]] | None:
     """EASY: the earliest time (by start + walltime of running jobs and of the jobs
@@ -160,9 +169,10 @@ def easy_reservation(job: Job, free: Mapping[str, int], running: Iterable[Runnin
     for item in plan:
         if isinstance(item, Start):
             holders.append((item.allocation, now + item.job.walltime_s))
-        else:
-            guests.setdefault(item.choice.host_job, []).append(
-                (item.choice.placement, now + item.job.walltime_s))
+            continue
+        for co in (item,) if isinstance(item, CoStart) else item.parts:   # (SpanStart: its parts)
+            guests.setdefault(co.choice.host_job, []).append(
+                (co.choice.placement, now + co.job.walltime_s))
     # Each holder frees its cores at its end, except those its longer-lived guests keep.
     events: list[tuple[float, list[tuple[str, int]]]] = []
     for alloc, end in holders:

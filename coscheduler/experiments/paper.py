@@ -140,7 +140,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
               old_rules: bool = False, queue_policy=None, idle_guests: bool = False,
               permit: float | None = None, shared_cores: bool = True,
               loan_min_share: float = DEFAULT_MIN_SHARE,
-              loan_rule: str = "share", short_actions: str = "forget") -> PaperRun:
+              loan_rule: str = "share", short_actions: str = "forget",
+              span_hosts: bool = False) -> PaperRun:
     """Run the paper's workload once on a virtual cluster of ``cluster_cores`` cores under
     ``policy`` (space-sharing, static, asax) and measure the paper's metrics.
 
@@ -161,6 +162,8 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     offered less waits for a better host or for cores of its own (policies.lending).
     ``loan_rule``: "sooner" also refuses a partial loan unless the guest is estimated to end
     sooner as a guest than by waiting for cores of its own (ControllerConfig.lend_rule).
+    ``span_hosts``: a parallel stage no single host takes may run as two parts in two hosts
+    (policies.span; ControllerConfig.span_hosts).
     """
     from coscheduler.workloads.profile import check_scale
 
@@ -185,7 +188,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
         backend.submit(s.job, s.profile)
     config = ControllerConfig(decline_cooldown_s=DECLINE_COOLDOWN_S * scale, explain=explain,
                               lend_min_share=loan_min_share, lend_rule=loan_rule,
-                              **(OLD_RULES if old_rules else {}))
+                              span_hosts=span_hosts, **(OLD_RULES if old_rules else {}))
     # queue_policy: a heuristic, a learned scorer or an inspector (controller.order_by);
     # default the paper's submission order. A fresh order per run: an inspector's keeps state.
     order = submission_order(stages) if queue_policy is None else order_by(queue_policy)
@@ -260,7 +263,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                    idle_guests: bool = False, permit: float | None = None,
                    shared_cores: bool = True,
                    loan_min_share: float = DEFAULT_MIN_SHARE,
-                   loan_rule: str = "share", short_actions: str = "forget") -> list[PaperRun]:
+                   loan_rule: str = "share", short_actions: str = "forget",
+                   span_hosts: bool = False) -> list[PaperRun]:
     """Every cluster size x policy x repetition. ASA_X's learning carries over between the
     repetitions of one cluster size (``carry_learning``; else a fresh learner each time);
     each cluster size starts fresh, so its figures do not depend on which sizes ran first.
@@ -279,7 +283,7 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                 model=model, explain=explain, prior_runs=prior_runs, scale_out=scale_out,
                 old_rules=old_rules, queue_policy=queue_policy, idle_guests=idle_guests,
                 permit=permit, shared_cores=shared_cores, loan_min_share=loan_min_share,
-                loan_rule=loan_rule, short_actions=short_actions)
+                loan_rule=loan_rule, short_actions=short_actions, span_hosts=span_hosts)
     slots: list[list[tuple[int, int, int]]] | None = None
     if store is not None:
         # the database carries learning across sizes and cannot travel: one chain, here
@@ -356,7 +360,8 @@ def _chain_runs(cluster_sizes: Sequence[int], policies: Sequence[str], repetitio
                                 shared_cores=opts.get("shared_cores", True),
                                 loan_min_share=opts.get("loan_min_share", DEFAULT_MIN_SHARE),
                                 loan_rule=opts.get("loan_rule", "share"),
-                                short_actions=opts.get("short_actions", "forget"))
+                                short_actions=opts.get("short_actions", "forget"),
+                                span_hosts=opts.get("span_hosts", False))
                 runs.append(run)
     return runs
 

@@ -132,6 +132,8 @@ class PaperRun:
     weight_history: list[dict] | None = None
     # The workload and the cluster were this many times the paper's (``--scale-out``).
     scale_out: int = 1
+    # Stages that ran as two parts in two hosts (``--span-hosts``; each is one co-allocation).
+    spans: int = 0
     # For the timeline picture (not in the JSON): quota changes (time, job, quota), CPU use
     # samples (time, job, share of its cores), quotas at start, and round closing times.
     quota_log: list = field(default_factory=list, repr=False)
@@ -149,7 +151,7 @@ class PaperRun:
             "mean_response_s": round(self.mean_response_s, 3),
             "cpu_util": round(self.cpu_util, 4), "cluster_util": round(self.cluster_util, 4),
             "peak_held_cores": self.peak_held_cores,
-            "coallocations": self.coallocations,
+            "coallocations": self.coallocations, "spans": self.spans,
             "mean_slowdown": round(self.mean_slowdown, 4),
             "weighted_slowdown": round(self.weighted_slowdown, 4),
             "rounds_closed": self.rounds_closed,
@@ -214,6 +216,25 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
              total_cores: int | None = None) -> PaperRun:
     outcomes = {o.job_id: o for o in backend.history}
     hosts = {job: host for _, job, host in backend.starts}
+    start_quotas = dict(backend.start_quotas)
+    # A stage split into parts (policies.span) counts as one stage: its outcome is the
+    # backend's (first part's start to last part's end), its host its first part's (every
+    # part's host counts as shared), its quota at start the parts' core-weighted mean.
+    parts = getattr(backend, "parts", {})
+    part_hosts: set[str] = set()
+    spans = 0
+    for stage, ids in parts.items():
+        started = [p for p in ids if p in start_quotas]
+        if not started:
+            continue
+        spans += 1
+        part_cores = [backend.part_jobs[p].cores for p in started]
+        start_quotas[stage] = (sum(start_quotas[p] * c for p, c in zip(started, part_cores))
+                               / sum(part_cores))
+        ran_in = [hosts[p] for p in started if hosts.get(p) is not None]
+        if ran_in:
+            hosts[stage] = ran_in[0]
+            part_hosts.update(ran_in)
     records: list[StageRecord] = []
     for s in stages:
         j = s.job
@@ -221,7 +242,7 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         parents = [outcomes[d] for d in j.depends_on]
         eligible = (max([j.submit_time] + [p.end_time for p in parents])
                     if all(p.state == "completed" for p in parents) else None)
-        ran = j.job_id in backend.start_quotas
+        ran = j.job_id in start_quotas
         records.append(StageRecord(j.job_id, s.workflow, j.cores, j.depends_on, j.submit_time,
                                    eligible if ran else None, o.start_time, o.end_time, o.state,
                                    hosts.get(j.job_id)))
@@ -233,7 +254,7 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         runtimes[r.workflow] = runtimes.get(r.workflow, 0.0) + (r.end - r.start)
     guests = [r for r in records if r.host is not None]
     by_id = {s.job.job_id: s for s in stages}
-    shared = {r.job_id for r in guests} | {r.host for r in guests}
+    shared = {r.job_id for r in guests} | {r.host for r in guests} | part_hosts
     slowdown = {r.job_id: (r.end - r.start) / by_id[r.job_id].profile.alone_runtime_s - 1.0
                 for r in records if r.job_id in shared and r.state == "completed"}
     slowdowns = list(slowdown.values())
@@ -252,13 +273,13 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         cluster_util=(backend.busy_core_seconds / ((total_cores or cores) * makespan)
                       if makespan > 0 else 0.0),
         busy_core_seconds=backend.busy_core_seconds, held_core_seconds=held_cs,
-        peak_held_cores=_peak(held), coallocations=len(guests),
+        peak_held_cores=_peak(held), coallocations=len(guests), spans=spans,
         mean_slowdown=statistics.fmean(slowdowns) if slowdowns else 0.0,
         weighted_slowdown=extra_s / alone_s if alone_s > 0 else 0.0,
         colocated=len(slowdowns),
         io_pairs=sum(1 for r in guests if r.job_id in io_heavy and r.host in io_heavy),
         io_pair_slowdown=statistics.fmean(io_pair_slowdowns) if io_pair_slowdowns else None,
-        guest_quotas=[backend.start_quotas[r.job_id] for r in guests],
+        guest_quotas=[start_quotas[r.job_id] for r in guests],
         timeouts=sum(1 for r in records if r.state == "timeout"),
         overruns=sum(1 for r in records
                      if r.end - r.start > by_id[r.job_id].job.walltime_s + _EPS),
@@ -307,7 +328,8 @@ def _peak(intervals: list[tuple[float, float, int]]) -> int:
 
 
 SUMMARY_FIELDS = ("makespan_s", "mean_wait_s", "mean_response_s", "cpu_util", "cluster_util",
-                  "coallocations", "timeouts", "overruns", "mean_slowdown", "weighted_slowdown")
+                  "coallocations", "spans", "timeouts", "overruns", "mean_slowdown",
+                  "weighted_slowdown")
 
 
 def summarise(runs: Sequence[PaperRun]) -> list[dict]:

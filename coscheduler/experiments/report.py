@@ -86,6 +86,8 @@ def cluster_table(rows: Sequence[dict], unit: tuple[str, float]) -> str:
     lines.append(_row("CPU util (held)", [(_pct(r["cpu_util"]), "") for r in rows]))
     lines.append(_row("makespan", [(_num(r["makespan_s"] / size), "") for r in rows]))
     lines.append(_row("co-allocations", [(f"{r['coallocations']:g}", "") for r in rows]))
+    if any(r.get("spans") for r in rows):
+        lines.append(_row("  in two hosts", [(f"{r.get('spans', 0):g}", "") for r in rows]))
     lines.append(_row("mean slowdown", [(_pct(r["mean_slowdown"]) if r["coallocations"] else "-", "")
                                         for r in rows]))
     lines.append(_row("  time-weighted", [(_pct(r["weighted_slowdown"]) if r["coallocations"]

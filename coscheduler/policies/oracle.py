@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 
 from ..model import InvalidInput, Job, check_finite
 from .coalloc import NO_COALLOCATION, CoallocationResult, HostCandidate, _choice
+from .span import parent_of
 
 
 class Oracle:
@@ -41,13 +42,27 @@ class Oracle:
                                    f"got {u!r}")
             self.true_use[job_id] = v
 
+    def _use(self, job_id: str) -> float:
+        """A job's true use; a part of a split stage (policies.span) uses what its stage does."""
+        u = self.true_use.get(job_id)
+        if u is None:
+            stage = parent_of(job_id)
+            u = self.true_use.get(stage, 1.0) if stage is not None else 1.0
+        return u
+
+    def _alone(self, job_id: str) -> float | None:
+        t = self.alone.get(job_id)
+        if t is None and (stage := parent_of(job_id)) is not None:
+            t = self.alone.get(stage)
+        return t
+
     def choose(self, guest: Job, candidates: Iterable[HostCandidate], now: float) -> CoallocationResult:
-        need = self.true_use.get(guest.job_id, 1.0) * guest.cores
+        need = self._use(guest.job_id) * guest.cores
         asked = []
         for cand in candidates:
             host = cand.host.job
             asked.append(host.job_id)
-            idle = (1.0 - self.true_use.get(host.job_id, 1.0)) * host.cores - cand.lent
+            idle = (1.0 - self._use(host.job_id)) * host.cores - cand.lent
             give = min(idle, need)
             if give >= self.min_share * need and give > 0 and self._in_time(guest, cand, give / need):
                 return CoallocationResult(_choice(guest, cand, give / guest.cores, None),
@@ -59,8 +74,8 @@ class Oracle:
         at full speed after, ends within its walltime (True when the runtimes are unknown)."""
         if speed >= 1.0 - 1e-12:
             return True
-        t_guest = self.alone.get(guest.job_id)
-        t_host = self.alone.get(cand.host.job_id)
+        t_guest = self._alone(guest.job_id)
+        t_host = self._alone(cand.host.job_id)
         if t_guest is None or t_host is None:
             return True
         s = cand.sample
