@@ -212,3 +212,21 @@ def test_a_backend_that_cannot_split_a_job_never_sees_a_span():
     b.run_until_idle(c, tick_s=5.0)
     assert b.parts == {} and not any(j.endswith((".span1", ".span2")) for _, j, _ in b.starts)
     assert all(o.state == "completed" for o in b.history)
+
+
+def test_a_policy_that_fails_on_a_part_leaves_the_stage_queued_whole_and_the_pass_going():
+    class Broken(_FirstPartOnly):
+        def choose(self, guest, candidates, now):
+            if guest.job_id.endswith(".span2"):
+                raise RuntimeError("boom")
+            return super().choose(guest, candidates, now)
+
+    b, _ = _cluster()
+    policy = Broken()
+    c = Controller(b, policy, MemoryRecorder(), config=ControllerConfig(span_hosts=True))
+    c.step()
+    b.advance(1.0)
+    report = c.step()
+    assert any("boom" in e and "g.span2" in e for e in report.errors)
+    assert b.parts == {} and [j.job_id for j in b.queued()] == ["g"]
+    assert policy.learner.pending == {}                  # the first part's decision closed

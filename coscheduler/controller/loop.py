@@ -290,8 +290,13 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
                     plan.append(CoStart(job, ch, before))
                     continue
                 if self.config.span_hosts and self._can_split(job):
-                    span = self._try_span(job, index, cores.shadow, now, host_quota, declined,
-                                          report)
+                    try:
+                        span = self._try_span(job, index, cores.shadow, now, host_quota,
+                                              declined, report)
+                    except Exception as exc:  # noqa: BLE001 - nor may a bug of the attempt
+                        log.exception("spanning job %s over two hosts failed", job.job_id)
+                        report.errors.append(f"spanning job {job.job_id} failed: {exc}")
+                        span = None
                     if span is not None:
                         plan.append(span)
                         continue
