@@ -230,3 +230,62 @@ def test_a_policy_that_fails_on_a_part_leaves_the_stage_queued_whole_and_the_pas
     assert any("boom" in e and "g.span2" in e for e in report.errors)
     assert b.parts == {} and [j.job_id for j in b.queued()] == ["g"]
     assert policy.learner.pending == {}                  # the first part's decision closed
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def _workloads(draw):
+    """Light 4-core hosts fill one or two 8-core nodes at t = 0; later, parallel stages of
+    5-8 cores (larger than any host) and a few smaller jobs arrive, some in chains; under
+    ASA_X, Static or the oracle."""
+    nodes = {f"n{i}": 8 for i in range(draw(st.integers(1, 2)))}
+    jobs = []
+    for i in range(2 * len(nodes)):
+        jobs.append((Job(f"h{i}", cores=4, walltime_s=2000.0, job_class="c/host", tasks=40),
+                     Profile(float(draw(st.integers(100, 300))),
+                             draw(st.sampled_from([0.1, 0.2, 0.3])))))
+    for i in range(draw(st.integers(1, 5))):
+        big = draw(st.booleans())
+        parent = f"j{i - 1}" if i > 0 and draw(st.booleans()) else None
+        jobs.append((Job(f"j{i}", cores=draw(st.integers(5, 8)) if big else draw(st.integers(1, 4)),
+                         walltime_s=2000.0, job_class=f"c/{i % 3}",
+                         tasks=draw(st.integers(1, 40)), submit_time=float(draw(st.integers(1, 30))),
+                         depends_on=(parent,) if parent else ()),
+                     Profile(float(draw(st.integers(20, 200))),
+                             draw(st.sampled_from([0.1, 0.3, 0.6, 1.0])))))
+    return nodes, jobs, draw(st.sampled_from(["asax", "static", "oracle"])), draw(st.integers(0, 9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_workloads())
+def test_with_span_hosts_every_stage_ends_once_and_its_successors_only_after_it(w):
+    from coscheduler.policies.coalloc import make_policy
+
+    nodes, jobs, name, seed = w
+    b = VirtualBackend(nodes)
+    for job, profile in jobs:
+        b.submit(job, profile)
+    policy = Oracle({j.job_id: p.cpu_util for j, p in jobs}) if name == "oracle" else \
+        make_policy(name, AsaxLearner(LearnerConfig(seed=seed)))
+    c = Controller(b, policy, MemoryRecorder(), config=ControllerConfig(span_hosts=True))
+    b.run_until_idle(c, tick_s=5.0)
+    ends = [o.job_id for o in b.history]
+    parts = [p for ids in b.parts.values() for p in ids]
+    # every stage and every part ended exactly once, and nothing else did
+    assert sorted(ends) == sorted([j.job_id for j, _ in jobs] + parts)
+    out = {o.job_id: o for o in b.history}
+    for job, _ in jobs:
+        for parent in job.depends_on:
+            if out[job.job_id].state == "completed":
+                assert out[parent].state == "completed"
+                assert out[job.job_id].start_time >= out[parent].end_time - 1e-6
+    for stage, ids in b.parts.items():
+        assert out[stage].start_time == min(out[p].start_time for p in ids)
+        assert out[stage].end_time == max(out[p].end_time for p in ids)
+    # no decision left open, nothing left running
+    if c.learner is not None:
+        assert c.learner.pending == {}
+    assert b.idle()
