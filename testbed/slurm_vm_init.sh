@@ -75,6 +75,20 @@ start_agent() {
 }
 start_agent
 echo "RESULT agent up after ${i} s: $(head -c 200 /tmp/agent.json)"
+# CPU a cgroup used, read from its cpu.stat: shared by the checks below.
+cat > /tmp/cgcpu.py <<'PY'
+import time
+def usage(cg):
+    """Seconds of CPU the cgroup ``cg`` (a directory) has used."""
+    for line in open(cg + "/cpu.stat"):
+        if line.startswith("usage_usec"):
+            return int(line.split()[1]) / 1e6
+def cpu_over(cgs, seconds):
+    """CPUs each cgroup of ``cgs`` used over the next ``seconds``."""
+    u0, t0 = {c: usage(c) for c in cgs}, time.time()
+    time.sleep(seconds)
+    return {c: (usage(c) - u0[c]) / (time.time() - t0) for c in cgs}
+PY
 JOB=$(sbatch --parsable -p cosched -c 1 -t 10 -o /tmp/job.out --wrap "exec python3 -c 'while True: pass'") || fail "sbatch"
 echo "RESULT job $JOB submitted"
 python3 - "$JOB" <<'PY' || fail "the checks (above)"
@@ -98,14 +112,10 @@ pid = max(view["pids"])
 proc_cg = unified_path(open(f"/proc/{pid}/cgroup").read())
 job_cg = "/sys/fs/cgroup" + slurm_job_cgroup_v2(proc_cg)
 print(f"RESULT the job's task {pid} is in {proc_cg}; job cgroup {job_cg}; agent: batch cgroup {view.get('batch_cgroup')}, cores {view.get('cores')}")
-def usage():
-    for line in open(job_cg + "/cpu.stat"):
-        if line.startswith("usage_usec"):
-            return int(line.split()[1]) / 1e6
+sys.path.insert(0, "/tmp")
+from cgcpu import cpu_over as cpus
 def cpu_over(seconds):
-    u0, t0 = usage(), time.time()
-    time.sleep(seconds)
-    return (usage() - u0) / (time.time() - t0)
+    return cpus([job_cg], seconds)[job_cg]
 time.sleep(2)
 free = cpu_over(6)
 print(f"RESULT unlimited: cpu.max {open(job_cg + '/cpu.max').read().strip()!r}, job CPU {free:.3f}")
@@ -157,14 +167,11 @@ def read(j, f):
         return open(f"{cg[j]}/{f}").read().strip()
     except OSError as e:
         return f"unreadable ({e.strerror})"
-def usage(j):
-    for line in open(cg[j] + "/cpu.stat"):
-        if line.startswith("usage_usec"):
-            return int(line.split()[1]) / 1e6
+sys.path.insert(0, "/tmp")
+from cgcpu import cpu_over as cpus
 def cpu_over(seconds):
-    u0, t0 = {j: usage(j) for j in cg}, time.time()
-    time.sleep(seconds)
-    return {j: (usage(j) - u0[j]) / (time.time() - t0) for j in cg}
+    used = cpus(list(cg.values()), seconds)
+    return {j: used[cg[j]] for j in cg}
 def files(j):
     return f"cpu.max {read(j, 'cpu.max')!r}, cpu.idle {read(j, 'cpu.idle')}, cpu.weight {read(j, 'cpu.weight')}"
 time.sleep(0.5)
@@ -235,14 +242,10 @@ c = AgentClient(info["url"], token_file=info["token_file"], timeout=30)
 view = c.register_job("own1", [pid], 1.0)
 cg = view["cgroup"]
 in_cg = pid in [int(x) for x in open(f"{cg}/cgroup.procs").read().split()]
-def usage():
-    for line in open(f"{cg}/cpu.stat"):
-        if line.startswith("usage_usec"):
-            return int(line.split()[1]) / 1e6
+sys.path.insert(0, "/tmp")
+from cgcpu import cpu_over as cpus
 def cpu_over(seconds):
-    u0, t0 = usage(), time.time()
-    time.sleep(seconds)
-    return (usage() - u0) / (time.time() - t0)
+    return cpus([cg], seconds)[cg]
 time.sleep(1)
 free = cpu_over(3)
 c.set_quota("own1", 0.5, 120)
