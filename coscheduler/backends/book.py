@@ -102,9 +102,10 @@ class JobBook:
     def _split(self, job_id: str, parts: Sequence[Job]) -> None:
         """Queue ``parts`` (``policies.span.split``) instead of queued job ``job_id``, each
         with the job's own data; a body whose data can run a part offers this as ``split``
-        (the controller splits only on a backend that has it). The job's outcome is recorded once every part has ended:
-        from the first part's start to the last part's end, completed if every part
-        completed (else the first other state), so its successors wait for all of them."""
+        (the controller splits only on a backend that has it). The job's outcome is
+        recorded once every part has ended: from the first part's start to the last part's
+        end, completed if every part completed (else the first other state), so its
+        successors wait for all of them."""
         entry = self._waiting.get(job_id)
         if entry is None:
             raise BackendError(f"cannot split job {job_id}: it is not queued")

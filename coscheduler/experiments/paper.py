@@ -318,7 +318,8 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
             for run in chain:
                 on_run(run)
 
-    # ASA_X's fitted expert imports sklearn (about 1 s) at its first refit (sweep: when)
+    # ASA_X's fitted expert imports sklearn (about 1 s) at its first refit; run_tasks
+    # imports it before forking only when the workers outnumber the cores
     chains_run = sweep.run_tasks(_chain_runs, tasks, workers=workers, cluster=cluster,
                                  on_result=done,
                                  preload=("sklearn.tree",) if "asax" in policies else ())
