@@ -14,13 +14,14 @@ from click.testing import CliRunner
 from coscheduler.cli import main
 from coscheduler.data import swf_trace
 from coscheduler.learned.features import RL_FEATURES, Normalisation
-from coscheduler.learned.gate import (evaluate, read_verdict, report_path, validation_starts,
-                                      write_report)
+from coscheduler.learned.gate import (evaluate, heldout_windows, ratio_interval, read_verdict,
+                                      report_path, summary, validation_starts, write_report)
 from coscheduler.learned.modelfile import MAGIC, Model, ModelError, load_model, save_model
 from coscheduler.learned.nets import rl_init
 from coscheduler.learned.registry import (MANIFEST, MODELS_DIR, list_models, manifest_rows,
                                           resolve)
 from coscheduler.learned.selectors import LearnedScorer
+from coscheduler.learned.windows import heldout_first
 from coscheduler.policies.selection import machine_view
 from coscheduler.sim.swf import read_swf
 
@@ -78,6 +79,46 @@ def test_gate_passes_a_model_at_or_below_the_best_heuristic(lublin, tmp_path):
     report = evaluate(model, lublin)
     assert report["verdict"] == "pass", report
     assert report["model_figure"] <= report["best_figure"]
+
+
+def test_the_heldout_check_covers_every_whole_window_after_the_training_part(lublin):
+    total = len(lublin.jobs)
+    starts, jobs = heldout_windows(total)
+    assert jobs == 1024 and starts[0] == heldout_first(total)
+    assert all(b - a == jobs for a, b in zip(starts, starts[1:]))      # consecutive, disjoint
+    assert starts[-1] + jobs <= total < starts[-1] + 2 * jobs           # up to the last whole one
+    # after every validation window of the training part
+    assert max(validation_starts(total, 0)[0]) + 512 <= starts[0]
+    assert heldout_windows(1200) == ([], 1024)                          # too short: no window
+
+
+def test_ratio_interval_brackets_the_ratio_of_means():
+    best = [10.0, 200.0, 30.0, 45.0, 5.0, 80.0, 12.0]
+    assert ratio_interval(best, best) == (1.0, 1.0)
+    lo, hi = ratio_interval([2 * b for b in best], best)
+    assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)
+    # one window carrying most of the figure makes the interval wide, on both sides of 1
+    model = [8.0, 320.0, 25.0, 40.0, 4.0, 70.0, 10.0]
+    lo, hi = ratio_interval(model, best)
+    point = sum(model) / sum(best)
+    assert lo < point < hi and lo < 1.0 < hi
+    assert ratio_interval(model, best) == (lo, hi)                       # fixed seed
+    with pytest.raises(ValueError):
+        ratio_interval([1.0], [1.0, 2.0])
+
+
+def test_a_model_that_wins_its_validation_windows_but_loses_after_training_fails():
+    """hpc2n-sjf beats every heuristic on its validation windows (which chose its epoch)
+    and loses on the held-out part of HPC2N by about a third: the gate refuses it."""
+    report = evaluate(load_model(resolve("hpc2n-sjf")), read_swf(swf_trace("HPC2N-2002-2.2-cln.swf.gz")))
+    assert report["validation_verdict"] == "pass"
+    assert report["model_figure"] < report["best_figure"]
+    held = report["heldout"]
+    assert held["windows"] > 100 and held["model_figure"] > 1.1 * held["best_figure"]
+    assert held["verdict"] == "fail" and report["verdict"] == "fail"
+    assert held["vs_best_interval90"][0] > 0.0        # worse even at the interval's low end
+    assert "held-out part:" in summary(report) and summary(report).split(":")[1].strip() \
+        .startswith("FAIL")
 
 
 def test_a_report_of_another_file_does_not_count(tmp_path, lublin):
@@ -166,9 +207,15 @@ def test_shipped_reports_sit_beside_their_models():
         report = json.loads(path.read_text())
         model = MODELS_DIR / report["model"]
         assert model.is_file() and report_path(model) == path
-        assert report["verdict"] == ("pass" if (
-            report["model_figure"] >= report["best_figure"] if report["higher_is_better"]
-            else report["model_figure"] <= report["best_figure"]) else "fail")
+        def at_or_below(part):
+            return (part["model_figure"] >= part["best_figure"] if report["higher_is_better"]
+                    else part["model_figure"] <= part["best_figure"])
+        held = report["heldout"]
+        assert held is not None and held["windows"] >= 7, path.name
+        assert report["validation_verdict"] == ("pass" if at_or_below(report) else "fail")
+        assert held["verdict"] == ("pass" if at_or_below(held) else "fail")
+        assert report["verdict"] == ("pass" if at_or_below(report) and at_or_below(held)
+                                     else "fail"), path.name
         assert Path(report["model"]).suffix == ".model"
 
 

@@ -83,7 +83,8 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
              as_json: bool) -> None:
     """Evaluate models (shipped NAMEs or paths; default: every shipped queue scheduler and
     inspector) against the release gate: at or below the best heuristic on their
-    validation windows, for their metric and backfilling."""
+    validation windows and on every 1,024-job window after the training part, for their
+    metric and backfilling."""
     from ..data import swf_trace
     from ..learned.gate import evaluate, summary, write_report
     from ..learned.modelfile import ModelError, load_model

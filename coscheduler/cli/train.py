@@ -131,8 +131,8 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
         click.echo(f"release gate: {gate_summary(result.gate)} (report "
                    f"{report_path(result.path)})")
         if result.gate["verdict"] != "pass":
-            click.echo("not offered by cosched models list: it does not beat the best "
-                       "heuristic on its validation windows")
+            click.echo("not offered by cosched models list: it is not at or below the best "
+                       "heuristic on its validation windows and on the held-out part")
     f = result.figures
     if cfg.kind == "rlscheduler" and f:
         heur = "  ".join(f"{k} {v:.1f}" for k, v in f["heuristics_bsld"].items())

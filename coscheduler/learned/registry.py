@@ -152,9 +152,14 @@ def _provenance(path: Path, data: bytes) -> dict:
     report = report_path(path)
     if report.is_file():   # a queue model: the release gate's validation report
         r = json.loads(report.read_text())
+        held = r.get("heldout") or {}
         return {"trace": r.get("trace"), "metric": r.get("metric"), "backfill": r.get("backfill"),
                 "validation": {"model": r.get("model_figure"), "best_heuristic": r.get("best_heuristic"),
-                               "heuristic": r.get("best_figure"), "verdict": r.get("verdict")}}
+                               "heuristic": r.get("best_figure"), "verdict": r.get("verdict"),
+                               "heldout": {"model": held.get("model_figure"),
+                                           "best_heuristic": held.get("best_heuristic"),
+                                           "heuristic": held.get("best_figure"),
+                                           "windows": held.get("windows")} if held else None}}
     end = data.find(b"\n", len(MAGIC))
     header = json.loads(data[len(MAGIC):end]) if data.startswith(MAGIC) and end > 0 else {}
     v = header.get("validation") if isinstance(header.get("validation"), dict) else {}

@@ -9,8 +9,10 @@
 - Evaluation on the held-out part (the *later* windows): ten 1,024-job windows drawn the
   same way from the jobs after the training part (``heldout_starts``). Training sequences,
   the teachers' scoring and the validation windows (which keep the best epoch and feed the
-  release gate) all lie inside ``[0, train_limit)``, so these windows hold only jobs no
-  model saw while it was trained or chosen. Job indices count the trace's jobs as read
+  release gate's first check) all lie inside ``[0, train_limit)``, so these windows hold
+  only jobs no model saw while it was trained or its epoch chosen. (The gate's second
+  check, ``gate.heldout_windows``, reads the whole held-out part to decide whether a
+  model is offered; it trains nothing.) Job indices count the trace's jobs as read
   (``read_swf`` drops jobs with run time <= 0 or wider than the machine).
 """
 
