@@ -14,9 +14,10 @@ from click.testing import CliRunner
 from coscheduler.cli import main
 from coscheduler.data import swf_trace
 from coscheduler.learned.features import RL_FEATURES, Normalisation
-from coscheduler.learned.gate import (evaluate, heldout_windows, ratio_interval, read_verdict,
+from coscheduler.learned.gate import (evaluate, heldout_windows, read_verdict,
                                       report_path, summary, validation_starts, write_report)
 from coscheduler.learned.modelfile import MAGIC, Model, ModelError, load_model, save_model
+from coscheduler.learned.paired import ratio_interval, windows_won
 from coscheduler.learned.nets import rl_init
 from coscheduler.learned.registry import (MANIFEST, MODELS_DIR, list_models, manifest_rows,
                                           resolve)
@@ -105,6 +106,8 @@ def test_ratio_interval_brackets_the_ratio_of_means():
     assert ratio_interval(model, best) == (lo, hi)                       # fixed seed
     with pytest.raises(ValueError):
         ratio_interval([1.0], [1.0, 2.0])
+    assert windows_won(model, best) == 6 / 7
+    assert windows_won(model, best, higher=True) == 1 / 7
 
 
 def test_a_model_that_wins_its_validation_windows_but_loses_after_training_fails():

@@ -42,6 +42,7 @@ from ..sim.replay import window as trace_window
 from ..sim.swf import SwfTrace
 from .episode import metric_value
 from .modelfile import Model, ModelError
+from .paired import ratio_interval, windows_won
 from .selectors import LearnedInspector, LearnedScorer
 from .windows import EVAL_JOBS, SEQUENCE_JOBS, heldout_first, train_limit
 
@@ -49,7 +50,6 @@ HEURISTICS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1", "SAF")
 VALIDATION_WINDOWS = 6
 REPORT_SUFFIX = ".report.json"
 VERDICTS = ("pass", "fail")
-BOOTSTRAP_RESAMPLES = 2000
 
 
 def validation_starts(total_jobs: int, seed: int, sequence: int = SEQUENCE_JOBS,
@@ -97,20 +97,6 @@ def heldout_windows(total_jobs: int, sequence: int = SEQUENCE_JOBS,
     return list(range(first, total_jobs - jobs + 1, jobs)), jobs
 
 
-def ratio_interval(model: list[float], best: list[float], resamples: int = BOOTSTRAP_RESAMPLES,
-                   seed: int = 0) -> tuple[float, float]:
-    """5th and 95th percentiles of mean(model) / mean(best) over windows resampled with
-    replacement (the two figures of a window kept together). Pure; fixed seed."""
-    m, b = np.asarray(model, dtype=float), np.asarray(best, dtype=float)
-    if len(m) != len(b) or len(m) == 0:
-        raise ValueError("ratio_interval needs two equally long, non-empty lists")
-    idx = np.random.default_rng(seed).integers(0, len(m), (resamples, len(m)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = m[idx].mean(axis=1) / b[idx].mean(axis=1)
-    lo, hi = np.nanpercentile(ratios, [5.0, 95.0])
-    return float(lo), float(hi)
-
-
 def _values(trace: SwfTrace, cluster: Cluster, policy, backfill: str, metric: str,
             starts: list[int], jobs: int) -> list[float]:
     values = []
@@ -133,12 +119,11 @@ def _compare(model: list[float], heuristics: dict[str, list[float]], higher: boo
     best = (max if higher else min)(means, key=means.get)
     figure = statistics.fmean(model)
     passed = figure >= means[best] if higher else figure <= means[best]
-    wins = [m >= b if higher else m <= b for m, b in zip(model, heuristics[best])]
     lo, hi = ratio_interval(model, heuristics[best])
     return {"model_figure": figure, "heuristics": means, "best_heuristic": best,
             "best_figure": means[best], "vs_best": figure / means[best] - 1.0,
             "vs_best_interval90": [lo - 1.0, hi - 1.0],
-            "windows_won": sum(wins) / len(wins), "verdict": "pass" if passed else "fail"}
+            "windows_won": windows_won(model, heuristics[best], higher), "verdict": "pass" if passed else "fail"}
 
 
 def evaluate(model: Model, trace: SwfTrace) -> dict:

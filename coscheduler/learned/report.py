@@ -20,6 +20,7 @@ from ..model import InvalidInput
 from ..sim.swf import SwfTrace, read_swf
 from .evaluate import HEURISTICS, inspector_figures, rl_table, window_bsld
 from .modelfile import load_model
+from .paired import ratio_interval, windows_won
 from .registry import list_models
 from .selectors import LearnedInspector, LearnedScorer
 from .windows import SEQUENCE_JOBS, eval_starts, heldout_first, heldout_starts
@@ -112,10 +113,14 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
             heur = {k: v for k, v in table["mean_bsld"].items() if k in HEURISTICS}
             best = min(heur, key=heur.get)
             for label in r["labels"]:
+                mine, theirs = table["window_bsld"][label], table["window_bsld"][best]
+                lo, hi = ratio_interval(mine, theirs)
                 entry["models"][label] = {
                     "backfill": backfill, "mean_bsld": table["mean_bsld"][label],
                     "best_heuristic": best, "best_heuristic_bsld": heur[best],
-                    "vs_best": table["mean_bsld"][label] / heur[best] - 1.0}
+                    "vs_best": table["mean_bsld"][label] / heur[best] - 1.0,
+                    "vs_best_interval90": [lo - 1.0, hi - 1.0],
+                    "windows_won": windows_won(mine, theirs)}
         out["traces"][name] = entry
     for m in rl:
         label, row = f"rl:{m['name']}", {}
@@ -232,9 +237,12 @@ def render(report: dict) -> str:
             target = ""
             if report.get("window_set") == "later":  # issue 20: within 5 % of it, or better
                 target = f"; within 5 %: {'yes' if m['vs_best'] <= 0.05 else 'no'}"
+            lo, hi = m["vs_best_interval90"]
+            won = round(m["windows_won"] * len(entry["windows"]))
             lines.append(f"  {label} ({m['backfill']}): {100 * m['vs_best']:+.1f} % against the "
-                         f"best heuristic ({m['best_heuristic']} {m['best_heuristic_bsld']:.1f})"
-                         f"{target}")
+                         f"best heuristic ({m['best_heuristic']} {m['best_heuristic_bsld']:.1f}; "
+                         f"90 % interval {100 * lo:+.0f} to {100 * hi:+.0f} %, {won} of "
+                         f"{len(entry['windows'])} windows won){target}")
         lines.append("")
     for backfill, table in report["cross_trace"].items():
         if not table:
