@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from coscheduler.controller import ControllerConfig
 from coscheduler.daemon import ControllerDaemon
 from coscheduler.demo import PolicyRun, add_slowdowns
+from coscheduler.experiments import paper as paper_exp
 from coscheduler.learner import LearnerConfig
 from coscheduler.model import InvalidInput, Job
 
@@ -66,9 +68,13 @@ def run_policy(state: ClusterState, policy: str, *, scale: float = 0.02, recorde
         partition=state.partition, output_dir=state.jobs_dir, usage_dir=state.usage_dir,
         progress_dir=state.progress_dir, time_limit_factor=time_limit_factor))
     ids = {str(s.slurm_job_id): j for s, j in zip(subs, jobs)}
+    # The decline cooldown shrinks with the work, as in the simulator and the testbed: the
+    # scaled stages last seconds, and an unscaled 30 s would keep a declined guest from that
+    # host for the rest of its wait.
+    config = ControllerConfig(decline_cooldown_s=paper_exp.DECLINE_COOLDOWN_S * scale)
     daemon = ControllerDaemon(backend, recorder if recorder is not None else MemoryRecorder(),
                               policy, interval_s=interval_s, release_on_exit=False,
-                              learner_config=LearnerConfig(seed=seed), logger=log)
+                              config=config, learner_config=LearnerConfig(seed=seed), logger=log)
     guest_of: dict[str, str] = {}
     deadline = time.monotonic() + timeout_s
 

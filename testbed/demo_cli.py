@@ -156,7 +156,7 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
                                  sequential_cores=sequential_cores)
                 runs.append(run_policy(policy, jobs, where, recorder=store, seed=seed,
                                        on_tick=None if as_json else _progress(err),
-                                       usage=usage))
+                                       usage=usage, scale=scale))
                 if not as_json:
                     r = runs[-1]
                     label = policy if repeat == 1 else f"{policy} ({k + 1}/{repeat})"

@@ -31,6 +31,14 @@ def test_demo_short_live_run(tmp_path, monkeypatch):
     private_tmp = tmp_path / "tmp"   # the demo's temp work folder goes here, and away after
     private_tmp.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(private_tmp))
+    from coscheduler.controller import Controller
+    configs = []
+    real_from_recorder = Controller.from_recorder
+
+    def from_recorder(*a, **kw):
+        configs.append(kw["config"])
+        return real_from_recorder(*a, **kw)
+    monkeypatch.setattr(Controller, "from_recorder", from_recorder)
     r = CliRunner().invoke(main, ["demo", "--json", "--scale", "0.002",
                                   "--db", str(tmp_path / "demo.db"),
                                   "--out", str(tmp_path / "pictures"),
@@ -42,6 +50,9 @@ def test_demo_short_live_run(tmp_path, monkeypatch):
         png = tmp_path / "pictures" / f"timeline-{policy}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out["mode"] == "live"
+    # ASA_X's decline cooldown shrinks with the work (30 s x 0.002), as in the simulator:
+    # unscaled, one declined ask would keep a guest from that host for the whole demo.
+    assert [c.decline_cooldown_s for c in configs] == [pytest.approx(0.06)]
     assert out["workdir"] is None and list(private_tmp.iterdir()) == []
     by = {x["policy"]: x for x in out["results"]}
     assert list(by) == ["space-sharing", "static", "asax"]
