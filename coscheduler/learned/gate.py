@@ -108,11 +108,6 @@ def _values(trace: SwfTrace, cluster: Cluster, policy, backfill: str, metric: st
     return values
 
 
-def _figure(trace: SwfTrace, cluster: Cluster, policy, backfill: str, metric: str,
-            starts: list[int], jobs: int) -> float:
-    return statistics.fmean(_values(trace, cluster, policy, backfill, metric, starts, jobs))
-
-
 def _compare(model: list[float], heuristics: dict[str, list[float]], higher: bool) -> dict:
     """The model against the best heuristic (by mean) on the same windows."""
     means = {name: statistics.fmean(v) for name, v in heuristics.items()}
@@ -123,7 +118,8 @@ def _compare(model: list[float], heuristics: dict[str, list[float]], higher: boo
     return {"model_figure": figure, "heuristics": means, "best_heuristic": best,
             "best_figure": means[best], "vs_best": figure / means[best] - 1.0,
             "vs_best_interval90": [lo - 1.0, hi - 1.0],
-            "windows_won": windows_won(model, heuristics[best], higher), "verdict": "pass" if passed else "fail"}
+            "windows_won": windows_won(model, heuristics[best], higher),
+            "verdict": "pass" if passed else "fail"}
 
 
 def evaluate(model: Model, trace: SwfTrace) -> dict:
