@@ -17,7 +17,7 @@ from coscheduler.learned.features import RL_FEATURES, Normalisation
 from coscheduler.learned.gate import (evaluate, heldout_windows, read_verdict,
                                       report_path, summary, validation_starts, write_report)
 from coscheduler.learned.modelfile import MAGIC, Model, ModelError, load_model, save_model
-from coscheduler.learned.paired import ratio_interval, windows_won
+from coscheduler.learned.paired import ratio_interval, relative, windows_won
 from coscheduler.learned.nets import rl_init
 from coscheduler.learned.registry import (MANIFEST, MODELS_DIR, list_models, manifest_rows,
                                           resolve)
@@ -122,6 +122,26 @@ def test_a_model_that_wins_its_validation_windows_but_loses_after_training_fails
     assert held["vs_best_interval90"][0] > 0.0        # worse even at the interval's low end
     assert "held-out part:" in summary(report) and summary(report).split(":")[1].strip() \
         .startswith("FAIL")
+
+
+def test_a_trace_so_light_that_nothing_waits_is_gated_without_a_ratio(tmp_path):
+    """Mean wait can be 0 for every policy on a light trace: the gate still decides (0 is at
+    or below 0) and says there is no ratio, where it used to divide by zero."""
+    lines = ["; MaxNodes: 256", "; MaxProcs: 256"]
+    lines += [f"{i} {i * 1000} 0 10 1 -1 -1 1 60 -1 1 1 1 1 1 -1 -1 -1" for i in range(1, 3001)]
+    path = tmp_path / "light.swf"
+    path.write_text("\n".join(lines) + "\n")
+    model = load_model(save_model(untrained(metric="wait", trace="light.swf"),
+                                  tmp_path / "light.model"))
+    report = evaluate(model, read_swf(path))
+    assert report["best_figure"] == 0.0 and report["model_figure"] == 0.0
+    assert report["vs_best"] == 0.0 and report["heldout"]["vs_best_interval90"] is None
+    assert report["verdict"] == "pass"
+    assert "no interval" in summary(report)
+    json.dumps(report, allow_nan=False)        # plain JSON: no NaN or Infinity in it
+    assert relative(2.0, 0.0) is None and relative(0.0, 0.0) == 0.0
+    assert relative(3.0, 2.0) == pytest.approx(0.5)
+    assert all(math.isnan(x) for x in ratio_interval([1.0, 2.0], [0.0, 0.0]))
 
 
 def test_a_report_of_another_file_does_not_count(tmp_path, lublin):

@@ -28,6 +28,7 @@ features.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -42,7 +43,7 @@ from ..sim.replay import window as trace_window
 from ..sim.swf import SwfTrace
 from .episode import metric_value
 from .modelfile import Model, ModelError
-from .paired import ratio_interval, windows_won
+from .paired import ratio_interval, relative, windows_won
 from .selectors import LearnedInspector, LearnedScorer
 from .windows import EVAL_JOBS, SEQUENCE_JOBS, heldout_first, train_limit
 
@@ -116,8 +117,8 @@ def _compare(model: list[float], heuristics: dict[str, list[float]], higher: boo
     passed = figure >= means[best] if higher else figure <= means[best]
     lo, hi = ratio_interval(model, heuristics[best])
     return {"model_figure": figure, "heuristics": means, "best_heuristic": best,
-            "best_figure": means[best], "vs_best": figure / means[best] - 1.0,
-            "vs_best_interval90": [lo - 1.0, hi - 1.0],
+            "best_figure": means[best], "vs_best": relative(figure, means[best]),
+            "vs_best_interval90": [lo - 1.0, hi - 1.0] if math.isfinite(lo) else None,
             "windows_won": windows_won(model, heuristics[best], higher),
             "verdict": "pass" if passed else "fail"}
 
@@ -192,21 +193,27 @@ def read_verdict(model_path: str | Path) -> tuple[str, dict | None]:
     return report["verdict"], report
 
 
+def _percent(vs_best: float | None) -> str:
+    return "no ratio: the best heuristic's figure is 0" if vs_best is None else \
+        f"{100 * vs_best:+.1f} %"
+
+
 def summary(report: dict) -> str:
     """One line: the verdict and the figures it rests on."""
     unit = {"bsld": "mean bsld", "wait": "mean wait (h)", "util": "utilisation"}[report["metric"]]
     w = report["validation_windows"]
     line = (f"{report['model']}: {report['verdict'].upper()} - {unit} {report['model_figure']:.2f} "
             f"vs best heuristic {report['best_heuristic']} {report['best_figure']:.2f} "
-            f"({100 * report['vs_best']:+.1f} %) on {len(w['starts'])} validation windows of "
+            f"({_percent(report['vs_best'])}) on {len(w['starts'])} validation windows of "
             f"{w['jobs']} jobs, backfill {report['backfill']}")
     held = report.get("heldout")
     if held:
-        lo, hi = held["vs_best_interval90"]
+        interval = held["vs_best_interval90"]
+        spread = ("no interval" if interval is None else
+                  f"90 % interval {100 * interval[0]:+.0f} to {100 * interval[1]:+.0f} %")
         line += (f"; held-out part: {held['model_figure']:.2f} vs {held['best_heuristic']} "
-                 f"{held['best_figure']:.2f} ({100 * held['vs_best']:+.1f} %, 90 % interval "
-                 f"{100 * lo:+.0f} to {100 * hi:+.0f} %, {100 * held['windows_won']:.0f} % of "
-                 f"{held['windows']} windows won)")
+                 f"{held['best_figure']:.2f} ({_percent(held['vs_best'])}, {spread}, "
+                 f"{100 * held['windows_won']:.0f} % of {held['windows']} windows won)")
     elif "heldout" in report:
         line += "; held-out part: too short for one window (validation windows only)"
     return line
