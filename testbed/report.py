@@ -99,13 +99,17 @@ def alone_runtimes(runs: Sequence[PaperRun], baseline: str = BASELINE) -> dict[s
     return {k: statistics.median(v) for k, v in base.items()}
 
 
-def run_slowdowns(run: PaperRun, alone: dict[str, float]) -> list[float]:
+def run_slowdowns(run: PaperRun, alone: dict[str, float], role: str | None = None
+                  ) -> list[float]:
     """runtime / runtime alone - 1 of the run's co-located stages (guests, and hosts that
-    took a guest) that completed and have a runtime alone."""
+    took a guest) that completed and have a runtime alone; ``role`` "host" or "guest":
+    only those."""
     hosts = {s.host for s in run.stages if s.host}
     out = []
     for s in run.stages:
         if s.state != "completed" or not (s.host or s.job_id in hosts):
+            continue
+        if (role == "host" and s.job_id not in hosts) or (role == "guest" and not s.host):
             continue
         a = alone.get(stage_key(s.job_id))
         if a and a > 0:
@@ -309,6 +313,9 @@ def build(data: dict) -> dict:
         if alone and r.policy != BASELINE:
             sl = run_slowdowns(r, alone)
             r.mean_slowdown, r.colocated = (statistics.fmean(sl) if sl else 0.0), len(sl)
+            of_hosts, of_guests = (run_slowdowns(r, alone, role) for role in ("host", "guest"))
+            r.host_slowdown = statistics.fmean(of_hosts) if of_hosts else None
+            r.guest_slowdown = statistics.fmean(of_guests) if of_guests else None
     if not runs:
         raise ValueError("the run holds no finished policy run (interrupted before the first "
                          "ended?)")

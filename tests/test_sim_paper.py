@@ -384,6 +384,26 @@ def test_time_weighted_slowdown_is_extra_runtime_over_runtime_alone():
     assert run.weighted_slowdown == pytest.approx(extra / sum(alone[s.job_id] for s in done))
     per_stage = sum((s.end - s.start) / alone[s.job_id] - 1 for s in done) / len(done)
     assert run.mean_slowdown == pytest.approx(per_stage)
+    # The same mean over the hosts alone and over the guests alone.
+    hosts = {s.host for s in run.stages if s.host}
+    for role, mine in (("host", [s for s in done if s.job_id in hosts]),
+                       ("guest", [s for s in done if s.host])):
+        assert mine, role
+        want = sum((s.end - s.start) / alone[s.job_id] - 1 for s in mine) / len(mine)
+        assert getattr(run, f"{role}_slowdown") == pytest.approx(want), role
+    assert run.as_json()["host_slowdown"] == pytest.approx(run.host_slowdown, abs=1e-4)
+
+
+def test_a_run_without_guests_has_no_host_or_guest_slowdown_and_the_report_says_so():
+    runs = run_experiment([64], ["space-sharing", "static"], repeat=1, scale=SCALE)
+    by = {r.policy: r for r in runs}
+    assert by["space-sharing"].host_slowdown is None and by["space-sharing"].guest_slowdown is None
+    assert by["static"].host_slowdown is not None and by["static"].guest_slowdown is not None
+    rows = summarise(runs)
+    assert [r["host_slowdown"] is None for r in rows] == [True, False]
+    text = report(rows)
+    hosts_line = next(line for line in text.splitlines() if line.strip().startswith("hosts"))
+    assert hosts_line.split()[1] == "-" and "%" in hosts_line
 
 
 def test_cli_json_gains_slowdown_rounds_and_writes_plots(tmp_path):

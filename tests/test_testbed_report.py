@@ -96,6 +96,9 @@ def test_colocated_slowdown_uses_the_same_stage_under_space_sharing():
                         rec("b.w.s3", 0, 50)])                  # s3 alone: not counted
     out = report.colocated_slowdown([base, st])
     assert out["static"] == pytest.approx(((12 / 10 - 1) + (30 / 20 - 1)) / 2)
+    alone = report.alone_runtimes([base, st])
+    assert report.run_slowdowns(st, alone, "host") == pytest.approx([12 / 10 - 1])
+    assert report.run_slowdowns(st, alone, "guest") == pytest.approx([30 / 20 - 1])
 
 
 def test_tables_show_the_papers_figures_for_the_scaled_size(sim_runs):

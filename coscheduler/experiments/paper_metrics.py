@@ -118,6 +118,10 @@ class PaperRun:
     # The same stages, time-weighted: their extra runtime over their runtimes alone (a 4 s
     # stage slowed 40 % weighs as much as 1.6 s, not as much as a 100 s stage slowed 40 %).
     weighted_slowdown: float = 0.0
+    # The same mean over the hosts only and over the guests only (None: none completed).
+    # ASA_X's loss judges the host; a guest trades its slowdown for the wait it skips.
+    host_slowdown: float | None = None
+    guest_slowdown: float | None = None
     colocated: int = 0
     # Guests co-located with a host when both wait on files at least IO_HEAVY of their
     # time, and the mean slowdown of the stages in those pairs (None without such pairs).
@@ -154,6 +158,8 @@ class PaperRun:
             "coallocations": self.coallocations, "spans": self.spans,
             "mean_slowdown": round(self.mean_slowdown, 4),
             "weighted_slowdown": round(self.weighted_slowdown, 4),
+            "host_slowdown": _round(self.host_slowdown),
+            "guest_slowdown": _round(self.guest_slowdown),
             "rounds_closed": self.rounds_closed,
             "rounds_in_run": self.rounds_in_run,
             "io_pairs": self.io_pairs,
@@ -258,6 +264,9 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
     slowdown = {r.job_id: (r.end - r.start) / by_id[r.job_id].profile.alone_runtime_s - 1.0
                 for r in records if r.job_id in shared and r.state == "completed"}
     slowdowns = list(slowdown.values())
+    host_ids = {r.host for r in guests} | part_hosts
+    of_hosts = [v for j, v in slowdown.items() if j in host_ids]
+    of_guests = [slowdown[r.job_id] for r in guests if r.job_id in slowdown]
     alone_s = sum(by_id[j].profile.alone_runtime_s for j in slowdown)
     extra_s = sum(v * by_id[j].profile.alone_runtime_s for j, v in slowdown.items())
     io_heavy = {s.job.job_id for s in stages if s.profile.io_share >= IO_HEAVY}
@@ -276,6 +285,8 @@ def _measure(stages: list[PaperStage], backend: _RecordingBackend, cores: int, p
         peak_held_cores=_peak(held), coallocations=len(guests), spans=spans,
         mean_slowdown=statistics.fmean(slowdowns) if slowdowns else 0.0,
         weighted_slowdown=extra_s / alone_s if alone_s > 0 else 0.0,
+        host_slowdown=statistics.fmean(of_hosts) if of_hosts else None,
+        guest_slowdown=statistics.fmean(of_guests) if of_guests else None,
         colocated=len(slowdowns),
         io_pairs=sum(1 for r in guests if r.job_id in io_heavy and r.host in io_heavy),
         io_pair_slowdown=statistics.fmean(io_pair_slowdowns) if io_pair_slowdowns else None,
@@ -300,6 +311,10 @@ def measure_run(stages: list[PaperStage], backend, cores: int, policy: str, repe
     ``busy_core_seconds`` (the Docker testbed measures a real Slurm run with the same
     definitions)."""
     return _measure(stages, backend, cores, policy, repeat, seed, scale, learning, cores)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def _held_intervals(records: Iterable[StageRecord]) -> list[tuple[float, float, int]]:
@@ -344,6 +359,9 @@ def summarise(runs: Sequence[PaperRun]) -> list[dict]:
                      "repeats": len(rs)}
         for f in SUMMARY_FIELDS:
             row[f] = round(statistics.median(getattr(r, f) for r in rs), 4)
+        for f in ("host_slowdown", "guest_slowdown"):   # (medians of the runs that have one)
+            known = [getattr(r, f) for r in rs if getattr(r, f) is not None]
+            row[f] = round(statistics.median(known), 4) if known else None
         row["rounds_closed"] = rs[-1].rounds_closed   # so far: after the last repetition
         row["rounds_in_run"] = (None if rs[0].rounds_in_run is None else
                                 statistics.median(r.rounds_in_run for r in rs))

@@ -92,6 +92,11 @@ def cluster_table(rows: Sequence[dict], unit: tuple[str, float]) -> str:
                                         for r in rows]))
     lines.append(_row("  time-weighted", [(_pct(r["weighted_slowdown"]) if r["coallocations"]
                                                else "-", "") for r in rows]))
+    for role in ("host", "guest"):
+        if any(r.get(f"{role}_slowdown") is not None for r in rows):
+            lines.append(_row(f"  {role}s", [
+                ("-" if r.get(f"{role}_slowdown") is None else _pct(r[f"{role}_slowdown"]), "")
+                for r in rows]))
     if any(r.get("rounds_in_run") is not None for r in rows):
         lines.append(_row("rounds closed/run", [
             ("-" if r.get("rounds_in_run") is None else f"{r['rounds_in_run']:g}", "")
