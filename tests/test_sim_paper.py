@@ -117,6 +117,14 @@ def test_coallocation_shortens_waits_at_load_8x(runs64):
     assert runs64["asax"].mean_wait_s < ss
 
 
+def test_asax_protects_its_hosts_where_static_does_not(runs64):
+    # Lending only the idle share: ASA_X's hosts slow far less than Static's, whose
+    # hosts give up half their quota whatever they use.
+    asax, static = runs64["asax"], runs64["static"]
+    assert asax.host_slowdown is not None and static.host_slowdown is not None
+    assert asax.host_slowdown < 0.10 < static.host_slowdown
+
+
 def test_metrics_follow_their_definitions(runs64):
     run = runs64["static"]
     assert run.makespan_s == pytest.approx(max(s.end for s in run.stages))
