@@ -339,3 +339,39 @@ def test_simulate_learned_later_windows_hold_only_unseen_jobs(tmp_path):
     assert (tmp_path / "rep" / "windows-stuck-none-later.png").is_file()
     r = run("simulate", "learned", "--traces", str(trace_path), "--windows", "unseen")
     assert r.exit_code == 2 and "--windows" in r.stderr
+
+
+def test_simulate_learned_heldout_windows_are_the_gates_every_whole_window(tmp_path):
+    # --windows heldout: every whole 1,024-job window after the training part, back to back,
+    # exactly the release gate's held-out check (a 4,200-job trace, 512-job sequences: the
+    # training part ends at job 840, then three whole windows)
+    import statistics
+
+    from coscheduler.learned.evaluate import window_bsld
+    from coscheduler.learned.gate import heldout_windows
+    from coscheduler.learned.report import build_report
+    from coscheduler.learned.selectors import LearnedScorer
+    from coscheduler.sim.swf import read_swf
+    from learned_helpers import write_stuck_shorts_trace
+
+    trace_path = write_stuck_shorts_trace(tmp_path / "stuck.swf", cycles=600)
+    trace = read_swf(trace_path)
+    n = len(trace.jobs)
+    assert n == 4200
+    model = rl_model(seed=3, trace="stuck.swf", backfill="none", sequence_jobs=512)
+    save_model(model, tmp_path / "tiny.model")
+    row = {"name": "tiny", "kind": "rlscheduler", "trace": "stuck.swf", "backfill": "none",
+           "path": str(tmp_path / "tiny.model")}
+    rep = build_report([trace_path], [row], workers=1, windows="heldout")
+    entry = rep["traces"]["stuck.swf"]
+    assert rep["window_set"] == "heldout"
+    assert entry["windows"] == [840, 1864, 2888] == heldout_windows(n, 512)[0]
+    scorer = LearnedScorer(model, name="rl:tiny")
+    assert entry["mean_bsld"]["none"]["rl:tiny"] == \
+        statistics.fmean(window_bsld(trace, scorer, "none", entry["windows"]))
+    r = run("simulate", "learned", "--traces", str(trace_path), "--models", "lublin256",
+            "--windows", "heldout", "--workers", "1", "--out", str(tmp_path / "rep"))
+    assert r.exit_code == 0, r.stderr
+    assert "every one of the held-out windows of 1,024 jobs (3)" in r.stdout
+    assert "starts 840, 1864, 2888" in r.stdout
+    assert (tmp_path / "rep" / "windows-stuck-none-heldout.png").is_file()

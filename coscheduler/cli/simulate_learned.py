@@ -1,4 +1,4 @@
-"""``cosched simulate learned [--traces T,...] [--windows seed1|later] [--workers N]
+"""``cosched simulate learned [--traces T,...] [--windows seed1|later|heldout] [--workers N]
 [--cluster ADDRESS] [--json] [--out DIR]``: the shipped learned
 models beside the heuristics (tables of ``coscheduler/learned/report.py``)."""
 
@@ -32,12 +32,14 @@ def _default_data_dir() -> Path:
               help="Folder for the training-curve PNGs and report.json.")
 @click.option("--models", "models_text", default=None,
               help="Only these shipped models (names separated by commas) [default: all].")
-@click.option("--windows", "window_set", type=click.Choice(["seed1", "later"]),
+@click.option("--windows", "window_set", type=click.Choice(["seed1", "later", "heldout"]),
               default="seed1", show_default=True,
-              help="The RL tables' ten 1,024-job windows: RLScheduler's seed-1 windows (they may "
-                   "overlap the training part), or 'later': drawn the same way from the jobs "
-                   "after every evaluated model's training part (never trained or validated "
-                   "on; the inspectors' held-out windows).")
+              help="The RL tables' 1,024-job windows: RLScheduler's ten seed-1 windows (they "
+                   "may overlap the training part); 'later': ten drawn the same way from the "
+                   "jobs after every evaluated model's training part (never trained or "
+                   "validated on; the inspectors' held-out windows); 'heldout': every whole "
+                   "window of that part, back to back (7 on lublin_256, 60 on CTC-SP2, about "
+                   "158 on HPC2N: the release gate's held-out check, slower).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Local processes for the independent evaluations (a trace's table per "
                    "backfilling, a model on another trace, an inspector) [default: this "
@@ -50,8 +52,8 @@ def _default_data_dir() -> Path:
 def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
             models_text: str | None, window_set: str, workers: int | None,
             cluster: str | None, as_json: bool) -> None:
-    """RLScheduler's table per trace (mean bsld over the ten seed-1 windows, or the later
-    ones, with and without EASY), the cross-trace table, each inspector's improvement and
+    """RLScheduler's table per trace (mean bsld over the ten seed-1 windows, the ten later
+    ones, or every held-out one, with and without EASY), the cross-trace table, each inspector's improvement and
     rejection ratio over its base, and PNG training curves, for the shipped models."""
     from ..learned.registry import list_models
     from ..learned.report import build_report, draw_curves, draw_windows, render

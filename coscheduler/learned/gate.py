@@ -45,7 +45,7 @@ from .episode import metric_value
 from .modelfile import Model, ModelError
 from .paired import ratio_interval, relative, windows_won
 from .selectors import LearnedInspector, LearnedScorer
-from .windows import EVAL_JOBS, SEQUENCE_JOBS, heldout_first, train_limit
+from .windows import EVAL_JOBS, SEQUENCE_JOBS, heldout_all_starts, train_limit
 
 HEURISTICS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1", "SAF")
 VALIDATION_WINDOWS = 6
@@ -94,8 +94,7 @@ def heldout_windows(total_jobs: int, sequence: int = SEQUENCE_JOBS,
     """(starts, jobs per window) of the gate's held-out check: the part after the training
     part (``windows.heldout_first``) cut into consecutive windows of ``jobs`` jobs, all of
     them (a remainder shorter than a window is left out). Empty on a trace too short."""
-    first = heldout_first(total_jobs, (sequence,))
-    return list(range(first, total_jobs - jobs + 1, jobs)), jobs
+    return heldout_all_starts(total_jobs, jobs, (sequence,)), jobs
 
 
 def _values(trace: SwfTrace, cluster: Cluster, policy, backfill: str, metric: str,

@@ -2,7 +2,8 @@
 
 For every trace: RLScheduler's table (mean bounded slowdown over the ten seed-1 windows of
 1,024 jobs, or with ``windows="later"`` over the ten held-out windows after every
-evaluated model's training part, ``windows.heldout_starts``; without and with EASY,
+evaluated model's training part, ``windows.heldout_starts``, or with ``windows="heldout"``
+over every whole window of that part, ``windows.heldout_all_starts``; without and with EASY,
 FCFS / WFP3 / UNICEP / SJF / F1 and each learned model trained on that trace with that
 backfilling); the cross-trace table (the model of trace X
 on trace Y's windows); each inspector's mean bsld over its base on the held-out windows,
@@ -23,11 +24,15 @@ from .modelfile import load_model
 from .paired import ratio_interval, windows_won
 from .registry import list_models
 from .selectors import LearnedInspector, LearnedScorer
-from .windows import SEQUENCE_JOBS, eval_starts, heldout_first, heldout_starts
+from .windows import SEQUENCE_JOBS, eval_starts, heldout_all_starts, heldout_first, heldout_starts
 
 BACKFILLS = ("none", "easy")
-WINDOW_SETS = ("seed1", "later")
-SET_TEXT = {"seed1": "seed-1 windows", "later": "later (held-out) windows"}
+WINDOW_SETS = ("seed1", "later", "heldout")
+SET_TEXT = {"seed1": "seed-1 windows", "later": "later (held-out) windows",
+            "heldout": "held-out windows"}
+PER_WINDOW = {"seed1": "seed-1 window", "later": "later (held-out) window",
+              "heldout": "held-out window"}
+HELDOUT_SETS = ("later", "heldout")   # (jobs no evaluated model trained or was validated on)
 
 
 def trace_key(name: str) -> str:
@@ -46,9 +51,12 @@ def _sequences(models: list[dict], trace_name: str) -> list[int]:
 
 
 def window_starts(spec: tuple, total_jobs: int) -> list[int]:
-    """The RL tables' windows: ``("seed1",)`` or ``("later", sequences)``."""
+    """The RL tables' windows: ``("seed1",)``, ``("later", sequences)`` or
+    ``("heldout", sequences)``."""
     if spec[0] == "later":
         return heldout_starts(total_jobs, sequences=spec[1])
+    if spec[0] == "heldout":
+        return heldout_all_starts(total_jobs, sequences=spec[1])
     return eval_starts(total_jobs)
 
 
@@ -62,8 +70,9 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
     (``coscheduler/sweep.py``): ``workers`` local processes (None: every core) or a Dask
     ``cluster``; the report is the same as a serial one. ``progress(what)`` is called as
     each evaluation is done, in order. ``windows``: the RL tables' windows, "seed1"
-    (RLScheduler's) or "later" (held-out: jobs no evaluated model trained or was
-    validated on); inspectors always use the held-out windows."""
+    (RLScheduler's), "later" (ten windows drawn from the held-out part: jobs no evaluated
+    model trained or was validated on) or "heldout" (every whole window of that part);
+    inspectors always use the held-out part's ten windows."""
     from .. import sweep
 
     if windows not in WINDOW_SETS:
@@ -77,7 +86,8 @@ def build_report(traces: list[Path], models: list[dict] | None = None,
     rl = [m for m in models if m.get("kind") == "rlscheduler"]
     insp = [m for m in models if m.get("kind") == "inspector" and m["trace"] in paths]
     seqs = {name: _sequences(models, name) for name in paths}
-    spec = {name: ("later", seqs[name]) if windows == "later" else ("seed1",) for name in paths}
+    spec = {name: (windows, seqs[name]) if windows in HELDOUT_SETS else ("seed1",)
+            for name in paths}
     tasks = [sweep.Task(f"{name}, backfill {backfill}",
                         ("table", path, backfill,
                          [m for m in rl if m["trace"] == name and m["backfill"] == backfill],
@@ -186,7 +196,7 @@ def draw_windows(report: dict, directory: Path) -> list[str]:
             path = directory / f"windows-{trace_key(name)}-{backfill}{suffix}.png"
             plot_windows(entry["windows"], per_policy, path,
                          title=f"{name}, backfill {backfill}: bounded slowdown per "
-                               f"{SET_TEXT[which][:-1]}")
+                               f"{PER_WINDOW[which]}")
             paths.append(str(path))
     return paths
 
@@ -218,8 +228,10 @@ def render(report: dict) -> str:
     lines = []
     which = SET_TEXT[report.get("window_set", "seed1")]
     for name, entry in report["traces"].items():
-        lines.append(f"{name}: mean bounded slowdown over the ten {which} of 1,024 jobs")
-        if report.get("window_set") == "later":
+        count = "every one of the" if report.get("window_set") == "heldout" else "the ten"
+        lines.append(f"{name}: mean bounded slowdown over {count} {which} of 1,024 jobs"
+                     + (f" ({len(entry['windows'])})" if count != "the ten" else ""))
+        if report.get("window_set") in HELDOUT_SETS:
             lines.append(f"  (windows from job {entry['first_heldout_job']} of {entry['jobs']}: "
                          "after every evaluated model's training part; starts "
                          f"{', '.join(map(str, entry['windows']))})")
@@ -235,7 +247,7 @@ def render(report: dict) -> str:
             lines.append(f"  {k:<24}{cells[0]:>16}{cells[1]:>12}")
         for label, m in entry["models"].items():
             target = ""
-            if report.get("window_set") == "later":  # issue 20: within 5 % of it, or better
+            if report.get("window_set") in HELDOUT_SETS:  # issue 20: within 5 % of it, or better
                 target = f"; within 5 %: {'yes' if m['vs_best'] <= 0.05 else 'no'}"
             lo, hi = m["vs_best_interval90"]
             won = round(m["windows_won"] * len(entry["windows"]))

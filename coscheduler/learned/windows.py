@@ -83,6 +83,15 @@ def heldout_first(total_jobs: int, sequences=(SEQUENCE_JOBS,)) -> int:
     return max(train_limit(total_jobs, sequence=s) for s in {SEQUENCE_JOBS, *sequences})
 
 
+def heldout_all_starts(total_jobs: int, jobs: int = EVAL_JOBS,
+                       sequences=(SEQUENCE_JOBS,)) -> list[int]:
+    """Every whole window of ``jobs`` jobs in the held-out part, back to back from
+    ``heldout_first`` (a remainder shorter than a window is left out; none on a trace too
+    short). The release gate's held-out check, and ``simulate learned --windows heldout``."""
+    first = heldout_first(total_jobs, sequences)
+    return list(range(first, total_jobs - jobs + 1, jobs))
+
+
 def heldout_starts(total_jobs: int, jobs: int = EVAL_JOBS, count: int = EVAL_WINDOWS,
                    seed: int = EVAL_SEED, sequences=(SEQUENCE_JOBS,)) -> list[int]:
     """Evaluation windows inside the held-out part (from ``heldout_first``)."""
