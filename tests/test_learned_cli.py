@@ -292,6 +292,15 @@ def test_simulate_learned_in_parallel_gives_the_serial_report():
                     f"rl:{pick[1]['name']} on lublin_256.swf", f"inspector {pick[2]['name']}"]
 
 
+def _tiny_stuck_model(tmp_path):
+    """An untrained RLScheduler model for the stuck-shorts trace with 512-job sequences,
+    saved, and its row as ``list_models`` gives one."""
+    model = rl_model(seed=3, trace="stuck.swf", backfill="none", sequence_jobs=512)
+    save_model(model, tmp_path / "tiny.model")
+    return model, {"name": "tiny", "kind": "rlscheduler", "trace": "stuck.swf",
+                   "backfill": "none", "path": str(tmp_path / "tiny.model")}
+
+
 def test_simulate_learned_later_windows_hold_only_unseen_jobs(tmp_path):
     # a tiny trace (2,100 jobs) and a model "trained" on it with 512-job sequences: its
     # training part then ends at job 513, not at 20 % (420); the later windows start after
@@ -311,10 +320,7 @@ def test_simulate_learned_later_windows_hold_only_unseen_jobs(tmp_path):
     trace = read_swf(trace_path)
     n = len(trace.jobs)
     assert n == 2100 and train_limit(n) == 420 and train_limit(n, sequence=512) == 513
-    model = rl_model(seed=3, trace="stuck.swf", backfill="none", sequence_jobs=512)
-    save_model(model, tmp_path / "tiny.model")
-    row = {"name": "tiny", "kind": "rlscheduler", "trace": "stuck.swf", "backfill": "none",
-           "path": str(tmp_path / "tiny.model")}
+    model, row = _tiny_stuck_model(tmp_path)
     rep = build_report([trace_path], [row], workers=1, windows="later")
     entry = rep["traces"]["stuck.swf"]
     assert rep["window_set"] == "later" and entry["first_heldout_job"] == 513
@@ -358,10 +364,7 @@ def test_simulate_learned_heldout_windows_are_the_gates_every_whole_window(tmp_p
     trace = read_swf(trace_path)
     n = len(trace.jobs)
     assert n == 4200
-    model = rl_model(seed=3, trace="stuck.swf", backfill="none", sequence_jobs=512)
-    save_model(model, tmp_path / "tiny.model")
-    row = {"name": "tiny", "kind": "rlscheduler", "trace": "stuck.swf", "backfill": "none",
-           "path": str(tmp_path / "tiny.model")}
+    model, row = _tiny_stuck_model(tmp_path)
     rep = build_report([trace_path], [row], workers=1, windows="heldout")
     entry = rep["traces"]["stuck.swf"]
     assert rep["window_set"] == "heldout"
