@@ -355,6 +355,13 @@ def test_http_answers_follow_the_documentation(emu):
     # Injected 5xx: exactly the next call, then normal service.
     assert post(a, {"status": 503, "count": 1}, path="/admin/http-faults", headers=auth)[0] == 200
     assert post(a, sub)[0] == 503
+    # A fault aimed at SUBSCRIBE lets other calls through and waits for one.
+    assert post(a, {"status": 503, "count": 1, "calls": ["SUBSCRIBE"]}, path="/admin/http-faults",
+                headers=auth)[0] == 200
+    assert post(a, {"type": "REVIVE", "framework_id": {"value": "never-seen"}}, stream_id="x")[0] == 403
+    assert post(a, sub)[0] == 503
+    status, text, _ = post(a, {"status": 503, "calls": "SUBSCRIBE"}, path="/admin/http-faults", headers=auth)
+    assert status == 400 and "'calls'" in text
     # A non-leading master redirects with the Location it was given.
     assert post(a, {"redirect_to": "//127.0.0.1:1/api/v1/scheduler"}, path="/admin/leader",
                 headers=auth)[0] == 200

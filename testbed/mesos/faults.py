@@ -105,9 +105,11 @@ class FaultInjection:
         with self.lock:
             self._send(self._framework(framework_id), {"type": "ERROR", "error": {"message": message}})
 
-    def fail_calls(self, status: int | None, count: int = 1, body: str = "") -> None:
+    def fail_calls(self, status: int | None, count: int = 1, body: str = "",
+                   calls: frozenset[str] | None = None) -> None:
         """Answer the next ``count`` scheduler calls (SUBSCRIBE included) with ``status``;
-        count -1: until cleared; status None clears."""
+        count -1: until cleared; status None clears. ``calls``: only calls of these types
+        (e.g. SUBSCRIBE) meet the fault, so a retried ACKNOWLEDGE cannot take it first."""
         with self.lock:
             self._http_faults.clear()
             self._http_fault_forever = None
@@ -116,16 +118,25 @@ class FaultInjection:
             if not 100 <= int(status) <= 599:
                 raise ValueError(f"HTTP status {status!r} must be 100-599")
             text = body or f"fault injected by the emulator: HTTP {status}"
+            fault = (int(status), text, calls)
             if count < 0:
-                self._http_fault_forever = (int(status), text)
+                self._http_fault_forever = fault
             else:
-                self._http_faults.extend([(int(status), text)] * int(count))
+                self._http_faults.extend([fault] * int(count))
 
-    def take_http_fault(self) -> tuple[int, str] | None:
+    def take_http_fault(self, call_type: str | None = None) -> tuple[int, str] | None:
+        """The fault this call meets, if any. ``call_type`` None: the call is not parsed
+        yet, so only faults for every call type apply."""
+        def applies(fault: tuple[int, str, frozenset[str] | None]) -> bool:
+            return fault[2] is None if call_type is None else (fault[2] is None or call_type in fault[2])
+
         with self.lock:
-            if self._http_fault_forever is not None:
-                return self._http_fault_forever
-            return self._http_faults.popleft() if self._http_faults else None
+            forever = self._http_fault_forever
+            if forever is not None:
+                return forever[:2] if applies(forever) else None
+            if self._http_faults and applies(self._http_faults[0]):
+                return self._http_faults.popleft()[:2]
+            return None
 
     def set_redirect(self, location: str | None) -> None:
         """Act as a non-leading master: answer every scheduler call with 307 and this

@@ -107,8 +107,9 @@ class Master(FaultInjection, CallHandlers, TaskLifecycle, OfferCycle):
         # fault injection state read by the HTTP side
         self.redirect_location: str | None = None
         self.chunking = "record"
-        self._http_faults: deque[tuple[int, str]] = deque()
-        self._http_fault_forever: tuple[int, str] | None = None
+        # (status, body, call types it applies to or None for every call)
+        self._http_faults: deque[tuple[int, str, frozenset[str] | None]] = deque()
+        self._http_fault_forever: tuple[int, str, frozenset[str] | None] | None = None
         self.heartbeats_default = True
         self.counters = {"offers": 0, "calls": 0, "launched": 0, "updates": 0}
         try:

@@ -182,6 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
             call = parse_call(body)
         except BadCall as e:
             raise HTTPFailure(400, str(e)) from None
+        fault = master.take_http_fault(call["type"])      # a fault aimed at this call type
+        if fault is not None:
+            raise HTTPFailure(fault[0], fault[1])
         stream_id = self.headers.get("Mesos-Stream-Id")
         if call["type"] == "SUBSCRIBE":
             if not accepts_json(self.headers.get("Accept")):
@@ -389,8 +392,12 @@ def _admin_write(master: Master, parts: list[str], body: dict[str, Any]) -> Any:
             return None
         case ["http-faults"]:
             status = body.get("status")
+            calls = body.get("calls")
+            if calls is not None and (not isinstance(calls, list) or not calls
+                                      or not all(isinstance(c, str) and c for c in calls)):
+                raise ValueError("'calls' must be a non-empty list of call types, e.g. [\"SUBSCRIBE\"]")
             master.fail_calls(None if status is None else int(status), int(body.get("count", 1)),
-                              str(body.get("body", "")))
+                              str(body.get("body", "")), None if calls is None else frozenset(calls))
             return None
         case ["leader"]:
             loc = body.get("redirect_to")
