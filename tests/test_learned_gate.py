@@ -242,19 +242,28 @@ def test_shipped_reports_sit_beside_their_models():
         assert Path(report["model"]).suffix == ".model"
 
 
-def test_multi_resource_models_are_gated_by_their_header_score():
-    from coscheduler.multi.report import gate_verdict
+def test_multi_resource_models_are_gated_by_their_header_scores():
+    from coscheduler.multi.report import best_heuristic, gate_verdict
 
-    assert gate_verdict({"validation_score": -0.2}) == "pass"
-    assert gate_verdict({"validation_score": 0.0}) == "pass"      # at FCFS+EASY: allowed
-    assert gate_verdict({"validation_score": 0.05}) == "fail"
-    assert gate_verdict({"validation_score": float("nan")}) == "unevaluated"
+    classic = {"SJF": -0.1, "SAF": -0.15}
+    assert gate_verdict({"validation_score": -0.2, "validation_heuristics": classic}) == "pass"
+    # At the best classic order: allowed; worse than it, or than FCFS+EASY: refused.
+    assert gate_verdict({"validation_score": -0.15, "validation_heuristics": classic}) == "pass"
+    assert gate_verdict({"validation_score": -0.12, "validation_heuristics": classic}) == "fail"
+    assert gate_verdict({"validation_score": 0.05, "validation_heuristics": {"SJF": 0.1}}) == "fail"
+    assert gate_verdict({"validation_score": -0.2}) == "unevaluated"   # no classic orders measured
+    assert gate_verdict({"validation_score": float("nan"), "validation_heuristics": classic}) \
+        == "unevaluated"
     assert gate_verdict({}) == "unevaluated"                      # trained before the score
+    assert best_heuristic({"validation_heuristics": classic}) == ("SAF", -0.15)
     every = {r["name"]: r for r in json.loads(run("models", "list", "--all", "--json").output)}
     offered = {r["name"] for r in json.loads(run("models", "list", "--json").output)}
-    for s in ("S4", "S5"):
-        assert every[f"mrsch-lublin_256-{s}"]["gate"] == "pass"
-        assert f"mrsch-lublin_256-{s}" in offered
+    multi = {n: r for n, r in every.items() if r["kind"] in ("mrsch", "scalar-rl")}
+    assert {n for n, r in multi.items() if r["gate"] == "pass"} == offered & set(multi)
+    for s in ("S4", "S5"):   # the sets: measured against the classic orders
+        row = multi[f"mrsch-lublin_256-{s}"]
+        assert row["gate"] in ("pass", "fail") and row["best_heuristic"] is not None
+        assert (row["gate"] == "pass") == (row["validation_score"] <= row["best_heuristic"][1])
     assert every["scalar-lublin_256-S1"]["gate"] == "unevaluated"
     assert "scalar-lublin_256-S1" not in offered
 

@@ -132,6 +132,40 @@ def test_training_writes_a_small_loadable_model(smoke_model):
     assert np.array_equal(a, b) and np.isfinite(a).all()
 
 
+def test_the_window_is_cut_in_the_order_the_model_was_trained_with(smoke_model, lublin_swf):
+    """MRSch's window is the W oldest jobs; a model trained with ``--window-order SJF`` (the
+    project's variant) sees the W shortest estimates instead, and its header says so, as it
+    says the classic orders' validation scores it is gated against."""
+    from coscheduler.multi.train import HEURISTICS, TrainConfig
+    from coscheduler.sim.resources import pool_model
+
+    _, model = smoke_model
+    assert model.header["window_order"] == "FCFS"
+    assert set(model.header["validation_heuristics"]) == set(HEURISTICS)
+    wl = evaluation_part(mw.generate(read_swf(lublin_swf), "S5", 1), 300)
+    for order in ("FCFS", "SJF"):
+        views = []
+
+        class Spy(mrsch.MRSchAgent):
+            def choose(self, v):
+                if v.kind == "pick" and v.size > 1:
+                    views.append((v.submit.copy(), v.estimate.copy()))
+                return super().choose(v)
+
+        variant = mrsch.MRSchModel(model.params, {**model.header, "window_order": order})
+        simulate(wl.jobs, wl.cluster, Spy(variant), "easy",
+                 pools=pool_model(wl.machine, wl.requests, wl.node_counts(), wl.max_nodes))
+        assert views
+        key = 0 if order == "FCFS" else 1
+        assert all((np.diff(v[key]) >= 0).all() for v in views), order
+        if order == "SJF":    # not the submit order: the variant really changes the window
+            assert any((np.diff(v[0]) < 0).any() for v in views)
+    with pytest.raises(InvalidInput, match="unknown window order 'oldest'"):
+        TrainConfig(window_order="oldest")
+    with pytest.raises(InvalidInput, match="unknown window order"):
+        mrsch.MRSchAgent(mrsch.MRSchModel(model.params, {**model.header, "window_order": 3}))
+
+
 def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path, lublin_swf):
     path, model = smoke_model
     out = tmp_path / "m.model"
@@ -207,7 +241,7 @@ def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path, lublin_swf):
     path, _ = smoke_model
     models = path.parent
     r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--sets", "S4",
-                                  "--methods", "fcfs,optimiser,mrsch", "--jobs", "200",
+                                  "--methods", "fcfs,sjf,optimiser,mrsch", "--jobs", "200",
                                   "--windows", "2",
                                   "--models", str(models), "--json", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
@@ -216,7 +250,9 @@ def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path, lublin_swf):
     p = out["protocol"]
     assert p["kind"] == "windows" and p["jobs"] == 200 and len(p["starts"]) == 2
     assert all(8000 <= st <= 10000 - 200 for st in p["starts"])
-    assert [x["method"] for x in out["results"]] == ["fcfs", "optimiser", "mrsch"]
+    assert [x["method"] for x in out["results"]] == ["fcfs", "sjf", "optimiser", "mrsch"]
+    by = {x["method"]: x for x in out["results"]}
+    assert by["sjf"]["mean_wait_s"] != by["fcfs"]["mean_wait_s"]   # a different order ran
     for x in out["results"]:
         assert set(x) == {"set", "method", "node_util", "bb_util", "power_util",
                           "mean_wait_s", "mean_slowdown"}
@@ -235,8 +271,8 @@ def test_simulate_multi_cli_json_and_charts(smoke_model, tmp_path, lublin_swf):
     r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--sets", "S4",
                                   "--methods", "scalar-rl", "--models", str(tmp_path)])
     assert r.exit_code != 0 and "no scalar-rl model for lublin_256.swf S4" in r.output
-    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--methods", "sjf"])
-    assert r.exit_code != 0 and "unknown method 'sjf'" in r.output
+    r = CliRunner().invoke(main, ["simulate", "multi", "--from", str(lublin_swf), "--methods", "lifo"])
+    assert r.exit_code != 0 and "unknown method 'lifo'" in r.output
 
 
 def test_power_sets_check_the_budget(lublin_swf):
@@ -274,11 +310,11 @@ def test_bench_multi_prints_the_decision_times(lublin_swf):
 GATED_SETS = ("S1", "S2", "S3", "S4", "S5")  # retrained under the paper's rules, chosen on validation
 
 
-def test_shipped_models_under_todays_rules_pass_their_gate(lublin_swf):
+def test_shipped_models_under_todays_rules_score_what_their_headers_say(lublin_swf):
     """Every shipped multi-resource model trained under today's engine rules (its header
-    has ``validation_score``) scores what its header says on the validation stretch, and
-    that score is below 0: better than FCFS with EASY there (the gate it shipped by). S1-S5
-    are such models."""
+    has ``validation_score``) scores what its header says on the validation stretch, below
+    0 (better than FCFS with EASY there), and the classic orders it is gated against score
+    what its header says too (``report.gate_verdict``). S1-S5 are such models."""
     from coscheduler.multi.report import MODELS_DIR
     from coscheduler.multi.train import score_model
 
@@ -293,6 +329,10 @@ def test_shipped_models_under_todays_rules_pass_their_gate(lublin_swf):
         got = score_model(mw.generate(trace, h["set"], h["workload_seed"]), model)
         assert got["score"] == pytest.approx(h["validation_score"], abs=1e-3), path.name
         assert got["score"] < 0, (path.name, got["score"])
+        # The classic orders it is gated against, as its header recorded them.
+        assert set(got["heuristics"]) == set(h["validation_heuristics"]), path.name
+        for order, score in got["heuristics"].items():
+            assert score == pytest.approx(h["validation_heuristics"][order], abs=1e-3), (path.name, order)
         gated.append((h["kind"], h["set"]))
     assert {("mrsch", s) for s in GATED_SETS} <= set(gated), gated
 

@@ -6,7 +6,8 @@ scalar RL in coscheduler/multi/models) and their release gate (``learned/gate.py
 file says so); ``--all`` lists every model file with its verdict (``pass``, ``fail``,
 ``unevaluated``: no report, as the MRSch models trained before their header held a
 validation score, or ``broken``). An MRSch or scalar model's gate is its header's
-validation score against FCFS with EASY (``multi.report.gate_verdict``)."""
+validation score against FCFS and every classic order with EASY on its validation stretch
+(``multi.report.gate_verdict``)."""
 
 from __future__ import annotations
 

@@ -73,9 +73,9 @@ def _csv(text: str, what: str) -> list[str]:
               help="SWF trace the sets are built from")
 @click.option("--sets", default="S1,S2,S3,S4,S5", show_default=True,
               help="comma-separated sets (S1-S10)")
-@click.option("--methods", default=",".join(("fcfs", "bbsched", "optimiser", "scalar-rl",
-                                             "mrsch")), show_default=True,
-              help="comma-separated: fcfs, bbsched, optimiser, scalar-rl, mrsch")
+@click.option("--methods", default="fcfs,sjf,bbsched,optimiser,scalar-rl,mrsch", show_default=True,
+              help="comma-separated: fcfs, sjf, f1, wfp3, unicep, saf (queue orders with "
+                   "EASY), bbsched, optimiser, scalar-rl, mrsch")
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True,
               help="workload seed (requests)")
 @click.option("--protocol", type=click.Choice(["windows", "stretch"]), default="windows",

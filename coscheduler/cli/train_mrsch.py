@@ -2,7 +2,7 @@
 
 ``cosched train mrsch --trace T --set S4 [--workload-seed 1] [--goal dynamic|fixed]
 [--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1 | --seeds 1-6
-[--workers 2]] [--out MODEL] [--resume] [--json]``; see coscheduler/multi/train.py and
+[--workers 2]] [--window-order FCFS|SJF|...] [--out MODEL] [--resume] [--json]``; see coscheduler/multi/train.py and
 coscheduler/multi/seeds.py.
 """
 
@@ -39,13 +39,18 @@ from ..sim.swf import read_swf
                    "validation score (jobs 70-80 %%); overrides --seed")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="local processes training seeds at once (with --seeds)")
+@click.option("--window-order", type=click.Choice(["FCFS", "SJF", "F1", "WFP3", "UNICEP", "SAF"],
+                                                 case_sensitive=False),
+              default="FCFS", show_default=True,
+              help="the queue order the agent's window of 10 is cut from: FCFS (MRSch's) or "
+                   "a classic order (this project's variant; recorded in the model)")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="model file (default: <mrsch|scalar>-<trace>-<set>.model here)")
 @click.option("--resume", is_flag=True, help="continue from OUT.ckpt if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the model header as JSON")
 def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episodes: str,
           jobs_per_set: int, steps: int, batch: int, seed: int, seeds: str | None,
-          workers: int, out: str | None, resume: bool, as_json: bool) -> None:
+          workers: int, window_order: str, out: str | None, resume: bool, as_json: bool) -> None:
     """Train MRSch (DFP) in its three phases on TRACE's set, with the simulator engine."""
     from ..multi.train import TrainConfig, train as run_train
 
@@ -55,7 +60,8 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
         raise click.BadParameter(f"{episodes!r} is not three integers", param_hint="--episodes")
     try:
         config = TrainConfig(goal=goal, episodes=counts, jobs_per_set=jobs_per_set,
-                             steps_per_episode=steps, batch=batch, seed=seed)
+                             steps_per_episode=steps, batch=batch, seed=seed,
+                             window_order=window_order.upper())
         wl = mw.generate(read_swf(trace_path), set_name, workload_seed)
         kind = "mrsch" if goal == "dynamic" else "scalar"
         path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"

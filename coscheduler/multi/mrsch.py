@@ -2,7 +2,8 @@
 
 Inputs at each pick (``ChoiceView`` of the simulator's selection seam, pools in ``extra``):
 
-- **state** (MLP): the window, W = 10 jobs in FCFS order, each as (R + 2) numbers: its
+- **state** (MLP): the window, W = 10 jobs in FCFS order (MRSch's; a model trained with
+  another ``window_order``, e.g. SJF, is cut from the queue in that order), each as (R + 2) numbers: its
   share of each resource's capacity (nodes, then every pool), its estimate and its wait
   (both ``log1p(seconds / 60) / log1p(7 days in minutes)``, clipped to [0, 1]); then
   per-unit availability of every resource, each unit as (available now 0/1, time until it
@@ -49,6 +50,7 @@ import numpy as np
 from ..learned.modelfile import ModelError, read_model_file, write_model_file
 from ..model import InvalidInput
 from ..policies.selection import ChoiceView, Scorer
+from ..policies.queue import POLICIES, QueuePolicy
 
 KIND = "mrsch"
 WINDOW = 10
@@ -249,6 +251,13 @@ def load_model(path: str | Path) -> MRSchModel:
 # ---------------------------------------------------------------------------------------
 # The agent as a selector of the simulator's selection seam.
 
+def window_order(name: str) -> QueuePolicy:
+    """The queue order an agent's window is cut from, by name (FCFS: MRSch's)."""
+    if not isinstance(name, str) or name.strip().upper() not in POLICIES:
+        raise InvalidInput(f"unknown window order {name!r}; valid: {', '.join(POLICIES)}")
+    return POLICIES[name.strip().upper()]
+
+
 class MRSchAgent(Scorer):
     """Picks the runnable window job with the best goal-weighted predicted future.
 
@@ -275,6 +284,8 @@ class MRSchAgent(Scorer):
         # "runnable" mask, backfilling in queue order), unless given.
         mask = mask or model.header.get("mask", "runnable")
         super().__init__(name or f"mrsch:{model.name}", model.window, mask)
+        # The window is cut from the queue in this order (models without the key: FCFS).
+        self.queue_policy = window_order(model.header.get("window_order", "FCFS"))
         self.backfill_choice = bool(model.header.get("backfill_choice", False)
                                     if backfill_choice is None else backfill_choice)
         self.model = model

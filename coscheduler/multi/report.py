@@ -4,6 +4,9 @@ Methods (all with EASY backfilling and the same reservation rule, window W = 10 
 order for the window methods, as MRSch compared them):
 
 - ``fcfs``: FCFS with EASY, every resource checked (the paper's "Heuristic");
+- ``sjf``, ``f1``, ``wfp3``, ``unicep``, ``saf``: the classic queue orders with EASY, every
+  resource checked (not in MRSch's comparison: here because a learned scheduler should
+  beat what a site can set in its batch system's priorities, not only FCFS);
 - ``bbsched``: the window optimiser maximising node and burst-buffer utilisation only
   (BBSched-like; power, when present, is still a constraint);
 - ``optimiser``: the MultiSched/ROME optimiser over every resource;
@@ -42,7 +45,9 @@ from .selectors import WindowOptimiser
 from .train import split
 from .workload import MultiWorkload
 
-METHODS = ("fcfs", "bbsched", "optimiser", "scalar-rl", "mrsch")
+# The classic queue orders beside FCFS, by method name (each runs with EASY).
+CLASSIC = {"sjf": "SJF", "f1": "F1", "wfp3": "WFP3", "unicep": "UNICEP", "saf": "SAF"}
+METHODS = ("fcfs", *CLASSIC, "bbsched", "optimiser", "scalar-rl", "mrsch")
 PROTOCOLS = ("windows", "stretch")
 EVAL_JOBS = 1024
 EVAL_WINDOWS = 10
@@ -72,20 +77,35 @@ def list_models(models_dir: Path = MODELS_DIR) -> list[dict]:
                      "trace": h.get("trace"), "set": h.get("set"), "goal": h.get("goal"),
                      "base": None, "epochs": h.get("episodes"),
                      "training_seconds": h.get("training_seconds"),
-                     "gate": gate_verdict(h), "validation_score": h.get("validation_score")})
+                     "gate": gate_verdict(h), "validation_score": h.get("validation_score"),
+                     "best_heuristic": best_heuristic(h),
+                     "window_order": h.get("window_order", "FCFS")})
     return rows
 
 
 def gate_verdict(header: dict) -> str:
-    """An MRSch or scalar model's release gate, from its header: ``pass`` when its
-    validation score (train.validation_score, measured when it was trained, under today's
-    engine rules) is at or below 0, i.e. no worse than FCFS with EASY on the validation
-    stretch; ``fail`` above; ``unevaluated`` for models trained before the score existed
-    (tests/test_multi_mrsch.py re-scores every shipped model that has one)."""
+    """An MRSch or scalar model's release gate, from its header (issue 20: the same gate
+    as the queue schedulers'): ``pass`` when its validation score (train.validation_score,
+    measured when it was trained, under today's engine rules) is at or below 0 (FCFS with
+    EASY) and at or below every classic order's with EASY on the same validation stretch
+    (``validation_heuristics``); ``fail`` above either; ``unevaluated`` for models whose
+    header lacks either figure (tests/test_multi_mrsch.py re-measures every shipped
+    model's)."""
     score = header.get("validation_score")
-    if not isinstance(score, (int, float)) or score != score:
+    heuristics = header.get("validation_heuristics")
+    if not isinstance(score, (int, float)) or score != score or not isinstance(heuristics, dict) \
+            or not heuristics:
         return "unevaluated"
-    return "pass" if score <= 0 else "fail"
+    return "pass" if score <= min(0.0, *heuristics.values()) else "fail"
+
+
+def best_heuristic(header: dict) -> tuple[str, float] | None:
+    """The classic order with the lowest validation score in a model's header, or None."""
+    h = header.get("validation_heuristics")
+    if not isinstance(h, dict) or not h:
+        return None
+    name = min(h, key=h.get)
+    return name, h[name]
 
 
 def check_model(models_dir: Path, method: str, trace: str, set_name: str) -> Path | None:
@@ -188,8 +208,8 @@ def run_method(wl: MultiWorkload, method: str, *, models_dir: Path = MODELS_DIR,
     decision_seconds: list[float] = []
     decision_cpu: list[float] = []
     goal_trace: list = []
-    if method == "fcfs":
-        policy = get_policy("FCFS")
+    if method == "fcfs" or method in CLASSIC:
+        policy = get_policy(CLASSIC.get(method, "FCFS"))
     elif method in ("bbsched", "optimiser"):
         objectives = ("nodes", "burst_buffer") if method == "bbsched" else None
         policy = WindowOptimiser(window, objectives, name=method, seed=seed)

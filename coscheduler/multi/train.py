@@ -48,6 +48,8 @@ from .workload import MultiWorkload, get_set, random_requests
 
 TRAIN_SHARE = 0.7
 VALID_SHARE = 0.1
+# The classic queue orders a model must beat on validation to ship (report.gate_verdict).
+HEURISTICS = ("SJF", "F1", "WFP3", "UNICEP", "SAF")
 PHASES = ("sampled", "real", "synthetic")
 SYNTHETIC_LOAD = (0.8, 1.4)
 
@@ -66,6 +68,9 @@ class TrainConfig:
     seed: int = 1
     mask: str = "padding"             # MRSch's reservation reading (see mrsch.MRSchAgent)
     backfill_choice: bool = True      # the agent chooses among EASY's candidates
+    # The queue order the agent's window is cut from: FCFS is MRSch's (the W oldest jobs);
+    # another order (e.g. SJF: the W shortest estimates) is this project's variant.
+    window_order: str = "FCFS"
 
     def __post_init__(self) -> None:
         if self.goal not in ("dynamic", "fixed"):
@@ -75,6 +80,7 @@ class TrainConfig:
                                f"got {self.episodes!r}")
         if self.jobs_per_set < 16:
             raise InvalidInput(f"jobs per set must be >= 16, got {self.jobs_per_set}")
+        self.window_order = mrsch.window_order(self.window_order).name
 
 
 def split(workload: MultiWorkload) -> tuple[int, int, int]:
@@ -204,7 +210,8 @@ def _checkpoint_path(out: Path) -> Path:
 
 
 def evaluate_agent(agent: mrsch.MRSchAgent, wl: MultiWorkload) -> dict:
-    """Greedy replay of ``wl`` (FCFS window, EASY) with the agent: the report's metrics."""
+    """Greedy replay of ``wl`` (EASY; the window in the agent's order) with the agent: the
+    report's metrics."""
     nodes = wl.node_counts()
     pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
     s = simulate(wl.jobs, wl.cluster, agent, "easy", pools=pools)
@@ -243,6 +250,7 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
         "steps_per_episode": cfg.steps_per_episode, "batch": cfg.batch,
         "learning_rate": cfg.learning_rate, "framework": f"jax {jax.__version__}",
         "mask": cfg.mask, "backfill_choice": cfg.backfill_choice,
+        "window_order": cfg.window_order,
     }
     params = mrsch.init_params(rng, state_len, measures)
     opt, update = _make_update(mrsch.WINDOW, measures, cfg.learning_rate)
@@ -306,6 +314,7 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
         "validation_fcfs": {k: (round(v, 4) if isinstance(v, float) else v)
                             for k, v in fcfs.items()},
         "validation_score": round(validation_score(valid, fcfs), 4),
+        "validation_heuristics": heuristic_scores(valid_wl, fcfs),
         "episodes": total, "training_seconds": round(seconds, 1),
         "final_loss": next((x for x in reversed(losses) if x is not None), None),
         "losses": [None if x is None else round(x, 6) for x in losses],
@@ -327,12 +336,25 @@ def _save(path: Path, jparams, opt_state, header: dict, state: dict) -> None:
     mrsch.save_model(mrsch.MRSchModel(params, h), path)
 
 
-def fcfs_metrics(wl: MultiWorkload) -> dict:
-    """FCFS with EASY on ``wl``: the reference every method is compared with."""
+def order_metrics(wl: MultiWorkload, order: str) -> dict:
+    """A classic queue order (``policies.queue``) with EASY on ``wl``: the report's metrics."""
     nodes = wl.node_counts()
     pools = pool_model(wl.machine, wl.requests, nodes, wl.max_nodes)
-    s = simulate(wl.jobs, wl.cluster, get_policy("FCFS"), "easy", pools=pools)
+    s = simulate(wl.jobs, wl.cluster, get_policy(order), "easy", pools=pools)
     return multi_metrics(wl.jobs, nodes, wl.max_nodes, pools, s.start, s.end).as_dict()
+
+
+def fcfs_metrics(wl: MultiWorkload) -> dict:
+    """FCFS with EASY on ``wl``: the reference every method is compared with."""
+    return order_metrics(wl, "FCFS")
+
+
+def heuristic_scores(wl: MultiWorkload, fcfs: dict | None = None) -> dict[str, float]:
+    """Each classic order's ``validation_score`` on ``wl`` (rounded as the header keeps
+    them): what a model has to beat to ship, since a site can set any of these orders in
+    its batch system's priorities without training anything."""
+    fcfs = fcfs if fcfs is not None else fcfs_metrics(wl)
+    return {o: round(validation_score(order_metrics(wl, o), fcfs), 4) for o in HEURISTICS}
 
 
 def validation_score(metrics: dict, fcfs: dict) -> float:
@@ -351,4 +373,5 @@ def score_model(workload: MultiWorkload, model: mrsch.MRSchModel) -> dict:
     valid_wl = workload.select(a, b - a)
     m = evaluate_agent(mrsch.MRSchAgent(model), valid_wl)
     f = fcfs_metrics(valid_wl)
-    return {"metrics": m, "fcfs": f, "score": validation_score(m, f)}
+    return {"metrics": m, "fcfs": f, "score": validation_score(m, f),
+            "heuristics": heuristic_scores(valid_wl, f)}
