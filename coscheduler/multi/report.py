@@ -42,11 +42,11 @@ from ..sim.resources import pool_model
 from .metrics import multi_metrics
 from .mrsch import MRSchAgent, load_model
 from .selectors import WindowOptimiser
-from .train import split
+from .train import HEURISTICS, split
 from .workload import MultiWorkload
 
 # The classic queue orders beside FCFS, by method name (each runs with EASY).
-CLASSIC = {"sjf": "SJF", "f1": "F1", "wfp3": "WFP3", "unicep": "UNICEP", "saf": "SAF"}
+CLASSIC = {order.lower(): order for order in HEURISTICS}
 METHODS = ("fcfs", *CLASSIC, "bbsched", "optimiser", "scalar-rl", "mrsch")
 PROTOCOLS = ("windows", "stretch")
 EVAL_JOBS = 1024
