@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -98,6 +99,12 @@ class Restore:
                                   "in place; discovery or the controller registers it again")
             elif name not in names:
                 dropped[shown] = "its cgroup is gone (the job ended while the agent was down)"
+            bad = _bad_saved_quota(jobs_saved[name])
+            if bad:
+                # Recovery lifts every quota whatever was saved; a damaged value is still
+                # said, so that an operator knows the file was edited or corrupted.
+                problems.append(f"state file entry of job {shown!r}: {bad}; not used (its "
+                                f"quota is lifted like every other)")
         for name in sorted(names):
             try:
                 validate_cgroup_name(name)
@@ -220,3 +227,20 @@ class Restore:
                                  jobs=jobs, clean_exit=clean_exit)
         except OSError as e:
             log.error("cannot write state file %s: %s", self.state_file.path, e)
+
+
+def _bad_saved_quota(raw: Any) -> str | None:
+    """What is wrong with the quota an entry of the state file holds (its ``fraction``, a
+    share of its cores in (0, 1] or null, and ``quota_us``, a positive integer or null);
+    None when nothing is."""
+    if not isinstance(raw, Mapping):
+        return None     # (the entry itself is refused by ``_saved_spec``)
+    fraction, quota_us = raw.get("fraction"), raw.get("quota_us")
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                 or not math.isfinite(fraction) or not 0.0 <= fraction <= 1.0):
+        return f"its saved quota fraction {str(fraction)[:40]} is not a number in [0, 1]"
+    if quota_us is not None and (isinstance(quota_us, bool) or not isinstance(quota_us, int)
+                                 or quota_us <= 0):
+        return f"its saved quota_us {str(quota_us)[:40]} is not a positive whole number"
+    return None
+

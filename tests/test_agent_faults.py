@@ -134,6 +134,33 @@ def test_every_dropped_state_entry_is_reported_with_its_reason(mimic, tmp_path, 
         second.close()
 
 
+def test_nan_quotas_in_the_state_file_are_named_and_nothing_stays_throttled(mimic, tmp_path, sleeper):
+    """Issue 19: NaN quotas in a state file get a clear error naming them; the job comes
+    back running, at its full quota, and can be lent again."""
+    first = make(mimic, tmp_path)
+    first.register_job({"job_id": "j1", "pids": [sleeper.pid], "cores": 2})
+    first.set_quota("j1", 0.25, lease_s=60)
+    assert (mimic.mount / "cosched" / "j1" / "cpu.max").read_text().split()[0] != "max"
+    path = tmp_path / "state" / "state.json"
+    text = path.read_text()
+    doc = json.loads(text)
+    assert doc["jobs"]["j1"]["fraction"] == 0.25
+    # json.dumps cannot write NaN unless asked: this is what a damaged file holds
+    doc["jobs"]["j1"]["fraction"] = float("nan")
+    doc["jobs"]["j1"]["quota_us"] = -5
+    path.write_text(json.dumps(doc))
+    second = make(mimic, tmp_path)
+    try:
+        problem = second.recovery["problem"]
+        assert "entry of job 'j1'" in problem and "quota fraction nan" in problem
+        assert "j1" in second.recovery["restored"]
+        assert (mimic.mount / "cosched" / "j1" / "cpu.max").read_text().split()[0] == "max"
+        assert second.job("j1")["status"] == "running"
+        assert second.set_quota("j1", 0.5, lease_s=60)["cpu_fraction"] == 0.5
+    finally:
+        second.close()
+
+
 # -- 7: leases, long ids, the Bearer scheme -------------------------------------------------------
 def test_a_lease_shorter_than_the_agents_tick_is_refused(mimic, tmp_path, sleeper):
     agent = make(mimic, tmp_path, interval_s=1.0)

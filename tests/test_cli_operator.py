@@ -174,6 +174,28 @@ def test_decisions_show(filled):
     assert "pending" in ok("decisions", "show", str(pending_id), "--db", str(path))
 
 
+@pytest.mark.parametrize("column,value", [("host_quota", "NaN"), ("guest_quota", "lots"),
+                                          ("host_quota", 7.5)])
+def test_decisions_show_names_a_tampered_quota(filled, tmp_path, column, value):
+    """Issue 19: a NaN (or text, or out-of-range) quota in the state database is a one-line
+    error naming the file, the decision and the field; the file is not changed."""
+    import shutil
+    import sqlite3
+    src, _ = filled
+    path = tmp_path / "tampered.db"
+    shutil.copy(src, path)
+    con = sqlite3.connect(path)
+    decision_id = con.execute("SELECT MIN(id) FROM decisions").fetchone()[0]
+    con.execute(f"UPDATE decisions SET {column} = ? WHERE id = ?", (value, decision_id))
+    con.commit()
+    con.close()
+    what = column.replace("_", " ")
+    clean_error(run("decisions", "show", str(decision_id), "--db", str(path)),
+                str(path), f"decision {decision_id}", what)
+    # the other decisions still read
+    assert ok("decisions", "list", "--db", str(path), "--last", "3")
+
+
 def test_decisions_show_unknown_id(filled):
     path, _ = filled
     clean_error(run("decisions", "show", "99999", "--db", str(path)), "unknown decision id 99999", str(path))

@@ -7,7 +7,8 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import click
 
@@ -28,16 +29,24 @@ def resolve_db(db: Path | None) -> Path:
     return (db if db is not None else default_db_path()).expanduser()
 
 
-def open_readonly(db: Path | None) -> SqliteStore:
-    """Open the state database for reading; never creates or changes a file."""
+@contextmanager
+def open_readonly(db: Path | None) -> Iterator[SqliteStore]:
+    """The state database opened for reading (never creates or changes a file), closed at
+    the end of the ``with``; a damaged record read inside it (StoreError, which names the
+    file and the record) is the command's one-line error, not a traceback."""
     path = resolve_db(db)
     try:
-        return SqliteStore(path, readonly=True)
+        store = SqliteStore(path, readonly=True)
     except MissingStateDatabase:
         raise click.ClickException(
             f"no state database at {path} (give --db PATH or set COSCHED_DB)") from None
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+    with store:
+        try:
+            yield store
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 def echo_json(obj: object) -> None:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from ..learner import ClassState, Decision, RoundClosed
 from ..recorder import OutcomeRecord
+from ..model import InvalidInput
 from .errors import StoreError
+from .rows import _quota
 from .sqlite import _DECISION_COLS, SqliteStore
 
 
@@ -96,5 +98,15 @@ def decision_detail(store: SqliteStore, decision_id: int) -> DecisionDetail | No
                            "guest_runtime_s, note FROM outcomes WHERE decision_id = ?",
                            (decision_id,)).fetchone()
     decision = store._decision_from_row(row[:-2])
-    outcome = OutcomeRecord(*out) if out is not None else None
-    return DecisionDetail(decision, row[-2], row[-1], outcome)
+    # Read back through the checks every write passes: a row damaged or edited in the file
+    # (a NaN or text quota, a loss out of range) is named, not printed as a traceback.
+    try:
+        host_quota = _quota(row[-2], f"decision {decision_id}: host quota")
+        guest_quota = _quota(row[-1], f"decision {decision_id}: guest quota")
+        outcome = None
+        if out is not None:
+            outcome = OutcomeRecord(*out)
+            store._outcome_row(outcome)
+    except (InvalidInput, TypeError, ValueError) as exc:
+        raise StoreError(f"{store.path}: decision {decision_id} is not a valid record: {exc}") from None
+    return DecisionDetail(decision, host_quota, guest_quota, outcome)
