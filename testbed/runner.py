@@ -117,7 +117,6 @@ def slurm_backend(cmds, cluster: dict, usage_dir: Path, state_file: Path):
 def run(a) -> int:
     from coscheduler.controller import Controller, ControllerConfig
     from coscheduler.experiments import paper as paper_exp
-    from coscheduler.learner import LearnerConfig
     from coscheduler.model import Outcome
     from coscheduler.policies.coalloc import make_policy
     from coscheduler.recorder import MemoryRecorder
@@ -154,26 +153,8 @@ def run(a) -> int:
     if policy == "asax":
         from coscheduler.store import SqliteStore
 
-        from coscheduler.controller.usage import ClassUsage
-        from coscheduler.learner.classes import class_key
-
         recorder = SqliteStore(a.learner_db, create=True) if a.learner_db else MemoryRecorder()
-        # As ``cosched simulate paper`` does: seed each class's runtime alone and usual use
-        # (what a site's accounting of exclusive runs holds) before the first decision, so
-        # hosts' losses are degradations and the lending rule knows its guests' demand;
-        # each host's end closes its class's round (ControllerConfig.round_per_host).
-        usage = ClassUsage()
-        for s in stg:
-            cls = s.job.job_class
-            if recorder.alone_runtime(cls) is None:
-                recorder.record_alone_runtime(cls, s.profile.alone_runtime_s)
-            if usage.expected(cls) is None:
-                usage.add(cls, s.profile.cpu_util * 100.0, s.profile.mem_percent,
-                          s.profile.io_mb_s)
-        controller = Controller.from_recorder(
-            backend, recorder, "asax", learner_config=LearnerConfig(seed=a.seed + a.repeat_index),
-            queue_order=order, config=config,
-            class_of=class_key(paper_exp.CLASSES["stage"]), usage=usage)
+        controller = asax_controller(backend, stg, recorder, a.seed + a.repeat_index, order, config)
     else:
         recorder = MemoryRecorder()
         controller = Controller(backend, make_policy(policy), recorder, order, config)
@@ -271,6 +252,24 @@ def run(a) -> int:
     Path(a.out).write_text(json.dumps(data, allow_nan=False) + "\n")
     say(f"{policy}: finished in {time.time() - t0:.0f} s")
     return 130 if interrupted and "timed" not in interrupted else 0
+
+
+def asax_controller(backend, stg, recorder, seed: int, order, config):
+    """ASA_X's controller as ``cosched simulate paper`` builds it: each stage class's runtime
+    alone and usual use seeded first (``paper.seed_prior_runs``), so hosts' losses are
+    degradations and close rounds; one class per workflow kind and stage; each host's end
+    closes its class's round (ControllerConfig.round_per_host)."""
+    from coscheduler.controller import Controller
+    from coscheduler.controller.usage import ClassUsage
+    from coscheduler.experiments import paper as paper_exp
+    from coscheduler.learner import LearnerConfig
+    from coscheduler.learner.classes import class_key
+
+    usage = ClassUsage()
+    paper_exp.seed_prior_runs(stg, recorder, usage)
+    return Controller.from_recorder(
+        backend, recorder, "asax", learner_config=LearnerConfig(seed=seed), queue_order=order,
+        config=config, class_of=class_key(paper_exp.CLASSES["stage"]), usage=usage)
 
 
 def _rounds(controller) -> int:

@@ -110,3 +110,23 @@ def test_asax_asks_at_most_a_few_hosts():
     assert result.choice is None and result.asked == ("h0", "h1", "h2")
     with pytest.raises(InvalidInput, match="max_asks"):
         Asax(learner, max_asks=0)
+
+
+def test_the_paper_runs_learn_per_workflow_kind_and_stage_by_default():
+    """Issue 19, item 3: job classes per workflow kind and stage. The simulated stages'
+    classes are kind/stage/cores; the default granularity keeps kind/stage, so the sizes
+    of one stage pool their rounds and different stages never do."""
+    import inspect
+
+    from coscheduler.experiments import paper
+    from coscheduler.learner.classes import class_key
+
+    assert inspect.signature(paper.run_paper).parameters["classes"].default == "stage"
+    key = class_key(paper.CLASSES["stage"])
+    job = Job("j", cores=8, walltime_s=10.0, job_class="montage/mProject/8")
+    other_size = Job("k", cores=16, walltime_s=10.0, job_class="montage/mProject/16")
+    other_stage = Job("m", cores=8, walltime_s=10.0, job_class="montage/mAdd/8")
+    assert key(job) == key(other_size) == "montage/mProject"
+    assert key(other_stage) == "montage/mAdd"
+    with pytest.raises(InvalidInput, match="prefix:N"):
+        class_key("prefix:0")

@@ -44,7 +44,7 @@ def test_workload_is_the_papers_mix():
     assert all(s.job.submit_time == 0.0 for s in stages)
     assert max(s.job.cores for s in stages) == 64
     # Classes are kind/stage/cores: the degradation loss compares like with like, and ASA_X
-    # may pool them by kind or by stage (classes="kind" by default).
+    # may pool them by kind or by stage (classes="stage" by default: kind/stage).
     assert stages[0].job.job_class == "montage/mProject/8"
     # The paper's geometry: every stage holds its workflow's cores.
     assert all(s.job.cores == int(s.workflow.rsplit("-", 1)[1]) for s in stages)
@@ -423,10 +423,25 @@ def test_cli_json_gains_slowdown_rounds_and_writes_plots(tmp_path):
         assert {"mean_slowdown", "rounds_closed", "scale_out", "refusals"} <= set(run)
         assert (run["rounds_closed"] is None) == (run["policy"] != "asax")
     assert out["settings"]["experts"] == ["pair"] and out["settings"]["model"] == "calibrated"
-    for name in ("makespan.png", "runtime.png", "weights-64.png"):
+    # issue 19: a Gantt-style timeline per policy, beside the summary plots
+    policies = out["settings"]["policies"]
+    assert {"space-sharing", "asax", "oracle"} <= set(policies)
+    timelines = [f"timeline-64-{p}.png" for p in policies]
+    for name in ("makespan.png", "runtime.png", "weights-64.png", *timelines):
         data = (tmp_path / "out" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
     assert json.loads((tmp_path / "out" / "result.json").read_text())["runs"] == out["runs"]
+    # ASA_X learns per workflow kind and stage by default (issue 19, item 3)
+    assert out["settings"]["classes"] == "stage"
+    # "oracle's gain taken": (space sharing's mean response - the policy's) over (space
+    # sharing's - the oracle's), from the same summary rows
+    rows = {r["policy"]: r for r in out["summary"] if r["cores"] == 64}
+    base, oracle = rows["space-sharing"]["mean_response_s"], rows["oracle"]["mean_response_s"]
+    assert oracle < base
+    for policy in ("static", "asax"):
+        share = (base - rows[policy]["mean_response_s"]) / (base - oracle)
+        assert rows[policy]["oracle_share"] == pytest.approx(share, abs=1e-3), policy
+    assert rows["space-sharing"]["oracle_share"] is None and rows["oracle"]["oracle_share"] is None
 
 
 def test_cli_refuses_unknown_experts_and_models():

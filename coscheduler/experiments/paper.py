@@ -128,6 +128,20 @@ def canonical_policy(name: object) -> str:
 # -- one run --------------------------------------------------------------------------------------
 
 
+def seed_prior_runs(stages: Sequence[PaperStage], recorder: Recorder, usage: ClassUsage) -> None:
+    """What a site's accounting of earlier exclusive runs holds (Slurm's sacct: elapsed,
+    CPU time, memory), given to ASA_X before its first decision: each stage class's
+    runtime alone (exactly what space sharing measures here) and its usual CPU, memory and
+    I/O use. The first co-locations then get degradation losses, closing rounds, and the
+    lending rule and the pair expert know their guests. Classes already known are kept."""
+    for st in stages:
+        cls = st.job.job_class
+        if recorder.alone_runtime(cls) is None:
+            recorder.record_alone_runtime(cls, st.profile.alone_runtime_s)
+        if usage.expected(cls) is None:
+            usage.add(cls, st.profile.cpu_util * 100.0, st.profile.mem_percent, st.profile.io_mb_s)
+
+
 def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0,
               repeat_index: int = 0, recorder: Recorder | None = None, *,
               node_cores: int | None = None, tag: str | None = None,
@@ -197,17 +211,7 @@ def run_paper(cluster_cores: int, policy: str, seed: int = 0, scale: float = 1.0
     if policy == "asax":
         usage = usage if usage is not None else ClassUsage()
         if prior_runs:
-            # What a site's accounting of earlier exclusive runs holds (Slurm's sacct:
-            # elapsed, CPU time, memory): each class's runtime alone, exactly what space
-            # sharing measures here, and its CPU and memory use. The first co-locations get
-            # degradation losses, and the pair expert knows its guests.
-            for st in stages:
-                cls = st.job.job_class
-                if recorder.alone_runtime(cls) is None:
-                    recorder.record_alone_runtime(cls, st.profile.alone_runtime_s)
-                if usage.expected(cls) is None:
-                    usage.add(cls, st.profile.cpu_util * 100.0, st.profile.mem_percent,
-                              st.profile.io_mb_s)
+            seed_prior_runs(stages, recorder, usage)
         controller = Controller.from_recorder(
             backend, recorder, "asax",
             learner_config=LearnerConfig(seed=seed + repeat_index, extra_experts=tuple(experts)),
@@ -372,5 +376,5 @@ __all__ = [
     "PaperRun", "PaperStage", "StageRecord", "WORKFLOW_KINDS", "canonical_policy", "cluster_nodes",
     "measure_run",
     "normalised_runtimes", "paper_normalised_runtimes", "paper_workload", "run_experiment",
-    "run_paper", "runtime_by_kind", "submission_order", "summarise",
+    "run_paper", "runtime_by_kind", "seed_prior_runs", "submission_order", "summarise",
 ]
