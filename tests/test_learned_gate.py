@@ -61,7 +61,8 @@ def test_gate_refuses_an_untrained_model(lublin, tmp_path):
     assert set(report["heuristics"]) >= {"FCFS", "SJF", "F1"}
     starts, jobs = validation_starts(len(lublin.jobs), 0)
     assert report["validation_windows"]["starts"] == starts and jobs == 512
-    # validation windows lie in the training part, apart from the reported seed-1 ones
+    # validation windows lie in the training part (and clear of the reported seed-1 ones:
+    # test_validation_windows_never_share_a_job_with_the_reported_windows)
     assert max(starts) + jobs <= int(0.2 * len(lublin.jobs)) + 1
     write_report(report, path)
     assert report_path(path).name == "untrained.report.json"
@@ -80,6 +81,34 @@ def test_gate_passes_a_model_at_or_below_the_best_heuristic(lublin, tmp_path):
     report = evaluate(model, lublin)
     assert report["verdict"] == "pass", report
     assert report["model_figure"] <= report["best_figure"]
+
+
+@pytest.mark.parametrize("trace", ["lublin_256.swf", "HPC2N-2002-2.2-cln.swf.gz",
+                                   "CTC-SP2-1996-3.1-cln.swf.gz"])
+def test_validation_windows_never_share_a_job_with_the_reported_windows(trace):
+    """Issue 20: the epoch kept on validation must not have seen the jobs the docs report
+    figures on (the ten seed-1 windows of RLScheduler's protocol, which may fall in the
+    training part: 3 of HPC2N's do). Before, HPC2N's validation windows shared 600-700
+    jobs with two reported ones and lublin_256's 17-19 with one."""
+    from coscheduler.learned.gate import reported_starts
+    from coscheduler.learned.windows import EVAL_JOBS, eval_starts, train_limit
+
+    total = len(read_swf(swf_trace(trace)).jobs)
+    reported = reported_starts(total)
+    assert reported == eval_starts(total) and len(reported) == 10
+    for seed in range(4):
+        for sequence in (256, 512):
+            starts, jobs = validation_starts(total, seed, sequence)
+            assert len(starts) == 6 and jobs == 2 * sequence
+            assert max(starts) + jobs <= train_limit(total, sequence=sequence)
+            for s in starts:
+                assert all(s + jobs <= e or e + EVAL_JOBS <= s for e in reported), (seed, s)
+            # a first draw already clear of them is kept as it was drawn
+            first = np.random.default_rng([seed, 99]).integers(
+                0, train_limit(total, sequence=sequence) - jobs + 1, 6)
+            kept = [int(x) for x in first
+                    if all(x + jobs <= e or e + EVAL_JOBS <= x for e in reported)]
+            assert set(kept) <= set(starts)
 
 
 def test_the_heldout_check_covers_every_whole_window_after_the_training_part(lublin):

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..sim.cluster import Cluster
 from ..sim.engine import simulate
@@ -45,7 +46,7 @@ from .episode import metric_value
 from .modelfile import Model, ModelError
 from .paired import ratio_interval, relative, windows_won
 from .selectors import LearnedInspector, LearnedScorer
-from .windows import EVAL_JOBS, SEQUENCE_JOBS, heldout_all_starts, train_limit
+from .windows import EVAL_JOBS, SEQUENCE_JOBS, eval_starts, heldout_all_starts, train_limit
 
 HEURISTICS = ("FCFS", "WFP3", "UNICEP", "SJF", "F1", "SAF")
 VALIDATION_WINDOWS = 6
@@ -56,11 +57,39 @@ VERDICTS = ("pass", "fail")
 def validation_starts(total_jobs: int, seed: int, sequence: int = SEQUENCE_JOBS,
                       count: int = VALIDATION_WINDOWS) -> tuple[list[int], int]:
     """(starts, jobs per window) of a run's validation windows: ``count`` windows of
-    ``2 x sequence`` jobs in the training part, drawn with ``[seed, 99]``."""
+    ``2 x sequence`` jobs in the training part, drawn with ``[seed, 99]``, none sharing a
+    job with the reported windows (the seed-1 windows of RLScheduler's protocol,
+    ``windows.eval_starts``, which may fall in the training part): the epoch kept on
+    validation must not have seen the jobs its figures are reported on. A first draw
+    clear of them is kept as it was; overlapping starts are replaced by further draws."""
     limit = train_limit(total_jobs, sequence=sequence)
     jobs = min(2 * sequence, limit)
+    reported = reported_starts(total_jobs)
+    high = limit - jobs + 1
+
+    def clear(s: int) -> bool:
+        return all(s + jobs <= e or e + EVAL_JOBS <= s for e in reported)
+
+    if not any(clear(s) for s in range(high)):
+        raise InvalidInput(f"a trace of {total_jobs} jobs leaves no {jobs}-job validation "
+                           f"window in its training part (jobs 0-{limit - 1}) clear of the "
+                           "reported windows")
     rng = np.random.default_rng([seed, 99])
-    return sorted(int(s) for s in rng.integers(0, limit - jobs + 1, count)), jobs
+    starts = [int(s) for s in rng.integers(0, high, count) if clear(int(s))]
+    while len(starts) < count:
+        s = int(rng.integers(0, high))
+        if clear(s):
+            starts.append(s)
+    return sorted(starts), jobs
+
+
+def reported_starts(total_jobs: int) -> list[int]:
+    """Starts of the windows the docs report (``windows.eval_starts``: ten seed-1 windows of
+    ``EVAL_JOBS`` jobs); none on a trace too short for them."""
+    try:
+        return eval_starts(total_jobs)
+    except InvalidInput:
+        return []
 
 
 def report_path(model_path: str | Path) -> Path:
@@ -156,7 +185,8 @@ def evaluate(model: Model, trace: SwfTrace) -> dict:
         "kind": model.kind, "trace": Path(trace.path).name, "machine": machine_of(trace),
         "metric": metric, "higher_is_better": higher, "backfill": backfill,
         "validation_windows": {"starts": starts, "jobs": jobs, "seed": int(h.get("seed", 0)),
-                               "rule": "training part, numpy default_rng([seed, 99])"},
+                               "rule": "training part, clear of the reported seed-1 windows, "
+                                       "numpy default_rng([seed, 99])"},
         **{k: validation[k] for k in ("model_figure", "heuristics", "best_heuristic",
                                       "best_figure", "vs_best")},
         "validation_verdict": validation["verdict"],
