@@ -231,7 +231,7 @@ class Restore:
 
 def _bad_saved_quota(raw: Any) -> str | None:
     """What is wrong with the quota an entry of the state file holds (its ``fraction``, a
-    share of its cores in (0, 1] or null, and ``quota_us``, a positive integer or null);
+    share of its cores in [0, 1] or null, and ``quota_us``, a positive integer or null);
     None when nothing is."""
     if not isinstance(raw, Mapping):
         return None     # (the entry itself is refused by ``_saved_spec``)
