@@ -7,7 +7,9 @@ installs it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import os
 import pwd
 import shutil
@@ -102,8 +104,25 @@ def job(cmds, jid) -> dict:
     return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
 
 
-def busy_job(name, cores, work_cpu_s, walltime=300.0, cls="test/busy", tasks=100):
-    loops = max(1, int(work_cpu_s * LOOPS_PER_CPU_S / tasks))
+def measured_loops_per_cpu_s() -> int:
+    """The busy job's spin loops per CPU second in this interpreter (the jobs run in the
+    same one), from the fastest of three short probes: a VM two to three times slower than
+    the one LOOPS_PER_CPU_S was set on made a 1-minute host take 4 minutes (a CI failure)."""
+    spec = importlib.util.spec_from_file_location("busy_job_fixture", BUSY)
+    busy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(busy)
+    probe = 2_000_000
+    best = math.inf
+    for _ in range(3):
+        t0 = time.process_time()
+        busy.spin(probe)
+        best = min(best, time.process_time() - t0)
+    return max(1, int(probe / max(best, 1e-3)))
+
+
+def busy_job(name, cores, work_cpu_s, walltime=300.0, cls="test/busy", tasks=100,
+             loops_per_cpu_s=LOOPS_PER_CPU_S):
+    loops = max(1, int(work_cpu_s * loops_per_cpu_s / tasks))
     return Job(job_id=name, cores=cores, walltime_s=walltime, job_class=cls, tasks=tasks,
                command=(sys.executable, BUSY, str(tasks), str(loops)))
 
@@ -651,9 +670,12 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
     wait_until(lambda: all(line.split()[1].rstrip("*~#$@+") == "idle"
                            for line in slurm.run("sinfo", "-h", "-N", "-o", "%N %t").splitlines()
                            if line.strip()), 90, 0.5, "both nodes to be idle")
-    # two such hosts fill both nodes; the guest joins one of them, the other is cancelled
-    hosts = submit(state, [busy_job("whost", 4, 170, walltime=60, tasks=60),
-                           busy_job("whost2", 4, 170, walltime=60, tasks=60)])
+    # two such hosts fill both nodes; the guest joins one of them, the other is cancelled.
+    # 60 s of this machine's CPU: past the 1-minute limit at the host's share of its node
+    # (quota 0.75 of 1 CPU, beside the guest), well within the wait below even so.
+    loops = measured_loops_per_cpu_s()
+    hosts = submit(state, [busy_job("whost", 4, 60, walltime=60, tasks=60, loops_per_cpu_s=loops),
+                           busy_job("whost2", 4, 60, walltime=60, tasks=60, loops_per_cpu_s=loops)])
     (guest,) = submit(state, [busy_job("wguest", 2, 120, walltime=300, cls="test/guest")])
     ctl = Controller(b, Static(0.5), MemoryRecorder())
     # The guest joins at the default CPU weight: while both hosts run, the nodes' quotas add
@@ -673,6 +695,7 @@ def test_a_host_slowed_past_its_time_limit_by_its_guest_still_completes(state, s
     info = job(slurm, host)
     credits = [c for c in b.credits if c.job_id == host]
     print(f"host {host}: {info['JobState']} after {info['RunTime']}, time limit {info['TimeLimit']}, "
+          f"{loops / 1e6:.1f}M loops per CPU second, "
           f"credits {[(c.minutes, round(c.projected_end - c.time)) for c in credits]}; "
           f"load average {os.getloadavg()[0]:.1f}")
     assert credits and credits[0].limit_s == 60.0 and info["TimeLimit"] != "00:01:00"
