@@ -188,6 +188,77 @@ def test_static_co_allocation_applies_real_cpu_quotas(emulator, tmp_path):
     assert 0.5 < h_cpu / max(g_cpu, 1e-6) < 2.0
 
 
+def _remove_empty_cgroups(base: str) -> None:
+    from monitoring.cgroupfs import detect_layout
+    layout = detect_layout()
+    for mount in {layout.cpu_mount, layout.acct_mount} - {None}:
+        root = mount / base
+        if root.is_dir():
+            for d in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+            try:
+                root.rmdir()
+            except OSError:
+                pass
+
+
+@pytest.mark.root
+def test_a_job_its_node_agent_forgot_is_registered_again_not_failed(emulator, tmp_path, caplog):
+    """Issue 24, item 1: a node agent that does not know a running job (replaced by one
+    started without the old one's state) makes the quota's renewal fail; the framework
+    registers the job again and sets its quota rather than fail the job. The old agent's
+    close lifted its quotas, so nothing stays throttled meanwhile."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for cgroup quotas")
+    import logging
+    from monitoring.agent import NodeAgent
+    from mesos_framework.quotas import LocalNodeAgents
+    _, url = emulator(agents=1, cpus=2)
+    burn = [sys.executable, "-c", "import time\nt=time.time()+8\nwhile time.time()<t: pass"]
+    host = Job("host", 2, 60.0, "test/burn", command=tuple(burn))
+    guest = Job("guest", 2, 60.0, "test/burn", submit_time=0.5, command=tuple(burn))
+    mr = MesosRun(url, "static", config=quick(lease_s=3.0))   # leases renewed every second
+    quotas = mr.backend.quotas = LocalNodeAgents(tmp_path, cpu_per_core=0.5)
+    mr.submit([host, guest])
+    mr.start()
+    fresh = again = None
+    try:
+        with caplog.at_level(logging.WARNING, logger="mesos_framework"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not mr.backend.idle():
+                mr.backend.changed.wait(0.25)
+                mr.step()
+                run = {rj.job_id: rj for rj in mr.backend.running()}
+                if not run.get("host") or run.get("guest") is None \
+                        or run["guest"].host_job != "host":
+                    continue
+                if fresh is None:
+                    (aid, old), = quotas.agents.items()
+                    assert old.job("host")["quota_us"] is not None
+                    old.close()
+                    fresh = quotas.agents[aid] = NodeAgent(
+                        cgroup_root=f"{quotas.cgroup_base}/replaced", interval_s=0.5,
+                        node_cpus=2.0, cpu_per_core=0.5, state_dir=tmp_path / "replaced",
+                        progress_dir=tmp_path / "progress").start()
+                    continue
+                if again is None and any(j["job_id"] == "host" for j in fresh.jobs()):
+                    view = fresh.job("host")
+                    if any(e["event"].startswith("set by request: cpu_fraction 0.5")
+                           for e in view["events"]):
+                        again = view
+    finally:
+        mr.close()
+        _remove_empty_cgroups(quotas.cgroup_base)   # what the replaced agent left
+    assert fresh is not None, "host and guest never ran together"
+    assert again is not None, "the host was never registered again with its quota"
+    assert any("registered again" in r.getMessage() for r in caplog.records)
+    out = {o.job_id: o for o in mr.backend.history}
+    assert out["host"].state == "completed" and out["guest"].state == "completed", out
+
+
 def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_node_agent(emulator, tmp_path):
     """A job too short to be sampled is learned from what it used: the node agent reads its
     cgroup's CPU counter when it finishes or is unregistered, and the framework puts the
