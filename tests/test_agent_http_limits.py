@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import select
 import socket
 import struct
 import subprocess
@@ -263,3 +264,82 @@ def test_clients_that_leave_early_leave_no_traceback(served, capfd, caplog):
     err = capfd.readouterr().err
     assert "Traceback" not in err and "BrokenPipe" not in err and "ConnectionReset" not in err, err[-2000:]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# ---- issue 24: a budget per peer -------------------------------------------------------------
+FLOODER, NEIGHBOUR = "127.0.0.2", "127.0.0.3"   # two peers on loopback (all of 127/8 is local)
+
+
+def _connect_from(server, source: str) -> socket.socket:
+    """A connection whose peer address, as the agent sees it, is ``source``."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((source, 0))
+    s.settimeout(5)
+    s.connect(_addr(server))
+    return s
+
+
+def _closed_by_server(s: socket.socket) -> bool:
+    """Has the agent closed this connection (end of file or reset waiting to be read)?"""
+    readable, _, _ = select.select([s], [], [], 0)
+    if not readable:
+        return False   # nothing to read: open and idle
+    try:
+        return s.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def _get_on(s: socket.socket, path: str) -> bytes:
+    """One GET on an already open connection; the answer's status line."""
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return s.recv(4096).split(b"\r\n", 1)[0]
+
+
+def test_a_flood_from_one_peer_uses_its_own_budget_not_another_peers(served):
+    """Peer A opens far more idle connections than its budget: the agent closes A's own
+    oldest ones to make room for A's newcomers, never the older idle ones of peer B, and B
+    and the controller (token) still get answers at once. The cap and the untrusted share
+    are set well above the budgets, so only the per-peer budget can close A's connections."""
+    agent, serve, sleeper, fs = served
+    budget = 3
+    server = serve(max_connections=16, reserve=2, max_per_peer=budget, idle_timeout_s=30)
+    AgentClient(server.url, token=TOKEN).register_job("j1", [sleeper.pid], 1)
+    socks: list[socket.socket] = []
+    try:
+        neighbour = [_connect_from(server, NEIGHBOUR) for _ in range(2)]   # the oldest idle ones
+        socks += neighbour
+        time.sleep(0.2)
+        flood = [_connect_from(server, FLOODER) for _ in range(4 * budget)]
+        socks += flood
+        deadline = time.monotonic() + 5
+        while sum(not _closed_by_server(s) for s in flood) > budget and time.monotonic() < deadline:
+            time.sleep(0.05)
+        open_flood = [s for s in flood if not _closed_by_server(s)]
+        assert len(open_flood) == budget, f"peer A holds {len(open_flood)} connections, budget {budget}"
+        assert open_flood == flood[-budget:], "not A's oldest connections were closed"
+        # B's idle connections, older than all of A's, were left alone and still serve B.
+        for s in neighbour:
+            assert not _closed_by_server(s), "peer A's flood closed peer B's connection"
+            assert _get_on(s, "/healthz") == b"HTTP/1.1 200 OK"
+        extra = _connect_from(server, NEIGHBOUR)   # B's budget is B's: a third one is fine
+        socks.append(extra)
+        assert _get_on(extra, "/v1/jobs/j1") == b"HTTP/1.1 200 OK"
+        # The controller gets its quota written and read back within a second, from its own
+        # address and even from the flooding one (A's own idle connection makes room).
+        body = json.dumps({"cpu_fraction": 0.5, "lease_s": 60}).encode()
+        for source in ("127.0.0.1", FLOODER):
+            c = http.client.HTTPConnection(*_addr(server), timeout=5, source_address=(source, 0))
+            t0 = time.monotonic()
+            c.request("PUT", "/v1/jobs/j1/quota", body=body,
+                      headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200 and json.loads(r.read())["cpu_fraction"] == 0.5
+            c.request("GET", "/v1/jobs/j1", headers={"Authorization": f"Bearer {TOKEN}"})
+            r = c.getresponse()
+            assert r.status == 200 and json.loads(r.read())["cpu_fraction"] == 0.5
+            assert time.monotonic() - t0 < 1.0, f"the controller from {source} waited"
+            c.close()
+    finally:
+        for s in socks:
+            s.close()

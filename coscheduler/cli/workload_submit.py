@@ -14,6 +14,16 @@ default partition as plain Slurm jobs. ``--json`` prints
 ``{"workflow", "cosched", "partition", "jobs": [{"stage", "name", "slurm_job_id"}]}``;
 with ``--mesos``: ``{"workflow", "mesos": true, "queue", "jobs": [{"stage", "name", "cores",
 "nodes"}]}``.
+
+``--cores`` larger than the cluster: against a local cluster (``--dir``) the command knows
+its size and refuses the value at once (usage error naming ``--cores``, the value and the
+cluster's cores), since such a stage would wait at the head of the queue forever. With
+``--slurm-conf`` the command does not know the site's size and does not ask: sbatch
+normally refuses a job no node set of the partition can hold, and that refusal is the
+command's error; a co-scheduled stage Slurm accepts anyway is given up by the controller
+("no set of this cluster's nodes can hold it", ``ControllerConfig.give_up_unplaceable``).
+With ``--mesos`` nothing knows the size at submit time (Mesos offers what is free, not what
+exists): the stage waits in the framework's queue for offers large enough.
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ ALIASES = {"stats": "statistics"}
 
 @click.command("submit")
 @click.argument("workflow")
-@click.option("--cores", type=click.IntRange(1, MAX_JOB_CORES), required=True, help="Cores of the parallel stages.")
+@click.option("--cores", type=click.IntRange(1, MAX_JOB_CORES), required=True,
+              help="Cores of the parallel stages; more than a local cluster (--dir) has is refused.")
 @click.option("--scale", type=positive(), default=0.02, show_default=True,
               help="Work per task (1 = the paper's size).")
 @click.option("--cosched", is_flag=True, help="Opt the stages in to co-scheduling.")

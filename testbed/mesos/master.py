@@ -375,7 +375,7 @@ class Master(FaultInjection, CallHandlers, TaskLifecycle, OfferCycle):
                 raise CallError(403, f"Framework cannot be found: {fid}"
                                      + (f" (removed: {why})" if why else ""))
             if not fw.connected or fw.sub is None:
-                raise CallError(403, "Framework is not subscribed")
+                raise CallError(403, _not_subscribed(fw))
             if stream_id is None:
                 raise CallError(400, "All non-subscribe calls should include the "
                                      "'Mesos-Stream-Id' header")
@@ -416,6 +416,18 @@ class Master(FaultInjection, CallHandlers, TaskLifecycle, OfferCycle):
                                for o in self.offers.values()],
                     "counters": dict(self.counters),
                     "redirect_location": self.redirect_location, "chunking": self.chunking}
+
+
+def _not_subscribed(fw: Framework) -> str:
+    """The 403 body for a framework the master knows but that has no open subscription.
+    Starts with Mesos's own words, so that a client matching them still matches; the rest
+    says which framework, since when, and how it gets back in."""
+    since = ""
+    if fw.disconnected_at is not None:
+        since = f" for {max(0.0, time.time() - fw.disconnected_at):.1f} s"
+    return (f"Framework is not subscribed: framework {fw.id} has been disconnected{since}; "
+            f"SUBSCRIBE again with this framework id within its failover timeout "
+            f"({fw.failover_timeout:g} s) before making other calls")
 
 
 __all__ = ["AgentSpec", "CallError", "Master", "MasterConfig", "TERMINAL_STATES"]
