@@ -45,6 +45,10 @@ def _common(f):
                      help="Model file to write [default: TRACE-stem-....model here]."),
         click.option("--time-limit", type=click.FloatRange(min=1), default=None,
                      help="Stop after the epoch that passes this many minutes (resumable)."),
+        click.option("--max-steps", type=click.IntRange(min=1), default=None,
+                     help="Stop after the epoch that brings the run's environment steps "
+                          "(decisions in rollouts, warm start included) to this many "
+                          "(resumable with a larger budget)."),
         click.option("--pi-lr", type=click.FloatRange(min=0, min_open=True), default=None,
                      help="Policy learning rate (Adam) [default: 3e-4 for rlscheduler (the "
                           "reference's), 1e-3 for inspector]."),
@@ -110,6 +114,7 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
         raise click.ClickException(str(exc)) from None
     summary = {"model": str(result.path), "kind": cfg.kind, "trace": cfg.trace,
                "epochs": result.model.header["epochs"], "resumed_from_epoch": result.resumed_from,
+               "training_steps": result.model.header["training_steps"],
                "training_seconds": round(result.seconds, 1),
                "size_bytes": result.path.stat().st_size,
                "curve_png": str(result.plot) if result.plot else None,
@@ -121,8 +126,14 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
                f"in {summary['training_seconds']:.0f} s"
                + (f" (resumed at epoch {result.resumed_from})" if result.resumed_from else ""))
     if result.model.header["epochs"] < cfg.epochs:
-        click.echo(f"stopped after epoch {result.model.header['epochs']} of {cfg.epochs}: "
-                   "the same command resumes the run from its checkpoint")
+        h = result.model.header
+        why = (f"the step budget ({h['training_steps']:,} of {cfg.max_steps:,} steps)"
+               if cfg.max_steps is not None and h["training_steps"] >= cfg.max_steps
+               else "the time limit" if cfg.time_limit_s is not None
+               and result.seconds >= cfg.time_limit_s else "--stop-after")
+        click.echo(f"stopped after epoch {h['epochs']} of {cfg.epochs} by {why}: the same "
+                   "command resumes the run from its checkpoint"
+                   + (" (with a larger --max-steps)" if why.startswith("the step") else ""))
     if result.plot:
         click.echo(f"training curve {result.plot}")
     if result.gate:
@@ -180,7 +191,7 @@ _imitate_rounds = click.option(
               help="Reward a sequence by its bsld divided by SJF's on the same sequence (so "
                    "a heavy-tailed trace's hardest sequences do not drown the others).")
 def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
-                out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
+                out, time_limit, max_steps, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
                 metric, mask, imitate, imitate_rounds, relative_reward) -> None:
     """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
@@ -189,7 +200,8 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
                   ray_address=ray_address, mask=mask, pi_lr=pi_lr or 3e-4,
                   imitate=None if imitate.lower() == "none" else
                   "best" if imitate.lower() == "best" else get_policy(imitate).name,
-                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
+                  time_limit_s=time_limit * 60 if time_limit else None, max_steps=max_steps,
+                  evaluate=not no_eval,
                   init=init, env=env, stop_after=stop_after, imitate_epochs=imitate_rounds,
                   relative_reward=relative_reward)
     _run(cfg, fresh, as_json)
@@ -219,7 +231,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
               show_default=True, help="Seconds before a rejected job is asked again (at the "
                                       "latest; an arrival or an end asks sooner).")
 def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
-              out, time_limit, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
+              out, time_limit, max_steps, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
               base, start_reject, imitate, imitate_rounds, max_rejections, retry_after) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
@@ -227,7 +239,8 @@ def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, ex
     cfg = _config("inspector", trace, out, epochs, 40, base=base, backfill=backfill,
                   trajectories=trajectories, sequence=sequence, seed=seed, workers=workers, executor=executor,
                   ray_address=ray_address, pi_lr=pi_lr or 1e-3,
-                  time_limit_s=time_limit * 60 if time_limit else None, evaluate=not no_eval,
+                  time_limit_s=time_limit * 60 if time_limit else None, max_steps=max_steps,
+                  evaluate=not no_eval,
                   init=init, env=env, stop_after=stop_after, start_reject=start_reject,
                   imitate=None if imitate == "none" else imitate, imitate_epochs=imitate_rounds,
                   max_rejections=max_rejections, retry_after_s=retry_after)

@@ -8,6 +8,11 @@ stopped (same seed, same settings: the same epochs follow). At the end the model
 evaluated on the trace's ten seed-1 windows, written (``MODEL``), and its curve drawn
 (``MODEL.png``, if matplotlib is present).
 
+Budgets: ``epochs``, wall time (``time_limit_s``) and environment steps (``max_steps``,
+every decision taken in a rollout, the warm start's included), whichever ends first; each
+counts over the whole run, resumptions included, and the model's header records the budget
+and the steps and seconds used (``budget``, ``training_steps``, ``training_seconds``).
+
 Trajectory filtering (RLScheduler): for the first ``filter_epochs`` epochs only sequences
 whose SJF mean bounded slowdown lies in ``filter_range`` are drawn (the reference's
 10..150), then all.
@@ -82,6 +87,9 @@ class TrainConfig:
     validate_every: int = 5
     validation_windows: int = 6
     time_limit_s: float | None = None
+    # a budget in environment steps (decisions), over the whole run and its resumptions:
+    # training stops after the epoch that reaches it (resumable with a larger budget)
+    max_steps: int | None = None
     stop_after: int | None = None    # epochs of this session, then stop (resumable)
     evaluate: bool = True
     env: str = "batched"             # RL rollouts: "batched" (batchenv.py) or "reference"
@@ -92,6 +100,10 @@ class TrainConfig:
     retry_after_s: float = RETRY_AFTER_S
 
     def __post_init__(self) -> None:
+        if self.max_steps is not None and (isinstance(self.max_steps, bool)
+                                           or not isinstance(self.max_steps, int)
+                                           or self.max_steps < 1):
+            raise InvalidInput(f"max_steps must be an integer >= 1, got {self.max_steps!r}")
         if self.imitate_epochs is None:
             self.imitate_epochs = min(4, max(1, self.epochs // 10))
 
@@ -99,8 +111,7 @@ class TrainConfig:
         """What must agree for a checkpoint to be resumed."""
         d = asdict(self)
         for k in ("out", "workers", "executor", "ray_address", "epochs", "time_limit_s",
-                  "stop_after",
-                  "evaluate"):
+                  "max_steps", "stop_after", "evaluate"):
             d.pop(k)
         return d
 
@@ -180,6 +191,12 @@ def _sjf_figure(cache: dict, trace, cluster, cfg: TrainConfig, start: int) -> fl
         sched = simulate(jobs, cluster, get_policy("SJF"), cfg.backfill)
         cache[start] = compute_metrics(jobs, sched.start, sched.end, trace.max_procs).avg_bsld
     return max(1.0, float(cache[start]))
+
+
+def steps_before(curve: list[dict]) -> int:
+    """Environment steps taken so far by the run whose rows are ``curve``: its PPO epochs'
+    rollouts and its warm start's (imitation) rollouts."""
+    return sum(int(r["steps"]) for r in curve if "steps" in r)
 
 
 def train(cfg: TrainConfig, *, resume: bool = True,
@@ -338,7 +355,9 @@ def train(cfg: TrainConfig, *, resume: bool = True,
             if cfg.kind == "inspector":
                 row["mean_base"] = float(np.mean([t.base_value for t in trajs]))
                 row["rejections"] = float(np.mean([t.rejections for t in trajs]))
-            last = epoch + 1 == cfg.epochs or (
+            steps_done = row["steps"] + steps_before(curve)
+            over_budget = cfg.max_steps is not None and steps_done >= cfg.max_steps
+            last = epoch + 1 == cfg.epochs or over_budget or (
                 cfg.time_limit_s is not None
                 and elapsed_before + time.perf_counter() - t_start >= cfg.time_limit_s)
             if (epoch + 1) % cfg.validate_every == 0 or last:
@@ -351,7 +370,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
                              best)
             if progress is not None:
                 progress(epoch + 1, cfg.epochs, row)
-            if cfg.time_limit_s is not None and elapsed >= cfg.time_limit_s:
+            if over_budget or (cfg.time_limit_s is not None and elapsed >= cfg.time_limit_s):
                 epoch += 1
                 break
             # a stop without an extra validation: resumed, the run goes on exactly as an
@@ -376,6 +395,9 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         "filter_epochs": min(filter_epochs, epoch),
         "filter_range": [cfg.filter_low, cfg.filter_high],
         "training_seconds": round(seconds, 1),
+        "training_steps": steps_before(curve),
+        "budget": {"epochs": cfg.epochs, "max_steps": cfg.max_steps,
+                   "time_limit_s": cfg.time_limit_s},
         "framework": _framework(), "python": platform.python_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "last_epoch": curve[-1] if curve else None,
@@ -512,7 +534,8 @@ def _imitate(cfg: TrainConfig, teacher: str, agent, executor, limit: int, norm: 
         trajs = [t for batch in executor.map(tasks) for t in batch]
         loss = agent.imitate(agent.make_batch(trajs), cfg.imitate_steps)
         row = {"epoch": 0, "imitation": k + 1, "teacher": teacher,
-               "mean_value": float(np.mean([t.value for t in trajs])), "bc_loss": loss}
+               "mean_value": float(np.mean([t.value for t in trajs])), "bc_loss": loss,
+               "steps": sum(len(t.actions) for t in trajs)}
         if cfg.kind == "inspector":
             # how often the network's greedy answer is now the teacher's, on these steps
             obs = np.concatenate([t.obs for t in trajs if len(t.actions)] or
