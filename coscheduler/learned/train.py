@@ -184,6 +184,24 @@ def _pool(trace, cluster, cfg: TrainConfig, rng: np.random.Generator) -> tuple[n
     return starts, scores
 
 
+def filtered_starts(starts: np.ndarray, scores: np.ndarray, low: float,
+                    high: float) -> np.ndarray:
+    """Trajectory filtering's pool: the starts whose SJF figure lies strictly between
+    ``low`` and ``high``; all of them when none does (a trace without such sequences
+    still trains)."""
+    keep = (scores > low) & (scores < high)
+    return starts[keep] if keep.any() else starts
+
+
+def epoch_starts(rng: np.random.Generator, filtered: np.ndarray | None, span: int,
+                 count: int) -> list[int]:
+    """An epoch's ``count`` sequence starts: drawn from the filtered pool during the
+    filtering epochs, else uniformly from ``[0, span)`` (the training part)."""
+    if filtered is not None:
+        return rng.choice(filtered, count).tolist()
+    return rng.integers(0, span, count).tolist()
+
+
 def _sjf_figure(cache: dict, trace, cluster, cfg: TrainConfig, start: int) -> float:
     """SJF's mean bsld (the run's backfilling) on the sequence at ``start`` (>= 1)."""
     if start not in cache:
@@ -282,8 +300,7 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         filter_epochs = cfg.epochs // 2 if cfg.kind == "rlscheduler" else 0
     if cfg.kind == "rlscheduler" or filter_epochs > first_epoch:
         pool_starts, pool_scores = _pool(trace, cluster, cfg, pool_rng)
-        keep = (pool_scores > cfg.filter_low) & (pool_scores < cfg.filter_high)
-        filtered = pool_starts[keep] if keep.any() else pool_starts
+        filtered = filtered_starts(pool_starts, pool_scores, cfg.filter_low, cfg.filter_high)
     if cfg.relative_reward and (cfg.kind != "rlscheduler" or cfg.metric != "bsld"):
         raise InvalidInput("a relative reward is for RLScheduler with the bsld metric")
     # sequence start -> SJF's bsld on it (relative reward): the pool's, others as needed
@@ -332,10 +349,8 @@ def train(cfg: TrainConfig, *, resume: bool = True,
         for epoch in range(first_epoch, cfg.epochs):
             t0 = time.perf_counter()
             rng = np.random.default_rng([cfg.seed, epoch])
-            if epoch < filter_epochs:
-                starts = rng.choice(filtered, cfg.trajectories).tolist()
-            else:
-                starts = rng.integers(0, limit - cfg.sequence + 1, cfg.trajectories).tolist()
+            starts = epoch_starts(rng, filtered if epoch < filter_epochs else None,
+                                  limit - cfg.sequence + 1, cfg.trajectories)
             policy = agent.policy_params()
             tasks = [RolloutTask(cfg.kind, str(Path(cfg.trace).resolve()), [int(s) for s in part],
                                  cfg.sequence, cfg.backfill, policy, norm.as_dict(),
