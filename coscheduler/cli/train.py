@@ -35,6 +35,11 @@ def _common(f):
                      help="Jobs per training sequence (the reference's 256); the validation "
                           "windows are twice as long (capped by the training part)."),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option("--seeds", default=None, metavar="LIST",
+                     help="Train once per seed (e.g. 1-4 or 1,3,8), one after the other, and "
+                          "keep the seed whose model is best against the best heuristic on "
+                          "its validation windows; each seed's files stay as "
+                          "NAME-seedK.*. Not with --seed."),
         click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Rollout worker processes (or Ray tasks with --executor ray)."),
         click.option("--executor", type=click.Choice(["processes", "ray"]), default="processes",
@@ -86,7 +91,21 @@ def _stem(trace: str) -> str:
     return name
 
 
-def _run(cfg, fresh: bool, as_json: bool) -> None:
+def _seeds(text: str | None, seed: int) -> list[int] | None:
+    """--seeds parsed (None without it); refused beside a --seed other than the default."""
+    if text is None:
+        return None
+    from ..multi.seeds import parse_seeds
+
+    if seed != 0:
+        raise click.UsageError("give --seed or --seeds, not both")
+    try:
+        return parse_seeds(text)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--seeds") from None
+
+
+def _run(cfg, fresh: bool, as_json: bool, seeds: list[int] | None = None) -> None:
     try:
         from ..learned.train import train as run_training
         import jax  # noqa: F401 - fail early with the install hint
@@ -108,8 +127,24 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
                    else ""))
         click.echo(text, err=True)
 
+    seed_reports = None
     try:
-        result = run_training(cfg, resume=not fresh, progress=progress)
+        if seeds is None:
+            result = run_training(cfg, resume=not fresh, progress=progress)
+        else:
+            from ..learned.seeds import train_seeds
+
+            def on_seed(k: int, r) -> None:
+                g = r.gate
+                click.echo(f"seed {k}: validation {g.get('model_figure', float('nan')):.2f} "
+                           f"vs best heuristic {g.get('best_heuristic')} "
+                           f"{_signed_percent(g.get('vs_best'))} ({g.get('verdict')}); "
+                           f"model {r.path}", err=True)
+
+            click.echo(f"training seeds {','.join(map(str, seeds))} one after the other",
+                       err=True)
+            result, seed_reports = train_seeds(cfg, seeds, resume=not fresh,
+                                               progress=progress, on_seed=on_seed)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     summary = {"model": str(result.path), "kind": cfg.kind, "trace": cfg.trace,
@@ -118,7 +153,10 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
                "training_seconds": round(result.seconds, 1),
                "size_bytes": result.path.stat().st_size,
                "curve_png": str(result.plot) if result.plot else None,
-               "figures": result.figures, "gate": result.gate}
+               "figures": result.figures, "gate": result.gate,
+               **({"kept_seed": result.model.header["kept_seed"],
+                   "seed_validation": result.model.header["seed_validation"]}
+                  if seed_reports is not None else {})}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
@@ -134,6 +172,10 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
         click.echo(f"stopped after epoch {h['epochs']} of {cfg.epochs} by {why}: the same "
                    "command resumes the run from its checkpoint"
                    + (" (with a larger --max-steps)" if why.startswith("the step") else ""))
+    if seed_reports is not None:
+        click.echo(f"kept seed {result.model.header['kept_seed']} of "
+                   f"{','.join(map(str, seeds))} (best against the best heuristic on its "
+                   "validation windows)")
     if result.plot:
         click.echo(f"training curve {result.plot}")
     if result.gate:
@@ -152,6 +194,10 @@ def _run(cfg, fresh: bool, as_json: bool) -> None:
         click.echo(f"held-out windows: {f['base']} {f['base_bsld']:.1f} -> inspected "
                    f"{f['inspected_bsld']:.1f} ({100 * f['improvement']:+.1f} %), rejection "
                    f"ratio {f['rejection_ratio']:.3f}")
+
+
+def _signed_percent(vs_best) -> str:
+    return "?" if not isinstance(vs_best, (int, float)) else f"{100 * vs_best:+.1f} %"
 
 
 def _config(kind, trace, out, epochs, default_epochs, init=None, **kw):
@@ -191,7 +237,7 @@ _imitate_rounds = click.option(
               help="Reward a sequence by its bsld divided by SJF's on the same sequence (so "
                    "a heavy-tailed trace's hardest sequences do not drown the others).")
 def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
-                out, time_limit, max_steps, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
+                seeds, out, time_limit, max_steps, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
                 metric, mask, imitate, imitate_rounds, relative_reward) -> None:
     """RLScheduler: PPO picks the next job from a 128-job window (kernel network)."""
     out = out or Path(f"{_stem(trace)}-{metric}-{backfill}.model")
@@ -204,7 +250,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
                   evaluate=not no_eval,
                   init=init, env=env, stop_after=stop_after, imitate_epochs=imitate_rounds,
                   relative_reward=relative_reward)
-    _run(cfg, fresh, as_json)
+    _run(cfg, fresh, as_json, _seeds(seeds, seed))
 
 
 @train.command("inspector")
@@ -231,7 +277,7 @@ def rlscheduler(trace, backfill, epochs, trajectories, sequence, seed, workers, 
               show_default=True, help="Seconds before a rejected job is asked again (at the "
                                       "latest; an arrival or an end asks sooner).")
 def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, executor, ray_address,
-              out, time_limit, max_steps, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
+              seeds, out, time_limit, max_steps, pi_lr, init, env, stop_after, fresh, no_eval, as_json,
               base, start_reject, imitate, imitate_rounds, max_rejections, retry_after) -> None:
     """SchedInspector: PPO accepts or rejects a base policy's picks."""
     base = get_policy(base).name
@@ -244,7 +290,7 @@ def inspector(trace, backfill, epochs, trajectories, sequence, seed, workers, ex
                   init=init, env=env, stop_after=stop_after, start_reject=start_reject,
                   imitate=None if imitate == "none" else imitate, imitate_epochs=imitate_rounds,
                   max_rejections=max_rejections, retry_after_s=retry_after)
-    _run(cfg, fresh, as_json)
+    _run(cfg, fresh, as_json, _seeds(seeds, seed))
 
 
 def _add_mrsch() -> None:
