@@ -142,6 +142,7 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     parse_s = time.perf_counter() - t0
+    selectors = _selectors_for(policies, loaded)
 
     if loaded.skipped_lines:
         click.echo(f"skipped {loaded.skipped_lines} malformed line(s) in {trace}:", err=True)
@@ -160,8 +161,7 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
     progress = DelayedProgress(len(jobs) * len(policies), "simulating")
     results = []
     try:
-        for name in policies:
-            policy = _selector_or_name(name) if isinstance(name, str) else name
+        for policy in selectors:
             results.append(replay(loaded, policy, backfill, jobs=jobs, progress=progress))
             progress.next_run(len(jobs))
     except InvalidInput as exc:
@@ -176,6 +176,21 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
         click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
         click.echo(_table(results))
+
+
+def _selectors_for(policies: list, trace) -> list:
+    """The policies to replay (``rl:`` names loaded as scorers), a learned model trained
+    for another machine than the trace's refused before any replay: one line naming the
+    model file and both machines."""
+    from ..learned.machine import check_selector
+
+    try:
+        selectors = [_selector_or_name(p) if isinstance(p, str) else p for p in policies]
+        for policy in selectors:
+            check_selector(policy, trace)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+    return selectors
 
 
 def _write_jobs_csv(out_dir: Path, workload, jobs, results: list[ReplayResult]) -> None:

@@ -6,6 +6,10 @@ held-out windows: ``windows.heldout_starts``). Inspectors: mean bsld of the base
 inspected over the held-out windows (``windows.heldout_starts``), the relative
 improvement and the rejection ratio (rejections per inspected pick), beside the hand-written
 ``reject-blocked`` rule over the same base (``policies.selection.RejectBlocked``).
+
+A learned model is replayed only on a trace of the machine its header records
+(``machine.py``); ``other_machine=True`` is for the cross-trace table, which runs a model on
+other machines' traces on purpose.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from ..sim.engine import simulate
 from ..sim.metrics import Metrics, compute_metrics
 from ..sim.replay import window as trace_window
 from ..sim.swf import SwfTrace
+from .machine import check_selector
 from .modelfile import Model
 from .selectors import LearnedInspector, LearnedScorer
 from .windows import EVAL_JOBS, SEQUENCE_JOBS, eval_starts, heldout_starts
@@ -32,6 +37,7 @@ class CountingInspector:
 
     def __init__(self, inner):
         self.inner = inner
+        self.model = getattr(inner, "model", None)   # the machine check sees through it
         self.name, self.kind = inner.name, inner.kind
         self.queue_policy, self.window = inner.queue_policy, inner.window
         self.max_rejections, self.retry_after = inner.max_rejections, inner.retry_after
@@ -45,8 +51,11 @@ class CountingInspector:
 
 
 def window_metrics(trace: SwfTrace, policy, backfill: str, starts: list[int],
-                   jobs: int = EVAL_JOBS) -> list[Metrics]:
-    """Each window's metrics under ``policy`` (a QueuePolicy or a selector)."""
+                   jobs: int = EVAL_JOBS, other_machine: bool = False) -> list[Metrics]:
+    """Each window's metrics under ``policy`` (a QueuePolicy or a selector); a learned
+    selector's model must be for the trace's machine unless ``other_machine``."""
+    if not other_machine:
+        check_selector(policy, trace)
     cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
     out = []
     for s in starts:
@@ -57,15 +66,19 @@ def window_metrics(trace: SwfTrace, policy, backfill: str, starts: list[int],
 
 
 def window_bsld(trace: SwfTrace, policy, backfill: str, starts: list[int],
-                jobs: int = EVAL_JOBS) -> list[float]:
-    """Mean bsld of each window under ``policy`` (a QueuePolicy or a selector)."""
-    return [m.avg_bsld for m in window_metrics(trace, policy, backfill, starts, jobs)]
+                jobs: int = EVAL_JOBS, other_machine: bool = False) -> list[float]:
+    """Mean bsld of each window under ``policy`` (a QueuePolicy or a selector);
+    ``other_machine`` as in ``window_metrics``."""
+    return [m.avg_bsld for m in window_metrics(trace, policy, backfill, starts, jobs,
+                                               other_machine)]
 
 
 def rl_table(trace: SwfTrace, scorers: dict, backfill: str,
              heuristics=HEURISTICS, starts: list[int] | None = None) -> dict:
     """{policy name: mean bsld} over ``starts`` (default: the seed-1 windows), heuristics
     then scorers, and each window's bsld per policy (``window_bsld``, in window order)."""
+    for scorer in scorers.values():   # refused before the heuristics' replays, not after
+        check_selector(scorer, trace)
     starts = eval_starts(len(trace.jobs)) if starts is None else starts
     per_window = {name: window_bsld(trace, get_policy(name), backfill, starts)
                   for name in heuristics}
@@ -78,6 +91,7 @@ def rl_table(trace: SwfTrace, scorers: dict, backfill: str,
 
 def inspector_figures(trace: SwfTrace, inspector, backfill: str,
                       sequences=(SEQUENCE_JOBS,)) -> dict:
+    check_selector(inspector, trace)   # before the base policy's replays, not after
     starts = heldout_starts(len(trace.jobs), sequences=sequences)
     base: QueuePolicy = inspector.queue_policy
     counted = CountingInspector(inspector)

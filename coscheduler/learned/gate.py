@@ -21,8 +21,10 @@ An inspector's figure is its inspected mean bsld; its base policy is one of the 
 
 ``cosched train`` writes the report with every model; ``cosched models gate`` writes it
 for existing (shipped) models. Errors about a model name its file: unreadable or
-truncated files (``modelfile``), a trace of another machine size than the model's, NaN
-features.
+truncated files (``modelfile``), a trace of another machine size than the one the model's
+header records (``machine.py``, the same check as every replay of a trace with a model; a
+model without ``machine`` is gated on the trace its header names unless ``--trace`` says
+otherwise), NaN features.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from ..sim.metrics import compute_metrics
 from ..sim.replay import window as trace_window
 from ..sim.swf import SwfTrace
 from .episode import metric_value
-from .modelfile import Model, ModelError
+from .machine import check_machine, machine_of
+from .modelfile import Model
 from .paired import ratio_interval, relative, windows_won
 from .selectors import LearnedInspector, LearnedScorer
 from .windows import EVAL_JOBS, SEQUENCE_JOBS, eval_starts, heldout_all_starts, train_limit
@@ -95,27 +98,6 @@ def reported_starts(total_jobs: int) -> list[int]:
 def report_path(model_path: str | Path) -> Path:
     p = Path(model_path)
     return p.with_name(p.name.split(".")[0] + REPORT_SUFFIX)
-
-
-def machine_of(trace: SwfTrace) -> dict:
-    cluster = Cluster.from_swf_header(trace.max_nodes, trace.max_procs)
-    return {"nodes": cluster.nodes, "procs_per_node": cluster.procs_per_node}
-
-
-def check_machine(model: Model, trace: SwfTrace) -> None:
-    """A model is gated on the machine it was trained for: its header's ``machine`` (or,
-    for older models, the named trace's) must be the trace's."""
-    want = model.header.get("machine")
-    have = machine_of(trace)
-    if want is not None and (not isinstance(want, dict) or set(want) != set(have)
-                             or not all(isinstance(v, int) for v in want.values())):
-        raise ModelError(f"{model.path or model.name}: the header's machine {want!r} is not "
-                         "{\"nodes\": N, \"procs_per_node\": P}")
-    if want is not None and want != have:
-        raise ModelError(f"{model.path or model.name}: trained for a machine of "
-                         f"{want['nodes']} nodes x {want['procs_per_node']} processors, but "
-                         f"{Path(trace.path).name} has {have['nodes']} x "
-                         f"{have['procs_per_node']}")
 
 
 def heldout_windows(total_jobs: int, sequence: int = SEQUENCE_JOBS,

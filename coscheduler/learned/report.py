@@ -9,6 +9,10 @@ backfilling); the cross-trace table (the model of trace X
 on trace Y's windows); each inspector's mean bsld over its base on the held-out windows,
 with the relative improvement and the rejection ratio; and the training curves (PNG,
 drawn from the curves the model files keep, when matplotlib is present).
+
+A model in a trace's own table or an inspector on its trace must be for that trace's
+machine (``machine.py``: one line naming the file otherwise); the cross-trace table runs
+models on other machines' traces on purpose and is not checked.
 """
 
 from __future__ import annotations
@@ -174,7 +178,8 @@ def _evaluate(what: str, path: str, backfill: str, models: list[dict], spec: tup
     (m,) = models
     if what == "cross":
         scorer = LearnedScorer(load_model(m["path"], "rlscheduler"), name=f"rl:{m['name']}")
-        values = window_bsld(trace, scorer, backfill, starts)
+        # the cross-trace table: a model on another trace, another machine, on purpose
+        values = window_bsld(trace, scorer, backfill, starts, other_machine=True)
         return sum(values) / len(values)
     return inspector_figures(trace, LearnedInspector(load_model(m["path"], "inspector")),
                              backfill, sequences=sequences)

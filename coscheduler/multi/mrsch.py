@@ -315,6 +315,11 @@ class MRSchAgent(Scorer):
         s = state_features(view, self.window)
         m = measurement(view)
         g = goal_vector(view) if self.goal_mode == "dynamic" else np.full(len(m), 1 / len(m))
+        if not (np.isfinite(s).all() and np.isfinite(m).all() and np.isfinite(g).all()):
+            # NaN scores would pick window position 0 without a word
+            raise ModelError(f"{self.model.path or self.model.name}: NaN or infinite features "
+                             f"at time {view.now} (a job with a NaN submit time, estimate or "
+                             "size?); the model cannot score them")
         pred = forward(self.params, s, m, g, window=self.window, measures=len(m))
         self._last = (s, m, g)
         return objective(pred, g)[:view.size]
