@@ -74,6 +74,8 @@ class SchedulerEvents:
                 for p in v.problems:
                     self._problem(p)
                 self.counters["offers"] += 1
+                if self._first_offer_at is None:
+                    self._first_offer_at = self._clock()
                 if v.agent_id not in self._agents:
                     self._add_agent(v.agent_id, v.hostname)
                 elif v.hostname:

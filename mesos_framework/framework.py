@@ -83,6 +83,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self._suppressed = False
         self._agents: dict[str, str] = {}          # agent id -> hostname, first-seen order
         self._agent_cores: dict[str, int] = {}     # most cores seen usable per agent
+        self._first_offer_at: float | None = None   # (clock) when the first offer came
         self._node_of: dict[str, str] = {}         # agent id -> node name the controller sees
         self._agent_of: dict[str, str] = {}
         self._pool: dict[str, HeldOffer] = {}
@@ -168,6 +169,17 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self.nodes()
         with self._lock:
             return sum(self._agent_cores.values())
+
+    def known_capacity(self) -> dict[str, int]:
+        """Node name -> the most cores seen usable there (the controller's view of the
+        whole cluster: a job no set of these could hold does not hold offers); {} until
+        ``capacity_settle_s`` after the first offer, while agents may still be unseen."""
+        self.nodes()
+        with self._lock:
+            first = self._first_offer_at
+            if first is None or self._clock() - first < self.config.capacity_settle_s:
+                return {}
+            return {self._node_of[aid]: c for aid, c in self._agent_cores.items() if c >= 1}
 
     def agent_cores(self) -> dict[str, int]:
         """Agent id -> the most cores seen usable there."""

@@ -73,11 +73,16 @@ class FrameworkConfig:
     guest_wait_s: float = 10.0
     # Job feeds (the queue folder, Slurm) are read at most this often.
     feed_interval_s: float = 1.0
+    # Offers of every agent arrive within this long of the first one: until then a gang
+    # bigger than the agents seen still holds offers (another agent may be about to offer);
+    # after it, a job no set of the agents seen could hold waits without holding any.
+    capacity_settle_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("failover_timeout_s", "hold_s", "hold_jitter", "refuse_s", "idle_refuse_s",
                      "accept_refuse_s", "mem_per_core_mb", "min_task_mem_mb", "overtime_factor",
-                     "settle_s", "lease_s", "guest_wait_s", "feed_interval_s"):
+                     "settle_s", "lease_s", "guest_wait_s", "feed_interval_s",
+                     "capacity_settle_s"):
             check_finite(getattr(self, name), f"mesos framework {name}", minimum=0.0)
         if not self.user or not self.name:
             raise InvalidInput("mesos framework: user and name must not be empty")

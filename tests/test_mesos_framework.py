@@ -171,6 +171,46 @@ def test_smaller_jobs_do_not_take_the_offers_a_waiting_gang_holds():
     assert sorted(job_of_task(t)[0] for t in launched) == ["big", "big"]
 
 
+def test_a_stage_bigger_than_every_agent_seen_does_not_hold_the_queue(caplog):
+    """Issue 24: a stage no set of the agents seen could hold (100,000 cores) held every
+    offer for itself and nothing behind it started, without a word. Once the agents'
+    offers have settled (capacity_settle_s after the first), it waits without holding."""
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, hold_s=10.0, hold_jitter=0.0,
+                                            capacity_settle_s=30.0))
+    b.submit(job("huge", cores=100_000, submit_time=0.0))
+    b.submit(job("small", cores=1, submit_time=1.0))
+    b.resourceOffers(d, [offer("O1", "A1", 2)])
+    step(b, ctl)
+    assert not d.of("ACCEPT")            # settling: another agent may be about to offer
+    clock.t += 31.0
+    with caplog.at_level(logging.WARNING, logger="coscheduler.controller"):
+        step(b, ctl)
+        step(b, ctl)
+    launched = [job_of_task(a["accept"]["operations"][0]["launch"]["task_infos"][0]
+                            ["task_id"]["value"])[0] for a in d.of("ACCEPT")]
+    assert launched == ["small"]
+    said = [r.getMessage() for r in caplog.records if "huge" in r.getMessage()]
+    assert len(said) == 1 and "needs 100000 cores" in said[0] and "2 cores" in said[0]
+    assert "huge" in [j.job_id for j in b.queued()]      # still waiting, not dropped
+
+
+def test_a_gang_that_the_agents_seen_can_hold_still_holds_offers_after_settling():
+    b, d, ctl, clock = make(FrameworkConfig(settle_s=0.0, hold_s=60.0, hold_jitter=0.0,
+                                            capacity_settle_s=30.0))
+    b.submit(job("first", cores=4, walltime=1000.0))
+    b.resourceOffers(d, [offer("O2", "A2", 4)])
+    step(b, ctl)
+    assert len(d.of("ACCEPT")) == 1                      # first runs on A2
+    clock.t += 31.0
+    b.submit(job("big", cores=8, nodes=2, submit_time=clock.t))
+    # (longer than first: backfilling it would delay the gang)
+    b.submit(job("small", cores=2, walltime=5000.0, submit_time=clock.t + 1))
+    b.resourceOffers(d, [offer("O1", "A1", 4)])
+    step(b, ctl)
+    assert len(d.of("ACCEPT")) == 1, "small took the offer the gang holds"
+    assert [h.offer_id for h in b.held_offers()] == ["O1"]
+
+
 def test_task_states_end_jobs_and_losses_requeue_them(caplog):
     b, d, ctl, clock = make()
     for j in (job("ok"), job("bad"), job("lost", cores=4, nodes=2)):

@@ -74,6 +74,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
         self._cooldown: dict[tuple[str, str], float] = {}   # (guest, host) -> until
         self._attempts: dict[str, int] = {}
         self._unplaceable: set[str] = set()
+        self._beyond_known: set[str] = set()   # said once: bigger than any node set seen
         self._span_undone: set[int] = set()   # decisions forgotten with a stage's other part
         self._dirty_classes: set[str] = set()
         # Idle-only lending: each guest's quota at its start (what a revision may grow
@@ -241,6 +242,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
         declined: list[Decision] = []
         host_quota: dict[str, float] = {}   # hosts' quotas after this pass's co-starts
         fits_empty: dict[tuple[int, int], bool] = {}
+        known: dict[str, int] | None = None    # (read once, when a job does not fit)
         for job in ordered:
             shape = (job.cores, job.nodes)
             if shape not in fits_empty:
@@ -251,6 +253,13 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
                         self._unplaceable.add(job.job_id)
                         self._give_up(job.job_id, f"needs {job.cores} cores on {job.nodes} node(s); "
                                       "no set of this cluster's nodes can hold it", report)
+                    continue
+                if known is None:
+                    known = self._known_capacity()
+                if known and first_fit(job, known) is None:
+                    # Offer-based, and more than every node ever seen could hold: it waits
+                    # for nodes to join without holding the offers others can use.
+                    self._wait_beyond_known(job, known, report)
                     continue
                 # Offer-based: more may be offered. The free cores (held offers) are kept
                 # for this job: nothing later starts on them (guests inside hosts still may).
@@ -318,6 +327,28 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
                 report.reservation = (job.job_id, shadow)
                 cores.reserve(shadow, left_over)
         return plan, declined
+
+    def _known_capacity(self) -> dict[str, int]:
+        """The most cores each node was ever seen with, from an offer-based backend that
+        keeps it (``known_capacity``); {} from others (their nodes are the whole cluster)."""
+        read = getattr(self.backend, "known_capacity", None)
+        if read is None:
+            return {}
+        try:
+            return dict(read())
+        except Exception as exc:  # noqa: BLE001 - unknown this pass: hold offers as before
+            log.warning("reading the backend's known capacity failed: %s", exc)
+            return {}
+
+    def _wait_beyond_known(self, job: Job, known: dict[str, int], report: PassReport) -> None:
+        why = (f"needs {job.cores} cores on {job.nodes} node(s); the {len(known)} node(s) seen "
+               f"so far ({sum(known.values())} cores) cannot hold it: it waits for more "
+               "without holding offers")
+        if job.job_id not in self._beyond_known:
+            self._beyond_known.add(job.job_id)
+            log.warning("job %s %s", job.job_id, why)
+        if self.config.explain:
+            report.refused[job.job_id] = why
 
     def _own_start_estimate(self, cores: EasyBackfill, running: list[RunningJob],
                             plan: list, now: float, ahead: list[Job]
