@@ -53,3 +53,29 @@ def lublin_swf() -> Path:
     from coscheduler.data import swf_trace
 
     return swf_trace("lublin_256.swf")
+
+
+@pytest.fixture
+def sleeper():
+    """A real process of the test's own that sleeps (to be registered, moved, throttled)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+@pytest.fixture
+def emu(tmp_path):
+    """An emulated Mesos master with one 2-CPU agent, fast heartbeats and allocations
+    (testbed/mesos; a real master cannot run here). test_mesos_emulator.py has its own."""
+    from testbed.mesos import AgentSpec, MasterConfig, MesosEmulator
+
+    e = MesosEmulator([AgentSpec(cpus=2, mem_mb=1024)], listen=("127.0.0.1", 0),
+                      workdir=tmp_path / "emu",
+                      config=MasterConfig(heartbeat_interval_s=0.3, allocation_interval_s=0.1))
+    e.start()
+    yield e
+    e.close()

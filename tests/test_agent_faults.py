@@ -29,14 +29,6 @@ def mimic(tmp_path):
     return fs
 
 
-@pytest.fixture
-def sleeper():
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield p
-    p.kill()
-    p.wait()
-
-
 def make(fs, tmp_path, **kw) -> NodeAgent:
     return NodeAgent("cosched", layout=fs.layout(), fs=fs, state_dir=tmp_path / "state",
                      max_lease_s=600, **kw)

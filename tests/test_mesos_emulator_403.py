@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from testbed.mesos import AgentSpec, MasterConfig, MesosEmulator
+from testbed.mesos import MesosEmulator
 from tests.mesos_raw import RawScheduler
 
 pytestmark = pytest.mark.mesos
@@ -23,16 +23,6 @@ CALLS = {
     "RECONCILE": {"tasks": []},
     "SUPPRESS": {},
 }
-
-
-@pytest.fixture
-def emu(tmp_path):
-    e = MesosEmulator([AgentSpec(cpus=2, mem_mb=1024)], listen=("127.0.0.1", 0),
-                      workdir=tmp_path / "emu",
-                      config=MasterConfig(heartbeat_interval_s=0.3, allocation_interval_s=0.1))
-    e.start()
-    yield e
-    e.close()
 
 
 def _wait_disconnected(emu: MesosEmulator, fid: str, timeout: float = 5.0) -> None:

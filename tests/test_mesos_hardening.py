@@ -12,19 +12,8 @@ import pytest
 
 from mesos_framework.driver import DRIVER_ABORTED
 from mesos_framework.framework import FrameworkConfig, MesosBackend
-from testbed.mesos import AgentSpec, MasterConfig, MesosEmulator
 from tests.mesos_raw import post
 from tests.test_mesos_driver import SUBSCRIBED, Recorder, ScriptMaster, encode, ev, make_driver
-
-
-@pytest.fixture
-def emu(tmp_path):
-    e = MesosEmulator([AgentSpec(cpus=2, mem_mb=1024)], listen=("127.0.0.1", 0),
-                      workdir=tmp_path / "emu",
-                      config=MasterConfig(heartbeat_interval_s=0.3, allocation_interval_s=0.1))
-    e.start()
-    yield e
-    e.close()
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,14 +18,6 @@ from mesos_framework.framework import FrameworkConfig, job_of_task
 from test_mesos_framework import job, make, offer, status, step
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def sleeper():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def test_a_job_its_restarted_node_agent_adopted_is_registered_again_not_failed(
