@@ -202,8 +202,10 @@ def test_asax_coallocation_through_the_emulator_applies_the_quotas_it_chose(emul
                   expert_factory=lambda: [ConstantExpert("lend40", forty)], idle_only=False)
     # one emulated core = one real CPU here (2 cpus offered on a machine of 2 or more)
     mr.backend.quotas = LocalNodeAgents(tmp_path, cpu_per_core=1.0)
-    mr.submit([Job("host", 2, 60.0, "test/host", command=_burn(11, 2)),
-               Job("guest", 2, 60.0, "test/guest", submit_time=0.5, command=_burn(8, 2))])
+    # Both burn long enough to outlast the waits below on a loaded machine (a CI run saw
+    # the guest's 8 s end inside the measuring window: guest 0.04 CPU beside host 1.19).
+    mr.submit([Job("host", 2, 60.0, "test/host", command=_burn(16, 2)),
+               Job("guest", 2, 60.0, "test/guest", submit_time=0.5, command=_burn(14, 2))])
     mr.start()
     try:
         wait_for(lambda: (mr.step(), {r.job_id: r.host_job for r in mr.backend.running()}
@@ -233,7 +235,10 @@ def test_asax_coallocation_through_the_emulator_applies_the_quotas_it_chose(emul
         print(f"measured over {wall:.1f} s: host {h:.3f} CPU (quota 1.2), guest {g:.3f} CPU "
               f"(quota 0.8); load average {os.getloadavg()[0]:.1f}")
         assert 0 < h <= 1.2 * 1.15 and 0 < g <= 0.8 * 1.15
-        if h + g >= 1.0:     # the machine gave the pair a fair part of its CPUs: split by quota
+        both_busy = all(agent.job(j).get("status") == "running" and agent.job(j).get("nprocs")
+                        for j in ("host", "guest"))
+        # the machine gave the pair a fair part of its CPUs, both busy throughout: split by quota
+        if h + g >= 1.0 and both_busy:
             assert 0.25 <= g / (h + g) <= 0.55
         result = mr.run(timeout_s=60)
     finally:
