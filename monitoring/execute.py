@@ -109,6 +109,8 @@ class Actuator(RoleFiles):
         self.period_us = 100_000
         self.created_ancestors: list[Path] = []
         self._paths: dict[tuple[str, str, bool], str] = {}
+        # quota file -> (quota, kernel text) last read back and found right (set_quota)
+        self._verified: dict[str, tuple[int | None, str]] = {}
 
     def _p(self, job: str, name: str, acct: bool = False) -> str:
         """Path of a job's file, validated once and cached (read on every tick)."""
@@ -176,6 +178,9 @@ class Actuator(RoleFiles):
         with self._lock:
             for p in [p for p in self._cache if p == prefix or prefix in p.parents]:
                 del self._cache[p]
+            under = f"{prefix}/"
+            for k in [k for k in self._verified if k.startswith(under)]:
+                del self._verified[k]
 
     # ---- quota formats (subclasses) -----------------------------------------------------
     def format_quota(self, quota_us: int | None) -> str:
@@ -189,6 +194,10 @@ class Actuator(RoleFiles):
 
     def throttling(self, job: str) -> tuple[int, float] | None:
         raise NotImplementedError
+
+    def counters(self, job: str, throttling: bool) -> tuple[int | None, tuple[int, float] | None]:
+        """A tick's two counters of a job: CPU used (ns) and, when asked, throttling."""
+        return self.usage_ns(job), (self.throttling(job) if throttling else None)
 
     def _prepare_root(self) -> None:
         """Version-specific work after the root exists (v2: enable the cpu controller)."""
@@ -293,13 +302,22 @@ class Actuator(RoleFiles):
     def set_quota(self, job: str, quota_us: int | None, *, verify: bool = False) -> bool:
         """Set a job's quota. With ``verify`` the kernel's value is read first and written
         only when it differs (the per-tick re-assertion); else the write cache decides."""
-        path = Path(self._p(job, self.quota_file))
+        spath = self._p(job, self.quota_file)
+        if verify:
+            current = self._read_hot(spath)
+            # The common tick: the kernel still holds the text we last found right.
+            if current is not None and self._verified.get(spath) == (quota_us, current):
+                self.stats.skipped += 1
+                return False
+        path = Path(spath)
         value = self.format_quota(quota_us)
         if verify:
-            current = self._read_hot(str(path))
             with self._lock:
                 if current is not None and self.parse_quota(current) == quota_us:
                     self._cache[path] = value
+                    if len(self._verified) > 100_000:
+                        self._verified.clear()
+                    self._verified[spath] = (quota_us, current)
                     self.stats.skipped += 1
                     return False
                 if self._cache.get(path) == value:
@@ -430,10 +448,19 @@ class V2Actuator(Actuator):
         return stat["usage_usec"] * 1000 if "usage_usec" in stat else None
 
     def throttling(self, job: str) -> tuple[int, float] | None:
-        stat = parse_flat_keyed(self._read_hot(self._p(job, "cpu.stat")))
+        return self._throttling(parse_flat_keyed(self._read_hot(self._p(job, "cpu.stat"))))
+
+    @staticmethod
+    def _throttling(stat: dict[str, int]) -> tuple[int, float] | None:
         if "nr_throttled" not in stat:
             return None
         return stat["nr_throttled"], stat.get("throttled_usec", 0) / 1e6
+
+    def counters(self, job: str, throttling: bool) -> tuple[int | None, tuple[int, float] | None]:
+        # both counters live in cpu.stat: one read
+        stat = parse_flat_keyed(self._read_hot(self._p(job, "cpu.stat")))
+        usage = stat["usage_usec"] * 1000 if "usage_usec" in stat else None
+        return usage, (self._throttling(stat) if throttling else None)
 
 
 class InPlaceQuota(RoleFiles):

@@ -54,12 +54,12 @@ class JobObservation:
         if (light is not None and in_cg and in_cg == light["members"]
                 and self.counters["ticks"] % self.io_every != 0 and not spec.batch_cgroup
                 and all(map(_exists, in_cg))):
-            usage = self.actuator.usage_ns(jid)
+            usage, thr = self.actuator.counters(jid, quota_set)
             if usage is not None:
                 return {"members": set(in_cg), "to_move": set(), "refused": {},
                         "totals": light["totals"], "io": light["io"], "usage_ns": usage,
                         "usage_src": "cgroup", "progress": collect.read_progress_file(spec.progress_file),
-                        "throttling": self.actuator.throttling(jid) if quota_set else None,
+                        "throttling": thr,
                         "time": time.monotonic(), "wall": now}
         batch: set[int] = set()
         if spec.batch_cgroup:

@@ -218,6 +218,13 @@ def test_descendant_moved_out_is_followed_back_and_drift_is_corrected(make_agent
     writes = agent.actuator.stats.writes
     agent.tick()
     assert agent.actuator.stats.writes == writes
+    # drift after quiet ticks (the kernel's text was found right and remembered) is
+    # corrected all the same
+    corrected = agent.actuator.stats.drift_corrected
+    (CPU / cg_root / "fam" / "cpu.cfs_quota_us").write_text("-1")
+    agent.tick()
+    assert quota_file(cg_root, "fam") == "30000"
+    assert agent.actuator.stats.drift_corrected == corrected + 1
 
 
 def test_lease_expiry_gives_the_full_quota_back_and_says_why(make_agent, procs, cg_root):

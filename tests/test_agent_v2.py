@@ -77,6 +77,8 @@ def test_v2_mimic_quota_lifecycle_hierarchy_and_drift(mimic, procs, tmp_path):
         assert _read(root / "j1" / "cpu.max") == "150000 100000"
         agent.set_quota("j1", 0.2, lease_s=30)
         assert _read(root / "j1" / "cpu.max") == "40000 100000"
+        agent.tick()   # read back and found right: later ticks compare the kernel's text
+        assert agent.actuator.stats.drift_corrected == 0
         # someone rewrites it behind our back: the next tick re-asserts it
         mimic.write(root / "j1" / "cpu.max", "max 100000")
         agent.tick()

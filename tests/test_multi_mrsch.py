@@ -96,14 +96,17 @@ def test_targets_are_future_changes_with_a_mask():
     assert v[0].tolist() == [1, 1, 0, 0, 0, 0] and v[2].sum() == 0
 
 
-def train_cli(out: Path, episodes: str, lublin_swf: Path, resume: bool = False) -> dict:
+def train_cli(out: Path, episodes: str, lublin_swf: Path, resume: bool = False,
+              extra: tuple[str, ...] = (), stderr: list | None = None) -> dict:
     """``cosched train mrsch`` in a child process (JAX must not load in the test process:
     it is multi-threaded and other tests fork)."""
     args = [sys.executable, "-m", "coscheduler.cli", "train", "mrsch", "--trace", str(lublin_swf),
             "--set", "S4", "--episodes", episodes, "--jobs-per-set", "128", "--steps", "4",
-            "--batch", "16", "--out", str(out), "--json"] + (["--resume"] if resume else [])
+            "--batch", "16", "--out", str(out), "--json", *extra] + (["--resume"] if resume else [])
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if stderr is not None:
+        stderr.append(proc.stderr)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -169,12 +172,65 @@ def test_the_window_is_cut_in_the_order_the_model_was_trained_with(smoke_model, 
 def test_resume_continues_from_the_checkpoint(smoke_model, tmp_path, lublin_swf):
     path, model = smoke_model
     out = tmp_path / "m.model"
-    Path(str(out) + ".ckpt").write_bytes(Path(str(path) + ".ckpt").read_bytes())
+    ckpt = Path(str(path) + ".ckpt")
+    Path(str(out) + ".ckpt").write_bytes(ckpt.read_bytes())
+    # the checkpoint names its replay memory, which sits beside it
+    memories = list(ckpt.parent.glob(ckpt.name + ".memory-*.npz"))
+    assert [m.name for m in memories] == [ckpt.name + ".memory-3.npz"]
+    copy = tmp_path / memories[0].name
+    copy.write_bytes(memories[0].read_bytes()[:1000])      # truncated: named, no traceback
+    args = [sys.executable, "-m", "coscheduler.cli", "train", "mrsch", "--trace",
+            str(lublin_swf), "--set", "S4", "--episodes", "1,1,2", "--jobs-per-set", "128",
+            "--out", str(out), "--resume"]
+    bad = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert f"{copy}: the checkpoint's replay memory cannot be read" in bad.stderr
+    copy.write_bytes(memories[0].read_bytes())
     header = train_cli(out, "1,1,2", lublin_swf, resume=True)
     assert header["episodes"] == 4
     # the three sets of the checkpoint are not trained again: their losses carry over
     losses = mrsch.load_model(out).header["losses"]
     assert len(losses) == 4 and losses[:3] == model.header["losses"]
+
+
+def test_a_run_stopped_by_its_step_budget_and_resumed_is_the_run_never_stopped(
+        smoke_model, tmp_path, lublin_swf):
+    """Issue 20: resumed training continues the same run. The smoke run trained three job
+    sets in one go; here a step budget stops the same command after the first set, and
+    --resume finishes it. The replay memory, the random stream and Adam's moments carry
+    over, so the weights and every set's loss are those of the run never stopped."""
+    path, whole = smoke_model
+    out = tmp_path / "mrsch-lublin_256-S4.model"
+    log: list[str] = []
+    first = train_cli(out, "1,1,1", lublin_swf, extra=("--max-steps", "1"), stderr=log)
+    assert first["episodes"] == 1 and first["episodes_planned"] == 3
+    assert first["stopped_by"] == "max_steps" and first["training_steps"] >= 1
+    assert "set 1/3 (sampled)" in log[0] and "steps/s" in log[0]
+    assert "stopped after job set 1 of 3 by the step budget" in log[0]
+    assert mrsch.load_model(out).header["episodes"] == 1      # validated and written
+    resumed = train_cli(out, "1,1,1", lublin_swf, resume=True)
+    assert resumed["episodes"] == 3 and resumed["stopped_by"] is None
+    assert resumed["training_steps"] == whole.header["training_steps"]
+    model = mrsch.load_model(out)
+    assert model.header["losses"] == whole.header["losses"]
+    for k, w in whole.params.items():
+        assert np.allclose(model.params[k], w, rtol=1e-6, atol=1e-7), k
+    assert resumed["validation"] == whole.header["validation"]
+
+
+def test_budgets_of_train_mrsch_are_checked_at_parse_time(tmp_path, lublin_swf):
+    from coscheduler.multi.train import TrainConfig
+
+    base = ["train", "mrsch", "--trace", str(lublin_swf), "--set", "S4",
+            "--out", str(tmp_path / "m.model")]
+    for opt, bad in (("--max-steps", "0"), ("--max-steps", "x"), ("--time-limit", "0"),
+                     ("--time-limit", "-2")):
+        r = CliRunner().invoke(main, base + [opt, bad])
+        assert r.exit_code == 2 and opt in r.output and "Traceback" not in r.output, (opt, bad)
+    with pytest.raises(InvalidInput, match="max_steps must be an integer >= 1"):
+        TrainConfig(max_steps=0)
+    with pytest.raises(InvalidInput, match="time_limit_s must be a number > 0"):
+        TrainConfig(time_limit_s=float("nan"))
 
 
 @pytest.mark.parametrize("mask", ["runnable", "padding"])
@@ -361,7 +417,10 @@ def test_training_several_seeds_keeps_the_best_on_validation(tmp_path, lublin_sw
     assert h["seed"] == min(scores, key=lambda k: (scores[k], k))
     assert h["validation_score"] == pytest.approx(scores[h["seed"]], abs=1e-4)
     assert h["name"] == "mrsch-lublin_256-S4"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name, out.name + ".ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        out.name, out.name + ".ckpt", out.name + ".ckpt.memory-1.npz"]
+    state = mrsch.load_model(Path(str(out) + ".ckpt")).header["checkpoint"]
+    assert state["memory"] == out.name + ".ckpt.memory-1.npz"   # --resume finds it
     assert "seed 3: validation score" in proc.stderr and "seed 4: validation score" in proc.stderr
 
 

@@ -2,14 +2,14 @@
 
 ``cosched train mrsch --trace T --set S4 [--workload-seed 1] [--goal dynamic|fixed]
 [--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1 | --seeds 1-6
-[--workers 2]] [--window-order FCFS|SJF|...] [--out MODEL] [--resume] [--json]``; see coscheduler/multi/train.py and
+[--workers 2]] [--window-order FCFS|SJF|...] [--max-steps N] [--time-limit MIN] [--out MODEL]
+[--resume] [--json]``; see coscheduler/multi/train.py and
 coscheduler/multi/seeds.py.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -46,11 +46,17 @@ from ..sim.swf import read_swf
                    "a classic order (this project's variant; recorded in the model)")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="model file (default: <mrsch|scalar>-<trace>-<set>.model here)")
-@click.option("--resume", is_flag=True, help="continue from OUT.ckpt if it exists")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None,
+              help="stop after the job set that brings the run's environment steps (the "
+                   "agent's picks) to this many; resumable with a larger budget")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="stop after the job set that passes this many minutes (resumable)")
+@click.option("--resume", is_flag=True, help="continue the run from OUT.ckpt if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the model header as JSON")
 def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episodes: str,
           jobs_per_set: int, steps: int, batch: int, seed: int, seeds: str | None,
-          workers: int, window_order: str, out: str | None, resume: bool, as_json: bool) -> None:
+          workers: int, window_order: str, max_steps: int | None, time_limit: float | None,
+          out: str | None, resume: bool, as_json: bool) -> None:
     """Train MRSch (DFP) in its three phases on TRACE's set, with the simulator engine."""
     from ..multi.train import TrainConfig, train as run_train
 
@@ -61,7 +67,8 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
     try:
         config = TrainConfig(goal=goal, episodes=counts, jobs_per_set=jobs_per_set,
                              steps_per_episode=steps, batch=batch, seed=seed,
-                             window_order=window_order.upper())
+                             window_order=window_order.upper(), max_steps=max_steps,
+                             time_limit_s=None if time_limit is None else 60.0 * time_limit)
         wl = mw.generate(read_swf(trace_path), set_name, workload_seed)
         kind = "mrsch" if goal == "dynamic" else "scalar"
         path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"
@@ -79,14 +86,22 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
                                    on_seed=lambda k, score: click.echo(
                                        f"  seed {k}: validation score {score:+.4f}", err=True))
         else:
-            with click.progressbar(length=sum(counts), label=f"training {path.name}",
-                                   file=sys.stderr) as bar:
-                def progress(done: int, total: int, info: dict) -> None:
-                    bar.update(1)
-                model = run_train(wl, path, config, resume=resume, progress=progress)
+            def progress(done: int, total: int, info: dict) -> None:
+                rate = info["steps"] / info["seconds"] if info["seconds"] > 0 else 0.0
+                loss = "-" if info["loss"] is None else f"{info['loss']:.5f}"
+                click.echo(f"{path.name}: set {done}/{total} ({info['phase']}): "
+                           f"{info['picks']} picks, {info['steps']:,} steps, "
+                           f"{rate:.0f} steps/s, loss {loss}, epsilon {info['epsilon']:.3f}",
+                           err=True)
+            model = run_train(wl, path, config, resume=resume, progress=progress)
     except InvalidInput as e:
         raise click.ClickException(str(e)) from None
     h = {k: v for k, v in model.header.items() if k not in ("weights", "losses")}
+    if h.get("stopped_by"):
+        why = (f"the step budget ({h['training_steps']:,} of {max_steps:,} steps)"
+               if h["stopped_by"] == "max_steps" else "the time limit")
+        click.echo(f"stopped after job set {h['episodes']} of {h['episodes_planned']} by {why}: "
+                   "the same command with --resume continues the run", err=True)
     if as_json:
         click.echo(json.dumps(h))
         return

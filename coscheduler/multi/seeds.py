@@ -82,8 +82,24 @@ def train_seeds(workload: MultiWorkload, out: str | Path, config: TrainConfig,
     mrsch.save_model(model, out)
     ckpt = Path(str(seed_path(out, best)) + ".ckpt")
     if ckpt.exists():
-        os.replace(ckpt, str(out) + ".ckpt")
+        _adopt_checkpoint(ckpt, Path(str(out) + ".ckpt"))
     for k in seeds:
-        for p in (seed_path(out, k), Path(str(seed_path(out, k)) + ".ckpt")):
+        seed_ckpt = Path(str(seed_path(out, k)) + ".ckpt")
+        for p in (seed_path(out, k), seed_ckpt,
+                  *seed_ckpt.parent.glob(seed_ckpt.name + ".memory-*.npz")):
             p.unlink(missing_ok=True)
     return mrsch.load_model(out), by_seed
+
+
+def _adopt_checkpoint(seed_ckpt: Path, ckpt: Path) -> None:
+    """The kept seed's checkpoint becomes OUT.ckpt, its replay memory renamed with it, so
+    that ``--resume`` continues that seed's run."""
+    saved = mrsch.load_model(seed_ckpt)
+    state = saved.header.get("checkpoint", {})
+    if "memory" in state:
+        memory = seed_ckpt.with_name(state["memory"])
+        moved = ckpt.with_name(ckpt.name + state["memory"].removeprefix(seed_ckpt.name))
+        os.replace(memory, moved)
+        saved.header["checkpoint"] = {**state, "memory": moved.name}
+    mrsch.save_model(saved, ckpt)
+    seed_ckpt.unlink()

@@ -23,13 +23,22 @@ later picks ``OFFSETS`` (missing near the end of a set: masked out of the loss).
 each episode, ``steps_per_episode`` Adam steps on minibatches minimise the mean squared
 error of the taken action's prediction (DFP's loss).
 
-A checkpoint (model file plus Adam moments and counters) is written after every episode;
-``resume`` continues from it (the replay memory starts empty again).
+A checkpoint is written after every episode: the model file ``OUT.ckpt`` (weights, Adam
+moments, counters, the random generator's state) and the replay memory beside it
+(``OUT.ckpt.memory-N.npz``, N the episodes done). ``resume`` continues the same run: the
+same job sets, explorations and minibatches as a run never stopped. Budgets: ``max_steps``
+(environment steps: the agent's picks, summed over job sets) and ``time_limit_s`` stop
+the run after the job set that reaches them; the model is validated and written, and a
+larger budget resumes it.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -45,6 +54,8 @@ from ..sim.swf import TraceJob
 from . import mrsch
 from .metrics import multi_metrics
 from .workload import MultiWorkload, get_set, random_requests
+
+log = logging.getLogger(__name__)
 
 TRAIN_SHARE = 0.7
 VALID_SHARE = 0.1
@@ -71,6 +82,10 @@ class TrainConfig:
     # The queue order the agent's window is cut from: FCFS is MRSch's (the W oldest jobs);
     # another order (e.g. SJF: the W shortest estimates) is this project's variant.
     window_order: str = "FCFS"
+    # Budgets: stop after the job set that brings the run's picks (environment steps) to
+    # max_steps, or its training time to time_limit_s seconds (resumable).
+    max_steps: int | None = None
+    time_limit_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.goal not in ("dynamic", "fixed"):
@@ -81,6 +96,14 @@ class TrainConfig:
         if self.jobs_per_set < 16:
             raise InvalidInput(f"jobs per set must be >= 16, got {self.jobs_per_set}")
         self.window_order = mrsch.window_order(self.window_order).name
+        if self.max_steps is not None and (isinstance(self.max_steps, bool)
+                                           or not isinstance(self.max_steps, int)
+                                           or self.max_steps < 1):
+            raise InvalidInput(f"max_steps must be an integer >= 1, got {self.max_steps!r}")
+        if self.time_limit_s is not None and not (
+                isinstance(self.time_limit_s, (int, float)) and math.isfinite(self.time_limit_s)
+                and self.time_limit_s > 0):
+            raise InvalidInput(f"time_limit_s must be a number > 0, got {self.time_limit_s!r}")
 
 
 def split(workload: MultiWorkload) -> tuple[int, int, int]:
@@ -180,6 +203,36 @@ class _Memory:
         idx = rng.integers(0, self.count, size=min(batch, self.count))
         return self.s[idx], self.m[idx], self.g[idx], self.a[idx], self.y[idx], self.v[idx]
 
+    _FIELDS = ("s", "m", "g", "a", "y", "v")
+
+    def save(self, path: Path) -> None:
+        """The filled rows and the write position, atomically (a crash keeps the old file)."""
+        tmp = path.with_name(path.name + ".part")
+        with open(tmp, "wb") as f:
+            np.savez(f, pos=np.int64(self.pos),
+                     **{k: getattr(self, k)[:self.count] for k in self._FIELDS})
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> None:
+        """Refill from ``save``'s file; InvalidInput naming it when unreadable or of
+        another shape (another workload set's memory)."""
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                rows = {k: z[k] for k in self._FIELDS}
+                pos = int(z["pos"])
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise InvalidInput(f"{path}: the checkpoint's replay memory cannot be read ({e}); "
+                               "delete the checkpoint to train afresh") from None
+        count = len(rows["a"])
+        if count > self.size or not 0 <= pos < self.size or any(
+                len(v) != count or v.shape[1:] != getattr(self, k).shape[1:]
+                for k, v in rows.items()):
+            raise InvalidInput(f"{path}: the replay memory does not fit this run (another "
+                               "set or memory size?); delete the checkpoint to train afresh")
+        for k, v in rows.items():
+            getattr(self, k)[:count] = v
+        self.count, self.pos = count, pos
+
 
 def _make_update(window_: int, measures: int, learning_rate: float):
     import jax
@@ -256,7 +309,8 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
     opt, update = _make_update(mrsch.WINDOW, measures, cfg.learning_rate)
     jparams = {k: jnp.asarray(v) for k, v in params.items()}
     opt_state = opt.init(jparams)
-    done, epsilon, elapsed, losses = 0, 1.0, 0.0, []
+    done, epsilon, elapsed, losses, steps = 0, 1.0, 0.0, [], 0
+    memory = _Memory(cfg.memory, state_len, measures)
     ckpt = _checkpoint_path(out)
     if resume and ckpt.exists():
         saved = mrsch.load_model(ckpt)
@@ -269,13 +323,26 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
         opt_state = jax.tree_util.tree_unflatten(tree, restored)
         done, epsilon = int(state.get("episodes", 0)), float(state.get("epsilon", 1.0))
         elapsed, losses = float(state.get("seconds", 0.0)), list(state.get("losses", []))
-        rng = np.random.default_rng([cfg.seed, done])
-    memory = _Memory(cfg.memory, state_len, measures)
+        steps = int(state.get("steps", 0))
+        if "rng" in state and "memory" in state:
+            rng.bit_generator.state = state["rng"]
+            memory.load(ckpt.with_name(state["memory"]))
+        else:   # a checkpoint of an older version: what it kept, and a new stream
+            log.warning("%s: an older checkpoint without its replay memory; the run goes on "
+                        "with an empty memory", ckpt)
+            rng = np.random.default_rng([cfg.seed, done])
     total = sum(cfg.episodes)
     schedule = [p for p, e in zip(PHASES, cfg.episodes) for _ in range(e)]
     cluster = workload.cluster
     t_start = time.perf_counter() - elapsed
+    stopped_by = None
     for episode in range(done, total):
+        if cfg.max_steps is not None and steps >= cfg.max_steps:
+            stopped_by = "max_steps"
+        elif cfg.time_limit_s is not None and time.perf_counter() - t_start >= cfg.time_limit_s:
+            stopped_by = "time_limit"
+        if stopped_by:
+            break
         phase = schedule[episode]
         jobs, requests = MAKERS[phase](train_wl, cfg.jobs_per_set, rng)
         np_params = {k: np.asarray(v, dtype=np.float64) for k, v in jparams.items()}
@@ -287,6 +354,7 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
                            force=pools_all.names)
         simulate(jobs, cluster, agent, "easy", pools=pools)
         record = agent.record
+        steps += len(record)
         epsilon = max(cfg.epsilon_min, epsilon * cfg.epsilon_decay ** len(record))
         if len(record) > 1:
             meas = np.array([r[1] for r in record])
@@ -298,15 +366,24 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
             jparams, opt_state, loss = update(jparams, opt_state, *batch)
             ep_loss.append(float(loss))
         losses.append(float(np.mean(ep_loss)) if ep_loss else None)
-        info = {"phase": phase, "picks": len(record), "epsilon": epsilon,
+        info = {"phase": phase, "picks": len(record), "steps": steps, "epsilon": epsilon,
                 "loss": losses[-1], "seconds": time.perf_counter() - t_start}
+        # the memory first, under a name of its own: a crash between the two writes leaves
+        # the previous checkpoint whole
+        mem = ckpt.with_name(f"{ckpt.name}.memory-{episode + 1}.npz")
+        memory.save(mem)
         _save(ckpt, jparams, opt_state, header, {
             "episodes": episode + 1, "epsilon": epsilon, "seconds": info["seconds"],
-            "losses": losses})
+            "losses": losses, "steps": steps, "rng": rng.bit_generator.state,
+            "memory": mem.name})
+        for old in ckpt.parent.glob(f"{ckpt.name}.memory-*.npz"):
+            if old != mem:
+                old.unlink(missing_ok=True)
         if progress is not None:
             progress(episode + 1, total, info)
     final = {k: np.asarray(v, dtype=np.float64) for k, v in jparams.items()}
     seconds = time.perf_counter() - t_start
+    trained = len(losses)
     model = mrsch.MRSchModel(final, dict(header))
     valid = evaluate_agent(mrsch.MRSchAgent(model, goal=cfg.goal), valid_wl)
     fcfs = fcfs_metrics(valid_wl)
@@ -315,7 +392,9 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
                             for k, v in fcfs.items()},
         "validation_score": round(validation_score(valid, fcfs), 4),
         "validation_heuristics": heuristic_scores(valid_wl, fcfs),
-        "episodes": total, "training_seconds": round(seconds, 1),
+        "episodes": trained, "episodes_planned": total, "training_steps": steps,
+        "budget": {"max_steps": cfg.max_steps, "time_limit_s": cfg.time_limit_s},
+        "stopped_by": stopped_by, "training_seconds": round(seconds, 1),
         "final_loss": next((x for x in reversed(losses) if x is not None), None),
         "losses": [None if x is None else round(x, 6) for x in losses],
         "validation": {k: (round(v, 4) if isinstance(v, float) else v)
