@@ -118,7 +118,25 @@ def bench_whole_trace(path: Path, show_progress: bool = False) -> dict:
         "meets_target": sim_s < WHOLE_TRACE_TARGET_S,
         "avg_bsld": m.avg_bsld,
         "utilization": m.utilization,
+        "compiled": _compiled_figures(trace, m),
     }
+
+
+def _compiled_figures(trace: SwfTrace, reference) -> dict:
+    """The same replay on the compiled kernels (``learned/wholetrace.py``), after the
+    Python one in the same process: the first call (loading, or once after an install
+    compiling, numba's kernels) and the median of three more (replay plus metrics)."""
+    from ..learned import wholetrace
+
+    if not wholetrace.available():
+        return {"skipped": "numba is not installed (pip install '.[rl]')"}
+    t0 = time.perf_counter()
+    first = wholetrace.replay(trace, backfill="easy")
+    first_s = time.perf_counter() - t0
+    walls = [wholetrace.replay(trace, backfill="easy").wall_seconds for _ in range(3)]
+    return {"first_call_seconds": first_s,
+            "simulate_and_metrics_seconds": statistics.median(walls),
+            "same_metrics": first.metrics == reference}
 
 
 def _absent(path: Path) -> dict:
@@ -181,3 +199,11 @@ def _print_human(out: dict) -> None:
                    f"({whole['jobs_per_second']:,.0f} jobs/s; {verdict} the < "
                    f"{whole['target_seconds']:.0f} s target), metrics {whole['metrics_seconds']:.2f} s")
         click.echo(f"    avg bsld {whole['avg_bsld']:.1f}, util {100 * whole['utilization']:.1f} %")
+        c = whole["compiled"]
+        if "skipped" in c:
+            click.echo(f"    compiled engine: skipped ({c['skipped']})")
+        else:
+            click.echo(f"    compiled engine (--engine compiled): simulate + metrics "
+                       f"{c['simulate_and_metrics_seconds']:.2f} s median, first call "
+                       f"{c['first_call_seconds']:.2f} s (numba's kernels loaded); "
+                       f"{'the same' if c['same_metrics'] else 'DIFFERENT'} metrics")

@@ -309,6 +309,15 @@ def rl_step(sim, s, pos, easy):
 
 
 @kernel
+def first_pick_run(sim, s, easy):
+    """The slot's whole sequence, every question answered with the queue's first job:
+    FCFS when the slot's jobs are in submit order (``wholetrace.py``)."""
+    asking = rl_run(sim, s, easy)
+    while asking:
+        asking = rl_step(sim, s, 0, easy)
+
+
+@kernel
 def rl_step_many(sim, slots, positions, easy, out):
     for i in range(len(slots)):
         out[i] = rl_step(sim, slots[i], positions[i], easy)
