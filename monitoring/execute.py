@@ -243,14 +243,18 @@ class Actuator(RoleFiles):
         return self.fs.is_dir(self.cpu.job(job))
 
     def job_pids(self, job: str) -> set[int]:
-        text = self._read_hot(self._p(job, "cgroup.procs"))
+        """The processes in the job's cgroup now (read every tick: one file per job)."""
+        text = self._read_procs(self._p(job, "cgroup.procs"))
         return {int(x) for x in text.split()} if text else set()
 
     def acct_pids(self, job: str) -> set[int] | None:
         if self.acct is None:
             return None
-        text = self._read_hot(self._p(job, "cgroup.procs", acct=True))
+        text = self._read_procs(self._p(job, "cgroup.procs", acct=True))
         return {int(x) for x in text.split()} if text else set()
+
+    def _read_procs(self, path: str) -> str | None:
+        return self._read_hot(path)
 
     def move(self, job: str, pids: list[int] | set[int]) -> MoveResult:
         """Move processes into the job's cgroup. Processes that exited meanwhile are
@@ -388,6 +392,12 @@ class V1Actuator(Actuator):
     def parse_quota(self, text: str) -> int | None:
         v = int(text.strip())
         return None if v < 0 else v
+
+    def _read_procs(self, path: str) -> str | None:
+        # Opened afresh: a v1 cgroup.procs kept open answers the list of its previous read
+        # (the kernel caches it per open file), a tick late for processes that ended or
+        # that another manager moved out.
+        return self._read(path)
 
     def _read_period(self) -> int:
         text = self._read(self.cpu.root / "cpu.cfs_period_us")

@@ -8,7 +8,6 @@ A mixin of ``agent.NodeAgent`` (called with the lock held unless said otherwise)
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,6 @@ from .state import JobSpec, JobState, finite_happiness
 log = logging.getLogger("monitoring.agent")
 
 
-def _exists(pid: int) -> bool:
-    """The process exists (signal 0: one system call, no file read)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class JobObservation:
     """One tick's view of each job: read it (collect), reconcile its cgroup with the quota
     it should have (execute), update its sample (state), and retire jobs that ended."""
@@ -43,17 +31,16 @@ class JobObservation:
         """Read a job's processes and counters (no lock: only reads).
 
         A job whose processes all live in its cgroup is sampled from the cgroup alone on
-        most ticks (a light tick): its CPU counter, and one signal-0 probe per process
-        (cgroup v1 keeps a held-open cgroup.procs list as it was, so a process that ended
-        is found by the probe). A process the job forks is in the cgroup, under its quota,
-        from birth; it shows in the figures at the next full tick. Every ``io_every``
-        ticks, and whenever a process ended or the list changed, every process is read
-        again (/proc stat, children, I/O): memory and I/O figures are that fresh."""
+        most ticks (a light tick): its process list (cgroup.procs, read fresh) and its CPU
+        counter, one file each, whatever the number of processes. A process the job forks
+        is in the cgroup, under its quota, from birth; it shows in the figures at the next
+        full tick. Every ``io_every`` ticks, and whenever the list changed (a process
+        ended, or was moved out), every process is read again (/proc stat, children,
+        I/O): memory and I/O figures are that fresh."""
         in_cg = self.actuator.job_pids(jid)
         light = self._light.get(jid)
         if (light is not None and in_cg and in_cg == light["members"]
-                and self.counters["ticks"] % self.io_every != 0 and not spec.batch_cgroup
-                and all(map(_exists, in_cg))):
+                and self.counters["ticks"] % self.io_every != 0 and not spec.batch_cgroup):
             usage, thr = self.actuator.counters(jid, quota_set)
             if usage is not None:
                 return {"members": set(in_cg), "to_move": set(), "refused": {},

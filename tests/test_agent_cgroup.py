@@ -227,6 +227,41 @@ def test_descendant_moved_out_is_followed_back_and_drift_is_corrected(make_agent
     assert agent.actuator.stats.drift_corrected == corrected + 1
 
 
+def test_light_ticks_read_the_list_fresh_and_follow_a_moved_or_ended_process_at_once(
+        make_agent, procs, cg_root, tmp_path, monkeypatch):
+    """Issue 24: between full ticks a job whose processes all sit in its cgroup is sampled
+    from its cgroup files alone (no /proc file per process), and its process list is read
+    afresh: a v1 cgroup.procs kept open answers the list of its previous read, so a
+    process another manager moved out was followed back only a tick later."""
+    from monitoring import collect
+
+    agent = make_agent()
+    flag = tmp_path / "go"
+    flag.write_text("go")
+    parent = procs(FORKER + [str(flag)])
+    assert _wait(lambda: psutil.Process(parent.pid).children())
+    child = psutil.Process(parent.pid).children()[0].pid
+    extra = procs(SLEEPY)
+    agent.register_job({"job_id": "fam", "pids": [parent.pid, extra.pid], "cores": 1})
+    agent.tick()    # a full tick: every process read; light ticks may follow
+    full_reads = []
+    real = collect.job_processes
+    monkeypatch.setattr(collect, "job_processes",
+                        lambda *a, **kw: full_reads.append(1) or real(*a, **kw))
+    agent.tick()
+    assert full_reads == [], "a quiet tick read every process"
+    assert set(agent.job("fam")["pids"]) == {parent.pid, child, extra.pid}
+    # another manager moves the child out: the very next tick brings it back
+    (CPU / "cgroup.procs").write_text(str(child))
+    agent.tick()
+    assert str(child) in (CPU / cg_root / "fam" / "cgroup.procs").read_text().split()
+    # a process that ends leaves the job at the next tick
+    extra.kill()
+    extra.wait()
+    agent.tick()
+    assert set(agent.job("fam")["pids"]) == {parent.pid, child}
+
+
 def test_lease_expiry_gives_the_full_quota_back_and_says_why(make_agent, procs, cg_root):
     agent = make_agent(interval_s=0.4).start()   # a lease is at least one tick
     p = procs(SLEEPY)
