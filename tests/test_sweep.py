@@ -183,6 +183,39 @@ def test_paper_on_a_local_dask_cluster_gives_the_serial_figures(dask_cluster):
     assert time.monotonic() - t0 < 300
 
 
+# the shipped no-backfill RL order and one inspector on lublin_256: some 13 s serial here
+LEARNED = ["simulate", "learned", "--traces", "lublin_256.swf", "--models",
+           "lublin256,lublin256-sjf", "--json"]
+
+
+def _cli_json(args: list[str]) -> dict:
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, (r.output, r.exception)
+    return json.loads(r.stdout)
+
+
+def _learned_report(out: Path, *extra: str) -> dict:
+    report = _cli_json(LEARNED + list(extra) + ["--out", str(out)])
+    # what differs by design: the wall time and the output folder's paths
+    assert report.pop("seconds") > 0
+    for key in ("curves", "window_plots"):
+        report[key] = [Path(p).name for p in report[key]]
+    return report
+
+
+def test_learned_and_multi_on_a_local_dask_cluster_give_the_serial_figures(dask_cluster,
+                                                                          tmp_path):
+    """Issue 24: the other two sweeps run their independent evaluations on a cluster too."""
+    from coscheduler.data import swf_dir
+
+    serial = _learned_report(tmp_path / "serial", "--workers", "1")
+    assert _learned_report(tmp_path / "dask", "--cluster", dask_cluster) == serial
+    assert set(serial["traces"]) == {"lublin_256.swf"}
+    multi = ["simulate", "multi", "--from", str(swf_dir() / "lublin_256.swf"), "--sets",
+             "S1,S2", "--methods", "fcfs,bbsched", "--jobs", "64", "--windows", "2", "--json"]
+    assert _cli_json(multi + ["--cluster", dask_cluster]) == _cli_json(multi + ["--workers", "1"])
+
+
 def test_a_failing_task_on_dask_names_itself(dask_cluster):
     tasks = [sweep.Task(f"x={x}", (x, 2)) for x in (1, 2, 3)]
     with pytest.raises(sweep.TaskFailed, match=r"^task x=2 failed: ValueError: bad value 2$"):
@@ -272,6 +305,11 @@ def test_paper_on_a_local_ray_cluster_gives_the_serial_figures(ray_head):
     # the tasks ran in Ray's worker processes, not here
     pids = sweep.run_tasks(os.getpid, [sweep.Task(str(i)) for i in range(2)], cluster=ray_head)
     assert os.getpid() not in pids
+
+
+def test_learned_on_a_local_ray_cluster_gives_the_serial_figures(ray_head, tmp_path):
+    serial = _learned_report(tmp_path / "serial", "--workers", "1")
+    assert _learned_report(tmp_path / "ray", "--cluster", ray_head) == serial
 
 
 @pytest.mark.parametrize("address, message", [
