@@ -312,7 +312,12 @@ def run_experiment(cluster_sizes: Sequence[int] = PAPER_CLUSTER_CORES,
                                               ([c], [p], range(k, k + 1), scale, seed,
                                                carry_learning, None, opts)))
                     single_slots.append([(ci, pi, k)])
-        tasks, slots = chains + singles, chain_slots + single_slots
+        # Longest first (the pool's tail is then short): chains, then by cluster size,
+        # which a run's length follows.
+        order = sorted(range(len(chains)), key=lambda i: -chains[i].args[0][0])
+        order_s = sorted(range(len(singles)), key=lambda i: -singles[i].args[0][0])
+        tasks = [chains[i] for i in order] + [singles[i] for i in order_s]
+        slots = [chain_slots[i] for i in order] + [single_slots[i] for i in order_s]
     else:
         tasks = [sweep.Task(f"cores {c}", ([c], policies, range(repeat), scale, seed,
                                            carry_learning, None, opts)) for c in cluster_sizes]
