@@ -27,6 +27,7 @@ from typing import Callable, Generator, Protocol, Sequence
 from ..model import InvalidInput
 from ..policies.queue import QueuePolicy
 from .cluster import Cluster
+from .gcpause import gc_paused
 from ..policies.selection import ChoiceView, Selector
 from .decision import PoolQueueState, QueueState, decide, decide_pools, decide_selected
 from .resources import PoolModel
@@ -91,8 +92,12 @@ def simulate(
     buffer, power): a job then starts only when all of its requests fit, and EASY and
     conservative backfilling count every pool.
     """
-    steps = replay_steps(jobs, cluster, policy, backfill, progress=progress,
-                         progress_every=progress_every, pools=pools)
+    with gc_paused():   # millions of small objects, freed by reference counting (gcpause.py)
+        return _run(replay_steps(jobs, cluster, policy, backfill, progress=progress,
+                                 progress_every=progress_every, pools=pools), policy)
+
+
+def _run(steps: Generator, policy: QueuePolicy | Selector) -> Schedule:
     if not isinstance(policy, QueuePolicy):
         ask = policy.choose
         try:

@@ -42,6 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..model import InvalidInput
+from .gcpause import gc_paused
 
 SWF_FIELDS = 18
 _HEADER_RE = re.compile(r"^;\s*([A-Za-z][A-Za-z0-9_]*)\s*:\s*(.*)$")
@@ -233,6 +234,12 @@ def read_swf(path: str | Path, *, skip_bad_lines: bool = False,
 
     A well-formed trace is read in one vectorised pass (``_read_fast``); anything else goes
     through the line-by-line reader, whose errors name the file and the line."""
+    with gc_paused():   # a job tuple per line, no cycles among them (gcpause.py)
+        return _read_swf(path, skip_bad_lines, extra_fields, vectorised)
+
+
+def _read_swf(path: str | Path, skip_bad_lines: bool, extra_fields: tuple[str, ...],
+              vectorised: bool) -> SwfTrace:
     path = Path(path)
     name = str(path)
     try:
