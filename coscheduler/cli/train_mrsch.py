@@ -101,7 +101,9 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
         why = (f"the step budget ({h['training_steps']:,} of {max_steps:,} steps)"
                if h["stopped_by"] == "max_steps" else "the time limit")
         click.echo(f"stopped after job set {h['episodes']} of {h['episodes_planned']} by {why}: "
-                   "the same command with --resume continues the run", err=True)
+                   "the same command with --resume and a larger "
+                   f"{'--max-steps' if h['stopped_by'] == 'max_steps' else '--time-limit'} "
+                   "continues the run (budgets count the whole run)", err=True)
     if as_json:
         click.echo(json.dumps(h))
         return
