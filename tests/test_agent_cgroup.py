@@ -197,13 +197,18 @@ def test_child_started_after_the_quota_is_throttled_too(make_agent, procs, cg_ro
     assert 0.15 <= s <= 0.25, f"late child under a 20 % quota measured {s:.1%}"
 
 
-def test_descendant_moved_out_is_followed_back_and_drift_is_corrected(make_agent, procs, cg_root, tmp_path):
-    agent = make_agent()
+def _parent_and_busy_child(procs, tmp_path) -> tuple[subprocess.Popen, int]:
+    """A FORKER released at once, and the pid of the busy child it forked."""
     flag = tmp_path / "go"
     flag.write_text("go")
     parent = procs(FORKER + [str(flag)])
     assert _wait(lambda: psutil.Process(parent.pid).children())
-    child = psutil.Process(parent.pid).children()[0].pid
+    return parent, psutil.Process(parent.pid).children()[0].pid
+
+
+def test_descendant_moved_out_is_followed_back_and_drift_is_corrected(make_agent, procs, cg_root, tmp_path):
+    agent = make_agent()
+    parent, child = _parent_and_busy_child(procs, tmp_path)
     view = agent.register_job({"job_id": "fam", "pids": [parent.pid], "cores": 1})
     assert {parent.pid, child} <= set(view["pids"])  # descendants followed at registration
     agent.set_quota("fam", 0.3, lease_s=60)
@@ -236,11 +241,7 @@ def test_light_ticks_read_the_list_fresh_and_follow_a_moved_or_ended_process_at_
     from monitoring import collect
 
     agent = make_agent()
-    flag = tmp_path / "go"
-    flag.write_text("go")
-    parent = procs(FORKER + [str(flag)])
-    assert _wait(lambda: psutil.Process(parent.pid).children())
-    child = psutil.Process(parent.pid).children()[0].pid
+    parent, child = _parent_and_busy_child(procs, tmp_path)
     extra = procs(SLEEPY)
     agent.register_job({"job_id": "fam", "pids": [parent.pid, extra.pid], "cores": 1})
     agent.tick()    # a full tick: every process read; light ticks may follow
