@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,6 +78,55 @@ def test_engine_matches_the_naive_reference(workload, policy, mode):
     cluster, jobs = workload
     expected = reference(jobs, cluster, get_policy(policy), mode)
     assert simulate(jobs, cluster, get_policy(policy), mode).start == expected
+
+
+def _full_scans_only(monkeypatch):
+    """Make EASY scan the whole queue at every decision (as before its incremental scan);
+    returns a counter of the decisions that would have taken the incremental path."""
+    from coscheduler.sim import backfill, decision
+
+    seen = {"incremental": 0}
+    scan = backfill.easy_backfill
+
+    def full(state, now, started):
+        if state.bf_fresh is not None and state.bf_head == state.head and not state.uses_now:
+            seen["incremental"] += 1
+        state.bf_fresh = None
+        scan(state, now, started)
+
+    monkeypatch.setattr(decision, "easy_backfill", full)
+    return seen
+
+
+@SETTINGS
+@given(workloads(max_jobs=14), st.sampled_from(list(POLICIES)))
+def test_easy_trying_only_newcomers_after_a_full_scan_changes_no_start(workload, policy):
+    """EASY after a full scan with the same head and no job ended tries only the jobs
+    queued since (backfill.easy_backfill): the schedule is the one of a scan every time."""
+    cluster, jobs = workload
+    fast = simulate(jobs, cluster, get_policy(policy), "easy")
+    with pytest.MonkeyPatch.context() as mp:
+        _full_scans_only(mp)
+        slow = simulate(jobs, cluster, get_policy(policy), "easy")
+    assert (fast.start, fast.reservation) == (slow.start, slow.reservation)
+
+
+def test_easy_incremental_scans_change_nothing_on_the_bundled_traces(bundled_data, monkeypatch):
+    """The same on real traces (lublin 10,000 jobs, CTC-SP2), where most decisions follow
+    an arrival alone, for the key-function orders: and the incremental path is taken."""
+    from coscheduler.sim import read_swf
+
+    traces = [read_swf(bundled_data / "swf" / name) for name in
+              ("lublin_256.swf", "CTC-SP2-1996-3.1-cln.swf.gz")]
+    runs = [(t, name) for t in traces for name in ("FCFS", "SJF", "F1", "WFP3")]
+    fast = [simulate(t.jobs, Cluster.from_swf_header(t.max_nodes, t.max_procs),
+                     get_policy(name), "easy") for t, name in runs]
+    seen = _full_scans_only(monkeypatch)
+    for (t, name), f in zip(runs, fast):
+        s = simulate(t.jobs, Cluster.from_swf_header(t.max_nodes, t.max_procs),
+                     get_policy(name), "easy")
+        assert (f.start, f.reservation, f.decisions) == (s.start, s.reservation, s.decisions), name
+    assert seen["incremental"] > 1000
 
 
 def test_shadow_time_counts_every_job_ending_at_the_shadow():

@@ -177,3 +177,77 @@ def test_the_vectorised_read_equals_the_line_reader_on_the_fixture_and_extra_fie
     slow = read_swf(p, extra_fields=("a", "b"), vectorised=False)
     assert (fast.jobs, fast.extras, fast.dropped) == (slow.jobs, slow.extras, slow.dropped)
     assert [j.job_id for j in fast.jobs] == [2, 3] and fast.extras == [(7.0, 8.0), (5.0, 6.0)]
+
+
+def _line(job, run="100", tail=""):
+    return f"{job} 10 -1 {run} 2 -1 -1 2 200 -1 1 3 -1 -1 -1 -1 -1 -1{tail}"
+
+
+_HEAD = "; MaxNodes: 4\n; MaxProcs: 8\n"
+# name -> (trace text, True if the one-pass reader takes it, False if it leaves it to the
+# line reader); either way the result (jobs, or the error naming the line) is the same.
+_UNUSUAL = {
+    "leading blanks and tabs": (_HEAD + "   " + _line(1) + "\n\t" + _line(2) + "\n", True),
+    "CRLF line ends": ((_HEAD + _line(1) + "\n" + _line(2) + "\n").replace("\n", "\r\n"), True),
+    "blank lines": (_HEAD + "\n   \n" + _line(1) + "\n\n" + _line(2) + "\n", True),
+    "tabs between fields": (_HEAD + _line(1).replace(" ", "\t") + "\n" + _line(2) + "\n", True),
+    "no final newline": (_HEAD + _line(1) + "\n" + _line(2), True),
+    "headers only": (_HEAD, True),
+    "a plus sign": (_HEAD + _line(1, "+100") + "\n", True),
+    "a short line": (_HEAD + _line(1) + "\n" + " ".join(_line(2).split()[:10]) + "\n", False),
+    "a long line": (_HEAD + _line(1) + "\n" + _line(2, tail=" 7") + "\n", False),
+    "a long first line": (_HEAD + _line(1, tail=" 7") + "\n" + _line(2) + "\n", False),
+    "nan": (_HEAD + _line(1) + "\n" + _line(2, "nan") + "\n", False),
+    "NA": (_HEAD + _line(1) + "\n" + _line(2, "NA") + "\n", False),
+    "inf": (_HEAD + _line(1) + "\n" + _line(2, "inf") + "\n", False),
+    "1e400": (_HEAD + _line(1) + "\n" + _line(2, "1e400") + "\n", False),
+    "a word": (_HEAD + _line(1) + "\n" + _line(2, "abc") + "\n", False),
+    "a quoted number": (_HEAD + _line(1) + "\n" + _line(2, '"100"') + "\n", False),
+    "an underscore": (_HEAD + _line(1) + "\n" + _line(2, "1_00") + "\n", False),
+    "a decimal comma": (_HEAD + _line(1, "100,5") + "\n" + _line(2) + "\n", False),
+    "hexadecimal": (_HEAD + _line(1) + "\n" + _line(2, "0x10") + "\n", False),
+    "True": (_HEAD + _line(1) + "\n" + _line(2, "True") + "\n", False),
+    "a NUL byte": (_HEAD + _line(1) + "\n" + _line(2, "10\x000") + "\n", False),
+    "a repeated job number": (_HEAD + _line(1) + "\n" + _line(1) + "\n", False),
+}
+
+
+@pytest.mark.parametrize("name", list(_UNUSUAL))
+def test_the_one_pass_reader_agrees_with_the_line_reader_on_unusual_text(tmp_path, name):
+    """pandas' C reader (sim/swf.py ``_job_table``) takes what it reads exactly as the
+    line reader would, and leaves anything else to it: quotes are not stripped, 'NA'
+    and 'nan' are not missing values, a short or long line is not padded or cut."""
+    from coscheduler.sim.swf import _read_fast, _read_text
+
+    text, one_pass = _UNUSUAL[name]
+    path = tmp_path / "t.swf"
+    path.write_bytes(text.encode("latin-1"))
+
+    def outcome(vectorised):
+        try:
+            t = read_swf(path, vectorised=vectorised)
+        except SwfFormatError as exc:
+            return str(exc)
+        return t.jobs, t.dropped, t.header
+
+    assert (_read_fast(str(path), _read_text(path), ()) is not None) is one_pass
+    assert outcome(True) == outcome(False)
+
+
+def test_the_one_pass_reader_reads_decimals_to_the_last_bit(tmp_path):
+    """Submit, run and requested times with up to 12 decimals: the one-pass reader's
+    floats are Python's own (the line reader's float())."""
+    import random
+
+    from coscheduler.sim.swf import _read_fast, _read_text
+
+    rng = random.Random(7)
+    lines = ["; MaxNodes: 4", "; MaxProcs: 8"]
+    for job in range(1, 3001):
+        submit = f"{rng.uniform(0, 1e7):.{rng.randint(0, 12)}f}"
+        run = repr(rng.uniform(1, 1e5))
+        req = f"{rng.uniform(1, 1e5):.6e}"
+        lines.append(f"{job} {submit} -1 {run} 2 -1 -1 2 {req} -1 1 3 -1 -1 -1 -1 -1 -1")
+    path = write(tmp_path, lines)
+    assert _read_fast(str(path), _read_text(path), ()) is not None
+    assert read_swf(path).jobs == read_swf(path, vectorised=False).jobs

@@ -53,6 +53,12 @@ class QueueState:
     pool_cap: tuple[int, ...] = ()
     pool_take: list[tuple[int, ...]] | None = None
     pool_free: list[int] = field(init=False)
+    # EASY's last full scan (``backfill.easy_backfill``): the head it served, the shadow
+    # time and extra nodes it left, and the entries queued since (None: scan again).
+    bf_head: int | None = field(default=None, init=False)
+    bf_shadow: float = field(default=0.0, init=False)
+    bf_extra: int = field(default=0, init=False)
+    bf_fresh: list[Entry] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.free = self.total_nodes
@@ -139,7 +145,10 @@ class QueueState:
         if self.uses_now:
             self.entries.append((None, s, job))  # keyed at the next decision
         else:
-            insort(self.entries, (self.key(now, s, self.procs[job], self.estimate[job]), s, job))
+            entry = (self.key(now, s, self.procs[job], self.estimate[job]), s, job)
+            insort(self.entries, entry)
+            if self.bf_fresh is not None:
+                self.bf_fresh.append(entry)
 
     def waiting(self) -> int:
         return len(self.entries) + (self.head is not None)
@@ -158,6 +167,7 @@ class QueueState:
         self.free += self.need[job]
         running = self.running_est
         del running[bisect_left(running, (self.est_end[job], job))]
+        self.bf_fresh = None   # the shadow time moves: EASY scans the whole queue again
 
 
 class PoolQueueState(QueueState):
