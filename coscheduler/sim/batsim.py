@@ -60,8 +60,23 @@ class Workload:
     """A loaded workload: the trace the simulator replays, plus what jobs.csv names."""
 
     trace: SwfTrace
-    ids: list[str]          # per job index: the workload's job id
-    profiles: list[str]     # per job index: its profile name
+    # Per job index: the workload's job id and its profile name. None for an SWF trace
+    # until jobs.csv asks (the job number; ``delay_profile``): 200,000 strings otherwise
+    # built for nothing on every replay of HPC2N.
+    given_ids: list[str] | None = None
+    given_profiles: list[str] | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        if self.given_ids is None:
+            self.given_ids = [str(j.job_id) for j in self.trace.jobs]
+        return self.given_ids
+
+    @property
+    def profiles(self) -> list[str]:
+        if self.given_profiles is None:
+            self.given_profiles = [delay_profile(j.run) for j in self.trace.jobs]
+        return self.given_profiles
 
     @property
     def name(self) -> str:
@@ -186,8 +201,7 @@ def read_workload(path: str | Path, *, skip_bad_lines: bool = False,
     path = Path(path)
     if not is_batsim(path):
         trace = read_swf(path, skip_bad_lines=skip_bad_lines)
-        return Workload(trace, [str(j.job_id) for j in trace.jobs],
-                        [delay_profile(j.run) for j in trace.jobs])
+        return Workload(trace)
     try:
         if path.stat().st_size > MAX_BYTES:
             raise BatsimFormatError(f"{path}: larger than {MAX_BYTES >> 20} MiB")
