@@ -27,7 +27,7 @@ import click
 
 from ..model import InvalidInput
 from ..sweep import SweepError, default_workers
-from ..experiments import paper as paper_exp
+from ..experiments import paper_choices
 from ..policies.queue import POLICIES, get_policy
 from ..policies.coalloc import SHORT_ACTIONS
 from ..policies.lending import DEFAULT_MIN_SHARE, LEND_RULES
@@ -36,6 +36,14 @@ from ..sim.engine import BACKFILL_MODES
 from ..sim.replay import ReplayResult, replay, window
 from ._types import FiniteRange
 from .progress_bar import DelayedProgress
+
+def _paper():
+    """The paper experiment (controller, backends, interference model), imported when
+    ``simulate paper`` runs, not by every ``simulate`` command (0.3 s)."""
+    from ..experiments import paper
+
+    return paper
+
 
 def _parse_policies(text: str) -> list[str]:
     names: list[str] = []
@@ -250,7 +258,7 @@ def _parse_cores(text: str) -> list[int]:
             raise click.BadParameter(f"{item!r} is not a whole number of cores (in {text!r})",
                                      param_hint="--cores") from None
         try:
-            paper_exp.cluster_nodes(cores)
+            _paper().cluster_nodes(cores)
         except InvalidInput as exc:
             raise click.BadParameter(str(exc), param_hint="--cores") from None
         if cores not in sizes:
@@ -262,7 +270,7 @@ def _parse_coalloc_policies(text: str) -> list[str]:
     names: list[str] = []
     for raw in text.split(","):
         try:
-            name = paper_exp.canonical_policy(raw)
+            name = _paper().canonical_policy(raw)
         except InvalidInput as exc:
             raise click.BadParameter(str(exc), param_hint="--policies") from None
         if name not in names:
@@ -327,7 +335,7 @@ def _positive_scale(ctx, param, value: float) -> float:
                    "default: in memory, carried over between the repetitions of a size.")
 @click.option("--fresh-learner", is_flag=True,
               help="Start ASA_X from scratch in every repetition (no carried-over learning).")
-@click.option("--sequential-cores", type=click.Choice(paper_exp.SEQUENTIAL_CORES),
+@click.option("--sequential-cores", type=click.Choice(paper_choices.SEQUENTIAL_CORES),
               default="workflow", show_default=True,
               help="What a sequential stage asks for: one core, or its workflow's cores.")
 @click.option("--node-cores", type=click.IntRange(min=1), default=None,
@@ -339,18 +347,18 @@ def _positive_scale(ctx, param, value: float) -> float:
 @click.option("--scale-out", type=click.IntRange(min=1), default=1, show_default=True,
               help="Multiply the workflows and every cluster size by K (K copies of the 15 "
                    "workflows on K times the cores).")
-@click.option("--classes", type=click.Choice(tuple(paper_exp.CLASSES)), default="stage",
+@click.option("--classes", type=click.Choice(tuple(paper_choices.CLASSES)), default="stage",
               show_default=True,
               help="ASA_X's job classes (weights are kept per class): per workflow kind, per "
                    "stage, or per stage and size.")
-@click.option("--experts", "experts_text", default=",".join(paper_exp.DEFAULT_EXPERTS),
+@click.option("--experts", "experts_text", default=",".join(paper_choices.DEFAULT_EXPERTS),
               show_default=True,
               help="ASA_X's optional experts beside the paper's four, separated by commas "
                    "(pair, io), or 'none'.")
 @click.option("--explain", is_flag=True,
               help="Count, per rule, the stage-seconds waited by stages no host took "
                    "(printed, and in --json as each run's 'refusals').")
-@click.option("--model", "model_name", type=click.Choice(("calibrated", "fluid")),
+@click.option("--model", "model_name", type=click.Choice(paper_choices.MODEL_NAMES),
               default="calibrated", show_default=True,
               help="Interference between co-located jobs: the one fitted to real measurements "
                    "(cosched calibrate, docs/calibration.md), or CPU quotas and memory capacity "
@@ -440,7 +448,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
     if node_cores is not None:
         for cores in sizes:
             try:
-                paper_exp.cluster_nodes(cores, node_cores)
+                _paper().cluster_nodes(cores, node_cores)
             except InvalidInput as exc:
                 raise click.BadParameter(str(exc), param_hint="--node-cores") from None
     if fresh_learner and db is not None:
@@ -465,13 +473,13 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         else "carried over between repetitions (fresh for each cluster size)")
     t0 = time.perf_counter()
     try:
-        runs = paper_exp.run_experiment(sizes, policies, repeat, scale, seed,
+        runs = _paper().run_experiment(sizes, policies, repeat, scale, seed,
                                         carry_learning=not fresh_learner, store=store,
                                         node_cores=node_cores, tag=tag,
                                         sequential_cores=sequential_cores,
                                         kill_at_walltime=kill_at_walltime, classes=classes,
                                         experts=experts, explain=explain, scale_out=scale_out,
-                                        old_rules=old_rules, model=paper_exp.MODELS[model_name],
+                                        old_rules=old_rules, model=_paper().MODELS[model_name],
                                         queue_policy=queue, workers=workers,
                                         cluster=cluster, idle_guests=guests == "idle",
                                         permit=permit, shared_cores=placement == "shared",
@@ -484,7 +492,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         if store is not None:
             store.close()
     wall = time.perf_counter() - t0
-    summary = paper_exp.summarise(runs)
+    summary = _paper().summarise(runs)
     click.echo(f"{len(runs)} virtual runs in {wall:.1f} s", err=True)
     result = {
         "settings": {"cores": sizes, "policies": policies, "repeat": repeat, "scale": scale,
@@ -500,13 +508,13 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         "runs": [r.as_json(explain) for r in runs],
         "summary": summary,
         "normalised_runtime": {str(c): v for c, v in
-                               paper_exp.normalised_runtimes(summary).items()},
+                               _paper().normalised_runtimes(summary).items()},
     }
     if out_dir is not None:
         from ..experiments.plots import write_plots
 
         try:
-            files = write_plots(runs, out_dir, paper_exp.instance_kinds(scale_out))
+            files = write_plots(runs, out_dir, _paper().instance_kinds(scale_out))
             (out_dir / "result.json").write_text(json.dumps(result, indent=2, allow_nan=False))
         except OSError as exc:
             raise click.ClickException(f"cannot write into {out_dir}: {exc}") from None
@@ -527,7 +535,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
     click.echo(report(summary, notes))
     if explain:
         click.echo("")
-        click.echo(paper_exp.refusal_table(runs))
+        click.echo(_paper().refusal_table(runs))
 
 
 @simulate.command("io-pairs")

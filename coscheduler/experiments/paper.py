@@ -68,6 +68,7 @@ from ..policies.coalloc import Asax, SpaceSharing, Static, make_policy
 from ..policies.lending import DEFAULT_MIN_SHARE
 from ..policies.permit import HostHarmPermit
 from ..recorder import MemoryRecorder, Recorder
+from .paper_choices import CLASSES, DEFAULT_EXPERTS, MODEL_NAMES  # noqa: F401 - re-exported
 from .paper_metrics import (IO_HEAVY, PAPER_LOAD, PAPER_TABLE2_RUNTIME_H,  # noqa: F401 - re-exported
                             PAPER_TABLE3, SUMMARY_FIELDS, PaperRun, StageRecord, _Census,
                             _RecordingBackend, _RoundTap, _measure, instance_kinds, measure_run,
@@ -98,16 +99,10 @@ DECLINE_COOLDOWN_S = 30.0
 OLD_RULES = {"max_guests_per_host": 1, "max_candidates_per_guest": 4,
              "former_guests_host": False}
 
-# Interference models by name: fitted to real measurements, or quotas and memory only.
-MODELS: dict[str, InterferenceModel] = {"calibrated": CALIBRATED,
-                                        "fluid": InterferenceModel(memory_penalty=2.0)}
-
-# ASA_X's optional experts beyond the paper's four (coscheduler.learner.experts).
-DEFAULT_EXPERTS: tuple[str, ...] = ("pair",)
-
-# ASA_X's class granularity (coscheduler.learner.classes) over the job classes
-# ``{kind}/{stage}/{cores}``: one class per workflow kind, per stage, or per stage and size.
-CLASSES: dict[str, str] = {"kind": "prefix:1", "stage": "prefix:2", "size": "job"}
+# Interference models by name (paper_choices.MODEL_NAMES): fitted to real measurements,
+# or quotas and memory only.
+MODELS: dict[str, InterferenceModel] = dict(zip(MODEL_NAMES, (
+    CALIBRATED, InterferenceModel(memory_penalty=2.0))))
 
 
 def canonical_policy(name: object) -> str:
