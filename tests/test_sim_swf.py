@@ -189,7 +189,11 @@ _HEAD = "; MaxNodes: 4\n; MaxProcs: 8\n"
 _UNUSUAL = {
     "leading blanks and tabs": (_HEAD + "   " + _line(1) + "\n\t" + _line(2) + "\n", True),
     "CRLF line ends": ((_HEAD + _line(1) + "\n" + _line(2) + "\n").replace("\n", "\r\n"), True),
-    "blank lines": (_HEAD + "\n   \n" + _line(1) + "\n\n" + _line(2) + "\n", True),
+    "blank lines": (_HEAD + "\n   \n" + _line(1) + "\n\n" + _line(2) + "\n", False),
+    "blank lines at the end": (_HEAD + _line(1) + "\n" + _line(2) + "\n\n  \n", True),
+    # pandas reads no row at all after a first line of blanks and a comment
+    "an indented first header": ("   " + _HEAD + _line(1) + "\n", False),
+    "an indented header amid jobs": (_HEAD + _line(1) + "\n   ; note\n" + _line(2) + "\n", False),
     "tabs between fields": (_HEAD + _line(1).replace(" ", "\t") + "\n" + _line(2) + "\n", True),
     "no final newline": (_HEAD + _line(1) + "\n" + _line(2), True),
     "headers only": (_HEAD, True),

@@ -161,7 +161,7 @@ def _job_table(text: str, width: int) -> np.ndarray | None:
                             header=None, dtype=np.float64, engine="c",
                             quoting=csv.QUOTE_NONE,   # '"5"' is not a number here
                             na_filter=False)          # nor are NA, nan or an empty field
-    except pd.errors.EmptyDataError:   # headers only
+    except pd.errors.EmptyDataError:   # headers only (the caller counts the lines)
         return np.empty((0, width))
     except (ValueError, TypeError):     # (pandas' ParserError is a ValueError)
         return None
@@ -206,7 +206,13 @@ def _read_fast(name: str, text: str, extra_fields: tuple[str, ...]) -> SwfTrace 
         return None
     width = SWF_FIELDS + len(extra_fields)
     a = _job_table(text, width)
-    if a is None:
+    # One row per line that is not a header: a blank line, or pandas skipping or merging
+    # lines it reads differently (a header indented by blanks ends its read early), sends
+    # the trace to the line reader.
+    end = len(text)
+    while end and text[end - 1] in " \t\r\n\f\v":   # (not rstrip: a 17 MB copy)
+        end -= 1
+    if a is None or len(a) != (text.count("\n", 0, end) + 1 if end else 0) - len(comments):
         return None
     if a.shape[1] != width or not np.isfinite(a).all():
         return None
