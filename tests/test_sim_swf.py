@@ -255,3 +255,39 @@ def test_the_one_pass_reader_reads_decimals_to_the_last_bit(tmp_path):
     path = write(tmp_path, lines)
     assert _read_fast(str(path), _read_text(path), ()) is not None
     assert read_swf(path).jobs == read_swf(path, vectorised=False).jobs
+
+
+_PIECES = ["; MaxNodes: 4", "; MaxProcs: 8", "  ; MaxProcs: 8", "", "   ", "; note", "\t; note"]
+
+
+def test_the_one_pass_reader_agrees_with_the_line_reader_on_mixed_traces(tmp_path):
+    """Random mixes of headers (indented or not), blank lines, job lines with blanks and
+    tabs between fields, short, long, wrong or repeated ones, LF or CRLF: both readers
+    give the same trace or the same error."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    job = st.builds(
+        lambda j, run, procs, sep, tail: sep.join(
+            str(x) for x in [j, 10, -1, run, procs, -1, -1, -1, 200, -1, 1, 3] + [-1] * 6)
+        + tail,
+        st.integers(1, 6), st.sampled_from([100, 0, 7.25, -1]), st.sampled_from([1, 2, 9]),
+        st.sampled_from([" ", "\t", "  "]), st.sampled_from(["", "   ", " 5", " x", " ;c"]))
+    path = tmp_path / "t.swf"
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.one_of(job, st.sampled_from(_PIECES)), max_size=12),
+           st.sampled_from(["\n", "\r\n"]))
+    def check(lines, newline):
+        path.write_text(newline.join(["; MaxNodes: 4", "; MaxProcs: 8"] + lines) + newline)
+
+        def outcome(vectorised):
+            try:
+                t = read_swf(path, vectorised=vectorised)
+            except SwfFormatError as exc:
+                return str(exc)
+            return t.jobs, t.dropped, t.header
+
+        assert outcome(True) == outcome(False)
+
+    check()
