@@ -216,6 +216,15 @@ _UNUSUAL = {
 }
 
 
+def _outcome(path, vectorised: bool):
+    """What a reader makes of a trace: (jobs, dropped, header), or its error's text."""
+    try:
+        t = read_swf(path, vectorised=vectorised)
+    except SwfFormatError as exc:
+        return str(exc)
+    return t.jobs, t.dropped, t.header
+
+
 @pytest.mark.parametrize("name", list(_UNUSUAL))
 def test_the_one_pass_reader_agrees_with_the_line_reader_on_unusual_text(tmp_path, name):
     """pandas' C reader (sim/swf.py ``_job_table``) takes what it reads exactly as the
@@ -226,16 +235,8 @@ def test_the_one_pass_reader_agrees_with_the_line_reader_on_unusual_text(tmp_pat
     text, one_pass = _UNUSUAL[name]
     path = tmp_path / "t.swf"
     path.write_bytes(text.encode("latin-1"))
-
-    def outcome(vectorised):
-        try:
-            t = read_swf(path, vectorised=vectorised)
-        except SwfFormatError as exc:
-            return str(exc)
-        return t.jobs, t.dropped, t.header
-
     assert (_read_fast(str(path), _read_text(path), ()) is not None) is one_pass
-    assert outcome(True) == outcome(False)
+    assert _outcome(path, vectorised=True) == _outcome(path, vectorised=False)
 
 
 def test_the_one_pass_reader_reads_decimals_to_the_last_bit(tmp_path):
@@ -280,14 +281,6 @@ def test_the_one_pass_reader_agrees_with_the_line_reader_on_mixed_traces(tmp_pat
            st.sampled_from(["\n", "\r\n"]))
     def check(lines, newline):
         path.write_text(newline.join(["; MaxNodes: 4", "; MaxProcs: 8"] + lines) + newline)
-
-        def outcome(vectorised):
-            try:
-                t = read_swf(path, vectorised=vectorised)
-            except SwfFormatError as exc:
-                return str(exc)
-            return t.jobs, t.dropped, t.header
-
-        assert outcome(True) == outcome(False)
+        assert _outcome(path, vectorised=True) == _outcome(path, vectorised=False)
 
     check()
