@@ -25,6 +25,11 @@ Rules:
   the 18 standard ones (the multi-resource workloads, ``coscheduler/multi/workload.py``);
   errors call them by those names; they land in ``SwfTrace.extras``, one tuple per kept
   job, in job order.
+
+How: a well-formed trace is read in one pass (pandas' C reader for the job lines, the
+rules as numpy array operations); anything unusual (a blank line inside, a field that is
+not a number, a repeated job number) goes to the line-by-line reader, which applies the
+same rules and names the line that breaks them. Both give the same trace (tests).
 """
 
 from __future__ import annotations
@@ -153,7 +158,8 @@ def _read_text(path: Path) -> str:
 def _job_table(text: str, width: int) -> np.ndarray | None:
     """Every job line as one float64 row, by pandas' C reader (four times numpy's
     ``loadtxt`` on HPC2N's 202,871 lines); None if a line is not all numbers or the lines
-    differ in length. Header lines (';') are skipped; blank lines too."""
+    differ in length. Header lines (';') and blank lines are skipped: the caller counts
+    the rows against the lines."""
     import pandas as pd   # (here: a quarter of a second to import, paid only by readers)
 
     try:
