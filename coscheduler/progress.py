@@ -68,23 +68,25 @@ def read_progress(path: str | os.PathLike) -> Progress | None:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_PROGRESS_BYTES + 1)
-        rec = boundedjson.loads(raw, max_bytes=MAX_PROGRESS_BYTES, max_depth=4,
-                                what=f"progress file {path}")
-        if not isinstance(rec, dict):
-            return None
-        done, total, t = rec.get("done"), rec.get("total"), rec.get("time", 0.0)
-        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
-            return None
-        if total is not None and (isinstance(total, bool) or not isinstance(total, int)
-                                  or total < 0):
-            return None
-        if not boundedjson.is_finite_number(t):
-            return None
-        return Progress(done=done, total=total, time=float(t))
-    except (OSError, ValueError):
+    except OSError:
         return None
-        if total is not None and (not isinstance(total, int) or total < 0):
-            return None
-        return Progress(done=done, total=total, time=t)
-    except (OSError, ValueError, KeyError, TypeError):
+    return parse_progress(raw, f"progress file {path}")
+
+
+def parse_progress(raw: bytes, what: str = "progress record") -> Progress | None:
+    """A progress record from a file's bytes; None when they are not one."""
+    try:
+        rec = boundedjson.loads(raw, max_bytes=MAX_PROGRESS_BYTES, max_depth=4, what=what)
+    except ValueError:
         return None
+    if not isinstance(rec, dict):
+        return None
+    done, total, t = rec.get("done"), rec.get("total"), rec.get("time", 0.0)
+    if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+        return None
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int)
+                              or total < 0):
+        return None
+    if not boundedjson.is_finite_number(t):
+        return None
+    return Progress(done=done, total=total, time=float(t))

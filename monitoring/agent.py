@@ -42,6 +42,7 @@ from .roles import check_guest_weight, check_role
 from .state import (JobSpec, JobState, check_fraction, job_quota_us,
                     node_quota_us, parse_registration, validate_agent_job_id)
 from .observing import JobObservation
+from .progressfiles import ProgressFiles
 from .restore import Restore
 
 log = logging.getLogger("monitoring.agent")
@@ -119,6 +120,7 @@ class NodeAgent(JobObservation, Restore):
         self._covered: dict[str, tuple[frozenset, bool]] = {}  # does the cgroup counter cover the job
         self._io: dict[str, dict[int, tuple[int, int]]] = {}  # last I/O bytes per job and pid
         self._light: dict[str, dict[str, Any]] = {}  # last full sample of a job wholly in its cgroup
+        self._progress_files = ProgressFiles(self.progress_dir)
         raise_open_file_limit()
         self._files = OpenFiles()  # /proc files kept open between ticks
         self._progress: dict[str, list[Progress]] = {}
@@ -353,6 +355,7 @@ class NodeAgent(JobObservation, Restore):
             todo = [(jid, js.spec, js.quota_us is not None or js.sample.get("nr_throttled") is not None)
                     for jid, js in self._jobs.items() if js.status == "running"]
         # Reading /proc and cgroup counters is the slow part: no lock held.
+        self._progress_files.list()
         observed = {jid: self._observe(jid, spec, now, q) for jid, spec, q in todo}
         with self._lock:
             changed = False

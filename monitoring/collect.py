@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import psutil
 
-from coscheduler.progress import Progress, read_progress
+from coscheduler.progress import Progress
 
 from .cgroupfs import OpenFiles, slurm_job_cgroup_v2, slurm_jobs_v2, unified_path
 
@@ -244,20 +243,6 @@ def progress_rate(history: list[Progress], now: float, window_s: float = 60.0) -
     if span <= 0:
         return None
     return max(0.0, (last.done - first.done) / span)
-
-
-def read_progress_file(path: str | None) -> Progress | None:
-    """Read a job's progress file, refusing symlinks and anything but a small regular file
-    (the agent runs as root; the file is written by the job's user)."""
-    if not path:
-        return None
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size > 65536:
-        return None
-    return read_progress(path)
 
 
 # ---- batch-system discovery ----------------------------------------------------------------

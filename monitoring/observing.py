@@ -45,7 +45,7 @@ class JobObservation:
             if usage is not None:
                 return {"members": set(in_cg), "to_move": set(), "refused": {},
                         "totals": light["totals"], "io": light["io"], "usage_ns": usage,
-                        "usage_src": "cgroup", "progress": collect.read_progress_file(spec.progress_file),
+                        "usage_src": "cgroup", "progress": self._progress_files.read(spec.progress_file),
                         "throttling": thr,
                         "time": time.monotonic(), "wall": now}
         batch: set[int] = set()
@@ -94,7 +94,7 @@ class JobObservation:
                 self._covered[jid] = covered
             if covered[1]:
                 usage_ns, usage_src = self.actuator.usage_ns(jid), "cgroup"
-        prog = collect.read_progress_file(spec.progress_file)
+        prog = self._progress_files.read(spec.progress_file)
         # throttling happens only under a limit: skip the read for unlimited jobs
         thr = self.actuator.throttling(jid) if quota_set else None
         to_move = set() if self._sample_only(spec) else admitted(live - in_cg)
@@ -226,6 +226,7 @@ class JobObservation:
         self._io.pop(jid, None)
         self._light.pop(jid, None)
         self._refused.pop(jid, None)
+        self._progress_files.forget(js.spec.progress_file)
 
     def _life_cpu_percent(self, js: JobState) -> float | None:
         """The job's mean CPU use since it was registered, in % of its cores as its samples

@@ -16,6 +16,7 @@ from monitoring.admission import Admission
 from monitoring.cgroupfs import CgroupError, Confined, UnsafePath, detect_layout, parse_mountinfo, validate_root
 from monitoring.client import AgentClient, AgentError
 from monitoring.lease import LeaseKeeper
+from monitoring.progressfiles import ProgressFiles
 from monitoring.recovery import StateFile
 from monitoring.state import HAPPINESS_CAP, finite_happiness, job_quota_us, node_quota_us, parse_registration
 
@@ -233,8 +234,10 @@ def test_progress_command_writes_the_protocol_file(tmp_path):
     assert r.exit_code != 0 and "larger" in r.output
     # the agent's reader refuses a symlink in place of the file
     (tmp_path / "evil.json").symlink_to(f)
-    assert collect.read_progress_file(str(tmp_path / "evil.json")) is None
-    assert collect.read_progress_file(str(f)).done == 3
+    files = ProgressFiles(tmp_path)
+    files.list()
+    assert files.read(str(tmp_path / "evil.json")) is None
+    assert files.read(str(f)).done == 3
 
 
 def test_resident_memory_of_a_live_process_is_read_two_ways():
