@@ -189,7 +189,9 @@ class JobObservation:
         total = last.total if last is not None and last.total is not None else js.spec.tasks_total
         done = last.done if last is not None else 0
         hp = None
-        if js.spec.walltime_s and js.spec.start_time is not None and total is not None:
+        # (no rate yet: Hp is unknown, and happiness() would say so after checking its input)
+        if rate is not None and js.spec.walltime_s and js.spec.start_time is not None \
+                and total is not None:
             elapsed = max(0.0, obs["wall"] - js.spec.start_time)
             hp = finite_happiness(happiness(elapsed, js.spec.walltime_s, done, total, rate))
         mem_alloc = js.spec.mem_mb * 2**20 if js.spec.mem_mb else self._mem_total

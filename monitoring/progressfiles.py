@@ -76,7 +76,7 @@ class ProgressFiles:
         """The job's latest record, or None (no file, or not a record)."""
         if not path:
             return None
-        parent, name = os.path.split(path)
+        parent, _, name = path.rpartition("/")   # (os.path.split costs more, per job and tick)
         if self._names is not None and parent == self.directory and name not in self._names:
             self._seen.pop(path, None)
             return None
