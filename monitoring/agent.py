@@ -121,6 +121,7 @@ class NodeAgent(JobObservation, Restore):
         self._io: dict[str, dict[int, tuple[int, int]]] = {}  # last I/O bytes per job and pid
         self._light: dict[str, dict[str, Any]] = {}  # last full sample of a job wholly in its cgroup
         self._progress_files = ProgressFiles(self.progress_dir)
+        self._owners: dict[str, int] = {}   # job -> the uid of its processes (progress files)
         raise_open_file_limit()
         self._files = OpenFiles()  # /proc files kept open between ticks
         self._progress: dict[str, list[Progress]] = {}

@@ -16,7 +16,7 @@ from coscheduler.happiness import happiness
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import Refused
+from .admission import Refused, uid_of
 from .cgroupfs import CgroupError, UnsafePath
 from .state import JobSpec, JobState, finite_happiness
 
@@ -45,7 +45,8 @@ class JobObservation:
             if usage is not None:
                 return {"members": set(in_cg), "to_move": set(), "refused": {},
                         "totals": light["totals"], "io": light["io"], "usage_ns": usage,
-                        "usage_src": "cgroup", "progress": self._progress_files.read(spec.progress_file),
+                        "usage_src": "cgroup", "progress": self._progress_files.read(spec.progress_file,
+                                                                     self._owner(jid, in_cg)),
                         "throttling": thr,
                         "time": time.monotonic(), "wall": now}
         batch: set[int] = set()
@@ -94,7 +95,7 @@ class JobObservation:
                 self._covered[jid] = covered
             if covered[1]:
                 usage_ns, usage_src = self.actuator.usage_ns(jid), "cgroup"
-        prog = self._progress_files.read(spec.progress_file)
+        prog = self._progress_files.read(spec.progress_file, self._owner(jid, live))
         # throttling happens only under a limit: skip the read for unlimited jobs
         thr = self.actuator.throttling(jid) if quota_set else None
         to_move = set() if self._sample_only(spec) else admitted(live - in_cg)
@@ -109,6 +110,16 @@ class JobObservation:
                 "io": io, "usage_ns": usage_ns,
                 "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
                 "throttling": thr, "time": time.monotonic(), "wall": now}
+
+    def _owner(self, jid: str, pids: set[int] | frozenset[int]) -> int | None:
+        """The uid of the job's processes (found once), which its progress file must
+        belong to (progressfiles.py); None while it has no process."""
+        uid = self._owners.get(jid)
+        if uid is None:
+            uid = next((u for u in map(uid_of, sorted(pids)) if u is not None), None)
+            if uid is not None:
+                self._owners[jid] = uid
+        return uid
 
     def _reconcile(self, js: JobState, obs: dict[str, Any], now: float) -> bool:
         jid = js.spec.job_id
@@ -229,6 +240,7 @@ class JobObservation:
         self._light.pop(jid, None)
         self._refused.pop(jid, None)
         self._progress_files.forget(js.spec.progress_file)
+        self._owners.pop(jid, None)
 
     def _life_cpu_percent(self, js: JobState) -> float | None:
         """The job's mean CPU use since it was registered, in % of its cores as its samples

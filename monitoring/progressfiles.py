@@ -4,7 +4,10 @@ A job's user writes its progress file and the agent reads it as root, so a file 
 without following a link or blocking (``O_NOFOLLOW | O_NONBLOCK``) and read only when the
 open file itself is a small regular file: a check on the path before the open could be
 raced (the file swapped for a FIFO, which would hang the tick and the lease checks with
-it, or for a link to a file the user may not read).
+it, or for a link to a file the user may not read). The file must also belong to the
+job's user (the real uid of its processes) or to root: the progress folder is writable by
+every user (sticky, like /tmp), so another user could otherwise create a job's file before
+the job does, keep the job from replacing it, and report its progress for it.
 
 Cheap enough for every job at 1 Hz: the progress directory is listed once per tick, so a
 job that writes no progress costs no system call, and a file is read again only when it
@@ -15,20 +18,29 @@ clock resolution would keep them (the way git treats "racy" index entries).
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import time
 
 from coscheduler.progress import MAX_PROGRESS_BYTES, Progress, parse_progress
 
+log = logging.getLogger("monitoring.agent")
+
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 RACY_NS = 1_000_000_000
 
 
-def read_progress_file(path: str) -> tuple[tuple[int, int, int] | None, Progress | None]:
+class NotTheJobs(Exception):
+    """The progress file belongs to another user than the job's (and not to root)."""
+
+
+def read_progress_file(path: str, owner: int
+                       ) -> tuple[tuple[int, int, int] | None, Progress | None]:
     """(the open file's identity (inode, size, mtime ns), or None when not read; its
     record, or None when it is not one). Links, FIFOs, devices, directories and files of
-    more than ``MAX_PROGRESS_BYTES`` are not read."""
+    more than ``MAX_PROGRESS_BYTES`` are not read; NotTheJobs when the file belongs
+    neither to ``owner`` (the job's uid) nor to root."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:
@@ -37,6 +49,9 @@ def read_progress_file(path: str) -> tuple[tuple[int, int, int] | None, Progress
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PROGRESS_BYTES:
             return None, None
+        if st.st_uid != owner and st.st_uid != 0:
+            raise NotTheJobs(f"progress file {path} belongs to uid {st.st_uid}, not to the "
+                             f"job's user (uid {owner}) or root: not read")
         chunks, size = [], 0
         while size <= MAX_PROGRESS_BYTES:
             b = os.read(fd, MAX_PROGRESS_BYTES + 1 - size)
@@ -59,9 +74,11 @@ class ProgressFiles:
     def __init__(self, directory: str | os.PathLike):
         self.directory = os.path.realpath(directory)
         self._names: set[str] | None = None
-        # path -> (identity when read, record, whether that identity may be trusted)
-        self._seen: dict[str, tuple[tuple[int, int, int], Progress | None, bool]] = {}
+        # path -> (identity when read, record, whether that identity may be trusted, the
+        # owner it was read for)
+        self._seen: dict[str, tuple[tuple[int, int, int], Progress | None, bool, int]] = {}
         self.reads = 0   # files opened and parsed (tests, diagnostics)
+        self.refused: dict[str, str] = {}   # path -> why its file was not read (latest)
 
     def list(self) -> None:
         """The directory's entries for this tick; if it cannot be listed, every file is
@@ -72,16 +89,17 @@ class ProgressFiles:
         except OSError:
             self._names = None
 
-    def read(self, path: str | None) -> Progress | None:
-        """The job's latest record, or None (no file, or not a record)."""
-        if not path:
+    def read(self, path: str | None, owner: int | None) -> Progress | None:
+        """The job's latest record, or None (no file, not a record, or not the job's:
+        ``owner`` is the uid of the job's processes, None while it has none)."""
+        if not path or owner is None:
             return None
         parent, _, name = path.rpartition("/")   # (os.path.split costs more, per job and tick)
         if self._names is not None and parent == self.directory and name not in self._names:
             self._seen.pop(path, None)
             return None
         seen = self._seen.get(path)
-        if seen is not None and seen[2]:
+        if seen is not None and seen[2] and seen[3] == owner:
             try:
                 st = os.lstat(path)
             except OSError:
@@ -89,15 +107,24 @@ class ProgressFiles:
                 return None
             if (st.st_ino, st.st_size, st.st_mtime_ns) == seen[0]:
                 return seen[1]
-        ident, prog = read_progress_file(path)
+        try:
+            ident, prog = read_progress_file(path, owner)
+        except NotTheJobs as e:
+            if self.refused.get(path) != str(e):
+                log.warning("%s", e)
+            self.refused[path] = str(e)
+            self._seen.pop(path, None)
+            return None
         self.reads += 1
+        self.refused.pop(path, None)
         if ident is None:
             self._seen.pop(path, None)
             return None
         trusted = time.time_ns() - ident[2] > RACY_NS
-        self._seen[path] = (ident, prog, trusted)
+        self._seen[path] = (ident, prog, trusted, owner)
         return prog
 
     def forget(self, path: str | None) -> None:
         if path:
             self._seen.pop(path, None)
+            self.refused.pop(path, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import subprocess
 import sys
 import time
@@ -101,6 +102,31 @@ def test_progress_file_gives_rate_and_happiness(served):
     assert 'cosched_job_tasks_done{job_id="p1",status="running"} 10.0' in metrics
     assert "cosched_job_happiness" in metrics and "cosched_agent_process_cpu_seconds_total" in metrics
 
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_progress_file_another_user_made_at_the_jobs_path_is_not_its_progress(served):
+    """The progress folder is writable by every user (sticky): another user can make a
+    job's file before the job does, and the job cannot replace it. Its figures must not
+    become the job's progress and happiness (the learner's loss rests on them)."""
+    agent, server, client, sleeper, fs = served
+    now = time.time()
+    view = client.register_job("p2", [sleeper.pid], 1, walltime_s=120, start_time=now - 20,
+                               tasks_total=100)
+    path = view["progress_file"]
+    write_progress(0, 100, path, now=now - 10)
+    os.chown(path, 65534, 65534)   # (the job's processes run as root here: uid 0)
+    agent.tick()
+    write_progress(90, 100, path + ".squat", now=now)
+    os.chown(path + ".squat", 65534, 65534)
+    os.replace(path + ".squat", path)
+    agent.tick()
+    j = client.job("p2")
+    assert j["tasks_done"] == 0 and j["tasks_per_s"] is None and j["happiness"] is None
+    # the job's own file (its user's: root here) is read
+    write_progress(10, 100, path, now=now)
+    agent.tick()
+    assert client.job("p2")["tasks_done"] == 10
 
 def test_auth_missing_401_wrong_403_and_reads_open(served):
     agent, server, client, sleeper, fs = served

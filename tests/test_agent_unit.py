@@ -236,8 +236,8 @@ def test_progress_command_writes_the_protocol_file(tmp_path):
     (tmp_path / "evil.json").symlink_to(f)
     files = ProgressFiles(tmp_path)
     files.list()
-    assert files.read(str(tmp_path / "evil.json")) is None
-    assert files.read(str(f)).done == 3
+    assert files.read(str(tmp_path / "evil.json"), os.getuid()) is None
+    assert files.read(str(f), os.getuid()).done == 3
 
 
 def test_resident_memory_of_a_live_process_is_read_two_ways():
