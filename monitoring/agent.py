@@ -356,7 +356,7 @@ class NodeAgent(JobObservation, Restore):
             todo = [(jid, js.spec, js.quota_us is not None or js.sample.get("nr_throttled") is not None)
                     for jid, js in self._jobs.items() if js.status == "running"]
         # Reading /proc and cgroup counters is the slow part: no lock held.
-        self._progress_files.list()
+        self._progress_files.list(len(todo))
         observed = {jid: self._observe(jid, spec, now, q) for jid, spec, q in todo}
         with self._lock:
             changed = False

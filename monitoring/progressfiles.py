@@ -9,8 +9,9 @@ job's user (the real uid of its processes) or to root: the progress folder is wr
 every user (sticky, like /tmp), so another user could otherwise create a job's file before
 the job does, keep the job from replacing it, and report its progress for it.
 
-Cheap enough for every job at 1 Hz: the progress directory is listed once per tick, so a
-job that writes no progress costs no system call, and a file is read again only when it
+Cheap enough for every job at 1 Hz: the progress directory is listed once per tick (up to
+a bound: every user may create files there), so a job that writes no progress costs no
+system call, and a file is read again only when it
 changed (inode, size or modification time). A file modified within the last second is
 read again at the next tick whatever its times say: a rewrite within the file system's
 clock resolution would keep them (the way git treats "racy" index entries).
@@ -29,6 +30,8 @@ log = logging.getLogger("monitoring.agent")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 RACY_NS = 1_000_000_000
+LISTING_MIN = 256
+LISTING_PER_JOB = 4
 
 
 class NotTheJobs(Exception):
@@ -74,20 +77,32 @@ class ProgressFiles:
     def __init__(self, directory: str | os.PathLike):
         self.directory = os.path.realpath(directory)
         self._names: set[str] | None = None
+        self.listed = False   # whether this tick's listing is complete (tests, diagnostics)
         # path -> (identity when read, record, whether that identity may be trusted, the
         # owner it was read for)
         self._seen: dict[str, tuple[tuple[int, int, int], Progress | None, bool, int]] = {}
         self.reads = 0   # files opened and parsed (tests, diagnostics)
         self.refused: dict[str, str] = {}   # path -> why its file was not read (latest)
 
-    def list(self) -> None:
-        """The directory's entries for this tick; if it cannot be listed, every file is
-        looked at on its own."""
+    def list(self, jobs: int) -> None:
+        """The directory's entries for this tick (``jobs``: how many jobs may have a file
+        there). Every user may create files in it, so the listing stops after
+        ``LISTING_PER_JOB`` entries per job (at least ``LISTING_MIN``): a folder flooded
+        with files costs a bounded read, and each job's file is then looked at on its own,
+        as when the folder cannot be listed."""
+        cap = max(LISTING_MIN, LISTING_PER_JOB * jobs)
+        names: set[str] | None = set()
         try:
             with os.scandir(self.directory) as it:
-                self._names = {e.name for e in it}
+                for e in it:
+                    if len(names) >= cap:
+                        names = None
+                        break
+                    names.add(e.name)
         except OSError:
-            self._names = None
+            names = None
+        self._names = names
+        self.listed = names is not None
 
     def read(self, path: str | None, owner: int | None) -> Progress | None:
         """The job's latest record, or None (no file, not a record, or not the job's:

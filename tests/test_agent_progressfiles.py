@@ -11,6 +11,7 @@ import time
 import pytest
 
 from coscheduler.progress import MAX_PROGRESS_BYTES, write_progress
+from monitoring import progressfiles
 from monitoring.progressfiles import ProgressFiles
 
 ME = os.getuid()
@@ -44,7 +45,7 @@ def test_a_fifo_swapped_in_after_the_check_does_not_block_the_tick(tmp_path, mon
     write_progress(1, 4, tmp_path / "regular.json")
     regular = os.lstat(tmp_path / "regular.json")
     monkeypatch.setattr(os, "lstat", lambda p, *a, **k: regular)
-    files.list()
+    files.list(1)
     assert _read_within(files, path, ME) is None
 
 
@@ -52,7 +53,7 @@ def test_a_fifo_at_the_path_is_never_read(tmp_path):
     files = ProgressFiles(tmp_path)
     path = str(tmp_path / "job.json")
     os.mkfifo(path)
-    files.list()
+    files.list(1)
     assert _read_within(files, path, ME) is None
     # a writer opened on the FIFO does not make it a progress file either
     fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
@@ -73,7 +74,7 @@ def test_a_link_in_place_of_the_file_is_not_followed(tmp_path):
     path = pdir / "job.json"
     path.symlink_to(secret)
     files = ProgressFiles(pdir)
-    files.list()
+    files.list(1)
     assert _read_within(files, str(path), ME) is None
 
 
@@ -82,7 +83,7 @@ def test_directories_and_oversized_files_are_not_records(tmp_path):
     (tmp_path / "dir.json").mkdir()
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (MAX_PROGRESS_BYTES + 1) + b"{}")
-    files.list()
+    files.list(1)
     assert files.read(str(tmp_path / "dir.json"), ME) is None
     assert files.read(str(big), ME) is None
 
@@ -92,23 +93,23 @@ def test_a_file_is_read_again_only_when_it_changed(tmp_path):
     path = str(tmp_path / "job.json")
     write_progress(3, 10, path, now=100.0)
     _old(path)
-    files.list()
+    files.list(1)
     assert files.read(path, ME).done == 3
     for _ in range(5):
-        files.list()
+        files.list(1)
         assert files.read(path, ME).done == 3
     assert files.reads == 1
     # the project's writer replaces the file (a new inode): seen at once
     write_progress(4, 10, path, now=101.0)
     _old(path)
-    files.list()
+    files.list(1)
     assert files.read(path, ME).done == 4
     assert files.reads == 2
     # rewritten in place, another size
     with open(path, "w") as f:
         json.dump({"done": 10, "total": 10, "time": 102.0}, f)
     _old(path)
-    files.list()
+    files.list(1)
     assert files.read(path, ME).done == 10
 
 
@@ -120,20 +121,20 @@ def test_a_rewrite_within_the_clock_resolution_is_seen(tmp_path):
     with open(path, "w") as f:
         json.dump({"done": 1, "total": 9, "time": 1.0}, f)
     st = os.stat(path)
-    files.list()
+    files.list(1)
     assert files.read(path, ME).done == 1
     with open(path, "w") as f:   # same size, same inode
         json.dump({"done": 2, "total": 9, "time": 1.0}, f)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))   # and the same time
     assert os.stat(path).st_size == st.st_size
-    files.list()
+    files.list(1)
     assert files.read(path, ME).done == 2
 
 
 def test_a_job_without_a_progress_file_costs_no_system_call(tmp_path, monkeypatch):
     files = ProgressFiles(tmp_path)
     write_progress(1, 2, tmp_path / "other.json")
-    files.list()
+    files.list(1)
 
     def forbidden(*a, **k):
         raise AssertionError("a system call for a file the listing does not have")
@@ -151,10 +152,10 @@ def test_a_file_outside_the_listing_or_an_unlistable_directory_is_looked_at_itse
     sub.mkdir()
     write_progress(5, 6, sub / "job.json")
     files = ProgressFiles(pdir)
-    files.list()
+    files.list(1)
     assert files.read(str(sub / "job.json"), ME).done == 5
     gone = ProgressFiles(tmp_path / "missing")
-    gone.list()
+    gone.list(1)
     write_progress(2, 6, tmp_path / "job.json")
     assert gone.read(str(tmp_path / "job.json"), ME).done == 2
 
@@ -164,13 +165,13 @@ def test_a_removed_file_reads_as_none_and_a_new_one_is_seen(tmp_path):
     path = str(tmp_path / "job.json")
     write_progress(1, 3, path)
     _old(path)
-    files.list()
+    files.list(1)
     assert files.read(path, ME).done == 1
     os.unlink(path)
-    files.list()
+    files.list(1)
     assert files.read(path, ME) is None
     write_progress(2, 3, path)
-    files.list()
+    files.list(1)
     assert files.read(path, ME).done == 2
 
 
@@ -180,7 +181,7 @@ def test_garbage_is_no_record(tmp_path, raw):
     files = ProgressFiles(tmp_path)
     path = tmp_path / "job.json"
     path.write_bytes(raw)
-    files.list()
+    files.list(1)
     assert files.read(str(path), ME) is None
 
 
@@ -193,7 +194,7 @@ def test_a_file_of_another_user_is_not_the_jobs(tmp_path, caplog):
     path = str(tmp_path / "job.json")
     write_progress(99, 100, path)
     os.chown(path, NOBODY, NOBODY)
-    files.list()
+    files.list(1)
     assert files.read(path, 1000) is None
     assert "belongs to uid 65534" in files.refused[path]
     assert "uid 65534" in caplog.text
@@ -211,7 +212,25 @@ def test_a_record_read_for_one_owner_is_not_handed_to_another(tmp_path):
     write_progress(5, 10, path)
     os.chown(path, NOBODY, NOBODY)
     _old(path)
-    files.list()
+    files.list(1)
     assert files.read(path, NOBODY).done == 5
     assert files.read(path, 1000) is None
     assert files.read(path, None) is None   # a job without processes has no progress
+
+
+def test_a_folder_flooded_with_files_is_not_listed_past_a_bound(tmp_path):
+    """Every user may create files in the progress folder: the tick's listing stops after a
+    bound, and each job's file is then looked at on its own."""
+    files = ProgressFiles(tmp_path)
+    write_progress(3, 4, tmp_path / "job.json")
+    files.list(2)
+    assert files.listed
+    for i in range(progressfiles.LISTING_MIN + 10):
+        (tmp_path / f"junk-{i}").touch()
+    files.list(2)
+    assert not files.listed
+    assert files.read(str(tmp_path / "job.json"), ME).done == 3
+    assert files.read(str(tmp_path / "absent.json"), ME) is None
+    # more jobs, a larger bound
+    files.list(progressfiles.LISTING_MIN)
+    assert files.listed

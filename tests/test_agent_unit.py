@@ -235,7 +235,7 @@ def test_progress_command_writes_the_protocol_file(tmp_path):
     # the agent's reader refuses a symlink in place of the file
     (tmp_path / "evil.json").symlink_to(f)
     files = ProgressFiles(tmp_path)
-    files.list()
+    files.list(1)
     assert files.read(str(tmp_path / "evil.json"), os.getuid()) is None
     assert files.read(str(f), os.getuid()).done == 3
 
