@@ -210,6 +210,7 @@ class NodeAgent(JobObservation, Restore):
                 self._jobs[spec.job_id] = js
                 self._prev.pop(spec.job_id, None)
                 self._progress.pop(spec.job_id, None)
+                self._owners.pop(spec.job_id, None)   # (a new job: its user is found again)
                 created = True
             try:
                 self.actuator.ensure_job(spec.job_id)

@@ -273,5 +273,7 @@ class JobObservation:
             if (js.finished_at or now) + self.finished_retention_s <= now and not self.actuator.has_job(jid):
                 del self._jobs[jid]
                 self._progress.pop(jid, None)
+                self._owners.pop(jid, None)
+                self._progress_files.forget(js.spec.progress_file)
                 changed = True
         return changed
