@@ -11,10 +11,10 @@ the job does, keep the job from replacing it, and report its progress for it.
 
 Cheap enough for every job at 1 Hz: the progress directory is listed once per tick (up to
 a bound: every user may create files there), so a job that writes no progress costs no
-system call, and a file is read again only when it
-changed (inode, size or modification time). A file modified within the last second is
-read again at the next tick whatever its times say: a rewrite within the file system's
-clock resolution would keep them (the way git treats "racy" index entries).
+system call, and a file is read again only when it changed (inode, size or modification
+time). A file modified within the last second is read again at the next tick whatever its
+times say: a rewrite within the file system's clock resolution would keep them (the way
+git treats "racy" index entries).
 """
 
 from __future__ import annotations
