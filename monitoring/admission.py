@@ -100,6 +100,11 @@ def uid_of(pid: int) -> int | None:
     return None
 
 
+def uid_of_job(pids) -> int | None:
+    """The real uid of a job's processes: that of the first (lowest pid) still readable."""
+    return next((u for u in map(uid_of, sorted(pids)) if u is not None), None)
+
+
 def _user(uid: int | None) -> str:
     if uid is None:
         return "an unknown user"

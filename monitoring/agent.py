@@ -32,7 +32,7 @@ from coscheduler.model import InvalidInput, validate_job_id
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import Admission, JobContext, Refused, uid_of
+from .admission import Admission, JobContext, Refused, uid_of_job
 from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
                        raise_open_file_limit)
 from .execute import Actuator, InPlaceQuota, make_actuator
@@ -494,8 +494,7 @@ class NodeAgent(JobObservation, Restore):
         if js.spec.batch_cgroup:
             in_cgroups |= collect.cgroup_tree_pids(Path(js.spec.batch_cgroup))
         alive = {p for p in set(js.spec.pids) | js.members | in_cgroups if psutil.pid_exists(p)}
-        uid = next((u for u in map(uid_of, sorted(alive)) if u is not None), None)
-        return JobContext(job_id, uid, frozenset(alive), frozenset(in_cgroups))
+        return JobContext(job_id, uid_of_job(alive), frozenset(alive), frozenset(in_cgroups))
 
     def _sample_only(self, spec: JobSpec) -> bool:
         """On cgroup v2 there is one hierarchy: moving a batch job's processes into our

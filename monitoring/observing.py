@@ -16,7 +16,7 @@ from coscheduler.happiness import happiness
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import Refused, uid_of
+from .admission import Refused, uid_of_job
 from .cgroupfs import CgroupError, UnsafePath
 from .state import JobSpec, JobState, finite_happiness
 
@@ -116,7 +116,7 @@ class JobObservation:
         belong to (progressfiles.py); None while it has no process."""
         uid = self._owners.get(jid)
         if uid is None:
-            uid = next((u for u in map(uid_of, sorted(pids)) if u is not None), None)
+            uid = uid_of_job(pids)
             if uid is not None:
                 self._owners[jid] = uid
         return uid
