@@ -133,6 +133,9 @@ class JobObservation:
         for pid, why in obs["refused"].items():
             js.event(now, f"not moved: {why}")
             log.warning("job %s: pid %s not moved: %s", jid, pid, why)
+        why = self._progress_files.new_refusal(js.spec.progress_file)
+        if why is not None:
+            js.event(now, why)
         for pid in js.members - obs["members"]:
             self._files.forget(f"/proc/{pid}/")
         js.members = set(obs["members"])

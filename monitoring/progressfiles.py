@@ -83,6 +83,7 @@ class ProgressFiles:
         self._seen: dict[str, tuple[tuple[int, int, int], Progress | None, bool, int]] = {}
         self.reads = 0   # files opened and parsed (tests, diagnostics)
         self.refused: dict[str, str] = {}   # path -> why its file was not read (latest)
+        self._news: dict[str, str] = {}     # refusals not yet taken by ``new_refusal``
 
     def list(self, jobs: int) -> None:
         """The directory's entries for this tick (``jobs``: how many jobs may have a file
@@ -127,6 +128,7 @@ class ProgressFiles:
         except NotTheJobs as e:
             if self.refused.get(path) != str(e):
                 log.warning("%s", e)
+                self._news[path] = str(e)
             self.refused[path] = str(e)
             self._seen.pop(path, None)
             return None
@@ -139,7 +141,12 @@ class ProgressFiles:
         self._seen[path] = (ident, prog, trusted, owner)
         return prog
 
+    def new_refusal(self, path: str | None) -> str | None:
+        """Why the file at ``path`` was refused, once per new reason (for the job's events)."""
+        return self._news.pop(path, None) if path else None
+
     def forget(self, path: str | None) -> None:
         if path:
             self._seen.pop(path, None)
             self.refused.pop(path, None)
+            self._news.pop(path, None)

@@ -123,6 +123,9 @@ def test_a_progress_file_another_user_made_at_the_jobs_path_is_not_its_progress(
     agent.tick()
     j = client.job("p2")
     assert j["tasks_done"] == 0 and j["tasks_per_s"] is None and j["happiness"] is None
+    # the operator sees why, once, among the job's events
+    said = [e["event"] for e in j["events"] if "belongs to uid 65534" in e["event"]]
+    assert len(said) == 1 and "not read" in said[0]
     # the job's own file (its user's: root here) is read
     write_progress(10, 100, path, now=now)
     agent.tick()

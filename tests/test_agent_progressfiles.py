@@ -198,6 +198,9 @@ def test_a_file_of_another_user_is_not_the_jobs(tmp_path, caplog):
     assert files.read(path, 1000) is None
     assert "belongs to uid 65534" in files.refused[path]
     assert "uid 65534" in caplog.text
+    assert files.read(path, 1000) is None   # the same refusal again: told once
+    assert "belongs to uid 65534" in files.new_refusal(path)
+    assert files.new_refusal(path) is None
     # the same file is its owner's, and root's files are anybody's
     assert files.read(path, NOBODY).done == 99
     assert path not in files.refused
