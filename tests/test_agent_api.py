@@ -83,13 +83,20 @@ def test_contract_register_read_quota_clear(served):
     assert out["status"] == "released"
 
 
-def test_progress_file_gives_rate_and_happiness(served):
-    agent, server, client, sleeper, fs = served
+def _job_with_progress(client, sleeper, job_id: str) -> tuple[float, str]:
+    """Register a 1-core job of 100 tasks, started 20 s ago with a 120 s walltime, whose
+    progress file says 0 tasks done 10 s ago: (now, the file's path)."""
     now = time.time()
-    view = client.register_job("p1", [sleeper.pid], 1, walltime_s=120, start_time=now - 20,
+    view = client.register_job(job_id, [sleeper.pid], 1, walltime_s=120, start_time=now - 20,
                                tasks_total=100)
     path = view["progress_file"]
     write_progress(0, 100, path, now=now - 10)
+    return now, path
+
+
+def test_progress_file_gives_rate_and_happiness(served):
+    agent, server, client, sleeper, fs = served
+    now, path = _job_with_progress(client, sleeper, "p1")
     agent.tick()
     write_progress(10, 100, path, now=now)
     agent.tick()
@@ -103,18 +110,13 @@ def test_progress_file_gives_rate_and_happiness(served):
     assert "cosched_job_happiness" in metrics and "cosched_agent_process_cpu_seconds_total" in metrics
 
 
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
 def test_a_progress_file_another_user_made_at_the_jobs_path_is_not_its_progress(served):
     """The progress folder is writable by every user (sticky): another user can make a
     job's file before the job does, and the job cannot replace it. Its figures must not
     become the job's progress and happiness (the learner's loss rests on them)."""
     agent, server, client, sleeper, fs = served
-    now = time.time()
-    view = client.register_job("p2", [sleeper.pid], 1, walltime_s=120, start_time=now - 20,
-                               tasks_total=100)
-    path = view["progress_file"]
-    write_progress(0, 100, path, now=now - 10)
+    now, path = _job_with_progress(client, sleeper, "p2")
     os.chown(path, 65534, 65534)   # (the job's processes run as root here: uid 0)
     agent.tick()
     write_progress(90, 100, path + ".squat", now=now)
@@ -130,6 +132,7 @@ def test_a_progress_file_another_user_made_at_the_jobs_path_is_not_its_progress(
     write_progress(10, 100, path, now=now)
     agent.tick()
     assert client.job("p2")["tasks_done"] == 10
+
 
 def test_auth_missing_401_wrong_403_and_reads_open(served):
     agent, server, client, sleeper, fs = served
