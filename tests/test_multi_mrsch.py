@@ -218,6 +218,49 @@ def test_a_run_stopped_by_its_step_budget_and_resumed_is_the_run_never_stopped(
     assert resumed["validation"] == whole.header["validation"]
 
 
+_CRASH_AFTER_SET_2 = """
+import os, sys
+from coscheduler.multi import workload as mw
+from coscheduler.multi.train import TrainConfig, train
+from coscheduler.sim.swf import read_swf
+
+def crash(done, total, info):
+    if done == 2:
+        os._exit(9)   # killed: no clean-up, no last write
+
+wl = mw.generate(read_swf(sys.argv[1]), "S4", 1)
+train(wl, sys.argv[2], TrainConfig(episodes=(1, 1, 1), jobs_per_set=128, steps_per_episode=4,
+                                   batch=16, checkpoint_every_s=1e9), resume=True,
+      progress=crash)
+"""
+
+
+def test_a_run_killed_between_checkpoints_resumes_from_the_last_one_as_never_stopped(
+        smoke_model, tmp_path, lublin_swf):
+    """Checkpoints are written on an interval (the replay memory is up to 170 MB), so a
+    killed run loses the job sets after its last checkpoint and nothing else: resumed from
+    it, it ends as the run never stopped."""
+    path, whole = smoke_model
+    out = tmp_path / "mrsch-lublin_256-S4.model"
+    ckpt = Path(str(out) + ".ckpt")
+    train_cli(out, "1,1,1", lublin_swf, extra=("--max-steps", "1"))   # checkpoint: set 1
+    proc = subprocess.run([sys.executable, "-c", _CRASH_AFTER_SET_2, str(lublin_swf), str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 9, proc.stderr[-3000:]
+    state = mrsch.load_model(ckpt).header["checkpoint"]
+    assert state["episodes"] == 1     # set 2 ran, and was not written (within the interval)
+    assert sorted(p.name for p in tmp_path.glob("*.memory-*.npz")) == [
+        f"{ckpt.name}.memory-1.npz"]
+    resumed = train_cli(out, "1,1,1", lublin_swf, resume=True)
+    assert resumed["episodes"] == 3 and resumed["training_steps"] == whole.header["training_steps"]
+    model = mrsch.load_model(out)
+    assert model.header["losses"] == whole.header["losses"]
+    for k, w in whole.params.items():
+        assert np.allclose(model.params[k], w, rtol=1e-6, atol=1e-7), k
+    # the end of a run is always written, whatever the interval
+    assert mrsch.load_model(ckpt).header["checkpoint"]["episodes"] == 3
+
+
 def test_budgets_of_train_mrsch_are_checked_at_parse_time(tmp_path, lublin_swf):
     from coscheduler.multi.train import TrainConfig
 
@@ -231,6 +274,10 @@ def test_budgets_of_train_mrsch_are_checked_at_parse_time(tmp_path, lublin_swf):
         TrainConfig(max_steps=0)
     with pytest.raises(InvalidInput, match="time_limit_s must be a number > 0"):
         TrainConfig(time_limit_s=float("nan"))
+    with pytest.raises(InvalidInput, match="checkpoint_every_s must be a number >= 0"):
+        TrainConfig(checkpoint_every_s=float("inf"))
+    r = CliRunner().invoke(main, base + ["--checkpoint-every", "-1"])
+    assert r.exit_code == 2 and "--checkpoint-every" in r.output and "Traceback" not in r.output
 
 
 @pytest.mark.parametrize("mask", ["runnable", "padding"])

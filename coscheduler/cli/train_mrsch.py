@@ -2,8 +2,8 @@
 
 ``cosched train mrsch --trace T --set S4 [--workload-seed 1] [--goal dynamic|fixed]
 [--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1 | --seeds 1-6
-[--workers 2]] [--window-order FCFS|SJF|...] [--max-steps N] [--time-limit MIN] [--out MODEL]
-[--resume] [--json]``; see coscheduler/multi/train.py and
+[--workers 2]] [--window-order FCFS|SJF|...] [--max-steps N] [--time-limit MIN]
+[--checkpoint-every SECONDS] [--out MODEL] [--resume] [--json]``; see coscheduler/multi/train.py and
 coscheduler/multi/seeds.py.
 """
 
@@ -51,12 +51,17 @@ from ..sim.swf import read_swf
                    "agent's picks) to this many; resumable with a larger budget")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True), default=None,
               help="stop after the job set that passes this many minutes (resumable)")
+@click.option("--checkpoint-every", type=click.FloatRange(min=0), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="write OUT.ckpt (weights and replay memory) after the job set that ends "
+                   "this long after the last write, and always at the end or a budget's "
+                   "stop; a crash loses at most this much (0: after every set)")
 @click.option("--resume", is_flag=True, help="continue the run from OUT.ckpt if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the model header as JSON")
 def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episodes: str,
           jobs_per_set: int, steps: int, batch: int, seed: int, seeds: str | None,
           workers: int, window_order: str, max_steps: int | None, time_limit: float | None,
-          out: str | None, resume: bool, as_json: bool) -> None:
+          checkpoint_every: float, out: str | None, resume: bool, as_json: bool) -> None:
     """Train MRSch (DFP) in its three phases on TRACE's set, with the simulator engine."""
     from ..multi.train import TrainConfig, train as run_train
 
@@ -68,7 +73,8 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
         config = TrainConfig(goal=goal, episodes=counts, jobs_per_set=jobs_per_set,
                              steps_per_episode=steps, batch=batch, seed=seed,
                              window_order=window_order.upper(), max_steps=max_steps,
-                             time_limit_s=None if time_limit is None else 60.0 * time_limit)
+                             time_limit_s=None if time_limit is None else 60.0 * time_limit,
+                             checkpoint_every_s=checkpoint_every)
         wl = mw.generate(read_swf(trace_path), set_name, workload_seed)
         kind = "mrsch" if goal == "dynamic" else "scalar"
         path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"
