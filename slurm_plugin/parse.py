@@ -5,8 +5,8 @@ checks: each field is read from wherever the answer has it. Two JSON shapes are 
 from recorded real output (tests/fixtures/slurm/):
 
 - Slurm 22.05 (openapi v0.0.38): ``job_state`` is a string, numbers are plain integers,
-  ``exit_code`` is a raw wait status, ``shared`` is ``"shared"`` or null, no per-node CPU
-  layout; ``sinfo --json`` lists nodes with ``state`` a lower-case string.
+  ``exit_code`` is a raw wait status, ``shared`` is ``"shared"`` or null, the per-node
+  layout as a map of allocated cores (no CPU counts: scaled to the job's CPUs); ``sinfo --json`` lists nodes with ``state`` a lower-case string.
 - Slurm 24.11 (data_parser v0.0.42): ``job_state`` is a list of flags, numbers are
   ``{"set", "infinite", "number"}``, ``exit_code`` is ``{"status", "return_code", "signal"}``,
   ``shared`` a list (``["oversubscribe"]``), ``job_resources`` holds the per-node CPUs;
@@ -214,12 +214,18 @@ def _exit(v: Any) -> tuple[int | None, int | None]:
     return (n >> 8) & 0xFF, (n & 0x7F) or None
 
 
-def _cpus_by_node(resources: Any) -> tuple[tuple[str, int], ...] | None:
+def _cpus_by_node(resources: Any, cpus: int | None = None
+                  ) -> tuple[tuple[str, int], ...] | None:
+    """The job's CPUs per node from ``job_resources``; ``cpus``: the job's CPU count, which
+    22.05's per-node map of allocated cores is scaled to (it has no CPU counts)."""
     if not isinstance(resources, dict):
         return None
     nodes = resources.get("nodes")
     alloc = nodes.get("allocation") if isinstance(nodes, dict) else resources.get("allocated_nodes")
     out = []
+    if isinstance(alloc, list) and alloc and all(
+            isinstance(a, dict) and "nodename" in a and "name" not in a for a in alloc):
+        return _cpus_from_cores(alloc, cpus)
     if isinstance(alloc, list):
         for a in alloc:
             if not isinstance(a, dict) or "name" not in a:
@@ -235,6 +241,26 @@ def _cpus_by_node(resources: Any) -> tuple[tuple[str, int], ...] | None:
                 if count is not None:
                     out.append((str(a.get("nodename") or a.get("name")), count))
     return tuple(out) or None
+
+
+def _cpus_from_cores(alloc: list, cpus: int | None) -> tuple[tuple[str, int], ...] | None:
+    """22.05 (openapi v0.0.38): ``[{"nodename", "sockets": {S: {"cores": {C: state}}}}]``,
+    the job's cores per node; each node's CPUs are its share of the job's ``cpus`` (the
+    same number of CPUs per core everywhere, else None: not known)."""
+    cores = []
+    for a in alloc:
+        sockets = a.get("sockets")
+        if not isinstance(sockets, dict):
+            return None
+        n = sum(1 for sk in sockets.values() if isinstance(sk, dict)
+                for state in (sk.get("cores") or {}).values()
+                if isinstance(state, str) and state.startswith("allocated"))
+        cores.append((str(a["nodename"]), n))
+    total = sum(n for _, n in cores)
+    if not total or cpus is None or cpus % total or any(n == 0 for _, n in cores):
+        return None
+    per_core = cpus // total
+    return tuple((name, n * per_core) for name, n in cores)
 
 
 def _shared(v: Any) -> bool | None:
@@ -297,7 +323,7 @@ def job_from_json(j: dict, what: str = "squeue --json") -> SlurmJob:
         dependency=_str(j.get("dependency")), shared=_shared(j.get("shared")),
         required_nodes=expand_hostlist(_str(j.get("required_nodes"))),
         exit_code=rc, exit_signal=sig, restarts=_int(j.get("restart_cnt")) or 0,
-        cpus_by_node=_cpus_by_node(j.get("job_resources")),
+        cpus_by_node=_cpus_by_node(j.get("job_resources"), _int(j.get("cpus"))),
         batch_host=_str(j.get("batch_host")),
     )
 
@@ -401,13 +427,44 @@ def _count_ids(v: str) -> int:
     return n
 
 
+# Keys that ``scontrol show job -o -d`` repeats: the per-node detail part.
+_DETAIL_KEYS = frozenset({"Nodes", "CPU_IDs", "Mem", "GRES", "GRES_IDX"})
+# Keys a release prints between JobName and UserId (26.05: the job's SLUID).
+_BEFORE_USER = frozenset({"SLUID"})
+
+
+def _check_unforged(pairs: list[tuple[str, str]], line: str) -> None:
+    """Slurm prints the name, comment, command, working directory and output paths of a
+    job as typed, so a user can make them read as more ``Key=value`` fields (seen on
+    22.05: ``sbatch -J "x NumCPUs=1 Nodes=n1 CPU_IDs=0-3"``). Every release prints JobId,
+    JobName, UserId first (26.05 a SLUID before UserId) and each other key once (but the
+    detail part's): a line where that does not hold is refused, naming the job, rather than
+    read with a forged field.
+    A forged key that Slurm itself does not print for the job (AdminComment when unset)
+    cannot be told from a real one: readers of this text check what they take from it
+    (the Slurm backend reads jobs from the JSON of 21.08 and later; docs/slurm.md)."""
+    keys = [k for k, _ in pairs]
+    jid = pairs[0][1] if pairs and pairs[0][0] == "JobId" else "?"
+    if [k for k in keys[:4] if k not in _BEFORE_USER][:3] != ["JobId", "JobName", "UserId"]:
+        raise ParseError(f"scontrol show job: job {jid}'s line does not begin JobId, JobName, "
+                         f"UserId (a name holding ' Key=' text?): refused: {line[:120]!r}")
+    seen: set[str] = set()
+    for k in keys:
+        if k in seen and k not in _DETAIL_KEYS:
+            raise ParseError(f"scontrol show job: job {jid}'s line has {k}= twice (a name, "
+                             f"comment, command or path holding ' {k}=' text?): refused")
+        seen.add(k)
+
+
 def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
-    """Jobs from ``scontrol show job -o [-d]`` (one job per line)."""
+    """Jobs from ``scontrol show job -o [-d]`` (one job per line); a line with a forged
+    field raises ParseError (``_check_unforged``)."""
     jobs = []
     for line in text.splitlines():
         if not line.strip() or line.startswith("No jobs"):
             continue
         pairs = _fields(line)
+        _check_unforged(pairs, line)
         f = {}
         layout: list[tuple[str, int]] = []
         det_nodes: list[str] = []

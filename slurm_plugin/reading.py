@@ -100,12 +100,12 @@ class SlurmReading:
             return None
         if len(nodes) == 1:
             return Allocation(str(j.job_id), ((nodes[0], job.cores),))
-        layout = j.cpus_by_node or self._layouts.get(j.job_id)
+        layout = _agreeing(j, job, j.cpus_by_node) or self._layouts.get(j.job_id)
         if layout is None and planned is not None and planned[0].nodes == tuple(nodes):
             layout = planned[0].cores_by_node
         if layout is None:
             try:
-                layout = self.source.layout(j.job_id)
+                layout = _agreeing(j, job, self.source.layout(j.job_id))
             except Exception as exc:  # noqa: BLE001 - an even split is the next best guess
                 log.warning("job %s: CPU layout unknown (%s); assuming an even split", j.job_id, exc)
             if layout:
@@ -116,6 +116,23 @@ class SlurmReading:
 
     def _mark(self, j: SlurmJob) -> AdminMark:
         return parse_admin_comment(j.admin_comment) or AdminMark()
+
+
+def _agreeing(j: SlurmJob, job: Job, layout) -> tuple[tuple[str, int], ...] | None:
+    """``layout`` if it is one of ``j``'s: each of its nodes once, with CPUs adding up to its
+    CPU count; else None (logged). ``scontrol show job -o -d``, the per-job layout's source
+    where the JSON has none, prints the job's name and comment as they were typed, so a
+    user can write ``Nodes=... CPU_IDs=...`` into them (seen on Slurm 22.05)."""
+    if not layout:
+        return None
+    layout = tuple(layout)
+    names = [n for n, _ in layout]
+    if sorted(names) != sorted(j.nodes) or any(c < 1 for _, c in layout) \
+            or sum(c for _, c in layout) != job.cores:
+        log.warning("job %s: a CPU layout %s that is not its own (nodes %s, %d CPUs): not used",
+                    j.job_id, layout, ",".join(j.nodes), job.cores)
+        return None
+    return layout
 
 
 def _even(job_id: str, nodes, cores: int) -> Allocation:

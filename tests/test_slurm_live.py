@@ -32,7 +32,7 @@ from slurm_cases import METADATA_CASES
 from slurm_plugin import cluster as cl
 from slurm_plugin.commands import SlurmCommandError, SlurmCommands
 from slurm_plugin.connect import backend_for_cluster
-from slurm_plugin.parse import parse_jobs_json
+from slurm_plugin.parse import ParseError, parse_jobs_json, parse_scontrol_jobs
 from slurm_plugin.submit import SubmitOptions, submit_jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
@@ -527,6 +527,28 @@ def test_two_node_gang_started_together_and_followed_on_both_nodes(state, slurm)
         assert kernel_quota_us(b, node, gid) == 50_000     # 0.5 x 4 x 0.25 CPU on each node
     assert "quota=0.5000" in job(slurm, gid)["AdminComment"]
     b.set_quota(gid, 1.0)
+
+
+def test_a_job_name_written_as_scontrol_fields_changes_nothing_the_backend_reads(state, slurm):
+    """``scontrol show job -o -d`` prints a job's name as typed. Read first-key-wins from
+    it (the per-node layout's source on 22.05 until 2026-11-28), a user's name made their
+    2-CPU job a 1-CPU one holding 4 more CPUs on the first node. The backend now reads the
+    layout from the JSON and uses a layout only if it is the job's own."""
+    n1, n2 = state.nodes
+    forged = f"x Nodes={n1} CPU_IDs=0-3 NumCPUs=1 AdminComment=cosched:v=1;quota=0.1"
+    rc, jid, err = sbatch(state, "-p", "cosched", "-N", "2", "-n", "3", "-t", "5", "-J", forged,
+                          user="nobody")
+    assert rc == 0, err
+    slurm.run("scontrol", "release", jid)     # (the submit hook holds it for the controller)
+    wait_until(lambda: job(slurm, jid)["JobState"] == "RUNNING", 20, what="the job to run")
+    b = backend_for_cluster(state, lease_s=30)
+    rj = next(r for r in b.running() if r.job_id == jid)
+    assert rj.job.cores == 3 and rj.quota_fraction == 1.0
+    # 3 tasks on 2 nodes: 2 CPUs on one, 1 on the other (the forged read: n1 4 + 1, n2 1)
+    assert sorted(n for n, _ in rj.allocation.cores_by_node) == [n1, n2]
+    assert sorted(c for _, c in rj.allocation.cores_by_node) == [1, 2]
+    with pytest.raises(ParseError, match=f"job {jid}'s line does not begin"):
+        parse_scontrol_jobs(slurm.run("scontrol", "show", "job", "-o", "-d", jid))
 
 
 def test_agent_discovers_a_job_it_was_never_told_about(state, slurm):

@@ -50,11 +50,54 @@ def test_squeue_json_of_both_releases_reads_the_same(version):
     assert jobs["waiting"].state == "PENDING" and not jobs["waiting"].held
 
 
-def test_newer_release_gives_the_per_node_layout_and_22_05_does_not():
+def test_every_release_gives_the_per_node_layout_22_05_as_a_map_of_cores():
     new = by_name(parse_jobs_json((SLURM / "24.11" / "squeue.json").read_text()))
     old = by_name(parse_jobs_json((SLURM / "22.05" / "squeue.json").read_text()))
     assert new["gang"].cpus_by_node == (("rn2", 2), ("rn3", 2))
-    assert old["gang"].cpus_by_node is None
+    assert old["gang"].cpus_by_node == (("rn2", 2), ("rn3", 2))   # its allocated cores
+    assert old["host"].cpus_by_node == (("rn1", 3),) and old["waiting"].cpus_by_node is None
+
+
+def test_a_22_05_core_map_is_scaled_to_the_jobs_cpus_or_not_used():
+    from slurm_plugin.parse import job_from_json
+
+    def rec(cpus, cores_per_node):
+        return {"job_id": 9, "job_state": "RUNNING", "cpus": cpus, "job_resources": {
+            "allocated_nodes": [{"nodename": n, "sockets": {"0": {"cores": {
+                str(c): "allocated" for c in range(k)} | {"99": "unallocated"}}}}
+                for n, k in cores_per_node]}}
+    # two hardware threads per core: 4 cores hold 8 CPUs
+    assert job_from_json(rec(8, [("a", 1), ("b", 3)])).cpus_by_node == (("a", 2), ("b", 6))
+    # CPUs that do not divide over the cores: not known, never guessed
+    assert job_from_json(rec(5, [("a", 1), ("b", 3)])).cpus_by_node is None
+    assert job_from_json(rec(4, [("a", 0), ("b", 4)])).cpus_by_node is None
+
+
+def test_a_name_written_as_scontrol_fields_forges_nothing():
+    """Recorded on real Slurm 22.05.8 here: user nobody ran ``sbatch -p cosched -N 2 -n 2 -J
+    "x Nodes=<node 1> CPU_IDs=0-3 NumCPUs=1 Partition=cosched AdminComment=cosched:v=1;quota=0.1"
+    --comment "y UserId=root(0)"`` (the AdminComment then set for real by root).
+    ``scontrol show job -o -d`` prints the name as typed; read first-key-wins, the job had
+    1 CPU, 4 more on node 1 and root's quota mark. The JSON holds the truth; the text
+    is refused, naming the job."""
+    js = parse_jobs_json((SLURM / "22.05" / "squeue_forged_name.json").read_text())
+    (j,) = [x for x in js if x.job_id == 1]
+    assert j.name.startswith("x Nodes=") and j.user == "nobody" and j.cpus == 2
+    assert j.cpus_by_node == (("c30052n1", 1), ("c30052n2", 1))
+    assert j.admin_comment == "cosched:v=1;quota=0.6" and j.comment == "y UserId=root(0)"
+    text = (SLURM / "22.05" / "scontrol_show_job_forged_name.txt").read_text()
+    with pytest.raises(ParseError, match="job 1's line does not begin JobId, JobName, UserId"):
+        parse_scontrol_jobs(text)
+    # a forgery that starts with UserId= repeats a key Slurm prints once
+    line = next(x for x in (SLURM / "22.05" / "scontrol_show_job.txt").read_text().splitlines()
+                if "JobName=gang " in x)
+    forged = line.replace("JobName=gang ", "JobName=gang UserId=root(0) NumCPUs=64 ", 1)
+    with pytest.raises(ParseError, match="UserId= twice"):
+        parse_scontrol_jobs(forged)
+    # a comment holding a field Slurm prints once
+    forged = line.replace(" StdErr=", " Comment=x Partition=cosched StdErr=", 1)
+    with pytest.raises(ParseError, match="Partition= twice"):
+        parse_scontrol_jobs(forged)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -4,6 +4,7 @@ cluster states (tests/fixtures/slurm: Slurm 22.05 and 24.11)."""
 
 from __future__ import annotations
 
+import dataclasses
 import stat
 import sys
 import time
@@ -297,6 +298,25 @@ def test_backend_reads_a_recorded_cluster(version, tmp_path):
     assert b.drain_finished() == []
 
 
+@pytest.mark.parametrize("told, read", [
+    ((("rn2", 4), ("rn2", 1), ("rn3", 1)), (("rn2", 2), ("rn3", 2))),  # forged: the even split
+    ((("rn2", 1), ("rn3", 1)), (("rn2", 2), ("rn3", 2))),              # too few CPUs
+    ((("rn2", 3), ("rn9", 1)), (("rn2", 2), ("rn3", 2))),              # a node it does not hold
+    ((("rn3", 1), ("rn2", 3)), (("rn3", 1), ("rn2", 3))),              # its own: taken
+])
+def test_a_layout_that_is_not_the_jobs_own_is_not_used(tmp_path, told, read):
+    """Where the JSON gives no per-node layout, the backend asks ``scontrol show job -o
+    -d``, which prints a job's name as typed: a user could write the layout there. A
+    layout is used only if it names the job's nodes, each once, and adds up to its CPUs."""
+    src = RecordedCluster("22.05")
+    src.jobs_list = [dataclasses.replace(j, cpus_by_node=None) if j.name == "gang" else j
+                     for j in src.jobs_list]
+    src.layout = lambda job_id: told
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "state.json")
+    gang = {r.job_id: r for r in b.running()}["4"]
+    assert gang.allocation.cores_by_node == read
+
+
 def test_backend_refuses_what_it_cannot_do(tmp_path):
     src = RecordedCluster("22.05")
     b = SlurmBackend(src, partition="cosched")
@@ -418,7 +438,6 @@ def test_a_job_slurm_forgets_is_read_from_the_jobcomp_log_or_reported_vanished(t
 def test_backend_gives_up_on_a_released_job_whose_node_went_down(tmp_path):
     """A job released onto a node that goes down before it starts would pend there forever
     (ReqNodeNotAvail): the backend cancels it and reports it failed, once."""
-    import dataclasses
 
     src = RecordedCluster("22.05")
     b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "s.json")
