@@ -20,6 +20,7 @@ A malformed answer raises ``ParseError`` naming what was wrong.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -28,6 +29,8 @@ from typing import Any, Mapping
 
 from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
+
+log = logging.getLogger("slurm_plugin.parse")
 
 # Slurm's "no value" / "infinite" markers in 32-bit fields.
 _NO_VAL32 = 0xFFFFFFFE
@@ -433,6 +436,16 @@ _DETAIL_KEYS = frozenset({"Nodes", "CPU_IDs", "Mem", "GRES", "GRES_IDX"})
 _BEFORE_USER = frozenset({"SLUID"})
 
 
+def _repeated(pairs: list[tuple[str, str]], may_repeat: frozenset[str] = frozenset()) -> str | None:
+    """The first key of ``pairs`` that appears twice (other than ``may_repeat``), or None."""
+    seen: set[str] = set()
+    for k, _ in pairs:
+        if k in seen and k not in may_repeat:
+            return k
+        seen.add(k)
+    return None
+
+
 def _check_unforged(pairs: list[tuple[str, str]], line: str) -> None:
     """Slurm prints the name, comment, command, working directory and output paths of a
     job as typed, so a user can make them read as more ``Key=value`` fields (seen on
@@ -448,12 +461,10 @@ def _check_unforged(pairs: list[tuple[str, str]], line: str) -> None:
     if [k for k in keys[:4] if k not in _BEFORE_USER][:3] != ["JobId", "JobName", "UserId"]:
         raise ParseError(f"scontrol show job: job {jid}'s line does not begin JobId, JobName, "
                          f"UserId (a name holding ' Key=' text?): refused: {line[:120]!r}")
-    seen: set[str] = set()
-    for k in keys:
-        if k in seen and k not in _DETAIL_KEYS:
-            raise ParseError(f"scontrol show job: job {jid}'s line has {k}= twice (a name, "
-                             f"comment, command or path holding ' {k}=' text?): refused")
-        seen.add(k)
+    k = _repeated(pairs, _DETAIL_KEYS)
+    if k is not None:
+        raise ParseError(f"scontrol show job: job {jid}'s line has {k}= twice (a name, "
+                         f"comment, command or path holding ' {k}=' text?): refused")
 
 
 def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
@@ -534,14 +545,20 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
 
 
 def parse_jobcomp_line(line: str) -> SlurmJob | None:
-    """One line of jobcomp/filetxt (what finished jobs leave without slurmdbd)."""
+    """One line of jobcomp/filetxt (what finished jobs leave without slurmdbd). Its
+    ``Name=`` and ``WorkDir=`` are printed as typed, and every line has each key once, so a
+    line repeating a key was forged by its job's user (``Name=x JobState=COMPLETED``):
+    ParseError naming the job."""
     if not line.strip():
         return None
-    f: dict[str, str] = {}
-    for k, v in _fields(line):
-        f.setdefault(k, v)
+    pairs = _fields(line)
+    f = dict(pairs)
     if not f.get("JobId", "").isdigit():
         return None
+    k = _repeated(pairs)
+    if k is not None:
+        raise ParseError(f"jobcomp: job {f['JobId']}'s line has {k}= twice (a name or "
+                         f"working directory holding ' {k}=' text?): refused")
     state, flags = _states(f.get("JobState", ""))
     ec = f.get("ExitCode", "")
     rc, _, sig = ec.partition(":")
@@ -559,9 +576,15 @@ def parse_jobcomp_line(line: str) -> SlurmJob | None:
 
 
 def parse_jobcomp(text: str) -> dict[int, SlurmJob]:
+    """The jobs of a jobcomp/filetxt log; a forged line is left out, logged (its job then
+    counts as vanished), so that one user's name cannot hide every other job's end."""
     out = {}
     for line in text.splitlines():
-        j = parse_jobcomp_line(line)
+        try:
+            j = parse_jobcomp_line(line)
+        except ParseError as exc:
+            log.warning("%s", exc)
+            continue
         if j is not None:
             out[j.job_id] = j
     return out

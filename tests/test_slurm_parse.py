@@ -8,12 +8,13 @@ failed, and a job waiting for resources."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from conftest import FIXTURES
 from slurm_plugin.parse import (ParseError, dependency_state, duration_s, expand_hostlist,
-                                parse_jobcomp, parse_jobs_json, parse_nodes_json,
+                                parse_jobcomp, parse_jobcomp_line, parse_jobs_json, parse_nodes_json,
                                 parse_scontrol_jobs, parse_scontrol_nodes)
 
 SLURM = FIXTURES / "slurm"
@@ -139,6 +140,24 @@ def test_jobcomp_lines(version):
     assert states == {"done-ok": ("COMPLETED", 0), "done-failed": ("FAILED", 3),
                       "cancelled": ("CANCELLED", 0)}
     assert all(j.end_time >= j.start_time > 1.7e9 for j in jobs.values())
+
+
+def test_a_jobcomp_line_forged_by_a_name_or_folder_is_left_out(caplog):
+    """jobcomp/filetxt prints Name= and WorkDir= as typed: ``sbatch -J "x JobState=COMPLETED
+    ExitCode=0:0"`` made a failed job read as completed (first key wins). Every line has
+    each key once, so such a line is left out, logged, and the other jobs are read."""
+    text = (SLURM / "22.05" / "jobcomp.txt").read_text()
+    lines = text.splitlines()
+    failed = next(x for x in lines if "Name=done-failed " in x)
+    by_name = failed.replace("Name=done-failed ", "Name=x JobState=COMPLETED ExitCode=0:0 ", 1)
+    by_dir = re.sub(r"WorkDir=\S+ ", "WorkDir=/tmp/a ExitCode=0:0 ", failed, count=1)
+    assert by_dir != failed
+    for forged in (by_name, by_dir):
+        jobs = parse_jobcomp("\n".join(x if x != failed else forged for x in lines))
+        assert 2 not in jobs and {j.name for j in jobs.values()} == {"done-ok", "cancelled"}
+        with pytest.raises(ParseError, match="job 2's line has .*= twice"):
+            parse_jobcomp_line(forged)
+    assert "job 2's line has" in caplog.text
 
 
 def test_hostlists_durations_dependencies():
