@@ -20,7 +20,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Collection
 
 DEFAULT_MAX_BYTES = 16 << 20
 DEFAULT_MAX_DEPTH = 64
@@ -101,13 +101,19 @@ def read_limited(f: IO[bytes], max_bytes: int, what: str) -> bytes:
     return b"".join(parts)
 
 
-def read_file(path: str | os.PathLike, max_bytes: int, what: str | None = None) -> bytes:
+def read_file(path: str | os.PathLike, max_bytes: int, what: str | None = None, *,
+              follow: bool = True, owners: Collection[int] | None = None) -> bytes:
     """A regular file's bytes, at most ``max_bytes``: opened without blocking (a FIFO is
-    refused, not waited on), read in pieces up to the cap. FileNotFoundError passes through
-    (a file that went away is the caller's business); other faults are JSONUnusable."""
+    refused, not waited on), read in pieces up to the cap. ``follow=False``: a symbolic
+    link is refused; ``owners``: the uids the file may belong to (a file other users could
+    have put there). FileNotFoundError passes through (a file that went away is the
+    caller's business); other faults are JSONUnusable."""
     what = what or str(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -116,6 +122,9 @@ def read_file(path: str | os.PathLike, max_bytes: int, what: str | None = None) 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise JSONUnusable(f"{what}: not a regular file")
+        if owners is not None and st.st_uid not in owners:
+            raise JSONUnusable(f"{what}: belongs to uid {st.st_uid}, not to "
+                               f"{' or '.join(f'uid {u}' for u in sorted(owners))}")
         if st.st_size > max_bytes:     # said at once; a file that grows is caught by the read
             raise JSONUnusable(f"{what}: {st.st_size} bytes, more than the {max_bytes} allowed")
         try:
@@ -126,11 +135,12 @@ def read_file(path: str | os.PathLike, max_bytes: int, what: str | None = None) 
 
 def load_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES,
               max_depth: int = DEFAULT_MAX_DEPTH, what: str | None = None,
-              strict: bool = False) -> Any:
+              strict: bool = False, follow: bool = True,
+              owners: Collection[int] | None = None) -> Any:
     """``loads`` of a file read by ``read_file`` (``what`` defaults to the path)."""
     what = what or str(Path(path))
-    return loads(read_file(path, max_bytes, what), max_bytes=max_bytes, max_depth=max_depth,
-                 what=what, strict=strict)
+    return loads(read_file(path, max_bytes, what, follow=follow, owners=owners),
+                 max_bytes=max_bytes, max_depth=max_depth, what=what, strict=strict)
 
 
 def loads(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,

@@ -503,7 +503,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
     def _outcome(self, j: SlurmJob) -> Outcome:
         end = j.end_time or self._clock()
         start = j.start_time or end
-        usage = self.usage(j.job_id)
+        usage = self.usage(j.job_id, j.uid)
         mine = None
         if usage and j.state == "COMPLETED":
             s, e = usage.get("start"), usage.get("end")
@@ -564,15 +564,24 @@ class SlurmBackend(SlurmReading, AgentCalls):
         except OSError:
             return {}
 
-    def usage(self, job_id: int | str) -> dict | None:
-        """The job wrapper's record (``slurm_plugin.jobwrap``): start, end, cpu_s, rc."""
+    def usage(self, job_id: int | str, uid: int | None = None) -> dict | None:
+        """The job wrapper's record (``slurm_plugin.jobwrap``): start, end, cpu_s, rc.
+
+        Written by the wrapper as the job's user into a folder every user may write to
+        (mode 1777), at a path made of a predictable job id: read only if it belongs to
+        the job's user (``uid``, from Slurm) or to root, and is a regular file (no link, no
+        FIFO). Else another user could put there what a job "used", which the controller
+        learns its class's usual CPU use from (and the wrapper then could not replace it)."""
         if self.usage_dir is None:
             return None
+        path = self.usage_dir / f"{int(job_id)}.json"
         try:
-            # written by the job wrapper, as the job's user: read bounded
-            data = boundedjson.load_file(self.usage_dir / f"{int(job_id)}.json",
-                                         max_bytes=_MAX_USAGE_BYTES, max_depth=8)
-        except (OSError, ValueError):
+            data = boundedjson.load_file(path, max_bytes=_MAX_USAGE_BYTES, max_depth=8,
+                                         follow=False, owners={0} if uid is None else {0, uid})
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("job %s: the job wrapper's record is not used: %s", job_id, exc)
             return None
         return data if isinstance(data, dict) else None
 

@@ -17,6 +17,7 @@ stage has ended, and what was measured is reported like ``cosched demo`` does
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from pathlib import Path
@@ -106,7 +107,7 @@ def measure(policy: str, ids: dict[str, Job], backend, guest_of: dict[str, str],
         o = outcomes.get(jid)
         if o is not None and o.state == "completed":
             runtimes.setdefault(job.job_class, []).append(o.runtime_s)
-        usage = backend.usage(jid)
+        usage = backend.usage(jid, os.getuid())   # (this process submitted them)
         if usage and isinstance(usage.get("cpu_s"), (int, float)):
             cpu_s += float(usage["cpu_s"])
     held = 0.0

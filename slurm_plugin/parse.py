@@ -60,6 +60,7 @@ class SlurmJob:
     job_id: int
     name: str = ""
     user: str | None = None
+    uid: int | None = None
     partition: str = ""
     state: str = "UNKNOWN"              # base state, upper case
     state_flags: tuple[str, ...] = ()
@@ -315,6 +316,7 @@ def job_from_json(j: dict, what: str = "squeue --json") -> SlurmJob:
     rc, sig = _exit(j.get("exit_code"))
     return SlurmJob(
         job_id=jid, name=_str(j.get("name")), user=j.get("user_name") or None,
+        uid=_int(j.get("user_id")),
         partition=_str(j.get("partition")), state=state, state_flags=flags,
         reason=_str(j.get("state_reason")), priority=_int(j.get("priority")),
         nodes=expand_hostlist(_str(j.get("nodes"))), node_count=_int(j.get("node_count")),
@@ -384,6 +386,12 @@ def _fields(line: str) -> list[tuple[str, str]]:
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
         out.append((m.group(1), line[m.end():end].strip()))
     return out
+
+
+def _uid(v: str) -> int | None:
+    """The number of ``UserId=name(uid)``, or None."""
+    m = re.fullmatch(r"[^()]*\((\d+)\)", v.strip())
+    return int(m.group(1)) if m else None
 
 
 def _none(v: str) -> str:
@@ -496,6 +504,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
         shared = f.get("OverSubscribe")
         jobs.append(SlurmJob(
             job_id=int(f["JobId"]), name=_none(f.get("JobName", "")), user=user,
+            uid=_uid(f.get("UserId", "")),
             partition=_none(f.get("Partition", "")), state=state, state_flags=flags,
             reason=_none(f.get("Reason", "")),
             priority=int(f["Priority"]) if f.get("Priority", "").isdigit() else None,
@@ -564,7 +573,7 @@ def parse_jobcomp_line(line: str) -> SlurmJob | None:
     rc, _, sig = ec.partition(":")
     return SlurmJob(
         job_id=int(f["JobId"]), name=_none(f.get("Name", "")),
-        user=_none(f.get("UserId", "")).split("(")[0] or None,
+        user=_none(f.get("UserId", "")).split("(")[0] or None, uid=_uid(f.get("UserId", "")),
         partition=_none(f.get("Partition", "")), state=state, state_flags=flags,
         nodes=expand_hostlist(_none(f.get("NodeList", ""))),
         cpus=int(f["ProcCnt"]) if f.get("ProcCnt", "").isdigit() else None,

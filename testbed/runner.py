@@ -229,7 +229,8 @@ def run(a) -> int:
                for j, o in done.items()]
     cpu_s = 0.0
     for sid in name_of:
-        rec = backend.usage(sid) if hasattr(backend, "usage") else None
+        # (this process submitted them: their records are its user's)
+        rec = backend.usage(sid, os.getuid()) if hasattr(backend, "usage") else None
         if rec and rec.get("cpu_s") is not None:
             cpu_s += float(rec["cpu_s"])
     measured = _Measured(history, seen.starts, seen.start_quota, cpu_s / cpu_per_core)

@@ -95,6 +95,22 @@ def test_a_stream_is_read_up_to_its_cap_and_no_further(tmp_path):
 
 # -- the Mesos side: queue files ----------------------------------------------------------------
 
+def test_a_file_read_without_following_links_or_of_given_owners_only(tmp_path):
+    """What the Slurm backend reads from folders every user may write to: a link is not
+    followed, and a file of a uid not among ``owners`` is refused, naming its uid."""
+    good = tmp_path / "good.json"
+    good.write_text('{"a": 1}')
+    link = tmp_path / "link.json"
+    link.symlink_to(good)
+    assert boundedjson.load_file(link) == {"a": 1}                 # default: followed
+    with pytest.raises(boundedjson.JSONUnusable, match="link.json: cannot be opened"):
+        boundedjson.load_file(link, follow=False)
+    me = os.getuid()
+    assert boundedjson.load_file(good, owners={me}, follow=False) == {"a": 1}
+    with pytest.raises(boundedjson.JSONUnusable, match=f"belongs to uid {me}, not to uid "):
+        boundedjson.load_file(good, owners={me + 1})
+
+
 def test_a_200_mb_queue_file_is_refused_without_being_read(tmp_path):
     big = tmp_path / "jobs.json"
     with open(big, "wb") as f:          # sparse: 200 MB that take no disk

@@ -5,6 +5,8 @@ cluster states (tests/fixtures/slurm: Slurm 22.05 and 24.11)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import stat
 import sys
 import time
@@ -507,6 +509,33 @@ def test_backend_tells_the_agents_who_lends_and_who_borrows(tmp_path):
     assert ("quota", "7", 0.25, "guest") in agent.calls
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_wrapper_record_another_user_put_at_the_jobs_path_is_not_the_jobs(tmp_path):
+    """The usage folder is open to every user (1777) and job ids are predictable: another
+    user's file at a job's path (or a link, or a FIFO) must not become what the job used
+    (the controller learns its class's usual CPU use from it)."""
+    usage = tmp_path / "usage"
+    usage.mkdir()
+    os.chmod(usage, 0o1777)
+    b = SlurmBackend(RecordedCluster("24.11"), partition="cosched", usage_dir=usage)
+    job = SlurmJob(41, state="COMPLETED", cpus=4, start_time=1000.0, end_time=1011.0, uid=1000)
+    record = json.dumps({"job_id": 41, "start": 1000.5, "end": 1010.5, "cpu_s": 0.4, "rc": 0})
+    path = usage / "41.json"
+    path.write_text(record)
+    os.chown(path, 65534, 65534)                       # nobody's, not the job user's (1000)
+    o = b._outcome(job)
+    assert o.cpu_percent is None and o.runtime_s == 11.0   # Slurm's times, not the record's
+    os.chown(path, 1000, 1000)                         # the job's user's: read
+    assert b._outcome(job).cpu_percent == pytest.approx(100.0 * 0.4 / (10.0 * 4))
+    path.unlink()
+    (tmp_path / "elsewhere.json").write_text(record)
+    path.symlink_to(tmp_path / "elsewhere.json")       # a link, even to a good record
+    assert b._outcome(job).cpu_percent is None
+    path.unlink()
+    os.mkfifo(path)                                    # never waited on
+    assert b._outcome(job).cpu_percent is None
+
+
 def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_job_wrappers_record(tmp_path):
     """The wrapper's rusage at exit (cpu_s) over the job's CPUs and runtime, in % as the
     agents count it (cpu_per_core real CPUs per Slurm CPU): what a job too short to be
@@ -518,7 +547,8 @@ def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_job_wrappers
     usage.mkdir()
     b = SlurmBackend(RecordedCluster("24.11"), partition="cosched", usage_dir=usage,
                      cpu_per_core=0.5)
-    job = SlurmJob(41, state="COMPLETED", cpus=4, start_time=1000.0, end_time=1011.0)
+    job = SlurmJob(41, state="COMPLETED", cpus=4, start_time=1000.0, end_time=1011.0,
+                   uid=os.getuid())
     assert b._outcome(job).cpu_percent is None                 # no record
     (usage / "41.json").write_text(_json.dumps({"job_id": 41, "start": 1000.5, "end": 1010.5,
                                                 "cpu_s": 5.0, "rc": 0}))
@@ -529,7 +559,8 @@ def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_job_wrappers
     assert b._outcome(job).cpu_percent is None                 # an earlier run's record
     (usage / "41.json").write_text(_json.dumps({"start": 1000.5, "end": 1010.5, "cpu_s": "x"}))
     assert b._outcome(job).cpu_percent is None
-    failed = SlurmJob(41, state="FAILED", cpus=4, start_time=1000.0, end_time=1011.0, exit_code=1)
+    failed = SlurmJob(41, state="FAILED", cpus=4, start_time=1000.0, end_time=1011.0, exit_code=1,
+                      uid=os.getuid())
     assert b._outcome(failed).cpu_percent is None
     with pytest.raises(InvalidInput, match="cpu_per_core"):
         SlurmBackend(RecordedCluster("24.11"), partition="cosched", cpu_per_core=float("nan"))
