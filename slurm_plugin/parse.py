@@ -6,7 +6,8 @@ from recorded real output (tests/fixtures/slurm/):
 
 - Slurm 22.05 (openapi v0.0.38): ``job_state`` is a string, numbers are plain integers,
   ``exit_code`` is a raw wait status, ``shared`` is ``"shared"`` or null, the per-node
-  layout as a map of allocated cores (no CPU counts: scaled to the job's CPUs); ``sinfo --json`` lists nodes with ``state`` a lower-case string.
+  layout as a map of allocated cores (no CPU counts: scaled to the job's CPUs);
+  ``sinfo --json`` lists nodes with ``state`` a lower-case string.
 - Slurm 24.11 (data_parser v0.0.42): ``job_state`` is a list of flags, numbers are
   ``{"set", "infinite", "number"}``, ``exit_code`` is ``{"status", "return_code", "signal"}``,
   ``shared`` a list (``["oversubscribe"]``), ``job_resources`` holds the per-node CPUs;
@@ -460,8 +461,7 @@ def _check_unforged(pairs: list[tuple[str, str]], line: str) -> None:
     22.05: ``sbatch -J "x NumCPUs=1 Nodes=n1 CPU_IDs=0-3"``). Every release prints JobId,
     JobName, UserId first (26.05 a SLUID before UserId) and each other key once (but the
     detail part's): a line where that does not hold is refused, naming the job, rather than
-    read with a forged field.
-    A forged key that Slurm itself does not print for the job (AdminComment when unset)
+    read with a forged field. A forged key that Slurm itself does not print for the job (AdminComment when unset)
     cannot be told from a real one: readers of this text check what they take from it
     (the Slurm backend reads jobs from the JSON of 21.08 and later; docs/slurm.md)."""
     keys = [k for k, _ in pairs]
