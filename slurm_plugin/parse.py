@@ -445,7 +445,8 @@ _DETAIL_KEYS = frozenset({"Nodes", "CPU_IDs", "Mem", "GRES", "GRES_IDX"})
 _BEFORE_USER = frozenset({"SLUID"})
 
 
-def _repeated(pairs: list[tuple[str, str]], may_repeat: frozenset[str] = frozenset()) -> str | None:
+def _repeated(pairs: list[tuple[str, str]], may_repeat: frozenset[str] = frozenset()
+              ) -> str | None:
     """The first key of ``pairs`` that appears twice (other than ``may_repeat``), or None."""
     seen: set[str] = set()
     for k, _ in pairs:
@@ -461,9 +462,10 @@ def _check_unforged(pairs: list[tuple[str, str]], line: str) -> None:
     22.05: ``sbatch -J "x NumCPUs=1 Nodes=n1 CPU_IDs=0-3"``). Every release prints JobId,
     JobName, UserId first (26.05 a SLUID before UserId) and each other key once (but the
     detail part's): a line where that does not hold is refused, naming the job, rather than
-    read with a forged field. A forged key that Slurm itself does not print for the job (AdminComment when unset)
-    cannot be told from a real one: readers of this text check what they take from it
-    (the Slurm backend reads jobs from the JSON of 21.08 and later; docs/slurm.md)."""
+    read with a forged field. A forged key that Slurm itself does not print for the job
+    (AdminComment when unset) cannot be told from a real one: readers of this text check
+    what they take from it (the Slurm backend reads jobs from the JSON of 21.08 and
+    later; docs/slurm.md)."""
     keys = [k for k, _ in pairs]
     jid = pairs[0][1] if pairs and pairs[0][0] == "JobId" else "?"
     if [k for k in keys[:4] if k not in _BEFORE_USER][:3] != ["JobId", "JobName", "UserId"]:
