@@ -14,8 +14,8 @@ import pytest
 
 from conftest import FIXTURES
 from slurm_plugin.parse import (ParseError, dependency_state, duration_s, expand_hostlist,
-                                parse_jobcomp, parse_jobcomp_line, parse_jobs_json, parse_nodes_json,
-                                parse_scontrol_jobs, parse_scontrol_nodes)
+                                parse_jobcomp, parse_jobcomp_line, parse_jobs_json,
+                                parse_nodes_json, parse_scontrol_jobs, parse_scontrol_nodes)
 
 SLURM = FIXTURES / "slurm"
 VERSIONS = ("22.05", "24.11", "26.05")
