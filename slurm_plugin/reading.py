@@ -100,16 +100,19 @@ class SlurmReading:
             return None
         if len(nodes) == 1:
             return Allocation(str(j.job_id), ((nodes[0], job.cores),))
-        layout = _agreeing(j, job, j.cpus_by_node) or self._layouts.get(j.job_id)
+        # (decided once per job: a refused layout is not asked for and warned of every pass)
+        layout = self._layouts.get(j.job_id) or _agreeing(j, job, j.cpus_by_node)
         if layout is None and planned is not None and planned[0].nodes == tuple(nodes):
             layout = planned[0].cores_by_node
         if layout is None:
             try:
-                layout = _agreeing(j, job, self.source.layout(j.job_id))
+                told = self.source.layout(j.job_id)
             except Exception as exc:  # noqa: BLE001 - an even split is the next best guess
                 log.warning("job %s: CPU layout unknown (%s); assuming an even split", j.job_id, exc)
-            if layout:
-                self._layouts[j.job_id] = layout
+            else:
+                layout = _agreeing(j, job, told)
+                self._layouts[j.job_id] = layout or _even(str(j.job_id), nodes, job.cores
+                                                          ).cores_by_node
         if layout:
             return Allocation(str(j.job_id), tuple(layout))
         return _even(str(j.job_id), nodes, job.cores)

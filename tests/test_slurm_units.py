@@ -313,10 +313,14 @@ def test_a_layout_that_is_not_the_jobs_own_is_not_used(tmp_path, told, read):
     src = RecordedCluster("22.05")
     src.jobs_list = [dataclasses.replace(j, cpus_by_node=None) if j.name == "gang" else j
                      for j in src.jobs_list]
-    src.layout = lambda job_id: told
+    asked = []
+    src.layout = lambda job_id: asked.append(job_id) or told
     b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "state.json")
     gang = {r.job_id: r for r in b.running()}["4"]
     assert gang.allocation.cores_by_node == read
+    b._refresh(force=True)   # decided once: not asked (nor warned of) again every pass
+    assert {r.job_id: r for r in b.running()}["4"].allocation.cores_by_node == read
+    assert asked == [4]
 
 
 def test_backend_refuses_what_it_cannot_do(tmp_path):
