@@ -197,11 +197,14 @@ def test_fuzz_http_api_real_cgroups(tmp_path, sleepers, capfd, caplog):
 
     def watch():
         while not stop:
-            for procs in root.rglob("cgroup.procs"):
-                try:
-                    entered.update(int(x) for x in procs.read_text().split())
-                except OSError:
-                    pass
+            try:   # (the agent makes and removes its root as jobs come and go)
+                for procs in root.rglob("cgroup.procs"):
+                    try:
+                        entered.update(int(x) for x in procs.read_text().split())
+                    except OSError:
+                        pass
+            except OSError:
+                pass   # a folder went away mid-walk: walk again, never stop watching
             time.sleep(0.05)
 
     import threading
