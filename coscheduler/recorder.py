@@ -44,12 +44,27 @@ class LoadedState:
     classes: list[ClassState] = field(default_factory=list)
     pending: list[Decision] = field(default_factory=list)
     next_decision_id: int = 1
-    # (decision, loss) of observed decisions, oldest first, to re-teach fitted experts.
+    # (decision, loss) of observed decisions, oldest first, to re-teach fitted experts
+    # (with ``observed_per_class``: each class's most recent ones only).
     observed: list[tuple[Decision, float]] = field(default_factory=list)
+    # Observed outcomes per class, all of them (how many ``observed`` was cut from).
+    observed_counts: dict[str, int] = field(default_factory=dict)
+    # With ``related_to=(job ids, since)``: observed decisions that name one of the jobs as
+    # host or guest, or declined (a_0) at ``since`` or later, oldest first.
+    related: list[tuple[Decision, float]] = field(default_factory=list)
+
+
+def related_decision(decision: Decision, job_ids, since: float) -> bool:
+    """Whether a recorded decision is one ``load(related_to=(job_ids, since))`` returns."""
+    return (decision.host_job in job_ids or decision.guest_job in job_ids
+            or (decision.action_index == 0 and decision.time >= since))
 
 
 class Recorder(Protocol):
-    def load(self) -> LoadedState: ...
+    # ``observed_per_class`` and ``related_to`` are optional to implement: a recorder
+    # whose load() takes neither is read whole (Controller.from_recorder).
+    def load(self, observed_per_class: int | None = None,
+             related_to: tuple[set[str], float] | None = None) -> LoadedState: ...
     def record_decision(self, decision: Decision, host_quota: float, guest_quota: float) -> None: ...
     def record_outcome(self, outcome: OutcomeRecord) -> None: ...
     def record_round(self, closed: RoundClosed) -> None: ...
@@ -68,12 +83,26 @@ class MemoryRecorder:
         self.classes: dict[str, ClassState] = {}
         self.alone: dict[str, list[float]] = {}
 
-    def load(self) -> LoadedState:
+    def load(self, observed_per_class: int | None = None,
+             related_to: tuple[set[str], float] | None = None) -> LoadedState:
         pending = [d for i, (d, _, _) in sorted(self.decisions.items()) if i not in self.outcomes]
         observed = [(self.decisions[i][0], o.loss) for i, o in sorted(self.outcomes.items())
                     if i in self.decisions and o.kind != "cancelled"]
+        counts: dict[str, int] = {}
+        for d, _ in observed:
+            counts[d.job_class] = counts.get(d.job_class, 0) + 1
+        related = [] if related_to is None else [
+            (d, loss) for d, loss in observed if related_decision(d, *related_to)]
+        if observed_per_class is not None:
+            left = dict(counts)   # keep a class's outcome once fewer than the cap follow it
+            kept = []
+            for d, loss in observed:
+                left[d.job_class] -= 1
+                if left[d.job_class] < observed_per_class:
+                    kept.append((d, loss))
+            observed = kept
         nxt = max(self.decisions, default=0) + 1
-        return LoadedState(list(self.classes.values()), pending, nxt, observed)
+        return LoadedState(list(self.classes.values()), pending, nxt, observed, counts, related)
 
     def record_decision(self, decision: Decision, host_quota: float, guest_quota: float) -> None:
         self.decisions[decision.decision_id] = (decision, host_quota, guest_quota)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from coscheduler.backends import Profile, VirtualBackend
 from coscheduler.controller import Controller
 from coscheduler.learner import AsaxLearner, LearnerConfig
+from coscheduler.learner.experts import FittedTreeExpert, paper_experts
 from coscheduler.model import Job
 from coscheduler.policies.coalloc import Asax
 from coscheduler.recorder import MemoryRecorder
@@ -66,3 +67,52 @@ def test_restart_from_the_sqlite_store_continues_like_an_uninterrupted_run(tmp_p
     assert {c.job_class: c.weights for c in loaded.classes} == {
         k: v.weights for k, v in mem.classes.items()}
     assert mem.classes["heavy"].rounds >= 1
+
+
+def _small_window_experts():
+    # A fitted expert with a window of 12 outcomes (recall_window 15): the restart below
+    # has more outcomes per class than that, so it reads only the last ones.
+    return paper_experts() + [FittedTreeExpert(min_samples=6, refit_every=3, max_samples=12)]
+
+
+def test_a_restart_reads_only_the_outcomes_the_experts_need_and_continues_unchanged(tmp_path):
+    cfg = LearnerConfig(seed=4)
+    mem = MemoryRecorder()
+    b1, _ = _run(lambda b, prev: Controller(
+        b, Asax(AsaxLearner(cfg, _small_window_experts), idle_only=False), mem))
+    path = tmp_path / "state.db"
+    loads = []
+
+    class Spy(SqliteStore):
+        def load(self, observed_per_class=None, related_to=None):
+            loaded = super().load(observed_per_class, related_to)
+            loads.append((observed_per_class, loaded))
+            return loaded
+
+    def make(b, prev):
+        if prev is None:
+            return Controller(b, Asax(AsaxLearner(cfg, _small_window_experts), idle_only=False),
+                              SqliteStore(path, create=True))
+        prev.recorder.close()
+        return Controller.from_recorder(b, Spy(path), "asax", learner_config=cfg,
+                                        expert_factory=_small_window_experts, idle_only=False)
+
+    b2, ctl = _run(make, restart_after=300)
+    ctl.recorder.close()
+    [(window, loaded)] = loads
+    assert window == 15
+    counts = loaded.observed_counts
+    assert max(counts.values()) > 15          # more than the window was recorded ...
+    per_class = {}
+    for d, _ in loaded.observed:
+        per_class[d.job_class] = per_class.get(d.job_class, 0) + 1
+    assert per_class == {c: min(n, 15) for c, n in counts.items()}   # ... and only it read
+    # ... and the run went on exactly as the uninterrupted one.
+    assert [(o.job_id, o.start_time, o.end_time) for o in b2.history] == [
+        (o.job_id, o.start_time, o.end_time) for o in b1.history]
+    mine = SqliteStore(path, readonly=True).load()
+    assert sorted((d.decision_id, d.host_job, d.guest_job, d.action_index)
+                  for d, _ in mine.observed) \
+        == [(d.decision_id, d.host_job, d.guest_job, d.action_index)
+            for i, (d, _, _) in sorted(mem.decisions.items())
+            if i in mem.outcomes and mem.outcomes[i].kind != "cancelled"]

@@ -11,6 +11,7 @@ guest), ``quotas``; ``collect`` decides when the process collects its garbage in
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 import math
 import time
@@ -44,6 +45,24 @@ def _claim(recorder: Recorder | None) -> None:
     claim = getattr(recorder, "claim_controller", None)
     if callable(claim):
         claim()
+
+
+def _loads_in_part(recorder: Recorder) -> bool:
+    """Whether the recorder's load() takes ``observed_per_class`` and ``related_to``."""
+    try:
+        params = inspect.signature(recorder.load).parameters
+    except (TypeError, ValueError):
+        return False
+    return "observed_per_class" in params and "related_to" in params
+
+
+def _running_ids(backend: Backend) -> set[str] | None:
+    """The running jobs' ids, or None if the backend cannot say now (then the whole
+    history is read: the relations it holds must not be lost)."""
+    try:
+        return {rj.job_id for rj in backend.running()}
+    except Exception:  # noqa: BLE001 - _adopt_running says why, once the controller is built
+        return None
 
 
 class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
@@ -111,23 +130,44 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
                       idle_only: bool = True, permit=None,
                       short_actions: str = "forget") -> "Controller":
         """Rebuild a controller after a restart: the learner from ``recorder.load()``
-        (classes, pending decisions, next id; observed outcomes re-taught to fitted
-        experts), declines still in cooldown, and host/guest relations from the backend."""
+        (classes, pending decisions, next id; the fitted experts recalled from the observed
+        outcomes they depend on), declines still in cooldown, and host/guest relations
+        from the backend and from the decisions that name running jobs.
+
+        A recorder that can load in part (``observed_per_class``, ``related_to``: the SQLite
+        store, ``MemoryRecorder``) is asked only for each class's last outcomes the experts
+        need and for the decisions about running jobs and recent declines: a restart after
+        months of decisions reads thousands of rows, not millions."""
         learner = None
         _claim(recorder)  # before load(): a second controller must not even read the state
-        loaded = recorder.load()
-        if policy.strip().lower() in ("asax", "asa_x"):
-            learner = AsaxLearner(learner_config or LearnerConfig(), expert_factory,
+        asax = policy.strip().lower() in ("asax", "asa_x")
+        learner_config = learner_config or LearnerConfig()
+        cooldown_s = (config or ControllerConfig()).decline_cooldown_s
+        window = AsaxLearner(learner_config, expert_factory).recall_window() if asax else 0
+        now = backend.now()
+        running_ids = _running_ids(backend) if _loads_in_part(recorder) else None
+        if running_ids is not None:
+            loaded = recorder.load(observed_per_class=window,
+                                   related_to=(running_ids, now - cooldown_s))
+            related = loaded.related
+        else:
+            loaded = recorder.load()
+            related = loaded.observed
+        if asax:
+            learner = AsaxLearner(learner_config, expert_factory,
                                   classes=loaded.classes, pending=loaded.pending,
                                   next_decision_id=loaded.next_decision_id)
+            by_class: dict[str, list] = {}
             for decision, loss in loaded.observed:
-                learner.teach(decision, loss)
+                by_class.setdefault(decision.job_class, []).append((decision, loss))
+            for job_class, outcomes in by_class.items():
+                learner.recall(job_class, outcomes,
+                               loaded.observed_counts.get(job_class, len(outcomes)))
         ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of, idle_only, permit,
                                        short_actions), recorder,
                   queue_order, config, usage)
-        now = backend.now()
         running = set(ctl._last)
-        for decision, _ in loaded.observed:
+        for decision, _ in related:
             if decision.action_index == 0:
                 until = decision.time + ctl.config.decline_cooldown_s
                 if until > now:

@@ -425,6 +425,28 @@ class AsaxLearner:
         for e in self.experts_for(decision.job_class):
             e.learn(decision.state, decision.action_fraction, float(loss))
 
+    def recall_window(self) -> int | None:
+        """How many of a class's most recent observed outcomes ``recall`` needs (the
+        largest ``recall_window`` of its experts); None: every one (an expert cannot say)."""
+        windows = [getattr(e, "recall_window", None) for e in self._factory_probe()]
+        if any(w is None or not callable(getattr(e, "recall", None))
+               for w, e in zip(windows, self._factory_probe())):
+            return None
+        return max(windows, default=0)
+
+    def recall(self, job_class: str, outcomes: Sequence[tuple[Decision, float]],
+               seen: int) -> None:
+        """A restart: the class's experts become what ``seen`` observed outcomes made of
+        them, given the last of those (at least ``recall_window()``, or all of them), oldest
+        first. Risk and weights are the class state's, saved apart."""
+        told = [(d.state, d.action_fraction, float(loss)) for d, loss in outcomes]
+        for e in self.experts_for(job_class):
+            if self.recall_window() is None:
+                for state, a, loss in told:
+                    e.learn(state, a, loss)
+            else:
+                e.recall(told[len(told) - min(len(told), e.recall_window):], seen)
+
     def forget(self, decision_id: int) -> Decision | None:
         """Drop a pending decision that was never carried out (the guest did not start)."""
         return self.pending.pop(decision_id, None)

@@ -248,6 +248,12 @@ class Expert(Protocol):
         """Hear an outcome. Hand-made trees ignore it; fitted experts use it."""
         ...
 
+    # Optional, for a restart that should not re-read every outcome ever recorded: an
+    # expert whose state depends only on its last ``recall_window`` outcomes and on how
+    # many it heard has ``recall_window`` and ``recall(outcomes, seen)`` (become what it
+    # would be after hearing ``seen`` outcomes, of which ``outcomes`` are the last).
+    # Experts without them are re-taught every outcome (``AsaxLearner.recall``).
+
 
 def leaf_distribution(generosity: float, m: int) -> tuple[float, ...]:
     """A leaf's distribution: a bell over a_j centred on generosity * a_max, with a floor."""
@@ -309,6 +315,11 @@ class ThresholdTreeExpert:
         return key, self._leaves[key[0]][key[1]]
 
     def learn(self, state: HostState, action_fraction: float, loss: float) -> None:
+        return None
+
+    recall_window = 0   # it learns nothing: a restart re-reads no outcome for it
+
+    def recall(self, outcomes, seen: int) -> None:
         return None
 
     @property
@@ -460,6 +471,11 @@ class PairExpert:
     def learn(self, state: HostState, action_fraction: float, loss: float) -> None:
         return None
 
+    recall_window = 0
+
+    def recall(self, outcomes, seen: int) -> None:
+        return None
+
 
 def _bell(centre: float, m: int, spread: float) -> tuple[float, ...]:
     acts = action_fractions(m)
@@ -527,6 +543,60 @@ class FittedTreeExpert:
         due = max(self.refit_every, len(self._y) // 10)
         if len(self._y) >= self.min_samples and (self._model is None or self._since_fit >= due):
             self.refit()
+
+    @property
+    def recall_window(self) -> int:
+        """The outcomes ``recall`` needs: the window of the last refit and those since."""
+        return self.max_samples + max(self.refit_every, self.max_samples // 10)
+
+    def _refits(self, seen: int) -> tuple[int, int]:
+        """(outcome count at the last refit (0: none), refits) after ``seen`` outcomes,
+        by ``learn``'s schedule. Once the window is full the interval is fixed, so the
+        count is simulated only that far and the rest is arithmetic."""
+        last = fits = since = 0
+        full_every = max(self.refit_every, self.max_samples // 10)
+        n = 0
+        while n < seen:
+            n += 1
+            since += 1
+            size = min(n, self.max_samples)
+            if size >= self.min_samples and (not fits or since >= max(self.refit_every, size // 10)):
+                last, fits, since = n, fits + 1, 0
+            if fits and size == self.max_samples and since == 0:
+                more = (seen - n) // full_every
+                return last + more * full_every, fits + more
+        return last, fits
+
+    def recall(self, outcomes, seen: int) -> None:
+        """Become exactly what ``seen`` calls of ``learn`` made of a fresh expert, given the
+        last of those outcomes as (state, action fraction, loss): at least
+        ``recall_window`` of them, or all. The tree is refitted once, on the rows of the
+        last refit, with the same seed, so it is the same tree."""
+        outcomes = list(outcomes)
+        if seen < len(outcomes):
+            raise InvalidInput(f"expert {self.name}: {len(outcomes)} outcomes cannot be the "
+                               f"last of {seen}")
+        last, fits = self._refits(seen)
+        first = seen - len(outcomes)          # outcomes heard before the ones given
+        start = max(0, last - self.max_samples) if last else max(0, seen - self.max_samples)
+        if start < first:
+            raise InvalidInput(f"expert {self.name}: recalling {seen} outcomes needs the last "
+                               f"{seen - start}, got {len(outcomes)}")
+        rows = [(state.features() + [float(a)], float(loss)) for state, a, loss in outcomes]
+        self._model, self._dists = None, {}
+        if last:
+            window = rows[start - first:last - first]
+            self._X, self._y = [r for r, _ in window], [y for _, y in window]
+            self.refit()
+            tail = rows[last - first:]
+        else:
+            self._X, self._y, tail = [], [], rows[start - first:]
+        for x, y in tail:
+            self._X.append(x)
+            self._y.append(y)
+        del self._X[:-self.max_samples], self._y[:-self.max_samples]
+        self._since_fit = seen - last
+        self._fits = fits
 
     def keyed_distribution(self, state: HostState) -> tuple[object, tuple[float, ...]]:
         """(key, distribution), as ``ThresholdTreeExpert.keyed_distribution``: the key is the

@@ -8,6 +8,7 @@ row conversions of ``RowsMixin``.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from typing import Mapping
@@ -125,29 +126,51 @@ class RecorderMixin(RowsMixin):
             self._upsert_class(conn, class_row)
 
     # -- loading -----------------------------------------------------------------------------
-    def load(self, observed_per_class: int | None = None) -> LoadedState:
+    def load(self, observed_per_class: int | None = None,
+             related_to: tuple[set[str], float] | None = None) -> LoadedState:
         """Everything needed to rebuild the learner, from one consistent snapshot.
 
         ``observed`` lists (decision, loss) of non-cancelled outcomes in the order they were
-        recorded; ``observed_per_class`` keeps only each class's most recent ones (a fitted
-        expert keeps a bounded window anyway).
+        recorded; ``observed_per_class`` keeps only each class's most recent ones (what a
+        fitted expert needs to be restored, ``AsaxLearner.recall_window``), so that a
+        restart after months reads thousands of rows, not every one ever written.
+        ``observed_counts`` counts them all per class. ``related_to`` = (job ids, since):
+        ``related`` lists the observed decisions that name one of those jobs, or declined
+        at ``since`` or later (what a restarted controller needs about running jobs and
+        cooldowns).
         """
+        observed_sql = ("SELECT {cols}, o.loss FROM outcomes o JOIN decisions d "
+                        "ON d.id = o.decision_id WHERE o.kind != 'cancelled' {where} ORDER BY o.seq")
         with self.reading("load the learner state") as conn:
             classes = [self._class_from_row(job_class, text)
                        for job_class, text in conn.execute("SELECT job_class, state FROM classes ORDER BY job_class")]
             pending = [self._decision_from_row(r) for r in conn.execute(
                 f"SELECT {_DECISION_COLS} FROM decisions d "
                 "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id")]
+            counts = dict(conn.execute(
+                "SELECT d.job_class, COUNT(*) FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
+                "WHERE o.kind != 'cancelled' GROUP BY d.job_class").fetchall())
             if observed_per_class is None:
-                rows = conn.execute(
-                    f"SELECT {_DECISION_COLS}, o.loss FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
-                    "WHERE o.kind != 'cancelled' ORDER BY o.seq").fetchall()
+                rows = conn.execute(observed_sql.format(cols=_DECISION_COLS, where="")).fetchall()
             else:
+                # (ranked on ids and classes alone: the wide rows are read for the kept only)
                 rows = conn.execute(
-                    f"SELECT {_DECISION_COLS}, loss FROM (SELECT d.*, o.loss, o.seq, ROW_NUMBER() OVER "
-                    "(PARTITION BY d.job_class ORDER BY o.seq DESC) AS recent FROM outcomes o "
-                    "JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled') d "
-                    "WHERE recent <= ? ORDER BY seq", (int(observed_per_class),)).fetchall()
+                    f"SELECT {_DECISION_COLS}, o.loss FROM (SELECT o.decision_id AS id, ROW_NUMBER() "
+                    "OVER (PARTITION BY d.job_class ORDER BY o.seq DESC) AS recent FROM outcomes o "
+                    "JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled') w "
+                    "JOIN decisions d ON d.id = w.id JOIN outcomes o ON o.decision_id = w.id "
+                    "WHERE w.recent <= ? ORDER BY o.seq", (int(observed_per_class),)).fetchall()
             observed = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
+            related = []
+            if related_to is not None:
+                ids, since = related_to
+                ids_json = json.dumps(sorted(str(i) for i in ids))
+                rows = conn.execute(observed_sql.format(
+                    cols=_DECISION_COLS,
+                    where="AND (d.host_job IN (SELECT value FROM json_each(?)) "
+                          "OR d.guest_job IN (SELECT value FROM json_each(?)) "
+                          "OR (d.action_index = 0 AND d.time >= ?))"),
+                    (ids_json, ids_json, float(since))).fetchall()
+                related = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
             top = conn.execute("SELECT MAX(id) FROM decisions").fetchone()[0]
-        return LoadedState(classes, pending, (top or 0) + 1, observed)
+        return LoadedState(classes, pending, (top or 0) + 1, observed, counts, related)
