@@ -65,6 +65,9 @@ from .walltime import WalltimeCredit, credit_minutes, projected_end
 log = logging.getLogger("slurm_plugin.backend")
 
 _MAX_STATE_BYTES = 64 << 20            # its own state file: job ids and times
+# Ended jobs remembered in memory (``history``, ``eligible_at``): a controller runs for
+# months; past this many the oldest are let go (in steps of a fifth, so trimming is rare).
+ENDED_KEPT = 50_000
 _MAX_USAGE_BYTES = 64 << 10            # a job wrapper's record: five numbers
 _CLOSED_NODE_S = 60.0                 # how soon a closed node is expected back (per pass)
 
@@ -498,6 +501,11 @@ class SlurmBackend(SlurmReading, AgentCalls):
         self._roles.pop(jid, None)
         self._planned.pop(jid, None)
         self.history.append(o)
+        if len(self.history) > ENDED_KEPT:
+            del self.history[:ENDED_KEPT // 5]
+            kept = {int(x.job_id) for x in self.history if x.job_id.isdigit()}
+            self.eligible_at = {k: v for k, v in self.eligible_at.items()
+                                if k in kept or k in self._jobs}
         return o
 
     def _outcome(self, j: SlurmJob) -> Outcome:

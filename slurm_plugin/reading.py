@@ -41,6 +41,19 @@ class SlurmReading:
         self._jobs = {j.job_id: j for j in jobs}
         self._nodes = {n.name: n for n in nodes}
         self._snap_time = self._clock()
+        self._forget_gone()
+
+    def _forget_gone(self) -> None:
+        """Let go of what is kept per job once Slurm no longer lists the job and nothing
+        here still tracks it (a controller runs for months: it holds the jobs of now, not
+        every job it ever saw). A job id no longer listed is never looked at again, so
+        forgetting that it was reported cannot report it twice."""
+        keep = self._jobs.keys() | self._known.keys() | self._planned.keys() | self._quotas.keys()
+        for cache in (self._job_cache, self._layouts):
+            for jid in [k for k in cache if k not in keep]:
+                del cache[jid]
+        if len(self.reported) > len(keep):
+            self.reported &= keep
 
     def _ours(self, j: SlurmJob) -> bool:
         return j.partition == self.partition

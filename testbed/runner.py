@@ -176,10 +176,12 @@ def run(a) -> int:
             for jid, smp in getattr(controller, "last_samples", {}).items():
                 if jid in name_of:
                     seen.use_log.append((tick_t, name_of[jid], smp.cpu_percent / 100.0))
-            for _, jid, _, q in controller.revisions[seen.revisions_seen:]:
+            made = controller.revisions_dropped + len(controller.revisions)   # (ever made)
+            fresh = controller.revisions[max(0, seen.revisions_seen - controller.revisions_dropped):]
+            for _, jid, _, q in fresh:
                 if jid in name_of:
                     seen.quota_log.append((tick_t, name_of[jid], q))
-            seen.revisions_seen = len(controller.revisions)
+            seen.revisions_seen = made
             if controller.learner is not None:
                 n = _rounds(controller)
                 if n > seen.rounds_seen >= 0:

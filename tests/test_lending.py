@@ -257,3 +257,26 @@ def test_the_sooner_rule_lends_only_when_waiting_would_end_the_guest_later(
     assert _run_lending_all_it_may(b, config) == [hosted]
     assert {o.job_id: o.state for o in b.history} == {"h": "completed", "o": "completed",
                                                       "g": "completed"}
+
+
+def test_a_controller_running_for_months_keeps_only_its_latest_quota_revisions(monkeypatch):
+    """Loans are revised every tick while a host's use swings; the revisions kept for
+    reports are the latest ``REVISIONS_KEPT``, and the count of those let go says how many
+    were made in all."""
+    monkeypatch.setattr("coscheduler.controller.act.REVISIONS_KEPT", 10)
+    b = VirtualBackend({"n1": 8})
+    b.submit(Job("h", 8, 1e6, "h", tasks=100), Profile(1e5, 0.2, 10.0))
+    b.submit(Job("g", 4, 1e6, "g", tasks=100, submit_time=1.0), Profile(1e5, 0.5, 10.0))
+    learner = AsaxLearner(LearnerConfig(seed=0, fitted_expert=False))
+    ctl = Controller(b, Asax(learner), MemoryRecorder(), config=ControllerConfig(lend_margin=0.1))
+    ctl.usage.add("g", 50.0, 10.0)
+    learner.actions = tuple(0.9 if j else 0.0 for j in range(len(learner.actions)))
+    for k in range(300):
+        if k % 10 == 0 and "h" in b._runs:      # the host's use swings between phases
+            b._runs["h"].data.profile = Profile(1e5, 0.9 if k % 20 else 0.2, 10.0)
+            b._dirty = True
+        ctl.step()
+        b.advance(5.0)
+    assert ctl.revisions_dropped >= 10
+    assert len(ctl.revisions) <= 10
+    assert ctl.revisions[-1][0] >= b.now() - 60     # the latest are the ones kept

@@ -568,3 +568,56 @@ def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_job_wrappers
     assert b._outcome(failed).cpu_percent is None
     with pytest.raises(InvalidInput, match="cpu_per_core"):
         SlurmBackend(RecordedCluster("24.11"), partition="cosched", cpu_per_core=float("nan"))
+
+
+class CyclingCluster(RecordedCluster):
+    """A stream of our jobs through Slurm's states, as a controller sees it for months:
+    each job waits held, runs on two nodes (its layout asked of ``layout``), completes, and
+    is purged from squeue a few refreshes later (MinJobAge)."""
+
+    def __init__(self):
+        super().__init__("24.11")
+        self.jobs_list = []
+        self.tick = 0
+
+    def jobs(self):
+        self.tick += 1
+        out = []
+        for jid in range(max(1, self.tick - 6), self.tick + 1):   # each lives 7 refreshes
+            age = self.tick - jid
+            state = ("PENDING", "PENDING", "RUNNING", "RUNNING", "COMPLETED", "COMPLETED",
+                     "COMPLETED")[age]
+            out.append(SlurmJob(job_id=jid, name=f"s{jid}", user="u", uid=1000,
+                                partition="cosched", state=state, cpus=4,
+                                priority=0 if state == "PENDING" else 1, time_limit_s=600.0,
+                                submit_time=float(jid), start_time=float(jid) + 2 if age >= 2 else None,
+                                end_time=float(jid) + 4 if age >= 4 else None,
+                                nodes=("rn2", "rn3") if age >= 2 else (), node_count=2,
+                                comment="cosched:class=soak/stage"))
+        return out
+
+    def layout(self, job_id):
+        return (("rn2", 2), ("rn3", 2))
+
+
+def test_a_backend_running_for_months_holds_only_the_jobs_slurm_lists(tmp_path, monkeypatch):
+    """Per-job memory (the job cache, layouts asked of scontrol, ids already reported) is
+    let go once Slurm purges a job: after 9,000 jobs the backend holds about the seven
+    Slurm lists, and every job was reported once, in order."""
+    monkeypatch.setattr("slurm_plugin.backend.ENDED_KEPT", 500)
+    src = CyclingCluster()
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "state.json", refresh_s=0)
+    ended = []
+    for _ in range(3000):
+        b.queued()
+        b.running()
+        ended += [o.job_id for o in b.drain_finished()]
+    assert sorted(ended, key=int) == [str(j) for j in range(1, len(ended) + 1)]
+    assert len(ended) >= 8990      # (the cluster moves on at each of the three reads)
+    listed = set(b._jobs)
+    assert len(listed) == 7
+    assert set(b._job_cache) <= listed and set(b._layouts) <= listed
+    assert len(b.reported) <= 2 * len(listed)   # (pruned at the next read)
+    # the ended jobs' outcomes and eligible times: the last ENDED_KEPT at most
+    assert 400 <= len(b.history) <= 500 and b.history[-1].job_id == ended[-1]
+    assert len(b.eligible_at) <= 500 + len(listed)

@@ -18,6 +18,9 @@ from .span import UNDONE_NOTE
 from .quotas import wanted_quota
 
 log = logging.getLogger("coscheduler.controller")
+# Quota revisions kept for reports (``Controller.revisions``): a controller runs for months
+# and revises loans every tick; past this many the oldest fifth is let go.
+REVISIONS_KEPT = 20_000
 _new = object.__new__
 _setattr = object.__setattr__
 
@@ -197,6 +200,10 @@ class ActMixin:
             now = report.time
             for g, q in new.items():
                 self.revisions.append((now, g, by_id[g].quota_fraction, q))
+            if len(self.revisions) > REVISIONS_KEPT:
+                drop = REVISIONS_KEPT // 5
+                del self.revisions[:drop]
+                self.revisions_dropped += drop
             for g, q in shrink.items():
                 self._set_quota(g, q, report)
             for g, q in new.items():

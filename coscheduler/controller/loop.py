@@ -103,6 +103,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
         # the host ends (ControllerConfig.round_per_host).
         self._host_round: dict[str, str] = {}
         self.revisions: list[tuple[float, str, float, float]] = []
+        self.revisions_dropped = 0   # the oldest, let go past REVISIONS_KEPT (act.py)
         self.last_samples: dict[str, MetricsSample] = {}
         self.passes = 0
         # During a pass, with a recorder that can batch: the writes to make at its end.
