@@ -18,6 +18,9 @@ from .offers import HeldOffer, hold_deadline
 from .records import _Run, _Task, job_of_task
 
 log = logging.getLogger("mesos_framework.framework")
+# Ended jobs remembered in memory (outcomes, starts, end states): past this many the
+# oldest fifth is let go (``_forget_oldest``).
+ENDED_KEPT = 50_000
 
 
 class SchedulerEvents:
@@ -266,5 +269,28 @@ class SchedulerEvents:
 
     def _record(self, o: Outcome) -> None:
         self._ended[o.job_id] = o.state
+        self._requeues.pop(o.job_id, None)
+        self._attempts.pop(o.job_id, None)
         self._finished.append(o)
         self.history.append(o)
+        if len(self.history) > ENDED_KEPT:
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        """A framework runs for months: past ``ENDED_KEPT`` outcomes, the oldest fifth of
+        what is kept per ended job (outcomes, starts, gang latencies, end states) is let
+        go; never an outcome a feed has not been told, nor the end state of a job that a
+        waiting job depends on."""
+        drop = ENDED_KEPT // 5
+        if self.feeds:
+            drop = min(drop, self._told)
+        del self.history[:drop]
+        self._told = max(0, self._told - drop)
+        for log_list in (self.starts, self.gang_latency_s, self.gang_decision_s):
+            del log_list[:max(0, len(log_list) - ENDED_KEPT + drop)]
+        if len(self._ended) > ENDED_KEPT:
+            needed = {d for j in self._waiting.values() for d in j.depends_on}
+            old = list(self._ended)[:len(self._ended) - ENDED_KEPT + drop]
+            for jid in old:
+                if jid not in needed:
+                    del self._ended[jid]

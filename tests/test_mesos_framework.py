@@ -600,3 +600,38 @@ def test_the_run_loop_wakes_when_a_held_offer_is_due_not_at_its_next_tick():
     step(b, ctl)
     assert [o["value"] for o in d.of("DECLINE")[0]["decline"]["offer_ids"]] == ["O1"]
     assert b.seconds_to_next_release() == pytest.approx(1.0)
+
+
+def test_a_framework_running_for_months_keeps_only_its_latest_ended_jobs(monkeypatch):
+    """Past ``ENDED_KEPT`` outcomes the oldest are let go (outcomes, starts, gang
+    latencies, end states), but a feed is still told every outcome once, and a waiting
+    job's dependency keeps its end state."""
+    monkeypatch.setattr("mesos_framework.events.ENDED_KEPT", 20)
+    b, d, ctl, clock = make()
+    told = []
+    b.add_feed(type("F", (), {"poll": lambda self, backend: None,
+                              "ended": lambda self, o: told.append(o.job_id),
+                              "close": lambda self: None})())
+    b.submit(job("first"))
+    b.submit(job("later", walltime=1e6, depends_on=("first",)))
+    for k in range(300):
+        if k:
+            b.submit(job(f"j{k}"))
+        d.calls.clear()
+        b.resourceOffers(d, [offer(f"O{k}", "A1", 2)])
+        step(b, ctl)
+        for a in d.of("ACCEPT"):
+            for t in a["accept"]["operations"][0]["launch"]["task_infos"]:
+                if job_of_task(t["task_id"]["value"])[0] != "later":
+                    b.statusUpdate(d, status(t["task_id"]["value"], "TASK_FINISHED", "A1"))
+        clock.t += 1.0
+        if k == 0:   # 'later' never ends: 'blocked' waits for good, needing 'first' too
+            b.submit(job("blocked", depends_on=("first", "later")))
+    step(b, ctl)
+    b._tell_feeds()
+    assert len(told) == len(set(told)) >= 290         # every outcome told, once
+    assert len(b.history) <= 20 and len(b.starts) <= 20
+    assert len(b.gang_latency_s) <= 20 and len(b._ended) <= 21
+    assert "blocked" in b._waiting and "later" not in b._ended
+    assert b._ended["first"] == "completed"           # 'blocked' still waits on it
+    assert not b._attempts.keys() & set(told)
