@@ -363,6 +363,11 @@ class Actuator(RoleFiles):
             self._forget(d)
         return ok
 
+    def forget_job(self, job: str) -> None:
+        """Drop the paths cached for a job that is gone (an agent runs for months)."""
+        for key in [k for k in self._paths if k[0] == job]:
+            del self._paths[key]
+
     def remove_root(self) -> bool:
         """Remove the root (only when empty) and the ancestors this run created."""
         ok = True

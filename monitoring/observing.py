@@ -237,6 +237,13 @@ class JobObservation:
         js.event(now, "all processes gone: finished" + ("; cgroup removed" if removed else
                                                         "; cgroup not yet removable"))
         self.counters["jobs_finished"] += 1
+        self._forget_observations(js)
+
+    def _forget_observations(self, js: JobState) -> None:
+        """What was kept to sample a job (last counters, members, I/O per pid, refused
+        pids, its progress file): once it finished, or once a released job is retired (it
+        never finishes here: it is no longer followed)."""
+        jid = js.spec.job_id
         self._prev.pop(jid, None)
         self._covered.pop(jid, None)
         self._io.pop(jid, None)
@@ -276,7 +283,7 @@ class JobObservation:
             if (js.finished_at or now) + self.finished_retention_s <= now and not self.actuator.has_job(jid):
                 del self._jobs[jid]
                 self._progress.pop(jid, None)
-                self._owners.pop(jid, None)
-                self._progress_files.forget(js.spec.progress_file)
+                self._forget_observations(js)
+                self.actuator.forget_job(jid)
                 changed = True
         return changed

@@ -552,3 +552,27 @@ def test_v1_guest_yields_a_shared_core_to_its_host(make_agent, procs, cg_root):
     print(f"host's share of core {cpu}: {before:.3f} without roles, {after:.3f} with "
           f"(host {h:.3f} CPU, guest {g:.3f})")
     assert before < 0.75 and after >= 0.9
+
+
+def test_an_agent_running_for_months_forgets_what_it_sampled_of_jobs_released_while_running(
+        make_agent, procs):
+    """The controller unregisters a job when it ends, often before the agent's next tick
+    sees its processes go: the job is released, never finished here. Once it is retired,
+    nothing of it may stay behind (last counters, members, I/O per pid, cached cgroup
+    paths): 30 such jobs leave every per-job map empty."""
+    a = make_agent(finished_retention_s=0.0)
+    for k in range(30):
+        p = procs(SLEEPY)
+        a.register_job({"job_id": f"j{k}", "pids": [p.pid], "cores": 1})
+        a.set_quota(f"j{k}", 0.5, 30.0)
+        a.tick()
+        a.unregister(f"j{k}")
+        p.kill()
+        p.wait()
+        a.tick()
+    a.tick()
+    assert a.jobs() == []
+    left = {name: len(getattr(a, name)) for name in
+            ("_jobs", "_prev", "_covered", "_io", "_light", "_refused", "_owners", "_progress")}
+    assert left == dict.fromkeys(left, 0)
+    assert len(a.actuator._paths) == 0
