@@ -13,6 +13,7 @@ BENCHES = {
     "learned": "learned:learned",
     "multi": "multi:multi",
     "json": "jsonread:jsonread",
+    "restart": "restart:restart",
 }
 
 

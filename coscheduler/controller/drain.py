@@ -115,6 +115,7 @@ class DrainMixin:
         self._was_guest.discard(o.job_id)
         self._unplaceable.discard(o.job_id)
         self._attempts.pop(o.job_id, None)
+        self._beyond_known.discard(o.job_id)
 
     def _learn_use_at_exit(self, job: Job, o: Outcome) -> None:
         """A class's use from a job's accounting at exit, only while no sample taught it:
