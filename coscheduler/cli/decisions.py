@@ -10,7 +10,13 @@ from ._types import INT_MAX
 
 from ..happiness import HAPPINESS_DONE
 from ..store import queries
-from ._common import clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly, pct
+from ._common import (clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly, pct,
+                      resolve_db)
+
+# Kept per class by `decisions prune`: twice what the default learner recalls its fitted
+# expert from (AsaxLearner.recall_window(): 5,500), and never less than that.
+KEEP_MIN = 5_500
+KEEP_DEFAULT = 11_000
 
 
 @click.group()
@@ -131,3 +137,46 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
         mark = "  <- chosen" if j == d.action_index else ""
         echo(f"  {100 * fraction:>4.0f} %" + cells + f" {pct(mix, 8)}" + mark)
     echo(f"  {'weight':>6}" + "".join(pct(w, 8) for w in d.weights[:7]))
+
+
+@decisions.command("prune")
+@db_option
+@click.option("--older-than", "days", type=click.FloatRange(min=0.0, max=36_500.0),
+              required=True, metavar="DAYS",
+              help="Delete decisions whose outcome was recorded more than DAYS days ago.")
+@click.option("--keep-per-class", type=click.IntRange(min=KEEP_MIN, max=INT_MAX),
+              default=KEEP_DEFAULT, show_default=True,
+              help="Each class's most recent observed decisions kept whatever their age "
+                   f"(at least {KEEP_MIN}: what a restart recalls the fitted expert from).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
+def prune(db: Path | None, days: float, keep_per_class: int, as_json: bool) -> None:
+    """Let old decisions go: the state database grows by about 2 KB per decision.
+
+    Pending decisions and each class's last --keep-per-class observed ones are kept, and
+    so are class states, rounds and alone runtimes; what a restarted controller rebuilds
+    is unchanged (the deleted outcomes are still counted). Safe while the controller runs.
+    """
+    import time as _time
+
+    from ..store.errors import MissingStateDatabase, StoreError
+    from ..store.sqlite import SqliteStore
+
+    path = resolve_db(db)
+    before = _time.time() - days * 86400.0
+    try:
+        with SqliteStore(path) as store:
+            deleted = store.prune(before, keep_per_class)
+            left = queries.decision_count(store)
+    except MissingStateDatabase:
+        raise click.ClickException(
+            f"no state database at {path} (give --db PATH or set COSCHED_DB)") from None
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json({"db": str(path), "before": before, "deleted": deleted, "left": left})
+        return
+    total = sum(deleted.values())
+    click.echo(f"Deleted {total} decisions recorded before {fmt_time(before)} from {path}; "
+               f"{left} left")
+    for job_class, n in sorted(deleted.items()):
+        click.echo(f"  {clip(job_class, 40):<40} {n:>8}")

@@ -27,6 +27,7 @@ No I/O: the state store (coscheduler/store) saves ``ClassState`` and pending dec
 
 from __future__ import annotations
 
+import logging
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,8 @@ from ..model import InvalidInput, check_finite, validate_job_class, validate_job
 from .experts import (EXTRA_EXPERTS, Expert, FittedTreeExpert, HostState, action_fractions,
                       extra_expert, paper_experts)
 from .keyed import keyed_answers
+
+log = logging.getLogger(__name__)
 
 GAMMA_SCHEDULES = ("sqrt", "constant")
 
@@ -444,8 +447,14 @@ class AsaxLearner:
             if self.recall_window() is None:
                 for state, a, loss in told:
                     e.learn(state, a, loss)
-            else:
+                continue
+            try:
                 e.recall(told[len(told) - min(len(told), e.recall_window):], seen)
+            except InvalidInput as exc:
+                # Fewer rows kept than it needs (a prune kept too few): it relearns from them.
+                log.warning("class %s: %s; expert %s relearns from the %d outcomes kept",
+                            job_class, exc, e.name, len(told))
+                e.recall(told, len(told))
 
     def forget(self, decision_id: int) -> Decision | None:
         """Drop a pending decision that was never carried out (the guest did not start)."""

@@ -16,6 +16,7 @@ from typing import Mapping
 from ..learner import ClassState, Decision, RoundClosed
 from ..model import InvalidInput, check_finite, validate_job_class
 from ..recorder import LoadedState, OutcomeRecord
+from .retention import prune, pruned_counts
 from .rows import _DECISION_COLS, RowsMixin
 
 
@@ -70,6 +71,13 @@ class RecorderMixin(RowsMixin):
         row = self._round_row(closed)
         with self.writing(f"record round {closed.round} of class {closed.job_class}") as conn:
             self._insert_round(conn, row)
+
+    def prune(self, before: float, keep_per_class: int) -> dict[str, int]:
+        """Delete decisions whose outcome came before ``before`` (``retention.prune``: never
+        a pending one nor a class's last ``keep_per_class`` observed); the deleted per class."""
+        check_finite(before, "prune: before")
+        with self.writing(f"prune decisions before {before}") as conn:
+            return prune(conn, before, keep_per_class)
 
     def save_class(self, state: ClassState) -> None:
         row = self._class_row(state)
@@ -147,9 +155,11 @@ class RecorderMixin(RowsMixin):
             pending = [self._decision_from_row(r) for r in conn.execute(
                 f"SELECT {_DECISION_COLS} FROM decisions d "
                 "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id")]
-            counts = dict(conn.execute(
-                "SELECT d.job_class, COUNT(*) FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
-                "WHERE o.kind != 'cancelled' GROUP BY d.job_class").fetchall())
+            counts = pruned_counts(conn)    # (what retention deleted still counts)
+            for job_class, n in conn.execute(
+                    "SELECT d.job_class, COUNT(*) FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
+                    "WHERE o.kind != 'cancelled' GROUP BY d.job_class").fetchall():
+                counts[job_class] = counts.get(job_class, 0) + n
             if observed_per_class is None:
                 rows = conn.execute(observed_sql.format(cols=_DECISION_COLS, where="")).fetchall()
             else:
