@@ -113,3 +113,20 @@ def test_cosched_decisions_prune(tmp_path):
 
 def test_the_cli_keeps_at_least_what_the_default_learner_recalls_from():
     assert KEEP_MIN >= AsaxLearner(LearnerConfig()).recall_window()
+
+
+def test_prune_with_vacuum_gives_the_space_back(tmp_path):
+    db = tmp_path / "s.db"
+    _record(db, 600)
+    size = db.stat().st_size
+    r = CliRunner().invoke(main, ["decisions", "prune", "--db", str(db), "--older-than", "0",
+                                  "--keep-per-class", str(KEEP_MIN), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)   # 300 per class, all within the keep: only cancelled ones go
+    cancelled = sum(1 for k in range(600) if k % 7 == 3)
+    assert sum(out["deleted"].values()) == cancelled and out["left"] == 603 - cancelled
+    with SqliteStore(db) as s:
+        s.prune(1e9, keep_per_class=15)
+        s.vacuum()
+        assert len(s.load().observed) >= 30
+    assert db.stat().st_size < size / 3

@@ -144,12 +144,15 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
 @click.option("--older-than", "days", type=click.FloatRange(min=0.0, max=36_500.0),
               required=True, metavar="DAYS",
               help="Delete decisions whose outcome was recorded more than DAYS days ago.")
-@click.option("--keep-per-class", type=click.IntRange(min=KEEP_MIN, max=INT_MAX),
+@click.option("--keep-per-class", type=click.IntRange(min=KEEP_MIN, max=1_000_000_000),
               default=KEEP_DEFAULT, show_default=True,
               help="Each class's most recent observed decisions kept whatever their age "
                    f"(at least {KEEP_MIN}: what a restart recalls the fitted expert from).")
+@click.option("--vacuum", is_flag=True,
+              help="Then give the freed space back (rewrites the file; a running controller "
+                   "waits for it).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
-def prune(db: Path | None, days: float, keep_per_class: int, as_json: bool) -> None:
+def prune(db: Path | None, days: float, keep_per_class: int, vacuum: bool, as_json: bool) -> None:
     """Let old decisions go: the state database grows by about 2 KB per decision.
 
     Pending decisions and each class's last --keep-per-class observed ones are kept, and
@@ -167,16 +170,19 @@ def prune(db: Path | None, days: float, keep_per_class: int, as_json: bool) -> N
         with SqliteStore(path) as store:
             deleted = store.prune(before, keep_per_class)
             left = queries.decision_count(store)
+            if vacuum:
+                store.vacuum()
     except MissingStateDatabase:
         raise click.ClickException(
             f"no state database at {path} (give --db PATH or set COSCHED_DB)") from None
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        echo_json({"db": str(path), "before": before, "deleted": deleted, "left": left})
+        echo_json({"db": str(path), "before": before, "deleted": deleted, "left": left,
+                   "bytes": path.stat().st_size})
         return
     total = sum(deleted.values())
     click.echo(f"Deleted {total} decisions recorded before {fmt_time(before)} from {path}; "
-               f"{left} left")
+               f"{left} left; the file holds {path.stat().st_size / 1e6:.1f} MB")
     for job_class, n in sorted(deleted.items()):
         click.echo(f"  {clip(job_class, 40):<40} {n:>8}")

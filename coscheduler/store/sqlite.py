@@ -323,6 +323,17 @@ class SqliteStore(RecorderMixin):
         """Where the last good copy of the database is kept (``<db>.good``)."""
         return self.path.with_name(self.path.name + ".good")
 
+    def vacuum(self) -> None:
+        """Give the pages freed by ``prune`` back to the file system. SQLite rewrites the
+        whole file: other writers (a running controller) wait until it is done."""
+        if self.readonly:
+            raise StoreError(f"state database {self.path} is open read-only; cannot vacuum it")
+        self._check_not_damaged("vacuum")
+        try:
+            self.conn.execute("VACUUM")
+        except sqlite3.DatabaseError as exc:
+            raise self._failed("vacuum", exc) from None
+
     def keep_good_copy(self) -> bool:
         """Copy the database to ``good_copy`` with SQLite's online backup API, if SQLite's
         quick_check finds it sound (a damaged file never replaces the last good copy).
