@@ -34,9 +34,16 @@ def open_readonly(db: Path | None) -> Iterator[SqliteStore]:
     """The state database opened for reading (never creates or changes a file), closed at
     the end of the ``with``; a damaged record read inside it (StoreError, which names the
     file and the record) is the command's one-line error, not a traceback."""
+    with open_store(db, readonly=True) as store:
+        yield store
+
+
+@contextmanager
+def open_store(db: Path | None, readonly: bool) -> Iterator[SqliteStore]:
+    """``open_readonly``, or (``readonly`` False) opened for writing an existing file."""
     path = resolve_db(db)
     try:
-        store = SqliteStore(path, readonly=True)
+        store = SqliteStore(path, readonly=readonly)
     except MissingStateDatabase:
         raise click.ClickException(
             f"no state database at {path} (give --db PATH or set COSCHED_DB)") from None

@@ -10,8 +10,8 @@ from ._types import INT_MAX
 
 from ..happiness import HAPPINESS_DONE
 from ..store import queries
-from ._common import (clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly, pct,
-                      resolve_db)
+from ._common import (clip, db_option, echo_json, fmt_loss, fmt_time, open_readonly,
+                      open_store, pct, resolve_db)
 
 # Kept per class by `decisions prune`: twice what the default learner recalls its fitted
 # expert from (AsaxLearner.recall_window(): 5,500), and never less than that.
@@ -161,22 +161,13 @@ def prune(db: Path | None, days: float, keep_per_class: int, vacuum: bool, as_js
     """
     import time as _time
 
-    from ..store.errors import MissingStateDatabase, StoreError
-    from ..store.sqlite import SqliteStore
-
     path = resolve_db(db)
     before = _time.time() - days * 86400.0
-    try:
-        with SqliteStore(path) as store:
-            deleted = store.prune(before, keep_per_class)
-            left = queries.decision_count(store)
-            if vacuum:
-                store.vacuum()
-    except MissingStateDatabase:
-        raise click.ClickException(
-            f"no state database at {path} (give --db PATH or set COSCHED_DB)") from None
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+    with open_store(path, readonly=False) as store:
+        deleted = store.prune(before, keep_per_class)
+        left = queries.decision_count(store)
+        if vacuum:
+            store.vacuum()
     if as_json:
         echo_json({"db": str(path), "before": before, "deleted": deleted, "left": left,
                    "bytes": path.stat().st_size})
