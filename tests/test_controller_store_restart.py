@@ -6,7 +6,8 @@ from __future__ import annotations
 from coscheduler.backends import Profile, VirtualBackend
 from coscheduler.controller import Controller
 from coscheduler.learner import AsaxLearner, LearnerConfig
-from coscheduler.learner.experts import FittedTreeExpert, paper_experts
+from coscheduler.learner.experts import paper_experts
+from coscheduler.learner.fitted import FittedTreeExpert
 from coscheduler.model import Job
 from coscheduler.policies.coalloc import Asax
 from coscheduler.recorder import MemoryRecorder

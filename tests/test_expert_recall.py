@@ -8,7 +8,8 @@ import random
 import pytest
 
 from coscheduler.learner import AsaxLearner, HostState, LearnerConfig
-from coscheduler.learner.experts import FittedTreeExpert, paper_experts
+from coscheduler.learner.experts import paper_experts
+from coscheduler.learner.fitted import FittedTreeExpert
 from coscheduler.model import InvalidInput
 
 

@@ -13,7 +13,8 @@ from coscheduler.cli import main
 from coscheduler.cli.decisions import KEEP_MIN
 from coscheduler.controller import Controller
 from coscheduler.learner import AsaxLearner, HostState, LearnerConfig
-from coscheduler.learner.experts import FittedTreeExpert, paper_experts
+from coscheduler.learner.experts import paper_experts
+from coscheduler.learner.fitted import FittedTreeExpert
 from coscheduler.recorder import OutcomeRecord
 from coscheduler.store.sqlite import SqliteStore
 

@@ -35,8 +35,9 @@ from itertools import accumulate
 from typing import Callable, Iterable, Sequence
 
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
-from .experts import (EXTRA_EXPERTS, Expert, FittedTreeExpert, HostState, action_fractions,
-                      extra_expert, paper_experts)
+from .experts import (EXTRA_EXPERTS, Expert, HostState, action_fractions, extra_expert,
+                      paper_experts)
+from .fitted import FittedTreeExpert
 from .keyed import keyed_answers
 
 log = logging.getLogger(__name__)
