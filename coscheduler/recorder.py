@@ -19,6 +19,12 @@ from .model import InvalidInput
 LOSS_KINDS = ("walltime", "degradation", "projected", "declined", "cancelled")
 
 
+class RecorderUnavailable(InvalidInput):
+    """A recorder could not write a good record now but may later (a full disk, an I/O
+    error, another writer holding the file): the controller keeps the record and writes
+    it again, in order, at its next pass."""
+
+
 @dataclass(frozen=True)
 class OutcomeRecord:
     """The loss a decision earned, and how it was measured."""

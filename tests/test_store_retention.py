@@ -85,6 +85,45 @@ def test_pruned_decisions_change_nothing_a_restart_rebuilds(tmp_path):
         assert ctl[0].learner.experts_for(c)[-1].fitted
 
 
+def test_a_prune_in_short_transactions_deletes_what_one_would_and_counts_each_once(
+        tmp_path, monkeypatch):
+    import coscheduler.store.records as records
+    from coscheduler.store.retention import delete_decisions, prune_candidates
+
+    one, chunked = tmp_path / "one.db", tmp_path / "chunked.db"
+    _record(one, 200)
+    _record(chunked, 200)
+    with SqliteStore(one) as s:
+        whole = s.prune(150.0, keep_per_class=15)
+        expect = s.load()
+    monkeypatch.setattr(records, "PRUNE_CHUNK", 7)
+    commits = []
+    with SqliteStore(chunked) as s:
+        real = s.writing
+
+        def counted(what):
+            commits.append(what)
+            return real(what)
+        monkeypatch.setattr(s, "writing", counted)
+        assert s.prune(150.0, keep_per_class=15) == whole
+        got = s.load()
+    assert len(commits) == -(-sum(whole.values()) // 7)     # one transaction per chunk
+    assert got.observed_counts == expect.observed_counts
+    assert [d.decision_id for d, _ in got.observed] == [d.decision_id for d, _ in expect.observed]
+    # Rows another prune deleted since they were found are neither deleted nor counted again.
+    again = tmp_path / "again.db"
+    _record(again, 200)
+    with SqliteStore(again) as s:
+        with s.reading("find") as conn:
+            rows = prune_candidates(conn, 150.0, 15)
+        with s.writing("first") as conn:
+            first = delete_decisions(conn, rows)
+        with s.writing("second") as conn:
+            assert delete_decisions(conn, rows) == {}
+        assert s.load().observed_counts == expect.observed_counts
+    assert first == whole
+
+
 def test_a_prune_that_kept_too_few_for_the_expert_is_relearned_from_what_is_left(tmp_path, caplog):
     path = tmp_path / "s.db"
     _record(path, 200)

@@ -110,6 +110,7 @@ class PassReport:
     failed: list[str] = field(default_factory=list)   # jobs reported failed by the controller
     reservation: tuple[str, float] | None = None      # (job id, shadow time) under EASY
     errors: list[str] = field(default_factory=list)
+    unwritten: int = 0         # records the recorder could not write yet (they wait, in order)
     # With ControllerConfig.explain: job id -> the rule that kept it from every host
     # (controller.hosts.REFUSALS) for each queued job this pass neither started nor hosted.
     refused: dict[str, str] = field(default_factory=dict)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from .. import happiness as hp
 from ..learner import Decision
 from ..model import Job, MetricsSample, Outcome
+from ..recorder import RecorderUnavailable
 from .config import PassReport
 from .quotas import quota_without_guest
 
@@ -107,6 +108,9 @@ class DrainMixin:
         if job is not None and o.state == "completed" and o.job_id not in self._shared:
             try:
                 self.recorder.record_alone_runtime(job.job_class, o.runtime_s)
+            except RecorderUnavailable:   # written with the others that wait
+                self._unwritten.append((self.recorder.record_alone_runtime,
+                                        (job.job_class, o.runtime_s)))
             except Exception as exc:  # noqa: BLE001
                 report.errors.append(f"recording the alone runtime of {o.job_id}: {exc}")
             self._learn_use_at_exit(job, o)

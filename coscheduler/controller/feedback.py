@@ -6,11 +6,13 @@ at its end. A mixin of ``Controller`` (loop.py).
 from __future__ import annotations
 
 import logging
+from collections import deque
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Callable
 
 from ..learner import ClassState, Decision
-from ..recorder import OutcomeRecord
+from ..recorder import OutcomeRecord, RecorderUnavailable
 from .config import PassReport
 
 log = logging.getLogger("coscheduler.controller")
@@ -56,14 +58,16 @@ class FeedbackMixin:
         for c in sorted(self._dirty_classes):
             try:
                 self.recorder.save_class(self.learner.class_state(c))
+            except RecorderUnavailable:
+                return   # the rest stay dirty: saved at a later pass
             except Exception as exc:  # noqa: BLE001
                 log.error("saving class %s failed: %s", c, exc)
-        self._dirty_classes.clear()
+            self._dirty_classes.discard(c)
 
     def _class_copy(self, job_class: str) -> ClassState:
         """The class's state as it is now (a write may be made at the end of the pass)."""
         st = self.learner.class_state(job_class)
-        if self._writes is None:
+        if self._writes is None and not self._unwritten:
             return st
         return replace(st, weights=list(st.weights), risk=list(st.risk),
                        cum_expert_risk=list(st.cum_expert_risk),
@@ -71,31 +75,52 @@ class FeedbackMixin:
 
     def _record(self, report: PassReport, write: Callable[..., object], *args) -> None:
         """A write to the recorder: now, or (a recorder with ``batch``, during a pass) at the
-        end of the pass, in order, in one transaction (``_flush_writes``)."""
+        end of the pass, in order, in one transaction (``_flush_writes``). Behind writes
+        that wait (``_unwritten``) it waits too: records are written in the order made."""
         if self._writes is not None:
-            self._writes.append((report, write, args))
-            return
-        self._write(report, write, args)
+            self._writes.append((write, args))
+        elif self._unwritten or not self._write(report, write, args):
+            self._unwritten.append((write, args))
 
     @staticmethod
-    def _write(report: PassReport, write: Callable[..., object], args: tuple) -> None:
+    def _write(report: PassReport, write: Callable[..., object], args: tuple) -> bool:
+        """Make one write; False when the recorder cannot now (RecorderUnavailable): the
+        caller keeps it. A record the recorder refuses is reported and let go."""
         try:
             write(*args)
+        except RecorderUnavailable:
+            return False
         except Exception as exc:  # noqa: BLE001 - a store error is loud but not fatal
             log.error("recorder failed: %s", exc)
             report.errors.append(f"recorder: {exc}")
+        return True
 
-    def _flush_writes(self, report: PassReport) -> None:
-        """The pass's writes and the dirty classes, in one batch when the recorder has one."""
-        writes, self._writes = self._writes, None
-        if writes is None:
-            self._save_dirty()
-            return
+    def _flush_writes(self, report: PassReport, say_waiting: bool = True) -> None:
+        """The writes that waited, then the pass's, then the dirty classes, in one batch when
+        the recorder has one. What cannot be written now waits for the next pass, in order
+        (a batch whose commit fails wrote nothing: all of it waits)."""
+        writes = list(self._unwritten)
+        if self._writes is not None:
+            writes += self._writes
+        self._writes = None
+        self._unwritten.clear()
+        batch = getattr(self.recorder, "batch", None)
         try:
-            with self.recorder.batch():
-                for rep, write, args in writes:
-                    self._write(rep, write, args)
-                self._save_dirty()
+            with (batch() if callable(batch) else nullcontext()):
+                for i, (write, args) in enumerate(writes):
+                    if not self._write(report, write, args):
+                        self._unwritten.extend(writes[i:])
+                        break
+                else:
+                    self._save_dirty()
+        except RecorderUnavailable as exc:
+            self._unwritten = deque(writes)
+            report.errors.append(f"recorder: {exc}")
         except Exception as exc:  # noqa: BLE001 - the batch's own begin or commit failed
             log.error("recorder failed: %s", exc)
             report.errors.append(f"recorder: {exc}")
+        report.unwritten = len(self._unwritten)
+        if self._unwritten and say_waiting:
+            report.errors.append(
+                f"recorder: {len(self._unwritten)} records wait to be written (the recorder "
+                "cannot write now); co-allocation pauses until they are")

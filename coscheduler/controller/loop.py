@@ -15,6 +15,7 @@ import inspect
 import logging
 import math
 import time
+from collections import deque
 from typing import Callable
 
 from ..backend import Backend
@@ -107,7 +108,11 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
         self.last_samples: dict[str, MetricsSample] = {}
         self.passes = 0
         # During a pass, with a recorder that can batch: the writes to make at its end.
-        self._writes: list[tuple[PassReport, Callable[..., object], tuple]] | None = None
+        self._writes: list[tuple[Callable[..., object], tuple]] | None = None
+        # Writes the recorder could not make yet (RecorderUnavailable: a full disk, a busy
+        # file), in order; tried again first at every pass. While any wait, co-allocation
+        # pauses: no decision is made that could not be recorded (feedback.py).
+        self._unwritten: deque[tuple[Callable[..., object], tuple]] = deque()
         self._adopt_running()
         if self.learner is not None:
             for d in self.learner.pending.values():
@@ -206,6 +211,8 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
             return PassReport(time=math.nan, errors=[f"backend.now() failed: {exc}"])
         report = PassReport(time=now)
         self.passes += 1
+        if self._unwritten:   # the recorder could not write them last time: try first
+            self._flush_writes(report, say_waiting=False)
         # A recorder that can batch gets the pass's writes at its end, in one transaction.
         self._writes = [] if callable(getattr(self.recorder, "batch", None)) else None
         # The cyclic garbage collector waits for the end of the pass: a pass makes no
@@ -269,7 +276,9 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
         by_id = self._last
         cores = EasyBackfill(free_cores(capacity, running, by_id))
         index = None
-        if self.policy.co_allocates:
+        # No co-allocation while records wait for the recorder (a full disk): a decision
+        # made now could not be recorded, and a restart would not know it.
+        if self.policy.co_allocates and not self._unwritten:
             index = HostIndex(running, capacity, samples, now, running_by_id=by_id,
                               was_guest=self._was_guest, cooldown=self._cooldown,
                               config=self.config, usage=self.usage,

@@ -5,7 +5,7 @@ read-side queries of the operator CLI; ``default_db_path`` says where the file l
 """
 
 from .errors import (DamagedDatabase, ForeignDatabase, MissingStateDatabase, NewerSchema,
-                     NotAStateDatabase, OlderSchema, StoreError)
+                     NotAStateDatabase, OlderSchema, StoreError, StoreUnavailable)
 from .lock import DatabaseInUse
 from .paths import default_db_path
 from .schema import APPLICATION_ID, SCHEMA_VERSION
@@ -13,6 +13,6 @@ from .sqlite import SqliteStore
 
 __all__ = [
     "APPLICATION_ID", "DamagedDatabase", "DatabaseInUse", "ForeignDatabase", "MissingStateDatabase", "NewerSchema",
-    "NotAStateDatabase", "OlderSchema", "SCHEMA_VERSION", "SqliteStore", "StoreError",
+    "NotAStateDatabase", "OlderSchema", "SCHEMA_VERSION", "SqliteStore", "StoreError", "StoreUnavailable",
     "default_db_path",
 ]

@@ -7,6 +7,7 @@ controller and the CLI handle them like any other input they cannot use.
 from __future__ import annotations
 
 from ..model import InvalidInput
+from ..recorder import RecorderUnavailable
 
 
 class StoreError(InvalidInput):
@@ -36,3 +37,9 @@ class OlderSchema(StoreError):
 class DamagedDatabase(StoreError):
     """A page of the file is damaged (SQLite: malformed / not a database); nothing more is
     written to it, and the message names the last good copy when there is one."""
+
+
+class StoreUnavailable(StoreError, RecorderUnavailable):
+    """A write could not be made now but may be later: the disk is full, an I/O error, or
+    another writer held the database past the busy timeout. The record itself is good;
+    the controller keeps it and writes it again at its next pass."""

@@ -16,8 +16,10 @@ from typing import Mapping
 from ..learner import ClassState, Decision, RoundClosed
 from ..model import InvalidInput, check_finite, validate_job_class
 from ..recorder import LoadedState, OutcomeRecord
-from .retention import prune, pruned_counts
+from .retention import delete_decisions, prune_candidates, pruned_counts
 from .rows import _DECISION_COLS, RowsMixin
+
+PRUNE_CHUNK = 2_000   # decisions deleted per write transaction (``prune``)
 
 
 class RecorderMixin(RowsMixin):
@@ -76,8 +78,16 @@ class RecorderMixin(RowsMixin):
         """Delete decisions whose outcome came before ``before`` (``retention.prune``: never
         a pending one nor a class's last ``keep_per_class`` observed); the deleted per class."""
         check_finite(before, "prune: before")
-        with self.writing(f"prune decisions before {before}") as conn:
-            return prune(conn, before, keep_per_class)
+        with self.reading(f"find decisions before {before} to prune") as conn:
+            rows = prune_candidates(conn, before, keep_per_class)
+        # In short transactions: a running controller's pass waits for one chunk at most,
+        # not for the whole prune (seconds on a large file; past its busy timeout).
+        deleted: dict[str, int] = {}
+        for at in range(0, len(rows), PRUNE_CHUNK):
+            with self.writing(f"prune decisions before {before}") as conn:
+                for job_class, n in delete_decisions(conn, rows[at:at + PRUNE_CHUNK]).items():
+                    deleted[job_class] = deleted.get(job_class, 0) + n
+        return deleted
 
     def save_class(self, state: ClassState) -> None:
         row = self._class_row(state)

@@ -13,6 +13,9 @@ and counts the observed outcomes it deleted per class in the ``meta`` table
 expert follows the same refit schedule as before the prune. Walltime credits of a deleted
 decision keep their row, with no decision. Class states, rounds (the weight history) and
 alone runtimes are kept.
+
+``prune_candidates`` finds them (one read); ``delete_decisions`` deletes a part of them in
+the caller's write transaction, so that ``SqliteStore.prune`` can delete in short ones.
 """
 
 from __future__ import annotations
@@ -30,19 +33,34 @@ def pruned_counts(conn: sqlite3.Connection) -> dict[str, int]:
         "SELECT key, value FROM meta WHERE key LIKE ?", (PRUNED_PREFIX + "%",))}
 
 
-def prune(conn: sqlite3.Connection, before: float, keep_per_class: int) -> dict[str, int]:
-    """Delete (inside the caller's write transaction) what the module doc says; returns
-    the decisions deleted per class (cancelled ones included)."""
+def prune_candidates(conn: sqlite3.Connection, before: float, keep_per_class: int
+                     ) -> list[tuple[int, str, bool]]:
+    """(decision id, class, cancelled) of what the module doc says may go, oldest first.
+    Still true later: newer outcomes only push these further from their class's newest."""
     if isinstance(keep_per_class, bool) or not isinstance(keep_per_class, int) or keep_per_class < 0:
         raise InvalidInput(f"keep_per_class must be an integer >= 0, got {keep_per_class!r}")
     # Each class's observed outcomes ranked newest first; cancelled ones are never recalled.
-    rows = conn.execute(
-        "SELECT id, job_class, cancelled FROM (SELECT d.id, d.job_class, o.time, "
+    return [(int(i), c, bool(x)) for i, c, x in conn.execute(
+        "SELECT id, job_class, cancelled FROM (SELECT d.id, d.job_class, o.time, o.seq, "
         "o.kind = 'cancelled' AS cancelled, ROW_NUMBER() OVER (PARTITION BY d.job_class, "
         "o.kind = 'cancelled' ORDER BY o.seq DESC) AS recent FROM outcomes o "
         "JOIN decisions d ON d.id = o.decision_id) "
-        "WHERE time < ? AND (cancelled OR recent > ?)",
-        (float(before), keep_per_class)).fetchall()
+        "WHERE time < ? AND (cancelled OR recent > ?) ORDER BY seq",
+        (float(before), keep_per_class))]
+
+
+def delete_decisions(conn: sqlite3.Connection, rows: list[tuple[int, str, bool]]
+                     ) -> dict[str, int]:
+    """Delete these decisions and their outcomes (inside the caller's write transaction),
+    adding the observed ones to their class's pruned count; the deleted per class."""
+    # Only those still there (another prune may have run since they were found): each
+    # deletion is counted once.
+    there = set()
+    for at in range(0, len(rows), 500):
+        part = [r[0] for r in rows[at:at + 500]]
+        there.update(i for (i,) in conn.execute(
+            f"SELECT id FROM decisions WHERE id IN ({','.join('?' * len(part))})", part))
+    rows = [r for r in rows if r[0] in there]
     deleted: dict[str, int] = {}
     observed: dict[str, int] = {}
     for _, job_class, cancelled in rows:

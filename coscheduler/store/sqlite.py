@@ -34,7 +34,7 @@ from typing import Iterator, Sequence
 
 from ..model import InvalidInput
 from .errors import (DamagedDatabase, ForeignDatabase, MissingStateDatabase, NewerSchema,
-                     NotAStateDatabase, OlderSchema, StoreError)
+                     NotAStateDatabase, OlderSchema, StoreError, StoreUnavailable)
 from .lock import ControllerLock, ReaderLock
 from .records import RecorderMixin
 from .rows import _DECISION_COLS, _dumps, _loads, _quota  # noqa: F401 - the old names
@@ -45,6 +45,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # writes a few, so this is every few minutes of a busy controller
 GOOD_COPY_EVERY = 500
 _DAMAGE_CODES = (11, 26)   # SQLITE_CORRUPT, SQLITE_NOTADB
+# A write that may succeed later: SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL,
+# SQLITE_CANTOPEN (primary codes; extended ones carry them in their low byte).
+_TRANSIENT_CODES = (5, 6, 10, 13, 14)
 
 log = logging.getLogger("coscheduler.store")
 
@@ -246,6 +249,9 @@ class SqliteStore(RecorderMixin):
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (5, 6):   # SQLITE_BUSY, _LOCKED
+                raise StoreUnavailable(f"{self.path}: another program held it for writing past "
+                                       f"the busy timeout: {exc}") from None
             raise NotAStateDatabase(f"{self.path} is damaged or cannot be locked: {exc}") from None
         try:
             version = self._classify()
@@ -353,14 +359,19 @@ class SqliteStore(RecorderMixin):
             finally:
                 dest.close()
             tmp.replace(self.good_copy)
-        except sqlite3.DatabaseError as exc:
-            if _is_damage(exc):
+        except (sqlite3.DatabaseError, OSError) as exc:
+            if isinstance(exc, sqlite3.DatabaseError) and _is_damage(exc):
                 self._damage("the backup could not read it", exc)
             else:
-                log.warning("%s: keeping a good copy failed: %s", self.path, exc)
-            return False
-        except OSError as exc:
-            log.warning("%s: keeping a good copy in %s failed: %s", self.path, self.good_copy, exc)
+                log.warning("%s: keeping a good copy in %s failed: %s", self.path,
+                            self.good_copy, exc)
+            # A partial copy must not hold the space the database itself needs (a full
+            # disk), and the next try waits for as many writes again.
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            self._writes_since_copy = 0
             return False
         self._writes_since_copy = 0
         return True
@@ -385,6 +396,9 @@ class SqliteStore(RecorderMixin):
     def _failed(self, what: str, exc: sqlite3.DatabaseError) -> StoreError:
         if _is_damage(exc):
             return self._damage(f"while trying to {what}: {exc}", None)
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF in _TRANSIENT_CODES:
+            return StoreUnavailable(f"{self.path}: cannot {what} now: {exc}")
         return StoreError(f"{self.path}: cannot {what}: {exc}")
 
     @staticmethod
