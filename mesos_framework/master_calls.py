@@ -157,6 +157,10 @@ class MasterCalls:
             os.replace(tmp, path)
         except OSError as exc:
             log.error("saving the framework state to %s failed: %s", path, exc)
+            try:   # (a full disk: the partial copy must not hold the space the next save needs)
+                os.unlink(tmp)
+            except OSError:
+                pass
 
     def _adopt(self, job: Job) -> bool:
         """After a failover: a submitted job whose tasks the saved state lists is adopted as

@@ -343,6 +343,25 @@ def test_failover_state_adopts_running_jobs_and_reconciles(tmp_path):
     assert [o.state for o in b2.drain_finished()] == ["requeued"]
 
 
+def test_a_state_save_that_fails_leaves_no_partial_file_and_the_next_one_is_made(tmp_path, caplog):
+    state = tmp_path / "fw.json"
+    cfg = FrameworkConfig(settle_s=0.0, state_file=str(state))
+    b, d, ctl, clock = make(cfg)
+    state.unlink(missing_ok=True)
+    state.mkdir()                # the save's rename fails (as a full disk fails its write)
+    with caplog.at_level(logging.ERROR):
+        b.submit(job("long", cores=4, nodes=2))
+        b.resourceOffers(d, [offer("O1", "A1", 2), offer("O2", "A2", 2)])
+        step(b, ctl)
+    assert "saving the framework state" in caplog.text
+    assert [p.name for p in tmp_path.iterdir()] == ["fw.json"]   # no fw.json.tmp-PID left
+    state.rmdir()
+    b.submit(job("next", cores=2))
+    b.resourceOffers(d, [offer("O3", "A3", 2)])
+    step(b, ctl)                 # the next launch saves again: both jobs are in the file
+    assert set(json.loads(state.read_text())["runs"]) == {"long", "next"}
+
+
 def test_broken_state_file_is_set_aside(tmp_path, caplog):
     state = tmp_path / "fw.json"
     state.write_text("{not json")
