@@ -113,6 +113,8 @@ class NodeAgent(JobObservation, Restore):
         self.cgroup_root = self.actuator.cpu.root_rel
         self.leases = LeaseKeeper(max_lease_s, min_lease_s=self.interval_s)
         self.state_file = StateFile(self.state_dir / "state.json")
+        # Why the last save of the state file failed (a full disk, say); None once one works.
+        self.state_file_error: str | None = None
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._jobs: dict[str, JobState] = {}
@@ -329,6 +331,7 @@ class NodeAgent(JobObservation, Restore):
                 "guest_weight": self.guest_weight or "idle",
                 "max_lease_s": self.leases.max_lease_s,
                 "progress_dir": str(self.progress_dir), "state_file": str(self.state_file.path),
+                "state_file_error": self.state_file_error,
                 "jobs": {s: sum(1 for j in self._jobs.values() if j.status == s)
                          for s in ("running", "finished", "released")},
                 "leases": len(self.leases), "pid": os.getpid(),

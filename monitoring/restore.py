@@ -227,6 +227,14 @@ class Restore:
                                  jobs=jobs, clean_exit=clean_exit)
         except OSError as e:
             log.error("cannot write state file %s: %s", self.state_file.path, e)
+            if self.state_file_error is None:   # said once per failing stretch, not per save
+                self._event(f"cannot write the state file {self.state_file.path}: {e}; a "
+                            "restart still lifts every quota under its cgroup root")
+            self.state_file_error = f"{e}"
+            return
+        if self.state_file_error is not None:
+            self._event(f"the state file {self.state_file.path} is written again")
+        self.state_file_error = None
 
 
 def _bad_saved_quota(raw: Any) -> str | None:

@@ -67,6 +67,28 @@ def test_a_fifo_at_the_state_path_does_not_hang_the_start(mimic, tmp_path):
             box["agent"].close()
 
 
+def test_a_state_file_that_cannot_be_written_is_said_in_the_node_view_until_it_can(
+        mimic, tmp_path, sleeper):
+    agent = make(mimic, tmp_path)
+    try:
+        path = tmp_path / "state" / "state.json"
+        path.unlink(missing_ok=True)
+        path.mkdir()             # every save fails, as on a full disk
+        agent.register_job({"job_id": "j1", "pids": [sleeper.pid], "cores": 2})
+        agent.set_quota("j1", 0.25, lease_s=60)     # the quota is still applied
+        node = agent.node()
+        assert "Is a directory" in node["state_file_error"]
+        said = [e["event"] for e in node["events"] if "cannot write the state file" in e["event"]]
+        assert len(said) == 1    # once per failing stretch, not once per save
+        assert not list(path.parent.glob(".state-*"))   # no partial file left
+        path.rmdir()
+        agent.set_quota("j1", 0.5, lease_s=60)
+        assert agent.node()["state_file_error"] is None
+        assert "j1" in json.loads(path.read_text())["jobs"]
+    finally:
+        agent.close()
+
+
 def test_a_symlinked_state_file_is_not_followed_nor_moved(tmp_path):
     target = tmp_path / "elsewhere.json"
     target.write_text('{"format": "cosched-agent-state/1", "jobs": {}}')
