@@ -150,7 +150,7 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
                    f"(at least {KEEP_MIN}: what a restart recalls the fitted expert from).")
 @click.option("--vacuum", is_flag=True,
               help="Then give the freed space back (rewrites the file; a running controller "
-                   "waits for it).")
+                   "keeps its records meanwhile and pauses co-allocation until it is done).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
 def prune(db: Path | None, days: float, keep_per_class: int, vacuum: bool, as_json: bool) -> None:
     """Let old decisions go: the state database grows by about 2 KB per decision.
