@@ -145,6 +145,22 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
             "http_to_kernel_p95": round(_pct(kernel_ms, 0.95), 3),
             "http_answer_median": round(statistics.median(answer_ms), 3),
         }
+        # Every job ends at once (a job array's end, a node drained): the agent's CPU
+        # seconds from the kill until it has retired them all.
+        c0 = sum(proc.cpu_times()[:2])
+        t0 = time.monotonic()
+        spawner.send_signal(signal.SIGTERM)
+        try:
+            os.killpg(spawner.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        spawner.wait()
+        while time.monotonic() - t0 < 30 and c.node()["jobs"]["running"]:
+            time.sleep(interval / 10)
+        left = c.node()["jobs"]["running"]
+        out["all_jobs_end"] = {"jobs": jobs, "retired": jobs - left,
+                               "agent_cpu_ms": round(1000 * (sum(proc.cpu_times()[:2]) - c0), 1),
+                               "wall_ms": round(1000 * (time.monotonic() - t0), 1)}
         c.close()
     finally:
         # the jobs end first, so that the agent's clean stop finds empty cgroups to remove
@@ -242,3 +258,7 @@ def agent(jobs: int, seconds: float, interval: float, requests: int, as_json: bo
                f"{lat['http_to_kernel_median']:.3f} ms (p95 {lat['http_to_kernel_p95']:.3f}), "
                f"HTTP answer median {lat['http_answer_median']:.3f} ms; in-process median "
                f"{lat['inprocess_to_kernel_median']:.3f} ms (p95 {lat['inprocess_to_kernel_p95']:.3f})")
+    end = r.get("all_jobs_end")
+    if end:
+        click.echo(f"all {end['jobs']} jobs ending at once: {end['retired']} retired in "
+                   f"{end['wall_ms']:.0f} ms, {end['agent_cpu_ms']:.0f} ms of the agent's CPU")

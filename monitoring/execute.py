@@ -175,10 +175,13 @@ class Actuator(RoleFiles):
         return self.fs.mkdir(path)
 
     def _forget(self, prefix: Path) -> None:
+        # By text (a Path keeps its str): ``prefix in p.parents`` built every parent of
+        # every cached path, 2 ms a job with 64 jobs and 40 ms with 1,024, in the tick.
+        whole = str(prefix)
+        under = whole + "/"
         with self._lock:
-            for p in [p for p in self._cache if p == prefix or prefix in p.parents]:
+            for p in [p for p in self._cache if (t := str(p)) == whole or t.startswith(under)]:
                 del self._cache[p]
-            under = f"{prefix}/"
             for k in [k for k in self._verified if k.startswith(under)]:
                 del self._verified[k]
 

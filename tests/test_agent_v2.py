@@ -96,6 +96,30 @@ def test_v2_mimic_quota_lifecycle_hierarchy_and_drift(mimic, procs, tmp_path):
     assert not (mimic.mount / "cosched").exists()
 
 
+def test_a_removed_job_takes_only_its_own_cached_writes_with_it(mimic, procs, tmp_path):
+    """The write cache forgets a removed job's files, not those of a job whose name it
+    prefixes (j1, j10). (It matched by pathlib parents, quadratic in the jobs: 2 ms a job
+    removed with 64 jobs, 40 ms with 1,024, inside the tick.)"""
+    agent = NodeAgent("cosched/n1", layout=mimic.layout(), fs=mimic, state_dir=tmp_path / "state")
+    try:
+        root = mimic.mount / "cosched" / "n1"
+        p1, p10 = procs(SLEEPY), procs(SLEEPY)
+        for job, p in (("j1", p1), ("j10", p10)):
+            agent.register_job({"job_id": job, "pids": [p.pid], "cores": 2})
+            agent.set_quota(job, 0.5, lease_s=30)
+
+        def cached(job):
+            return [k for k in agent.actuator._cache if k.parent == root / job]
+        assert cached("j1") and cached("j10")
+        p1.kill()
+        p1.wait()
+        agent.tick()
+        assert agent.job("j1")["status"] == "finished"
+        assert cached("j1") == [] and cached("j10")
+    finally:
+        agent.close()
+
+
 def test_v2_mimic_refuses_without_delegated_cpu_controller(tmp_path):
     """MIMIC v2 directory whose parent does not delegate cpu: a clear error naming the fix."""
     fs = MimicV2FS(tmp_path / "cgroup2")

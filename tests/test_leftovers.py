@@ -7,6 +7,7 @@ folder, since other runs on the machine make such folders too."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -53,3 +54,5 @@ def test_bench_agent_leaves_no_folder(private_tmp):
                                   "--interval", "0.2", "--requests", "5", "--json"])
     assert r.exit_code == 0, r.output
     assert list(private_tmp.iterdir()) == []
+    end = json.loads(r.output)["all_jobs_end"]     # every job ended at once, all retired
+    assert end["jobs"] == end["retired"] == 2 and end["agent_cpu_ms"] >= 0
