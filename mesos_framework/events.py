@@ -41,7 +41,7 @@ class SchedulerEvents:
             self._subscribed_at = self.now()
             self._pool.clear()
             self._suppressed = False
-            self._save_state()
+            self._write_state()
         self._reconcile()
         self.changed.set()
 

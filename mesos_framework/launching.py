@@ -156,6 +156,7 @@ class Launching:
         """Send the ACCEPTs of this pass: one per agent, all its offers, all its tasks. A
         refused ACCEPT sends its jobs back to the queue (their other tasks killed)."""
         with self._lock:
+            self._flush_state()   # before the ACCEPTs: a next instance adopts what they launch
             batches, self._pending, self._taken = self._pending, {}, {}
             for batch in batches.values():
                 for oid in batch["offers"]:

@@ -135,6 +135,15 @@ class MasterCalls:
             return {}
 
     def _save_state(self) -> None:
+        """The state changed (a launch, an end): written at the next ``_flush_state``."""
+        self._state_stale = True
+
+    def _flush_state(self) -> None:
+        if self._state_stale:
+            self._write_state()
+
+    def _write_state(self) -> None:
+        self._state_stale = False
         path = self.config.state_file
         if not path:
             return
