@@ -128,8 +128,8 @@ class SchedulerEvents:
         aid = agent_id.get("value") if isinstance(agent_id, Mapping) else str(agent_id)
         log.warning("agent %s lost", aid)
         with self._lock:
-            for oid in [o for o, h in self._pool.items() if h.agent_id == aid]:
-                del self._pool[oid]
+            for h in self._pool.of_agent(aid):
+                del self._pool[h.offer_id]
             for jid, r in list(self._runs.items()):
                 if any(t.agent_id == aid for t in r.tasks.values()):
                     self._lose(jid, f"agent {self._agents.get(aid) or aid} lost")

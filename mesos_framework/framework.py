@@ -57,7 +57,7 @@ from . import messages as msg
 from .events import SchedulerEvents
 from .launching import Launching
 from .master_calls import MasterCalls
-from .offers import HeldOffer, cores_by_agent, expired
+from .offers import HeldOffer, OfferPool, cores_by_agent, expired
 from .quotas import NodeQuotas
 from .records import FrameworkConfig, _Run, job_of_task, task_id_for
 
@@ -87,7 +87,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self._first_offer_at: float | None = None   # (clock) when the first offer came
         self._node_of: dict[str, str] = {}         # agent id -> node name the controller sees
         self._agent_of: dict[str, str] = {}
-        self._pool: dict[str, HeldOffer] = {}
+        self._pool = OfferPool()
         # Passes begun (before_pass): after a pass, only offers that arrived before it began
         # are declined. 0: no pass has announced itself (every expired offer goes).
         self._passes_begun = 0

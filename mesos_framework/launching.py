@@ -238,7 +238,7 @@ class Launching:
         plan = []
         taken: set[str] = set()
         for aid, cores, cpus, mem in parts:
-            held = [h for h in self._pool.values() if h.agent_id == aid and h.offer_id not in taken
+            held = [h for h in self._pool.of_agent(aid) if h.offer_id not in taken
                     and (h.view.cpus > 1e-6 or h.view.mem > 1e-6)]
             offers = pick_offers(held, cpus, mem)
             if offers is None:

@@ -38,6 +38,64 @@ class HeldOffer:
         return self.view.agent_id
 
 
+class OfferPool(dict):
+    """The held offers by offer id, with each agent's at hand: a launch plans each task
+    from one agent's offers, and finding them by a walk over the whole pool made a pass
+    that launches n tasks on n agents quadratic (2,000: 2.3 s of 3.5 s). Per agent, the
+    offers keep the pool's order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_agent: dict[str, dict[str, HeldOffer]] = {}
+
+    def __setitem__(self, offer_id: str, held: HeldOffer) -> None:
+        old = super().get(offer_id)
+        if old is not None and old.agent_id != held.agent_id:
+            self._unindex(offer_id, old)
+        super().__setitem__(offer_id, held)
+        self._by_agent.setdefault(held.agent_id, {})[offer_id] = held
+
+    def __delitem__(self, offer_id: str) -> None:
+        held = super().pop(offer_id)
+        self._unindex(offer_id, held)
+
+    def pop(self, offer_id: str, *default):
+        if offer_id in self:
+            held = super().pop(offer_id)
+            self._unindex(offer_id, held)
+            return held
+        if default:
+            return default[0]
+        raise KeyError(offer_id)
+
+    def setdefault(self, offer_id: str, held: HeldOffer) -> HeldOffer:
+        if offer_id not in self:
+            self[offer_id] = held
+        return self[offer_id]
+
+    def clear(self) -> None:
+        super().clear()
+        self._by_agent.clear()
+
+    def popitem(self):
+        raise TypeError("OfferPool.popitem: pop an offer by its id")
+
+    def update(self, *args, **kw) -> None:
+        for offer_id, held in dict(*args, **kw).items():
+            self[offer_id] = held
+
+    def of_agent(self, agent_id: str) -> list[HeldOffer]:
+        """The agent's held offers, in the pool's order."""
+        return list(self._by_agent.get(agent_id, {}).values())
+
+    def _unindex(self, offer_id: str, held: HeldOffer) -> None:
+        mine = self._by_agent.get(held.agent_id)
+        if mine is not None:
+            mine.pop(offer_id, None)
+            if not mine:
+                del self._by_agent[held.agent_id]
+
+
 def hold_deadline(received: float, hold_s: float, jitter: float, rng: random.Random) -> float:
     """When an offer received at ``received`` is given back: hold_s x (1 + U(0, jitter))."""
     return received + hold_s * (1.0 + rng.uniform(0.0, max(0.0, jitter)))
@@ -120,4 +178,4 @@ def expired(held: Iterable[HeldOffer], now: float) -> list[str]:
     return [h.offer_id for h in held if now >= h.hold_until]
 
 
-__all__ = ["HeldOffer", "carve", "cores_by_agent", "expired", "hold_deadline", "pick_offers", "remainder"]
+__all__ = ["HeldOffer", "OfferPool", "carve", "cores_by_agent", "expired", "hold_deadline", "pick_offers", "remainder"]

@@ -371,6 +371,29 @@ def test_the_state_file_is_written_once_a_pass_however_many_tasks_start_or_end(t
     assert len(writes) == 2
 
 
+def test_the_offer_pool_keeps_each_agents_offers_in_the_pools_order():
+    from mesos_framework.offers import HeldOffer, OfferPool
+    from mesos_framework.messages import read_offer
+
+    def held(oid, aid, cpus=1):
+        return HeldOffer(read_offer(offer(oid, aid, cpus)), 0.0, 10.0)
+
+    pool = OfferPool()
+    for oid, aid in (("O1", "A1"), ("O2", "A2"), ("O3", "A1"), ("O4", "A1")):
+        pool[oid] = held(oid, aid)
+    pool["O1"] = held("O1", "A1", cpus=0.5)        # a remainder keeps its place
+    assert [h.offer_id for h in pool.of_agent("A1")] == ["O1", "O3", "O4"]
+    assert pool.of_agent("A1")[0].view.cpus == 0.5
+    del pool["O3"]
+    assert pool.pop("O9", None) is None and pool.pop("O4").offer_id == "O4"
+    pool.setdefault("O5", held("O5", "A2"))
+    assert [h.offer_id for h in pool.of_agent("A1")] == ["O1"]
+    assert [h.offer_id for h in pool.of_agent("A2")] == ["O2", "O5"]
+    assert [h.offer_id for h in pool.values() if h.agent_id == "A2"] == ["O2", "O5"]
+    pool.clear()
+    assert pool.of_agent("A2") == [] and not pool
+
+
 def test_a_state_save_that_fails_leaves_no_partial_file_and_the_next_one_is_made(tmp_path, caplog):
     state = tmp_path / "fw.json"
     cfg = FrameworkConfig(settle_s=0.0, state_file=str(state))
