@@ -26,11 +26,18 @@ MAX_PROGRESS_BYTES = 65536
 def write_json_atomic(path: str | os.PathLike, doc: Any, prefix: str = ".tmp-") -> Path:
     """Write ``doc`` as JSON to ``path`` so a reader sees the old or the new file, never
     half of one: write a temporary file beside it, then rename it over the target."""
+    # dumps, then one write: json.dump streams through the pure-Python encoder (ten times
+    # slower; the agent saves its whole state at every change)
+    return write_text_atomic(path, json.dumps(doc), prefix)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, prefix: str = ".tmp-") -> Path:
+    """``text`` to ``path``, all of it or nothing (``write_json_atomic``)."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix, dir=target.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
+            f.write(text)
         os.replace(tmp, target)
     except BaseException:
         try:

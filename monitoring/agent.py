@@ -115,6 +115,7 @@ class NodeAgent(JobObservation, Restore):
         self.state_file = StateFile(self.state_dir / "state.json")
         # Why the last save of the state file failed (a full disk, say); None once one works.
         self.state_file_error: str | None = None
+        self._encoded: dict[str, tuple[tuple, str]] = {}   # job -> its entry, encoded (restore.py)
         self._lock = threading.RLock()
         self._tick_lock = threading.Lock()
         self._jobs: dict[str, JobState] = {}

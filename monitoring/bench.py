@@ -98,14 +98,18 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
         info = json.loads(line)
         job_pids = json.loads(spawner.stdout.readline())
         c = AgentClient(info["url"], token=token)
+        proc = psutil.Process(agent.pid)
+        c0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
         for i, pid in enumerate(job_pids):
             c.register_job(f"bench-{i}", [pid], 1, walltime_s=3600, tasks_total=100)
             if i % 2 == 0:
                 c.set_quota(f"bench-{i}", 0.5, lease_s=3600)
+        out["registering"] = {"jobs": jobs, "quotas": (jobs + 1) // 2,
+                              "agent_cpu_ms": round(1000 * (sum(proc.cpu_times()[:2]) - c0), 1),
+                              "wall_ms": round(1000 * (time.monotonic() - t0), 1)}
         # let a few ticks pass so every worker has been seen and followed
         time.sleep(3 * interval)
         followed = sum(len(j["pids"]) for j in c.jobs())
-        proc = psutil.Process(agent.pid)
         node0 = c.node()
         t0, c0 = time.monotonic(), sum(proc.cpu_times()[:2])
         time.sleep(seconds)
@@ -258,6 +262,9 @@ def agent(jobs: int, seconds: float, interval: float, requests: int, as_json: bo
                f"{lat['http_to_kernel_median']:.3f} ms (p95 {lat['http_to_kernel_p95']:.3f}), "
                f"HTTP answer median {lat['http_answer_median']:.3f} ms; in-process median "
                f"{lat['inprocess_to_kernel_median']:.3f} ms (p95 {lat['inprocess_to_kernel_p95']:.3f})")
+    reg = r["registering"]
+    click.echo(f"registering {reg['jobs']} jobs ({reg['quotas']} quotas set) over HTTP: "
+               f"{reg['wall_ms']:.0f} ms, {reg['agent_cpu_ms']:.0f} ms of the agent's CPU")
     end = r.get("all_jobs_end")
     if end:
         click.echo(f"all {end['jobs']} jobs ending at once: {end['retired']} retired in "

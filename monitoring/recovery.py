@@ -9,6 +9,7 @@ the agent also scans its own cgroup root, which finds leftovers without the file
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coscheduler import boundedjson
-from coscheduler.progress import write_json_atomic
+from coscheduler.progress import write_json_atomic, write_text_atomic
 
 FORMAT = "cosched-agent-state/1"
 # {"jobs": {id: {"spec": {...}}}} is four levels deep
@@ -85,13 +86,21 @@ class StateFile:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
 
-    def save(self, *, cgroup_version: int, cgroup_root: str, jobs: dict[str, dict[str, Any]],
-             clean_exit: bool = False) -> None:
+    def save(self, *, cgroup_version: int, cgroup_root: str,
+             jobs: dict[str, dict[str, Any]] | None = None, clean_exit: bool = False,
+             jobs_json: str | None = None) -> None:
+        """The state; ``jobs``, or ``jobs_json``: the same object already encoded (the
+        agent keeps each job's entry encoded until it changes: a save is then a join, not
+        an encoding of every job)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"format": FORMAT, "pid": os.getpid(), "saved_at": time.time(),
                "cgroup_version": cgroup_version, "cgroup_root": cgroup_root,
-               "clean_exit": clean_exit, "jobs": jobs}
-        write_json_atomic(self.path, doc, prefix=".state-")
+               "clean_exit": clean_exit}
+        if jobs_json is None:
+            write_json_atomic(self.path, {**doc, "jobs": jobs or {}}, prefix=".state-")
+            return
+        head = json.dumps(doc)
+        write_text_atomic(self.path, f'{head[:-1]}, "jobs": {jobs_json}}}', prefix=".state-")
 
     def load(self) -> SavedState | None:
         """The saved state, None when there is no file; a file that cannot be used (not

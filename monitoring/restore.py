@@ -7,6 +7,7 @@ A mixin of ``agent.NodeAgent`` (called with the lock held unless said otherwise)
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -218,13 +219,29 @@ class Restore:
                           "batch_cgroup": batch})
 
     def _save(self, clean_exit: bool = False) -> None:
-        jobs = {jid: {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
-                      "quota_us": js.quota_us}
-                for jid, js in self._jobs.items() if self.actuator.has_job(jid)
-                or (self._sample_only(js.spec) and js.status == "running")}   # v2, in place
+        # Every job with a cgroup, and running jobs whose quota is written in place (v2). A
+        # running job's cgroup is not looked up (made at registration; one gone is skipped
+        # at recovery): a stat per job per save made registering n jobs quadratic. Each
+        # entry is encoded once per change (``_encoded``), not at every save.
+        cache = self._encoded
+        parts = []
+        kept = set()
+        for jid, js in self._jobs.items():
+            if js.status != "running" and not self.actuator.has_job(jid):
+                continue
+            key = (js.spec, js.status, js.fraction, js.quota_us)
+            hit = cache.get(jid)
+            if hit is None or hit[0] != key:
+                hit = cache[jid] = (key, json.dumps(jid) + ": " + json.dumps(
+                    {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
+                     "quota_us": js.quota_us}))
+            parts.append(hit[1])
+            kept.add(jid)
+        for jid in [j for j in cache if j not in kept]:
+            del cache[jid]
         try:
             self.state_file.save(cgroup_version=self.layout.version, cgroup_root=self.cgroup_root,
-                                 jobs=jobs, clean_exit=clean_exit)
+                                 jobs_json="{" + ", ".join(parts) + "}", clean_exit=clean_exit)
         except OSError as e:
             log.error("cannot write state file %s: %s", self.state_file.path, e)
             if self.state_file_error is None:   # said once per failing stretch, not per save
