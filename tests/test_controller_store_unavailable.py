@@ -95,6 +95,55 @@ def test_records_wait_while_another_writer_holds_the_database_and_none_is_lost(t
     _assert_file_holds_what_the_learner_did(ctl, path)
 
 
+def test_a_pass_whose_commit_fails_loses_neither_its_records_nor_its_class_states(tmp_path):
+    """The commit itself fails (the disk filled between the writes and the commit): the
+    batch wrote nothing, so every record and every class saved in it waits."""
+    from contextlib import contextmanager
+
+    class CommitFails(SqliteStore):
+        fail = set()      # the batches (counted from 1) whose commit fails
+        batches = 0
+
+        @contextmanager
+        def batch(self, what="save a controller pass"):
+            type(self).batches += 1
+            if self.batches not in self.fail:
+                with super().batch(what):
+                    yield
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._batch = 0
+            try:
+                yield
+            finally:
+                self._batch = None
+                self.conn.execute("ROLLBACK")
+            raise StoreUnavailable(f"{self.path}: cannot save a controller pass now: "
+                                   "database or disk is full")
+
+    # A class marked to save (after declines) and saved in a batch that is then lost is
+    # saved again at the next pass.
+    path = tmp_path / "lone.db"
+    CommitFails.fail, CommitFails.batches = {1}, 0
+    ctl = Controller(VirtualBackend({"n1": 8}), Asax(AsaxLearner(CFG), idle_only=False),
+                     CommitFails(path, create=True))
+    ctl.learner.class_state("light").decisions += 3
+    ctl._dirty_classes.add("light")
+    assert ctl.step().unwritten == 0 and ctl._dirty_classes == {"light"}
+    ctl.step()
+    ctl.recorder.close()
+    with SqliteStore(path, readonly=True) as store:
+        assert [(c.job_class, c.decisions) for c in store.load().classes] == [("light", 3)]
+
+    path = tmp_path / "state.db"
+    CommitFails.fail, CommitFails.batches = set(range(30, 70, 2)), 0   # every other one
+    ctl, reports = _run(CommitFails(path, create=True), 10 ** 6, 10 ** 6, None, None)
+    assert sum(r.unwritten > 0 for r in reports) >= 2
+    assert not any("unknown decision" in e for r in reports for e in r.errors)
+    ctl.recorder.close()
+    _assert_file_holds_what_the_learner_did(ctl, path)
+
+
 def test_a_busy_database_is_a_store_unavailable_naming_the_file(tmp_path):
     path = tmp_path / "state.db"
     store = SqliteStore(path, create=True, busy_timeout_s=0.05)

@@ -104,6 +104,7 @@ class FeedbackMixin:
             writes += self._writes
         self._writes = None
         self._unwritten.clear()
+        dirty = set(self._dirty_classes)    # (saved inside the batch: lost if it is)
         batch = getattr(self.recorder, "batch", None)
         try:
             with (batch() if callable(batch) else nullcontext()):
@@ -115,6 +116,7 @@ class FeedbackMixin:
                     self._save_dirty()
         except RecorderUnavailable as exc:
             self._unwritten = deque(writes)
+            self._dirty_classes |= dirty
             report.errors.append(f"recorder: {exc}")
         except Exception as exc:  # noqa: BLE001 - the batch's own begin or commit failed
             log.error("recorder failed: %s", exc)
