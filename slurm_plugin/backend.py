@@ -56,7 +56,7 @@ from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Nod
                                RunningJob, check_finite)
 
 from .metadata import (AdminMark, format_admin_comment)
-from .parse import ParseError, SlurmJob, dependency_state, parse_jobcomp
+from .parse import ParseError, SlurmJob, dependency_state, find_in_jobcomp, lines_from_end
 from .source import SlurmSource
 from .agent_calls import AgentCalls
 from .reading import _RUNNING, SlurmReading
@@ -455,16 +455,16 @@ class SlurmBackend(SlurmReading, AgentCalls):
         self._renew_leases()   # first: a slurmctld outage must not drop quotas
         self._refresh(force=True)
         out, self._outbox = self._outbox, []
-        jobcomp = None
-        for jid in sorted(set(self._known) | {j.job_id for j in self._jobs.values()
-                                              if self._ours(j) and j.terminal}):
+        ids = sorted(set(self._known) | {j.job_id for j in self._jobs.values()
+                                         if self._ours(j) and j.terminal})
+        gone = [jid for jid in ids if jid not in self.reported and jid not in self._jobs]
+        jobcomp = self._read_jobcomp(gone) if gone else {}
+        for jid in ids:
             if jid in self.reported:
                 self._known.pop(jid, None)
                 continue
             j = self._jobs.get(jid)
             if j is None:
-                if jobcomp is None:
-                    jobcomp = self._read_jobcomp()
                 j = jobcomp.get(jid)
                 if j is None:
                     end = self._clock()
@@ -564,11 +564,13 @@ class SlurmBackend(SlurmReading, AgentCalls):
         self._outbox.append(self._outcome_record(Outcome(str(j.job_id), now, now, "failed", reason)))
         self._save_state()
 
-    def _read_jobcomp(self) -> dict[int, SlurmJob]:
+    def _read_jobcomp(self, wanted: list[int]) -> dict[int, SlurmJob]:
+        """The jobcomp log's lines of ``wanted`` jobs (vanished from Slurm's memory), read
+        from the log's end (``parse.find_in_jobcomp``)."""
         if self.jobcomp_file is None:
             return {}
         try:
-            return parse_jobcomp(self.jobcomp_file.read_text(errors="replace"))
+            return find_in_jobcomp(lines_from_end(self.jobcomp_file), wanted)
         except OSError:
             return {}
 
