@@ -60,6 +60,7 @@ from .parse import ParseError, SlurmJob, dependency_state, find_in_jobcomp, line
 from .source import SlurmSource
 from .agent_calls import AgentCalls
 from .reading import _RUNNING, SlurmReading
+from .usage_files import UsageRecords
 from .walltime import WalltimeCredit, credit_minutes, projected_end
 
 log = logging.getLogger("slurm_plugin.backend")
@@ -68,11 +69,10 @@ _MAX_STATE_BYTES = 64 << 20            # its own state file: job ids and times
 # Ended jobs remembered in memory (``history``, ``eligible_at``): a controller runs for
 # months; past this many the oldest are let go (in steps of a fifth, so trimming is rare).
 ENDED_KEPT = 50_000
-_MAX_USAGE_BYTES = 64 << 10            # a job wrapper's record: five numbers
 _CLOSED_NODE_S = 60.0                 # how soon a closed node is expected back (per pass)
 
 
-class SlurmBackend(SlurmReading, AgentCalls):
+class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
     """See the module docstring. ``agents`` maps node name -> ``monitoring.client.AgentClient``
     (nodes without an agent are run without quotas and without metrics)."""
 
@@ -116,6 +116,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
         self.credits: list[WalltimeCredit] = []
         self._new_credits: list[WalltimeCredit] = []
         self._max_time: tuple[float, float | None] | None = None   # (read at, MaxTime s)
+        self._usage_scanned = -math.inf   # wall time of the last prune of usage_dir
         self._load_state()
 
     # -- persistent bits ----------------------------------------------------------------------
@@ -454,6 +455,7 @@ class SlurmBackend(SlurmReading, AgentCalls):
     def drain_finished(self) -> list[Outcome]:
         self._renew_leases()   # first: a slurmctld outage must not drop quotas
         self._refresh(force=True)
+        self._prune_usage()
         out, self._outbox = self._outbox, []
         ids = sorted(set(self._known) | {j.job_id for j in self._jobs.values()
                                          if self._ours(j) and j.terminal})
@@ -573,27 +575,6 @@ class SlurmBackend(SlurmReading, AgentCalls):
             return find_in_jobcomp(lines_from_end(self.jobcomp_file), wanted)
         except OSError:
             return {}
-
-    def usage(self, job_id: int | str, uid: int | None = None) -> dict | None:
-        """The job wrapper's record (``slurm_plugin.jobwrap``): start, end, cpu_s, rc.
-
-        Written by the wrapper as the job's user into a folder every user may write to
-        (mode 1777), at a path made of a predictable job id: read only if it belongs to
-        the job's user (``uid``, from Slurm) or to root, and is a regular file (no link, no
-        FIFO). Else another user could put there what a job "used", which the controller
-        learns its class's usual CPU use from (and the wrapper then could not replace it)."""
-        if self.usage_dir is None:
-            return None
-        path = self.usage_dir / f"{int(job_id)}.json"
-        try:
-            data = boundedjson.load_file(path, max_bytes=_MAX_USAGE_BYTES, max_depth=8,
-                                         follow=False, owners={0} if uid is None else {0, uid})
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            log.warning("job %s: the job wrapper's record is not used: %s", job_id, exc)
-            return None
-        return data if isinstance(data, dict) else None
 
     def _note(self, msg: str) -> None:
         log.warning("%s", msg)

@@ -540,6 +540,38 @@ def test_a_wrapper_record_another_user_put_at_the_jobs_path_is_not_the_jobs(tmp_
     assert b._outcome(job).cpu_percent is None
 
 
+def test_usage_records_older_than_a_week_are_removed_about_once_an_hour(tmp_path, monkeypatch):
+    """One record per job, in a folder that otherwise grew for as long as the cluster ran
+    (a disk block per job). Only records and the wrapper's leftover temporaries older than
+    USAGE_KEPT_S go; other files, new records and what a link points to stay."""
+    import slurm_plugin.usage_files as usage_files
+
+    usage = tmp_path / "usage"
+    usage.mkdir()
+    now = time.time()
+    old = now - usage_files.USAGE_KEPT_S - 60
+    for name, when in (("41.json", old), ("42.json.tmp.999", old), ("43.json", now - 3600),
+                       ("notes.txt", old), ("44.json.bak", old)):
+        (usage / name).write_text("{}")
+        os.utime(usage / name, (when, when))
+    target = tmp_path / "kept.json"
+    target.write_text("{}")
+    (usage / "45.json").symlink_to(target)
+    os.utime(usage / "45.json", (old, old), follow_symlinks=False)
+    b = SlurmBackend(RecordedCluster("24.11"), partition="cosched", usage_dir=usage)
+    b.drain_finished()
+    assert sorted(p.name for p in usage.iterdir()) == ["43.json", "44.json.bak", "notes.txt"]
+    assert target.exists()
+    (usage / "46.json").write_text("{}")
+    os.utime(usage / "46.json", (old, old))
+    b.drain_finished()                          # within the hour: not looked at again
+    assert (usage / "46.json").exists()
+    monkeypatch.setattr(usage_files.time, "time", lambda: now + usage_files.USAGE_SCAN_S + 1)
+    b.drain_finished()
+    assert not (usage / "46.json").exists()
+    assert usage_files.prune_usage(tmp_path / "missing", now) == 0   # logged, not raised
+
+
 def test_a_completed_jobs_outcome_carries_its_mean_cpu_use_from_the_job_wrappers_record(tmp_path):
     """The wrapper's rusage at exit (cpu_s) over the job's CPUs and runtime, in % as the
     agents count it (cpu_per_core real CPUs per Slurm CPU): what a job too short to be
