@@ -56,7 +56,8 @@ from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Nod
                                RunningJob, check_finite)
 
 from .metadata import (AdminMark, format_admin_comment)
-from .parse import ParseError, SlurmJob, dependency_state, find_in_jobcomp, lines_from_end
+from .jobcomp import find_in_jobcomp, lines_from_end
+from .parse import ParseError, SlurmJob, dependency_state
 from .source import SlurmSource
 from .agent_calls import AgentCalls
 from .reading import _RUNNING, SlurmReading

@@ -16,22 +16,20 @@ from recorded real output (tests/fixtures/slurm/):
 
 When a release has no JSON (before 21.08), ``scontrol show job -o -d`` and
 ``scontrol show node -o`` are parsed instead (``parse_scontrol_jobs``/``parse_scontrol_nodes``).
-A malformed answer raises ``ParseError`` naming what was wrong.
+A malformed answer raises ``ParseError`` naming what was wrong. The jobcomp log's lines
+are read in jobcomp.py with this module's helpers.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Mapping
 
 from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
-
-log = logging.getLogger("slurm_plugin.parse")
 
 # Slurm's "no value" / "infinite" markers in 32-bit fields.
 _NO_VAL32 = 0xFFFFFFFE
@@ -555,102 +553,6 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
     return nodes
 
 
-def parse_jobcomp_line(line: str) -> SlurmJob | None:
-    """One line of jobcomp/filetxt (what finished jobs leave without slurmdbd). Its
-    ``Name=`` and ``WorkDir=`` are printed as typed, and every line has each key once, so a
-    line repeating a key was forged by its job's user (``Name=x JobState=COMPLETED``):
-    ParseError naming the job."""
-    if not line.strip():
-        return None
-    pairs = _fields(line)
-    f = dict(pairs)
-    if not f.get("JobId", "").isdigit():
-        return None
-    k = _repeated(pairs)
-    if k is not None:
-        raise ParseError(f"jobcomp: job {f['JobId']}'s line has {k}= twice (a name or "
-                         f"working directory holding ' {k}=' text?): refused")
-    state, flags = _states(f.get("JobState", ""))
-    ec = f.get("ExitCode", "")
-    rc, _, sig = ec.partition(":")
-    return SlurmJob(
-        job_id=int(f["JobId"]), name=_none(f.get("Name", "")),
-        user=_none(f.get("UserId", "")).split("(")[0] or None, uid=_uid(f.get("UserId", "")),
-        partition=_none(f.get("Partition", "")), state=state, state_flags=flags,
-        nodes=expand_hostlist(_none(f.get("NodeList", ""))),
-        cpus=int(f["ProcCnt"]) if f.get("ProcCnt", "").isdigit() else None,
-        time_limit_s=duration_s(f.get("TimeLimit", "")),
-        submit_time=_local_time(f.get("SubmitTime", "")),
-        start_time=_local_time(f.get("StartTime", "")), end_time=_local_time(f.get("EndTime", "")),
-        exit_code=int(rc) if rc.isdigit() else None,
-        exit_signal=int(sig) if sig.isdigit() and int(sig) else None)
-
-
-def parse_jobcomp(text: str) -> dict[int, SlurmJob]:
-    """The jobs of a jobcomp/filetxt log; a forged line is left out, logged (its job then
-    counts as vanished), so that one user's name cannot hide every other job's end."""
-    out = {}
-    for line in text.splitlines():
-        try:
-            j = parse_jobcomp_line(line)
-        except ParseError as exc:
-            log.warning("%s", exc)
-            continue
-        if j is not None:
-            out[j.job_id] = j
-    return out
-
-
-def find_in_jobcomp(lines_newest_first: Iterable[str], wanted: Iterable[int]) -> dict[int, SlurmJob]:
-    """The newest genuine line of each ``wanted`` job, the log read from its end: only the
-    lines of those jobs are parsed, and the reading stops once each is found. (Parsing the
-    whole log, which grows by a line per job for as long as the cluster runs, cost 15 s per
-    100,000 lines, in the controller's pass.) A forged line is left out, logged, as in
-    ``parse_jobcomp``; an older line of the same job may then answer."""
-    left = set(wanted)
-    out: dict[int, SlurmJob] = {}
-    if not left:
-        return out
-    for line in lines_newest_first:
-        if not line.startswith("JobId="):
-            continue
-        end = line.find(" ")
-        head = line[6:end if end > 0 else len(line)]
-        if not head.isdigit() or int(head) not in left:
-            continue
-        try:
-            j = parse_jobcomp_line(line)
-        except ParseError as exc:
-            log.warning("%s", exc)
-            continue
-        if j is not None:
-            out[j.job_id] = j
-            left.discard(j.job_id)
-            if not left:
-                break
-    return out
-
-
-def lines_from_end(path, block: int = 1 << 20) -> Iterator[str]:
-    """A text file's lines, last first, read backwards a block at a time (bytes that are
-    not UTF-8 shown as replacement characters)."""
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        pos = f.tell()
-        rest = b""
-        while pos > 0:
-            step = min(block, pos)
-            pos -= step
-            f.seek(pos)
-            parts = (f.read(step) + rest).split(b"\n")
-            rest = parts[0]
-            for raw in reversed(parts[1:]):
-                if raw.strip():
-                    yield raw.rstrip(b"\r").decode("utf-8", errors="replace")
-        if rest.strip():
-            yield rest.rstrip(b"\r").decode("utf-8", errors="replace")
-
-
 def dependency_state(dep: str, states: Mapping[int, str] | None = None) -> str:
     """Where a pending job's dependency stands: "none", "satisfied", "waiting" or "failed".
 
@@ -709,5 +611,5 @@ def dependency_state(dep: str, states: Mapping[int, str] | None = None) -> str:
 
 __all__ = ["ACTIVE_STATES", "ParseError", "SlurmJob", "SlurmNode", "TERMINAL_STATES",
            "dependency_state", "duration_s", "expand_hostlist", "job_from_json",
-           "find_in_jobcomp", "lines_from_end", "node_from_json", "parse_jobcomp", "parse_jobs_json", "parse_nodes_json",
+           "node_from_json", "parse_jobs_json", "parse_nodes_json",
            "parse_scontrol_jobs", "parse_scontrol_nodes"]

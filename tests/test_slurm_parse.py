@@ -13,9 +13,10 @@ import re
 import pytest
 
 from conftest import FIXTURES
+from slurm_plugin.jobcomp import find_in_jobcomp, lines_from_end, parse_jobcomp, parse_jobcomp_line
 from slurm_plugin.parse import (ParseError, dependency_state, duration_s, expand_hostlist,
-                                find_in_jobcomp, lines_from_end, parse_jobcomp, parse_jobcomp_line, parse_jobs_json,
-                                parse_nodes_json, parse_scontrol_jobs, parse_scontrol_nodes)
+                                parse_jobs_json, parse_nodes_json, parse_scontrol_jobs,
+                                parse_scontrol_nodes)
 
 SLURM = FIXTURES / "slurm"
 VERSIONS = ("22.05", "24.11", "26.05")
