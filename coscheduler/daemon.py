@@ -232,7 +232,7 @@ class ControllerDaemon:
                     done["released"] = release()
                 except Exception as exc:  # noqa: BLE001
                     self.log.error("releasing held jobs at exit: %s", exc)
-        self.controller._save_dirty()
+        done["records_lost"] = self.controller.flush_records()
         close = getattr(self.backend, "close", None)
         if close is not None:
             try:

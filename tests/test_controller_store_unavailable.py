@@ -50,10 +50,10 @@ def _run(store, fault_at: int, mend_at: int, fault, mend):
     return ctl, reports
 
 
-def _assert_file_holds_what_the_learner_did(ctl: Controller, path) -> None:
+def _assert_file_holds_what_the_learner_did(ctl: Controller, path, least: int = 10) -> None:
     learner = ctl.learner
     made = set(range(1, learner.next_decision_id))
-    assert len(made) >= 10
+    assert len(made) >= least
     with SqliteStore(path, readonly=True) as store:
         loaded = store.load()
     recorded = {d.decision_id for d, _ in loaded.observed} | {d.decision_id for d in loaded.pending}
@@ -142,6 +142,39 @@ def test_a_pass_whose_commit_fails_loses_neither_its_records_nor_its_class_state
     assert not any("unknown decision" in e for r in reports for e in r.errors)
     ctl.recorder.close()
     _assert_file_holds_what_the_learner_did(ctl, path)
+
+
+@pytest.mark.parametrize("free_before_exit", [True, False])
+def test_at_exit_the_daemon_writes_what_waits_or_says_how_many_records_are_lost(
+        tmp_path, caplog, free_before_exit):
+    from coscheduler.daemon import ControllerDaemon
+
+    path = tmp_path / "state.db"
+    b = VirtualBackend({"n1": 8, "n2": 8})
+    _workload(b)
+    daemon = ControllerDaemon(b, SqliteStore(path, create=True, busy_timeout_s=0.05), "asax",
+                              learner_config=CFG)
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0.05)
+    waiting = 0
+    for k in range(60):
+        if k == 20:
+            holder.execute("BEGIN IMMEDIATE")
+        waiting = daemon.controller.step().unwritten
+        nxt = b.next_event()
+        b.advance(10.0 if nxt is None else min(10.0, max(nxt - b.t, 1e-3)))
+    assert waiting > 0
+    if free_before_exit:
+        holder.execute("ROLLBACK")
+    done = daemon.shutdown()
+    if free_before_exit:
+        assert done["records_lost"] == 0
+        daemon.recorder.close()
+        _assert_file_holds_what_the_learner_did(daemon.controller, path, least=1)
+    else:
+        assert done["records_lost"] == waiting
+        assert f"{waiting} records could not be written" in caplog.text
+        holder.execute("ROLLBACK")
+    holder.close()
 
 
 def test_a_busy_database_is_a_store_unavailable_naming_the_file(tmp_path):

@@ -6,6 +6,7 @@ at its end. A mixin of ``Controller`` (loop.py).
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from contextlib import nullcontext
 from dataclasses import replace
@@ -94,6 +95,17 @@ class FeedbackMixin:
             log.error("recorder failed: %s", exc)
             report.errors.append(f"recorder: {exc}")
         return True
+
+    def flush_records(self) -> int:
+        """At exit: the records that wait and the classes to save, written if the recorder
+        can now; how many records still wait (lost when the process ends: said loudly)."""
+        report = PassReport(time=math.nan)
+        self._flush_writes(report, say_waiting=False)
+        if self._unwritten:
+            log.error("%d records could not be written to the recorder and are lost with "
+                      "this process (%s); a restart will not know the decisions among them",
+                      len(self._unwritten), "; ".join(report.errors)[-300:] or "unavailable")
+        return len(self._unwritten)
 
     def _flush_writes(self, report: PassReport, say_waiting: bool = True) -> None:
         """The writes that waited, then the pass's, then the dirty classes, in one batch when
