@@ -153,12 +153,7 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
         # seconds from the kill until it has retired them all.
         c0 = sum(proc.cpu_times()[:2])
         t0 = time.monotonic()
-        spawner.send_signal(signal.SIGTERM)
-        try:
-            os.killpg(spawner.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        spawner.wait()
+        _end_jobs(spawner)
         while time.monotonic() - t0 < 30 and c.node()["jobs"]["running"]:
             time.sleep(interval / 10)
         left = c.node()["jobs"]["running"]
@@ -168,12 +163,7 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
         c.close()
     finally:
         # the jobs end first, so that the agent's clean stop finds empty cgroups to remove
-        spawner.send_signal(signal.SIGTERM)
-        try:
-            os.killpg(spawner.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        spawner.wait()
+        _end_jobs(spawner)
         time.sleep(0.2)
         agent.send_signal(signal.SIGTERM)
         try:
@@ -183,6 +173,16 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
         _remove_scratch_root(rel)
     out["quota_latency_ms"].update(_inprocess_latency(requests, tmp))
     return out
+
+
+def _end_jobs(spawner: subprocess.Popen) -> None:
+    """The bench's jobs (the spawner's process group) killed and reaped."""
+    spawner.send_signal(signal.SIGTERM)
+    try:
+        os.killpg(spawner.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    spawner.wait()
 
 
 def _remove_scratch_root(rel: str) -> None:

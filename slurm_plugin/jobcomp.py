@@ -51,14 +51,19 @@ def parse_jobcomp(text: str) -> dict[int, SlurmJob]:
     counts as vanished), so that one user's name cannot hide every other job's end."""
     out = {}
     for line in text.splitlines():
-        try:
-            j = parse_jobcomp_line(line)
-        except ParseError as exc:
-            log.warning("%s", exc)
-            continue
+        j = _genuine(line)
         if j is not None:
             out[j.job_id] = j
     return out
+
+
+def _genuine(line: str) -> SlurmJob | None:
+    """``parse_jobcomp_line``, with a forged line logged and left out (None)."""
+    try:
+        return parse_jobcomp_line(line)
+    except ParseError as exc:
+        log.warning("%s", exc)
+        return None
 
 
 def find_in_jobcomp(lines_newest_first: Iterable[str], wanted: Iterable[int]) -> dict[int, SlurmJob]:
@@ -78,11 +83,7 @@ def find_in_jobcomp(lines_newest_first: Iterable[str], wanted: Iterable[int]) ->
         head = line[6:end if end > 0 else len(line)]
         if not head.isdigit() or int(head) not in left:
             continue
-        try:
-            j = parse_jobcomp_line(line)
-        except ParseError as exc:
-            log.warning("%s", exc)
-            continue
+        j = _genuine(line)
         if j is not None:
             out[j.job_id] = j
             left.discard(j.job_id)

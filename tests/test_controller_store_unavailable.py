@@ -12,24 +12,15 @@ import subprocess
 
 import pytest
 
-from coscheduler.backends import Profile, VirtualBackend
+from coscheduler.backends import VirtualBackend
 from coscheduler.controller import Controller
 from coscheduler.learner import AsaxLearner, LearnerConfig
-from coscheduler.model import Job
 from coscheduler.policies.coalloc import Asax
 from coscheduler.store import StoreUnavailable
 from coscheduler.store.sqlite import SqliteStore
+from test_controller_store_restart import _workload  # the same 80 jobs of two classes
 
 CFG = LearnerConfig(seed=4)
-
-
-def _workload(b: VirtualBackend) -> None:
-    for i in range(80):
-        cls = ("light", "heavy")[i % 2]
-        alone = 100.0 + 13 * (i % 5)
-        b.submit(Job(f"j{i}", cores=4 * (1 + i % 2), walltime_s=alone * (3.0 if cls == "light" else 1.3),
-                     job_class=cls, tasks=50, submit_time=float(i * 3)),
-                 Profile(alone, 0.3 if cls == "light" else 0.95, 15.0 + 5 * (i % 4)))
 
 
 def _run(store, fault_at: int, mend_at: int, fault, mend):
