@@ -47,6 +47,7 @@ class QueueFeed:
             self._note_done_dependencies(backend, jobs)
             self._submit(backend, jobs)
         self._submit(backend, self.queue.take())
+        self.queue.prune()
 
     def _note_done_dependencies(self, backend: Any, jobs) -> None:
         ids = {j.job_id for j in jobs}

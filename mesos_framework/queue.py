@@ -17,7 +17,9 @@ keeps the submission order: a stage is read after the stages it depends on.
 A restarted framework takes back what is in ``active/`` (``JobQueue.recover``): jobs that
 still ran are adopted through the framework's failover state, the others run again. A job
 whose outcome is ``requeued`` stays active (it will run again); every other outcome moves it
-to ``done/``.
+to ``done/``. Records in ``done/`` and ``rejected/`` are removed a week after they were
+written (``JobQueue.prune``, about hourly), except the records of jobs that a job still in
+``active/`` depends on: a restarted framework reads those.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from coscheduler import boundedjson
+from coscheduler.oldfiles import Retention, prune_old_files
 from coscheduler.model import InvalidInput, Job, Outcome, validate_job_id
 
 log = logging.getLogger("mesos_framework.queue")
@@ -45,6 +49,10 @@ MAX_JOB_DEPTH = 8                 # a job object is 2 deep (its command list), a
 # --queue-file: a whole workload at start, ~340 bytes a job: 64 MB is ~200k jobs
 QUEUE_FILE_MB_ENV = "COSCHED_QUEUE_FILE_MAX_MB"
 DEFAULT_QUEUE_FILE_MB = 64
+# What the prune may remove: done/'s records and a killed writer's temporary files; in
+# rejected/ every file (the set-aside job and its .error).
+_DONE_FILES = re.compile(r"[^/]+\.json|\.[^/]+\.tmp-\d+")
+_REJECTED_FILES = re.compile(r"[^/]+")
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:
@@ -143,7 +151,9 @@ class JobQueue:
         self.new, self.active = self.root / "new", self.root / "active"
         self.done, self.rejected = self.root / "done", self.root / "rejected"
         self._names: dict[str, str] = {}     # job id -> its file name under active/
+        self._needs: dict[str, tuple[str, ...]] = {}   # job id in active/ -> its depends_on
         self.refused = 0                     # files set aside in rejected/ by this reader
+        self.retention = Retention()         # of done/ and rejected/ (``prune``)
 
     def ensure(self) -> "JobQueue":
         for d in (self.new, self.active, self.done, self.rejected):
@@ -189,6 +199,7 @@ class JobQueue:
                 self._reject(self.active / n, str(exc))
                 continue
             self._names[job.job_id] = n
+            self._needs[job.job_id] = tuple(job.depends_on)
             out.append(job)
         return out
 
@@ -197,6 +208,7 @@ class JobQueue:
         if outcome.state == "requeued":
             return
         name = self._names.pop(outcome.job_id, None)
+        self._needs.pop(outcome.job_id, None)
         if name is None:
             return
         src = self.active / name
@@ -219,8 +231,23 @@ class JobQueue:
     def forget(self, job_id: str, reason: str) -> None:
         """A job the framework refused (say, a duplicate id): out of ``active/``, rejected."""
         name = self._names.pop(job_id, None)
+        self._needs.pop(job_id, None)
         if name is not None:
             self._reject(self.active / name, reason)
+
+    def prune(self, now: float | None = None) -> int | None:
+        """If due (``retention``: hourly), remove the ``done/`` and ``rejected/`` files
+        older than a week, but the ``done/`` records of jobs that jobs in ``active/``
+        depend on. Returns how many went (None: not due)."""
+        def prune(before: float) -> int:
+            needed = {f"{d}.json" for deps in self._needs.values() for d in deps}
+            n = prune_old_files(self.done, before, _DONE_FILES, keep=needed, what="done record")
+            n += prune_old_files(self.rejected, before, _REJECTED_FILES, what="rejected file")
+            if n:
+                log.info("job queue %s: removed %d records older than %g days", self.root, n,
+                         self.retention.kept_s / 86400)
+            return n
+        return self.retention.run(prune, now)
 
     def _take_one(self, name: str) -> Taken | None:
         src = self.new / name
@@ -241,6 +268,7 @@ class JobQueue:
             log.error("job queue %s: cannot take %s: %s", self.root, name, exc)
             return None
         self._names[job.job_id] = name
+        self._needs[job.job_id] = tuple(job.depends_on)
         return Taken(job, name)
 
     def _read(self, path: Path) -> Job:

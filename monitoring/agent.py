@@ -29,6 +29,7 @@ from typing import Any, Mapping
 import psutil
 
 from coscheduler.model import InvalidInput, validate_job_id
+from coscheduler.oldfiles import Retention
 from coscheduler.progress import Progress
 
 from . import collect
@@ -124,6 +125,9 @@ class NodeAgent(JobObservation, Restore):
         self._io: dict[str, dict[int, tuple[int, int]]] = {}  # last I/O bytes per job and pid
         self._light: dict[str, dict[str, Any]] = {}  # last full sample of a job wholly in its cgroup
         self._progress_files = ProgressFiles(self.progress_dir)
+        # A retired job's progress file is removed with it (_retire); files left by jobs
+        # that ended while no agent ran go after a week, looked for hourly.
+        self.progress_retention = Retention()
         self._owners: dict[str, int] = {}   # job -> the uid of its processes (progress files)
         raise_open_file_limit()
         self._files = OpenFiles()  # /proc files kept open between ticks
@@ -373,6 +377,14 @@ class NodeAgent(JobObservation, Restore):
             changed |= self._retire(now)
             if changed:
                 self._save()
+            keep = ({js.spec.progress_file for js in self._jobs.values()}
+                    if self.progress_retention.due(now) else None)
+        if keep is not None:   # (a bounded scan, hourly: no lock held)
+            n = self.progress_retention.run(lambda before: self._progress_files.prune(before, keep), now)
+            if n:
+                log.info("removed %d progress files older than %g days from %s", n,
+                         self.progress_retention.kept_s / 86400, self.progress_dir)
+        with self._lock:
             dt = time.perf_counter() - t0
             self.counters["ticks"] += 1
             self.counters["tick_seconds_total"] += dt

@@ -282,6 +282,9 @@ class JobObservation:
                 changed = True
             if (js.finished_at or now) + self.finished_retention_s <= now and not self.actuator.has_job(jid):
                 del self._jobs[jid]
+                path = js.spec.progress_file
+                if not any(o.spec.progress_file == path for o in self._jobs.values()):
+                    self._progress_files.remove(path)
                 self._progress.pop(jid, None)
                 self._forget_observations(js)
                 self.actuator.forget_job(jid)

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import time
 
+from coscheduler.oldfiles import prune_old_files, remove_file_in
 from coscheduler.progress import MAX_PROGRESS_BYTES, Progress, parse_progress
 
 log = logging.getLogger("monitoring.agent")
@@ -32,6 +34,9 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 RACY_NS = 1_000_000_000
 LISTING_MIN = 256
 LISTING_PER_JOB = 4
+# What the hourly prune may remove: records, and the temporary files of a writer killed
+# between its write and its rename (coscheduler.progress.write_text_atomic's prefix).
+_PRUNABLE = re.compile(r"[^/]{1,250}\.json|\.tmp-[^/]{1,250}")
 
 
 class NotTheJobs(Exception):
@@ -150,3 +155,21 @@ class ProgressFiles:
             self._seen.pop(path, None)
             self.refused.pop(path, None)
             self._news.pop(path, None)
+
+    def remove(self, path: str | None) -> bool:
+        """Delete a retired job's file, if it lies directly in the folder (a file in a
+        subfolder a user made is left: that subfolder could be swapped for a link).
+        True when a file was removed."""
+        self.forget(path)
+        if not path:
+            return False
+        parent, _, name = path.rpartition("/")
+        return parent == self.directory and remove_file_in(self.directory, name)
+
+    def prune(self, before: float, keep: set[str]) -> int:
+        """Remove the folder's records and temporary files last modified before ``before``
+        (wall time), but the files at the paths in ``keep`` (the known jobs'): those of
+        jobs that ended while no agent ran, which ``remove`` never saw."""
+        names = {p.rpartition("/")[2] for p in keep if p.rpartition("/")[0] == self.directory}
+        return prune_old_files(self.directory, before, _PRUNABLE, keep=names,
+                               what="progress file")

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from coscheduler import boundedjson
+from coscheduler.oldfiles import prune_old_files
 
 log = logging.getLogger("slurm_plugin.backend")
 
@@ -33,26 +34,8 @@ def prune_usage(directory: str | os.PathLike, before: float,
     """Remove the records (and leftover temporary files) in ``directory`` last modified
     before ``before`` (wall time); other names are not touched, a link is removed, never
     followed. Looks at ``max_entries`` entries at most. Returns how many it removed."""
-    removed = 0
-    try:
-        with os.scandir(directory) as it:
-            for k, entry in enumerate(it):
-                if k >= max_entries:
-                    break
-                if not _RECORD.fullmatch(entry.name):
-                    continue
-                try:
-                    if entry.stat(follow_symlinks=False).st_mtime >= before:
-                        continue
-                    os.unlink(entry.path)
-                    removed += 1
-                except FileNotFoundError:
-                    continue
-                except OSError as exc:
-                    log.warning("usage record %s not removed: %s", entry.path, exc)
-    except OSError as exc:
-        log.warning("usage folder %s not pruned: %s", directory, exc)
-    return removed
+    return prune_old_files(directory, before, _RECORD, max_entries=max_entries,
+                           what="usage record")
 
 
 class UsageRecords:

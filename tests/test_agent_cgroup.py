@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from coscheduler.progress import write_progress
 from monitoring.agent import NodeAgent
 from monitoring.api import AgentServer
 from monitoring.client import AgentClient, AgentError
@@ -576,3 +577,33 @@ def test_an_agent_running_for_months_forgets_what_it_sampled_of_jobs_released_wh
             ("_jobs", "_prev", "_covered", "_io", "_light", "_refused", "_owners", "_progress")}
     assert left == dict.fromkeys(left, 0)
     assert len(a.actuator._paths) == 0
+
+
+def test_a_retired_jobs_progress_file_is_removed_and_old_leftovers_go_hourly(make_agent, procs):
+    """The progress folder grew by a file per job for as long as the agent ran (nothing
+    removed them): past a few hundred files the tick's listing stops at its bound and every
+    job's file is looked up on its own. A retired job's file goes with it; a file a running
+    job shares stays; files left by jobs that ended while no agent ran go after a week."""
+    a = make_agent(finished_retention_s=0.0)
+    folder = a._progress_files.directory
+    p1, p2 = procs(SLEEPY), procs(SLEEPY)
+    a.register_job({"job_id": "ends", "pids": [p1.pid], "cores": 1})
+    a.register_job({"job_id": "runs", "pids": [p2.pid], "cores": 1})
+    for jid, done in (("ends", 3), ("runs", 1)):
+        write_progress(done, 10, os.path.join(folder, f"{jid}.json"))
+    week_old = time.time() - 8 * 86400
+    for name in ("left-by-a-crash.json", ".tmp-abc123", "fresh-leftover.json", "notes.txt"):
+        with open(os.path.join(folder, name), "w") as f:
+            f.write("{}")
+    for name in ("left-by-a-crash.json", ".tmp-abc123", "notes.txt", "runs.json"):
+        os.utime(os.path.join(folder, name), (week_old, week_old))
+    a.tick()
+    a.unregister("ends")
+    p1.kill()
+    p1.wait()
+    a.tick()
+    left = sorted(os.listdir(folder))
+    # The hourly prune ran at the first tick: the week-old leftovers went, the running
+    # job's file stayed though old; the retired job's file went at its retirement.
+    assert left == ["fresh-leftover.json", "notes.txt", "runs.json"], left
+    assert [j["job_id"] for j in a.jobs()] == ["runs"]

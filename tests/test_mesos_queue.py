@@ -58,3 +58,34 @@ def test_queue_file_as_list_or_json_lines(tmp_path):
     assert [j.job_id for j in read_queue_file(f)] == ["a"]
     f.write_text(json.dumps(d) + "\n" + json.dumps({**d, "job_id": "b"}) + "\n")
     assert [j.job_id for j in read_queue_file(f)] == ["a", "b"]
+
+
+def test_done_and_rejected_records_go_after_a_week_but_those_a_waiting_job_needs(tmp_path):
+    """``done/`` and ``rejected/`` grew by a file per job for as long as the framework
+    ran. A week after they were written they go, about hourly, except the record of a job
+    that a job still in ``active/`` depends on (a restart reads it to know the dependency
+    ended)."""
+    import os
+    import time
+
+    q = JobQueue(tmp_path / "q")
+    q.submit([_job("a"), _job("b"), _job("c", ("a",))])
+    (q.new / "junk.json").write_text("{not json")
+    q.take()
+    q.finish(Outcome("a", 1.0, 5.0, "completed"))
+    q.finish(Outcome("b", 1.0, 5.0, "failed", "exit 1"))
+    (q.done / ".x.tmp-123").write_text("{")          # a writer killed before its rename
+    old = time.time() - 8 * 86400
+    for p in list(q.done.iterdir()) + list(q.rejected.iterdir()):
+        os.utime(p, (old, old))
+    (q.done / "fresh.json").write_text("{}")
+    # a restarted framework's queue: c (active, needs a) was taken back by the feed
+    q2 = JobQueue(tmp_path / "q")
+    feed = QueueFeed(q2)
+    feed.poll(MesosBackend(FrameworkConfig()))
+    assert sorted(p.name for p in q2.done.iterdir()) == ["a.json", "fresh.json"]
+    assert list(q2.rejected.iterdir()) == []
+    assert q2.prune() is None            # not due again within the hour
+    q2.finish(Outcome("c", 6.0, 9.0, "completed"))
+    assert q2.prune(time.time() + 3600) == 1   # a is needed by no one now
+    assert sorted(p.name for p in q2.done.iterdir()) == ["c.json", "fresh.json"]
