@@ -198,6 +198,8 @@ class NodeAgent(JobObservation, Restore):
                                                 and k in ("progress_file", "start_time")):
                         merged[k] = v
                 js.spec = JobSpec.from_dict(merged)
+                if not isinstance(body, Mapping) or "cores" in body:
+                    js.cores_guessed = False
                 js.event(now, f"registration updated (pids {list(spec.pids)})")
                 created = False
             else:

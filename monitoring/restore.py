@@ -43,25 +43,52 @@ class Restore:
                     known.spec = dataclasses.replace(known.spec, batch_cgroup=str(d))
                     known.kernel_role = "?"   # its role files move there too
                     known.event(time.time(), f"found in {d}")
+                elif known.status == "running" and known.cores_guessed:
+                    self._read_cores_again(known, mount, d)
                 continue  # running, or finished: not again
             pids = sorted(collect.cgroup_tree_pids(d))
             if not pids:
                 continue
-            if self.layout.version == 2:
-                cores = collect.cpuset_cores(d)
-            else:  # v1: the job's cpuset lives in the cpuset hierarchy, same relative path
-                cpuset = Path(str(mount)).parent / "cpuset" / d.relative_to(mount)
-                cores = collect.cpuset_cores(cpuset)
-            cores = cores or collect.slurm_cpus_from_environ(pids) or 1
+            found_cores = self._slurm_cores(mount, d, pids)
+            cores = found_cores or 1
             spec = JobSpec(job_id=slurm_id, cores=float(cores), pids=tuple(pids), source="slurm",
                            batch_cgroup=str(d),
                            progress_file=str(Path(os.path.realpath(self.progress_dir)) / f"{slurm_id}.json"))
             js = JobState(spec=spec, registered_at=time.time())
-            js.event(time.time(), f"discovered in {d}")
+            js.event(time.time(), f"discovered in {d}" + ("" if found_cores else
+                     " (its cores not readable yet: 1 until they are)"))
+            js.cores_guessed = not found_cores
             self._jobs[slurm_id] = js
             try:
                 if not self._sample_only(spec):
                     self.actuator.ensure_job(slurm_id)
+                self._apply(js)
+            except CgroupError as e:
+                js.apply_error = str(e)
+
+    def _slurm_cores(self, mount, d: Path, pids) -> int | None:
+        """The CPUs Slurm gave a job on this node: its cpuset, else its processes'
+        environment; None when neither says yet (slurmstepd made the job's cgroup and has
+        not started the task, whose environment holds them, nor written the cpuset)."""
+        if self.layout.version == 2:
+            cores = collect.cpuset_cores(d)
+        else:  # v1: the job's cpuset lives in the cpuset hierarchy, same relative path
+            cores = collect.cpuset_cores(Path(str(mount)).parent / "cpuset" / d.relative_to(mount))
+        return cores or collect.slurm_cpus_from_environ(pids)
+
+    def _read_cores_again(self, js: JobState, mount, d: Path) -> None:
+        """A discovered job whose cores were guessed (1): read them again at each tick until
+        they are known. Once fixed at the guess, a job of 4 CPUs was followed, and limited,
+        as a job of 1 until the controller registered it again (a CI run saw an agent's
+        view of a two-node gang at 1.0 core)."""
+        cores = self._slurm_cores(mount, d, sorted(collect.cgroup_tree_pids(d)))
+        if not cores:
+            return
+        js.cores_guessed = False
+        if cores != js.spec.cores:
+            js.spec = dataclasses.replace(js.spec, cores=float(cores))
+            js.event(time.time(), f"cores read: {cores}")
+            try:
                 self._apply(js)
             except CgroupError as e:
                 js.apply_error = str(e)

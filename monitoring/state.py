@@ -222,6 +222,9 @@ class JobState:
     # Its mean CPU use over its life, read from its cgroup's counter when it finished or was
     # unregistered (``JobObservation._life_cpu_percent``); None: not known.
     life_cpu_percent: float | None = None
+    # Discovered in Slurm's cgroups before its cores could be read: 1 until they are
+    # (restore.py reads them again at each tick; a registration that gives cores ends it).
+    cores_guessed: bool = False
 
     def event(self, now: float, what: str) -> None:
         self.events.append({"time": round(now, 3), "event": what})

@@ -457,3 +457,33 @@ def test_v2_mimic_kernel_without_cpu_idle_keeps_the_quota_and_says_so_once(tmp_p
     finally:
         agent.close()
     assert _files(cg["41"]) == ("max 100000", "-", "100")
+
+
+def test_v2_mimic_a_job_found_before_its_cores_are_readable_gets_them_at_a_later_tick(
+        mimic, procs, tmp_path):
+    """slurmstepd makes the job's cgroup before it writes the cpuset or starts the task
+    whose environment holds the CPUs. Found in that moment, a job was registered with 1
+    core and kept it: its quota was a share of 1 core, not of its 4 (a CI run saw an agent's
+    view of a two-node gang at 1.0 core). The agent now reads them again until it can."""
+    p = procs(SLEEPY)
+    job, _ = _slurm_v2_job(mimic, tmp_path, p.pid, "42", "job_42")
+    (job / "cpuset.cpus.effective").unlink()      # not written yet
+    agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=True,
+                      slurm_node="n1", state_dir=tmp_path / "s")
+    agent.proc_root = str(tmp_path / "proc")
+    try:
+        agent.tick()
+        assert agent.job("42")["cores"] == 1
+        agent.set_quota("42", 0.5, 30)
+        assert _read(job / "cpu.max") == "50000 100000"           # 0.5 of the guessed core
+        (job / "cpuset.cpus.effective").write_text("0-3\n")
+        agent.tick()
+        j = agent.job("42")
+        assert j["cores"] == 4
+        assert any("cores read: 4" in e["event"] for e in j["events"])
+        assert _read(job / "cpu.max") == "200000 100000"          # 0.5 of 4 cores
+        (job / "cpuset.cpus.effective").write_text("0-1\n")       # read once, then kept
+        agent.tick()
+        assert agent.job("42")["cores"] == 4
+    finally:
+        agent.close()

@@ -520,8 +520,10 @@ def test_two_node_gang_started_together_and_followed_on_both_nodes(state, slurm)
     # srun's processes on each node (started after the batch script) found by that node's
     # agent, with the job's 4 cores there. The controller keeps stepping, as it does for
     # real: the backend registers a job again wherever an agent's cores differ from its
-    # allocation, at each metrics read. (Seen once in CI, 2026-11-29, cause not found: an
-    # agent's view held 1.0 core when first read and no pass ran to correct it.)
+    # allocation, at each metrics read. (Seen once in CI, 2026-11-29: an agent's view held
+    # 1.0 core. The likely cause, not reproduced: the agent discovered the job while its
+    # cgroup held only slurmstepd, whose environment has no CPU count, and kept the guess
+    # of 1; it now reads the cores again until it can, tests/test_agent_v2.py.)
     for node in state.nodes:
         def followed(node=node):
             ctl.step()
