@@ -7,7 +7,7 @@
   ``LoggingRecorder``), each finished job, each error (the loop never stops for one);
 - a restart resumes from the state database (``Controller.from_recorder``): weights,
   pending decisions, the host/guest relations the backend still reports;
-- on stop (SIGTERM/SIGINT in ``cosched run``): every quota the backend applied is given
+- on stop (SIGTERM, SIGINT or SIGHUP in ``cosched run``): every quota the backend applied is given
   back, and (unless told to keep them) every job still held for the controller is handed
   to the batch system's own scheduling, so nothing waits for a controller that is gone.
 

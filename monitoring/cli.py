@@ -91,7 +91,8 @@ def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, st
           slurm_node, check, log_level):
     """Sample this node's jobs and apply leased cgroup CPU quotas, over an HTTP JSON API.
 
-    Stops cleanly on SIGTERM/SIGINT: every quota is lifted and empty job cgroups removed.
+    Stops cleanly on SIGTERM, SIGINT and SIGHUP: every quota is lifted and empty job
+    cgroups removed.
     After a crash, the next start cleans what was left (state file + scan of the root).
     """
     from coscheduler.model import InvalidInput
@@ -137,8 +138,10 @@ def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, st
         logging.getLogger("monitoring.agent").info("signal %d: stopping", signum)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # SIGHUP too (a closed terminal, a log rotator's kill -HUP): its default action ended
+    # the agent at once and left every quota it had written in the kernel.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     server.start()
     # One line on stdout that scripts can read: where the agent listens and its token file.
     click.echo(json.dumps({"url": server.url, "token_file": token_path, "pid": os.getpid(),

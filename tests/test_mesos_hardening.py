@@ -181,6 +181,50 @@ def test_kill_9_of_the_framework_leaves_no_job_throttled_past_a_lease_and_a_rest
         emu.stop()
 
 
+@pytest.mark.mesos
+@pytest.mark.root
+def test_sighup_stops_the_framework_cleanly_and_gives_every_quota_back_at_once(tmp_path):
+    """A closed terminal or a log rotator's ``kill -HUP``: SIGHUP's default action ended
+    `cosched run` at once, without giving back the quotas it applied (they stayed until
+    the lease lapsed). It now stops as on SIGTERM: exit 0, no quota left lowered, well
+    before the 60 s lease; the jobs run on (the framework fails over, not torn down)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mesos_emu_proc import EmulatorProcess, wait_for
+
+    cpu = Path("/sys/fs/cgroup/cpu")
+    if not (cpu / "cpu.cfs_quota_us").exists():
+        pytest.skip("needs the cgroup v1 cpu controller")
+    emu = EmulatorProcess(agents=1, cpus=2)
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text("\n".join(json.dumps(
+        {"job_id": f"kill9-{i}", "cores": 2, "walltime_s": 60, "job_class": "test/burn",
+         "command": [sys.executable, "-c", BURN.format(s=20)]}) for i in range(2)))
+    argv = [sys.executable, "-m", "coscheduler.cli", "run", "--backend", "mesos", "--master", emu.url,
+            "--policy", "static", "--static-fraction", "0.5", "--db", str(tmp_path / "state.db"),
+            "--lease", "60", "--interval", "0.5", "--cpu-per-core", "1", "--hold", "1",
+            "--refuse", "0.5", "--queue-file", str(jobs), "--log-level", "INFO"]
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "run.log", "wb"),
+                         start_new_session=True)
+    try:
+        base = wait_for(lambda: next((b for b in cpu.glob("cosched-mesos-*")
+                                      if any(b.glob("*/kill9-[0-9]"))), None), 60, 0.2, "the cgroup base")
+        wait_for(lambda: any(0 < q < 200_000 for q in _quotas(base).values()), 60, 0.2,
+                 "a lowered quota")
+        p.send_signal(signal.SIGHUP)
+        assert p.wait(30) == 0, (tmp_path / "run.log").read_text()[-3000:]
+        lowered = {j: q for j, q in _quotas(base).items() if 0 < q < 200_000}
+        assert lowered == {}, f"quotas left lowered after SIGHUP: {lowered}"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        emu.stop()
+
+
 def test_is_finite_number_answers_for_json_integers_past_a_float():
     from coscheduler.boundedjson import is_finite_number
     assert is_finite_number(3) and is_finite_number(2.5) and is_finite_number(10 ** 300)

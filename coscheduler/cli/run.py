@@ -7,7 +7,7 @@
     cosched run --backend mesos --master URL [--policy P] [--queue DIR] [--workload small]
                 [--queue-file F] [--from-slurm] [--quotas local|remote|none] [--until-idle] ...
 
-Logs each start, co-allocation and ASA_X decision on stderr. SIGTERM/SIGINT: every quota
+Logs each start, co-allocation and ASA_X decision on stderr. SIGTERM, SIGINT or SIGHUP: every quota
 it applied is given back and the jobs it still holds are handed to the batch system
 (``--keep-held`` leaves them held, for a quick restart; on Mesos: the framework fails over
 instead of being torn down, its tasks run on). A restart resumes from ``--db``.
@@ -195,8 +195,10 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, url, partitio
         daemon = ControllerDaemon(backend, store, policy, interval_s=interval, queue_order=order,
                                   static_fraction=static_fraction, release_on_exit=not keep_held,
                                   config=config)
-        signal.signal(signal.SIGTERM, lambda *_: daemon.stop())
-        signal.signal(signal.SIGINT, lambda *_: daemon.stop())
+        # SIGHUP too (a closed terminal, a log rotator's kill -HUP): its default action
+        # ended the process at once, without handing back what it holds.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda *_: daemon.stop())
         click.echo(f"cosched run: {policy} on {backend_name}, state in {db_path}", err=True)
         stats = daemon.run(max_passes=max_passes, until=until)
         click.echo(f"cosched run: stopped after {stats.passes} passes ({stats.started} started, "

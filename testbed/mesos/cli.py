@@ -100,8 +100,8 @@ def emulate(agents, cpus, mem, disk, ports, listen, heartbeat, allocation_interv
         logging.getLogger("testbed.mesos").info("signal %d: stopping", signum)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):   # (HUP: a closed terminal)
+        signal.signal(signum, on_signal)
     try:
         emu.start()
         if redirect:
