@@ -249,3 +249,65 @@ def test_resident_memory_of_a_live_process_is_read_two_ways():
     assert st is not None and exact > 1 << 20
     assert abs(st.rss_bytes - exact) < 16 << 20, (st.rss_bytes, exact)
     assert collect.proc_rss_exact(2**22 + 12345) == 0  # no such pid: 0, no error
+
+
+def test_an_agent_that_lets_calls_time_out_is_not_asked_again_for_a_while():
+    """A frozen agent (SIGSTOP, a swapping node) accepts connections and never answers. A
+    backend calls each agent several times a pass: waiting out the timeout on each call
+    made every pass of a real 2-node Slurm cluster take 15-25 s with one agent stopped.
+    After a timeout the client fails at once, saying why, until its quiet time is over
+    (the timeout, doubling with each timeout in a row); an answer ends it."""
+    import socket
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(16)          # the kernel accepts; no one ever answers
+    port = frozen.getsockname()[1]
+    now = [1000.0]
+    c = AgentClient(f"http://127.0.0.1:{port}", token="t" * 20, timeout=0.3)
+    c._clock = lambda: now[0]
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(AgentError, match="timed out"):
+            c.jobs()
+        assert time.monotonic() - t0 >= 0.25
+        t0 = time.monotonic()
+        with pytest.raises(AgentError, match=r"not asked: .* 1 call\(s\) in a row time out .* next try in 0.3 s"):
+            c.set_quota("j1", 0.5, 30)
+        assert time.monotonic() - t0 < 0.1
+        now[0] += 0.31                           # quiet time over: asked, times out again
+        with pytest.raises(AgentError, match="timed out"):
+            c.jobs()
+        with pytest.raises(AgentError, match="next try in 0.6 s"):   # doubled
+            c.jobs()
+        assert c.health() is False               # (health() says False, fast)
+    finally:
+        frozen.close()
+
+    class Answers(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        c2 = AgentClient(f"http://127.0.0.1:{server.server_port}", timeout=0.3)
+        c2._clock = lambda: now[0]
+        c2._timeouts, c2._quiet_until = 3, now[0] + 1.0
+        assert c2.health() is False              # still quiet
+        now[0] += 1.01
+        assert c2.health() is True               # answered: the count starts again
+        assert c2._timeouts == 0
+    finally:
+        server.shutdown()
+        server.server_close()
