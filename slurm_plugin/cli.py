@@ -220,7 +220,8 @@ def env_cmd(directory):
 @click.option("--interval", type=float, default=10.0, show_default=True,
               help="Seconds between passes (without --once).")
 @click.option("--base", type=int, default=1_000_000, show_default=True,
-              help="Priority of the last job; the first gets base + n - 1.")
+              help="Priority of the last job when the queue is numbered afresh (then "
+                   "1000 apart); a pass writes only the jobs that must move to keep the order.")
 @_dir_option
 @click.option("--slurm-conf", type=click.Path(dir_okay=False), default=None,
               help="A site's slurm.conf instead of a local cluster.")
