@@ -14,6 +14,7 @@ from typing import Iterable
 
 import psutil
 
+from coscheduler import hostlist
 from coscheduler.progress import Progress
 
 from .cgroupfs import OpenFiles, slurm_job_cgroup_v2, slurm_jobs_v2, unified_path
@@ -357,37 +358,33 @@ def cpuset_cores(d: Path) -> int | None:
     return None
 
 
-def _expand_nodes(text: str) -> list[str]:
-    """``n[1-3,5],gpu1`` -> [n1, n2, n3, n5, gpu1] (zero padding kept)."""
-    out: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
-        m = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", part)
-        if not m:
-            out.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for r in ranges.split(","):
-            lo, _, hi = r.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
-                return []
-            for i in range(int(lo), int(hi or lo) + 1):
-                out.append(f"{prefix}{i:0{len(lo)}d}{suffix}")
-    return out
-
-
 def cpus_of_node(cpus_per_node: str, nodelist: str, node: str) -> int | None:
     """This node's CPUs from the job-level ``SLURM_JOB_CPUS_PER_NODE`` (``4(x2),2``) and
     ``SLURM_JOB_NODELIST``; None when the node is not in the list."""
-    counts: list[int] = []
+    # Both come from the environment of the job's processes, which its user sets: a
+    # count or a range past any cluster's size is refused before anything is built.
+    counts: list[tuple[int, int]] = []     # (CPUs, nodes that have them)
+    total = 0
     for item in cpus_per_node.split(","):
-        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        m = re.fullmatch(r"(\d{1,9})(?:\(x(\d{1,9})\))?", item.strip())
         if not m:
             return None
-        counts += [int(m.group(1))] * int(m.group(2) or 1)
-    nodes = _expand_nodes(nodelist)
-    if node not in nodes or len(nodes) != len(counts):
+        counts.append((int(m.group(1)), int(m.group(2) or 1)))
+        total += counts[-1][1]
+        if total > hostlist.MAX_HOSTS:
+            return None
+    try:
+        nodes = hostlist.expand(nodelist)
+    except hostlist.HostListError:
         return None
-    return counts[nodes.index(node)]
+    if node not in nodes or len(nodes) != total:
+        return None
+    at = nodes.index(node)
+    for cpus, n in counts:
+        if at < n:
+            return cpus
+        at -= n
+    return None
 
 
 def slurm_cpus_from_environ(pids) -> int | None:

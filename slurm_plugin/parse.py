@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from coscheduler import boundedjson
+from coscheduler import boundedjson, hostlist
 from coscheduler.model import InvalidInput
 
 # Slurm's "no value" / "infinite" markers in 32-bit fields.
@@ -165,43 +165,14 @@ def _states(v: Any) -> tuple[str, tuple[str, ...]]:
 
 
 def expand_hostlist(text: str | None) -> tuple[str, ...]:
-    """``rn[1-3,5],gpu01`` -> (rn1, rn2, rn3, rn5, gpu01); zero padding is kept."""
+    """``rn[1-3,5],gpu01`` -> (rn1, rn2, rn3, rn5, gpu01); zero padding is kept
+    (``coscheduler.hostlist``; ParseError when malformed or longer than any cluster)."""
     if not text or text in ("(null)", "None"):
         return ()
-    out: list[str] = []
-    # split on commas outside brackets
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    for part in parts:
-        part = part.strip()
-        if not part:
-            continue
-        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", part)
-        if not m:
-            if "[" in part or "]" in part:
-                raise ParseError(f"malformed host list {text!r}")
-            out.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for r in ranges.split(","):
-            lo, sep, hi = r.partition("-")
-            if not lo.isdigit() or (sep and not hi.isdigit()):
-                raise ParseError(f"malformed host list {text!r}")
-            width = len(lo)
-            for i in range(int(lo), int(hi if sep else lo) + 1):
-                for tail in expand_hostlist(suffix) or ("",):
-                    out.append(f"{prefix}{i:0{width}d}{tail}")
-    return tuple(out)
+    try:
+        return tuple(hostlist.expand(text))
+    except hostlist.HostListError as exc:
+        raise ParseError(str(exc)) from None
 
 
 def _exit(v: Any) -> tuple[int | None, int | None]:
