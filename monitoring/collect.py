@@ -295,19 +295,24 @@ def discover_slurm_jobs(acct_mount: Path, node: str | None = None) -> dict[str, 
 
 
 def discover_slurm_jobs_v2(mount: Path, node: str | None = None,
-                           proc: str = "/proc") -> dict[str, Path]:
+                           proc: str = "/proc", known: frozenset[str] | set[str] = frozenset()
+                           ) -> dict[str, Path]:
     """Slurm job cgroups on cgroup v2, by job id, read from where the jobs' processes are
     (/proc/PID/cgroup) and what their environment says (SLURM_JOB_ID, SLURMD_NODENAME);
-    see cgroupfs.slurm_jobs_v2. Read only."""
+    see cgroupfs.slurm_jobs_v2. Read only. ``known``: job cgroups (paths as returned)
+    already followed, whose processes' environments are not read again (a job's user sets
+    them, up to about 1 MiB each; read every tick for every task, they cost the most)."""
     entries = []
     try:
         pids = [p for p in os.listdir(proc) if p.isdigit()]
     except OSError:
         return {}
+    base = str(mount)
     for pid in pids:
         raw = read_small(f"{proc}/{pid}/cgroup")
         path = unified_path(raw.decode(errors="replace")) if raw else None
-        if path is None or slurm_job_cgroup_v2(path) is None:
+        job_cg = slurm_job_cgroup_v2(path) if path is not None else None
+        if job_cg is None or (known and os.path.normpath(base + job_cg) in known):
             continue
         env = read_environ(f"{proc}/{pid}/environ", (b"SLURM_JOB_ID", b"SLURMD_NODENAME"))
         if env is None:

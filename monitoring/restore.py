@@ -33,8 +33,14 @@ class Restore:
     def _discover(self) -> None:
         """Register Slurm jobs found in the accounting hierarchy (read only there)."""
         mount = self.layout.acct_mount or self.layout.cpu_mount
-        found = (collect.discover_slurm_jobs_v2(Path(mount), self.slurm_node, self.proc_root)
-                 if self.layout.version == 2 else collect.discover_slurm_jobs(Path(mount), self.slurm_node))
+        if self.layout.version == 2:
+            # (jobs followed in their own cgroup, their cores known: nothing more to read)
+            known = {js.spec.batch_cgroup for js in self._jobs.values()
+                     if js.status == "running" and js.spec.batch_cgroup and not js.cores_guessed}
+            found = collect.discover_slurm_jobs_v2(Path(mount), self.slurm_node, self.proc_root,
+                                                   known)
+        else:
+            found = collect.discover_slurm_jobs(Path(mount), self.slurm_node)
         for slurm_id, d in found.items():
             known = self._jobs.get(slurm_id)
             if known is not None:

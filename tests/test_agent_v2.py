@@ -487,3 +487,30 @@ def test_v2_mimic_a_job_found_before_its_cores_are_readable_gets_them_at_a_later
         assert agent.job("42")["cores"] == 4
     finally:
         agent.close()
+
+
+def test_v2_mimic_a_followed_jobs_environment_is_not_read_again_at_each_tick(
+        mimic, procs, tmp_path, monkeypatch):
+    """Discovery read every Slurm task's environment (up to 1 MiB each, set by the job's
+    user) at every tick, also for jobs long followed. Once a job is followed in its own
+    cgroup with its cores known, its processes' environments are no longer read."""
+    from monitoring import collect
+
+    p = procs(SLEEPY)
+    _slurm_v2_job(mimic, tmp_path, p.pid, "42", "job_42")
+    reads: list[str] = []
+    real = collect.read_environ
+    monkeypatch.setattr(collect, "read_environ",
+                        lambda path, keys: reads.append(path) or real(path, keys))
+    agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=True,
+                      slurm_node="n1", state_dir=tmp_path / "s")
+    agent.proc_root = str(tmp_path / "proc")
+    try:
+        agent.tick()
+        assert agent.job("42")["cores"] == 4 and len(reads) >= 1
+        reads.clear()
+        agent.tick()
+        agent.tick()
+        assert reads == []
+    finally:
+        agent.close()
