@@ -105,6 +105,22 @@ def test_a_framework_state_without_an_id_means_not_registered_yet(tmp_path):
 BURN = ("import time\nt = time.time() + {s}\nwhile time.time() < t: pass\n")
 
 
+def _burn_jobs(tmp_path, count: int, seconds: int):
+    """The v1 cpu mount and a queue file of ``count`` 2-core jobs burning ``seconds`` each
+    (skips where the cgroup v1 cpu controller is missing)."""
+    import sys
+    from pathlib import Path
+
+    cpu = Path("/sys/fs/cgroup/cpu")
+    if not (cpu / "cpu.cfs_quota_us").exists():
+        pytest.skip("needs the cgroup v1 cpu controller")
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text("\n".join(json.dumps(
+        {"job_id": f"kill9-{i}", "cores": 2, "walltime_s": 60, "job_class": "test/burn",
+         "command": [sys.executable, "-c", BURN.format(s=seconds)]}) for i in range(count)))
+    return cpu, jobs
+
+
 def _quotas(base) -> dict[str, int]:
     """job -> cpu.cfs_quota_us under every agent root of a framework's cgroup base."""
     out = {}
@@ -128,14 +144,8 @@ def test_kill_9_of_the_framework_leaves_no_job_throttled_past_a_lease_and_a_rest
 
     from mesos_emu_proc import EmulatorProcess, wait_for
 
-    cpu = Path("/sys/fs/cgroup/cpu")
-    if not (cpu / "cpu.cfs_quota_us").exists():
-        pytest.skip("needs the cgroup v1 cpu controller")
+    cpu, jobs = _burn_jobs(tmp_path, 3, 14)
     emu = EmulatorProcess(agents=1, cpus=2)
-    jobs = tmp_path / "jobs.json"
-    jobs.write_text("\n".join(json.dumps(
-        {"job_id": f"kill9-{i}", "cores": 2, "walltime_s": 60, "job_class": "test/burn",
-         "command": [sys.executable, "-c", BURN.format(s=14)]}) for i in range(3)))
     db = tmp_path / "state.db"
     argv = [sys.executable, "-m", "coscheduler.cli", "run", "--backend", "mesos", "--master", emu.url,
             "--policy", "static", "--static-fraction", "0.5", "--db", str(db), "--lease", "3",
@@ -192,18 +202,11 @@ def test_sighup_stops_the_framework_cleanly_and_gives_every_quota_back_at_once(t
     import signal
     import subprocess
     import sys
-    from pathlib import Path
 
     from mesos_emu_proc import EmulatorProcess, wait_for
 
-    cpu = Path("/sys/fs/cgroup/cpu")
-    if not (cpu / "cpu.cfs_quota_us").exists():
-        pytest.skip("needs the cgroup v1 cpu controller")
+    cpu, jobs = _burn_jobs(tmp_path, 2, 20)
     emu = EmulatorProcess(agents=1, cpus=2)
-    jobs = tmp_path / "jobs.json"
-    jobs.write_text("\n".join(json.dumps(
-        {"job_id": f"kill9-{i}", "cores": 2, "walltime_s": 60, "job_class": "test/burn",
-         "command": [sys.executable, "-c", BURN.format(s=20)]}) for i in range(2)))
     argv = [sys.executable, "-m", "coscheduler.cli", "run", "--backend", "mesos", "--master", emu.url,
             "--policy", "static", "--static-fraction", "0.5", "--db", str(tmp_path / "state.db"),
             "--lease", "60", "--interval", "0.5", "--cpu-per-core", "1", "--hold", "1",
