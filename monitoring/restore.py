@@ -35,10 +35,10 @@ class Restore:
         mount = self.layout.acct_mount or self.layout.cpu_mount
         if self.layout.version == 2:
             # (jobs followed in their own cgroup, their cores known: nothing more to read)
-            known = {js.spec.batch_cgroup for js in self._jobs.values()
-                     if js.status == "running" and js.spec.batch_cgroup and not js.cores_guessed}
+            followed = {js.spec.batch_cgroup for js in self._jobs.values()
+                        if js.status == "running" and js.spec.batch_cgroup and not js.cores_guessed}
             found = collect.discover_slurm_jobs_v2(Path(mount), self.slurm_node, self.proc_root,
-                                                   known)
+                                                   followed)
         else:
             found = collect.discover_slurm_jobs(Path(mount), self.slurm_node)
         for slurm_id, d in found.items():
