@@ -382,7 +382,12 @@ class NodeAgent(JobObservation, Restore):
             keep = ({js.spec.progress_file for js in self._jobs.values()}
                     if self.progress_retention.due(now) else None)
         if keep is not None:   # (a bounded scan, hourly: no lock held)
-            n = self.progress_retention.run(lambda before: self._progress_files.prune(before, keep), now)
+            try:
+                n = self.progress_retention.run(
+                    lambda before: self._progress_files.prune(before, keep), now)
+            except Exception:  # noqa: BLE001 - housekeeping must never stop a tick
+                log.exception("pruning the progress folder %s failed", self.progress_dir)
+                n = None
             if n:
                 log.info("removed %d progress files older than %g days from %s", n,
                          self.progress_retention.kept_s / 86400, self.progress_dir)

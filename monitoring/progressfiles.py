@@ -166,10 +166,10 @@ class ProgressFiles:
         parent, _, name = path.rpartition("/")
         return parent == self.directory and remove_file_in(self.directory, name)
 
-    def prune(self, before: float, keep: set[str]) -> int:
+    def prune(self, before: float, keep: set[str | None]) -> int:
         """Remove the folder's records and temporary files last modified before ``before``
         (wall time), but the files at the paths in ``keep`` (the known jobs'): those of
         jobs that ended while no agent ran, which ``remove`` never saw."""
-        names = {p.rpartition("/")[2] for p in keep if p.rpartition("/")[0] == self.directory}
+        names = {p.rpartition("/")[2] for p in keep if p and p.rpartition("/")[0] == self.directory}
         return prune_old_files(self.directory, before, _PRUNABLE, keep=names,
                                what="progress file")
