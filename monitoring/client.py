@@ -155,8 +155,9 @@ class AgentClient:
                         self._conn = None
                     if isinstance(e, TimeoutError):
                         self._timeouts += 1
+                        # (the exponent capped: a day of timeouts must not overflow a float)
                         self._quiet_until = self._clock() + min(
-                            MAX_QUIET_S, self.timeout * 2 ** (self._timeouts - 1))
+                            MAX_QUIET_S, self.timeout * 2 ** min(self._timeouts - 1, 20))
                     if attempt == 1 or isinstance(e, (ConnectionRefusedError, TimeoutError)):
                         raise AgentError(f"cannot reach agent at {self.url}: {e}", None,
                                          method, path) from e

@@ -284,6 +284,11 @@ def test_an_agent_that_lets_calls_time_out_is_not_asked_again_for_a_while():
         with pytest.raises(AgentError, match="next try in 0.6 s"):   # doubled
             c.jobs()
         assert c.health() is False               # (health() says False, fast)
+        c._timeouts = 5000                       # a frozen agent for days: no overflow
+        now[0] += 61.0
+        with pytest.raises(AgentError, match="timed out"):
+            c.jobs()
+        assert c._quiet_until - now[0] == 60.0
     finally:
         frozen.close()
 
