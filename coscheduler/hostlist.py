@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 MAX_HOSTS = 100_000    # more nodes than any cluster has
+MAX_GROUPS = 8         # bracket groups in one name (r[1-2]n[01-04] has two)
 
 _BRACKETED = re.compile(r"([^\[\]]*)\[([^\]]+)\](.*)")
 
@@ -41,6 +42,9 @@ def expand(text: str, limit: int = MAX_HOSTS) -> list[str]:
 
 
 def _expand_part(part: str, text: str, limit: int, out: list[str]) -> None:
+    if part.count("[") > MAX_GROUPS:   # (each group is a level of recursion below)
+        raise HostListError(f"malformed host list {text[:200]!r}: more than {MAX_GROUPS} "
+                            "bracket groups in one name")
     m = _BRACKETED.fullmatch(part)
     if not m:
         if "[" in part or "]" in part:
@@ -72,4 +76,4 @@ def _expand_part(part: str, text: str, limit: int, out: list[str]) -> None:
                 out.append(f"{prefix}{i:0{width}d}{tail}")
 
 
-__all__ = ["HostListError", "MAX_HOSTS", "expand"]
+__all__ = ["HostListError", "MAX_GROUPS", "MAX_HOSTS", "expand"]

@@ -18,7 +18,8 @@ def test_one_and_several_bracket_groups_expand_with_their_padding():
     assert expand("r[1-2]n[01-02],login") == ["r1n01", "r1n02", "r2n01", "r2n02", "login"]
 
 
-@pytest.mark.parametrize("text", ["n[1-", "n[a-b]", "n]1[", "n[3-1]", "n[1-2", "n[1234567890]"])
+@pytest.mark.parametrize("text", ["n[1-", "n[a-b]", "n]1[", "n[3-1]", "n[1-2", "n[1234567890]",
+                                  "a[1]" * 50_000])   # (one level of recursion per group)
 def test_malformed_lists_are_refused(text):
     with pytest.raises(HostListError, match="malformed"):
         expand(text)
