@@ -363,7 +363,10 @@ class NodeAgent(JobObservation, Restore):
         with self._lock:
             self._enforce_leases()
             if self.discover_slurm:
-                self._discover()
+                try:
+                    self._discover()
+                except Exception:  # noqa: BLE001 - the jobs already followed are still sampled
+                    log.exception("discovering Slurm jobs failed")
             todo = [(jid, js.spec, js.quota_us is not None or js.sample.get("nr_throttled") is not None)
                     for jid, js in self._jobs.items() if js.status == "running"]
         # Reading /proc and cgroup counters is the slow part: no lock held.

@@ -514,3 +514,27 @@ def test_v2_mimic_a_followed_jobs_environment_is_not_read_again_at_each_tick(
         assert reads == []
     finally:
         agent.close()
+
+
+def test_v2_mimic_a_failing_discovery_does_not_stop_the_sampling_of_followed_jobs(
+        mimic, procs, tmp_path, monkeypatch):
+    """Discovery reads what jobs' users control (their processes' environments): should it
+    ever raise, the tick went no further, and no job on the node was sampled again."""
+    from monitoring import collect
+
+    p = procs(SLEEPY)
+    agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=True,
+                      slurm_node="n1", state_dir=tmp_path / "s")
+    agent.proc_root = str(tmp_path / "proc")
+    try:
+        agent.register_job({"job_id": "j1", "pids": [p.pid], "cores": 1})
+
+        def broken(*a, **k):
+            raise RuntimeError("a bug in discovery")
+        monkeypatch.setattr(collect, "discover_slurm_jobs_v2", broken)
+        before = agent.counters["ticks"]
+        agent.tick()
+        assert agent.counters["ticks"] == before + 1
+        assert agent.job("j1")["sample_time"] is not None
+    finally:
+        agent.close()
