@@ -126,8 +126,10 @@ class NodeAgent(JobObservation, Restore):
         self._light: dict[str, dict[str, Any]] = {}  # last full sample of a job wholly in its cgroup
         self._progress_files = ProgressFiles(self.progress_dir)
         # A retired job's progress file is removed with it (_retire); files left by jobs
-        # that ended while no agent ran go after a week, looked for hourly.
-        self.progress_retention = Retention()
+        # that ended while no agent ran go after a week, looked for hourly, but only from
+        # the agent's own folder: a folder the operator names may be shared with other
+        # agents (whose jobs this one does not know) or hold other files.
+        self.progress_retention = Retention() if progress_dir is None else None
         self._owners: dict[str, int] = {}   # job -> the uid of its processes (progress files)
         raise_open_file_limit()
         self._files = OpenFiles()  # /proc files kept open between ticks
@@ -383,7 +385,8 @@ class NodeAgent(JobObservation, Restore):
             if changed:
                 self._save()
             keep = ({js.spec.progress_file for js in self._jobs.values()}
-                    if self.progress_retention.due(now) else None)
+                    if self.progress_retention is not None and self.progress_retention.due(now)
+                    else None)
         if keep is not None:   # (a bounded scan, hourly: no lock held)
             try:
                 n = self.progress_retention.run(

@@ -611,3 +611,17 @@ def test_a_retired_jobs_progress_file_is_removed_and_old_leftovers_go_hourly(mak
     # job's file stayed though old; the retired job's file went at its retirement.
     assert left == ["fresh-leftover.json", "notes.txt", "runs.json"], left
     assert [j["job_id"] for j in a.jobs()] == ["runs"]
+
+
+def test_a_progress_folder_the_operator_names_is_never_pruned_hourly(make_agent, tmp_path):
+    """--progress-dir may be shared by several agents (the local cluster's node agents
+    share one) or hold other files: its old files are not this agent's to remove."""
+    shared = tmp_path / "shared-progress"
+    shared.mkdir()
+    week_old = time.time() - 8 * 86400
+    for name in ("other-nodes-job.json", "config.json"):
+        (shared / name).write_text("{}")
+        os.utime(shared / name, (week_old, week_old))
+    a = make_agent(progress_dir=shared)
+    a.tick()
+    assert sorted(os.listdir(shared)) == ["config.json", "other-nodes-job.json"]
