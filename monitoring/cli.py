@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import click
 
 from coscheduler.cli._types import FiniteRange, positive
+from coscheduler.stopsignals import stop_on_signals
 
 
 def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:
@@ -138,10 +138,7 @@ def agent(listen, token_file, cgroup_root, interval, node_cpus, cpu_per_core, st
         logging.getLogger("monitoring.agent").info("signal %d: stopping", signum)
         stop.set()
 
-    # SIGHUP too (a closed terminal, a log rotator's kill -HUP): its default action ended
-    # the agent at once and left every quota it had written in the kernel.
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, on_signal)
+    stop_on_signals(on_signal)   # (SIGHUP too: coscheduler/stopsignals.py)
     server.start()
     # One line on stdout that scripts can read: where the agent listens and its token file.
     click.echo(json.dumps({"url": server.url, "token_file": token_path, "pid": os.getpid(),

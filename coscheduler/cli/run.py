@@ -17,7 +17,6 @@ Backends come from ``coscheduler/backends/registry.py``.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import click
 
 from ..backends.registry import backend_names, make_backend
 from ..model import InvalidInput
+from ..stopsignals import stop_on_signals
 from ._common import db_option, resolve_db
 from ._types import FiniteRange, positive
 
@@ -195,10 +195,7 @@ def run(backend_name, slurm_dir, slurm_conf, agents, slurm_source, url, partitio
         daemon = ControllerDaemon(backend, store, policy, interval_s=interval, queue_order=order,
                                   static_fraction=static_fraction, release_on_exit=not keep_held,
                                   config=config)
-        # SIGHUP too (a closed terminal, a log rotator's kill -HUP): its default action
-        # ended the process at once, without handing back what it holds.
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, lambda *_: daemon.stop())
+        stop_on_signals(lambda *_: daemon.stop())   # (SIGHUP too: coscheduler/stopsignals.py)
         click.echo(f"cosched run: {policy} on {backend_name}, state in {db_path}", err=True)
         stats = daemon.run(max_passes=max_passes, until=until)
         click.echo(f"cosched run: stopped after {stats.passes} passes ({stats.started} started, "

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import threading
 
 import click
+
+from coscheduler.stopsignals import stop_on_signals
 
 
 @click.group("mesos")
@@ -100,8 +101,7 @@ def emulate(agents, cpus, mem, disk, ports, listen, heartbeat, allocation_interv
         logging.getLogger("testbed.mesos").info("signal %d: stopping", signum)
         stop.set()
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):   # (HUP: a closed terminal)
-        signal.signal(signum, on_signal)
+    stop_on_signals(on_signal)   # (SIGHUP too: coscheduler/stopsignals.py)
     try:
         emu.start()
         if redirect:
