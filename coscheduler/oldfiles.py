@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Container
 
+from . import clocks
+
 log = logging.getLogger("coscheduler.oldfiles")
 
 SCAN_MAX = 200_000     # entries looked at per scan
@@ -98,7 +100,7 @@ class Retention:
     last: float = field(default=-float("inf"))
 
     def due(self, now: float) -> bool:
-        return now - self.last >= self.every_s
+        return clocks.due(now, self.last, self.every_s)
 
     def run(self, prune: Callable[[float], int], now: float | None = None) -> int | None:
         """``prune(before)`` if due (None if not), ``before`` being ``now - kept_s``."""

@@ -10,6 +10,7 @@ import logging
 import math
 
 from coscheduler.backend import BackendError
+from coscheduler.clocks import due
 from coscheduler.model import RunningJob
 
 from .metadata import AdminMark, format_admin_comment
@@ -66,7 +67,8 @@ class AgentCalls:
     def _renew_leases(self) -> None:
         now = self._clock()
         for jid, (q, nodes) in list(self._quotas.items()):
-            if q >= 1.0 or now - self._renewed.get(jid, 0.0) < self.lease_s / 3:
+            # (wall clock: ``due`` also renews after a step back, coscheduler/clocks.py)
+            if q >= 1.0 or not due(now, self._renewed.get(jid, 0.0), self.lease_s / 3):
                 continue
             ok = True
             for node in nodes:

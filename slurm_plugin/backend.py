@@ -52,6 +52,7 @@ from typing import Callable, Mapping
 
 from coscheduler import boundedjson
 from coscheduler.backend import BackendError, check_quota_fraction
+from coscheduler.clocks import due
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, check_finite)
 
@@ -321,7 +322,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
 
     # -- walltime credit (slurm_plugin/walltime.py) -------------------------------------------
     def _partition_max_s(self, now: float) -> float | None:
-        if self._max_time is None or now - self._max_time[0] > 60:
+        if self._max_time is None or due(now, self._max_time[0], 60.0):
             read = getattr(self.source, "partition_max_time", None)
             if read is None:
                 raise BackendError(f"{self.source.name} cannot read partition {self.partition}'s MaxTime")

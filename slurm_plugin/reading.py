@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from coscheduler.backend import BackendError
+from coscheduler.clocks import due
 from coscheduler.model import Allocation, InvalidInput, Job, StageType
 
 from .metadata import AdminMark, default_class, parse_admin_comment, parse_comment
@@ -29,8 +30,8 @@ class SlurmReading:
         return self._clock()
 
     def _refresh(self, force: bool = False) -> None:
-        if not force and self._clock() - self._snap_time < self.refresh_s:
-            return
+        if not force and not due(self._clock(), self._snap_time, self.refresh_s):
+            return   # (wall clock: ``due`` also reads again after a step back)
         try:
             jobs = self.source.jobs()
             nodes = self.source.nodes()

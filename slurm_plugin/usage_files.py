@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from coscheduler import boundedjson
+from coscheduler.clocks import due
 from coscheduler.oldfiles import prune_old_files
 
 log = logging.getLogger("slurm_plugin.backend")
@@ -69,7 +70,7 @@ class UsageRecords:
         """About once an hour: the usage records older than ``USAGE_KEPT_S`` go
         (``usage_files``), so that the folder does not grow by a file per job forever."""
         now = time.time()
-        if self.usage_dir is None or now - self._usage_scanned < USAGE_SCAN_S:
+        if self.usage_dir is None or not due(now, self._usage_scanned, USAGE_SCAN_S):
             return
         self._usage_scanned = now
         n = prune_usage(self.usage_dir, now - USAGE_KEPT_S)

@@ -511,6 +511,16 @@ def test_backend_tells_the_agents_who_lends_and_who_borrows(tmp_path):
     now[0] += 10.0     # renewed while Slurm's answer does not show the guest's mark yet
     b._renew_leases()
     assert ("quota", "7", 0.25, "guest") in agent.calls
+    # The wall clock stepped back an hour (NTP): renewed at once, not an hour later, when
+    # the agents' leases (on their monotonic clocks) would long have lapsed.
+    agent.calls.clear()
+    now[0] -= 3600.0
+    b._renew_leases()
+    assert ("quota", "7", 0.25, "guest") in agent.calls
+    agent.calls.clear()
+    now[0] += 1.0      # and from then on every third of the lease, as before
+    b._renew_leases()
+    assert agent.calls == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
@@ -653,3 +663,30 @@ def test_a_backend_running_for_months_holds_only_the_jobs_slurm_lists(tmp_path, 
     # the ended jobs' outcomes and eligible times: the last ENDED_KEPT at most
     assert 400 <= len(b.history) <= 500 and b.history[-1].job_id == ended[-1]
     assert len(b.eligible_at) <= 500 + len(listed)
+
+
+def test_a_wall_clock_stepped_back_does_not_freeze_the_backends_view_of_slurm():
+    """The backend asks Slurm again once ``refresh_s`` passed on the wall clock. Asked as
+    ``now - last < refresh_s``, a step back of an hour (NTP) kept the old snapshot for an
+    hour: no job that started or ended was seen (coscheduler/clocks.py)."""
+    from coscheduler.clocks import due
+
+    src = RecordedCluster("22.05")
+    calls = [0]
+    real_jobs = src.jobs
+
+    def counted():
+        calls[0] += 1
+        return real_jobs()
+    src.jobs = counted
+    now = [1000.0]
+    b = SlurmBackend(src, partition="cosched", clock=lambda: now[0])
+    b.queued()
+    first = calls[0]
+    b.queued()
+    assert calls[0] == first              # within refresh_s: the snapshot is reused
+    now[0] -= 3600.0
+    b.queued()
+    assert calls[0] == first + 1          # stepped back: asked again at once
+    assert due(100.0, 50.0, 60.0) is False and due(100.0, 40.0, 60.0) is True
+    assert due(100.0, 200.0, 60.0) is True and due(0.0, float("-inf"), 60.0) is True
