@@ -428,7 +428,10 @@ def _start_agent(procs, cg_root, state_dir) -> tuple[subprocess.Popen, dict]:
     ag = procs(AGENT_CMD + ["--listen", "127.0.0.1:0", "--cgroup-root", cg_root, "--state-dir",
                             str(state_dir), "--token-file", str(state_dir / "tok"),
                             "--interval", "0.5", "--log-level", "WARNING"],
-               stdout=subprocess.PIPE, text=True)
+               stdout=subprocess.PIPE, text=True,
+               # SIGHUP as a terminal would send it: not ignored, even when the tests run
+               # under nohup (CI's runner), which the agent would rightly keep ignoring
+               preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     line = ag.stdout.readline()
     assert line, "agent did not start"
     return ag, json.loads(line)

@@ -211,8 +211,10 @@ def test_sighup_stops_the_framework_cleanly_and_gives_every_quota_back_at_once(t
             "--policy", "static", "--static-fraction", "0.5", "--db", str(tmp_path / "state.db"),
             "--lease", "60", "--interval", "0.5", "--cpu-per-core", "1", "--hold", "1",
             "--refuse", "0.5", "--queue-file", str(jobs), "--log-level", "INFO"]
+    # (SIGHUP not ignored, even when the tests run under nohup, as CI's runner does)
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "run.log", "wb"),
-                         start_new_session=True)
+                         start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         base = wait_for(lambda: next((b for b in cpu.glob("cosched-mesos-*")
                                       if any(b.glob("*/kill9-[0-9]"))), None), 60, 0.2, "the cgroup base")

@@ -12,7 +12,9 @@ PROBE = ("import json; from coscheduler.stopsignals import stop_on_signals; "
 
 
 def _handled(ignore_hup: bool) -> list[int]:
-    pre = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_hup else None
+    # (set either way: this test may itself run under nohup, as CI's runner does)
+    hup = signal.SIG_IGN if ignore_hup else signal.SIG_DFL
+    pre = lambda: signal.signal(signal.SIGHUP, hup)  # noqa: E731
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                          preexec_fn=pre, timeout=60, check=True).stdout
     return json.loads(out)
