@@ -53,6 +53,7 @@ from typing import Callable, Mapping
 from coscheduler import boundedjson
 from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.clocks import due
+from coscheduler.oldfiles import Retention
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, check_finite)
 
@@ -62,7 +63,7 @@ from .parse import ParseError, SlurmJob, dependency_state
 from .source import SlurmSource
 from .agent_calls import AgentCalls
 from .reading import _RUNNING, SlurmReading
-from .usage_files import UsageRecords
+from .usage_files import USAGE_KEPT_S, USAGE_SCAN_S, UsageRecords
 from .walltime import WalltimeCredit, credit_minutes, projected_end
 
 log = logging.getLogger("slurm_plugin.backend")
@@ -118,7 +119,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         self.credits: list[WalltimeCredit] = []
         self._new_credits: list[WalltimeCredit] = []
         self._max_time: tuple[float, float | None] | None = None   # (read at, MaxTime s)
-        self._usage_scanned = -math.inf   # wall time of the last prune of usage_dir
+        self._usage_retention = Retention(USAGE_KEPT_S, USAGE_SCAN_S)   # of usage_dir
         self._load_state()
 
     # -- persistent bits ----------------------------------------------------------------------

@@ -9,15 +9,12 @@ once an hour.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
-import time
 from pathlib import Path
 
 from coscheduler import boundedjson
-from coscheduler.clocks import due
-from coscheduler.oldfiles import prune_old_files
+from coscheduler.oldfiles import Retention, prune_old_files
 
 log = logging.getLogger("slurm_plugin.backend")
 
@@ -43,7 +40,7 @@ class UsageRecords:
     """The backend's side (a mixin of ``SlurmBackend``): a job's record, and the pruning."""
 
     usage_dir: Path | None
-    _usage_scanned: float = -math.inf   # wall time of the last prune
+    _usage_retention: Retention        # when the folder is pruned next (the backend's own)
 
     def usage(self, job_id: int | str, uid: int | None = None) -> dict | None:
         """The job wrapper's record (``slurm_plugin.jobwrap``): start, end, cpu_s, rc.
@@ -69,14 +66,11 @@ class UsageRecords:
     def _prune_usage(self) -> None:
         """About once an hour: the usage records older than ``USAGE_KEPT_S`` go
         (``usage_files``), so that the folder does not grow by a file per job forever."""
-        now = time.time()
-        if self.usage_dir is None or not due(now, self._usage_scanned, USAGE_SCAN_S):
+        if self.usage_dir is None:
             return
-        self._usage_scanned = now
-        n = prune_usage(self.usage_dir, now - USAGE_KEPT_S)
+        n = self._usage_retention.run(lambda before: prune_usage(self.usage_dir, before))
         if n:
             log.info("removed %d usage records older than %g days from %s", n,
                      USAGE_KEPT_S / 86400, self.usage_dir)
-
 
 __all__ = ["UsageRecords", "USAGE_KEPT_S", "USAGE_SCAN_MAX", "USAGE_SCAN_S", "prune_usage"]

@@ -576,7 +576,7 @@ def test_usage_records_older_than_a_week_are_removed_about_once_an_hour(tmp_path
     os.utime(usage / "46.json", (old, old))
     b.drain_finished()                          # within the hour: not looked at again
     assert (usage / "46.json").exists()
-    monkeypatch.setattr(usage_files.time, "time", lambda: now + usage_files.USAGE_SCAN_S + 1)
+    monkeypatch.setattr(time, "time", lambda: now + usage_files.USAGE_SCAN_S + 1)   # (the wall clock)
     b.drain_finished()
     assert not (usage / "46.json").exists()
     assert usage_files.prune_usage(tmp_path / "missing", now) == 0   # logged, not raised
