@@ -50,6 +50,10 @@ PF_KTHREAD = 0x00200000
 PID_MAX_LIMIT = 1 << 22  # the kernel's largest pid_max (include/linux/threads.h)
 
 
+# the rule a batch system's placement overrides (Admission.check's placed_by_batch)
+OWN_CGROUP_RULE = "agent's cgroup"
+
+
 class Refused(InvalidInput):
     """A pid the agent must never move; ``rule`` names the rule that refused it."""
 
@@ -274,7 +278,7 @@ class Admission:
         own = self.own_cgroup
         if own is not None and own not in self.top and not placed_by_batch and self._cgroup_of(pid) == own \
                 and not self._descends_from(pid, self.own_pid):
-            raise Refused(pid, "agent's cgroup", f"pid {pid} ({_comm(pid)}) lives in the agent's "
+            raise Refused(pid, OWN_CGROUP_RULE, f"pid {pid} ({_comm(pid)}) lives in the agent's "
                           f"own cgroup {own} and was not started by the agent")
         return pid
 

@@ -137,7 +137,7 @@ class NodeAgent(JobObservation, Restore):
         # who may be moved into a job cgroup (monitoring/admission.py); refusals per job,
         # so that a refused process is reported once, not on every tick
         self.admission = Admission(controller="cpu" if self.layout.version == 1 else None)
-        self._refused: dict[str, dict[int, str]] = {}
+        self._refused: dict[str, dict[int, Refused]] = {}
         self._mem_total = psutil.virtual_memory().total
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -245,7 +245,7 @@ class NodeAgent(JobObservation, Restore):
                 js.event(now, f"could not move pid(s) {sorted(res.failed)}")
             for pid, why in refused.items():
                 js.event(now, f"not moved: {why}")
-            self._refused.setdefault(spec.job_id, {}).update({p: str(e) for p, e in refused.items()})
+            self._refused.setdefault(spec.job_id, {}).update(refused)
             self._save()
             view = self._view(js)
             view["created"] = created

@@ -16,7 +16,7 @@ from coscheduler.happiness import happiness
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import Refused, uid_of_job
+from .admission import OWN_CGROUP_RULE, Refused, uid_of_job
 from .cgroupfs import CgroupError, UnsafePath
 from .state import JobSpec, JobState, finite_happiness
 
@@ -55,23 +55,30 @@ class JobObservation:
         # Every process that would enter the job's cgroup passes the admission rule first
         # (a batch system's cgroup may list anything; so may a pid reused by the kernel).
         known = self._refused.get(jid, {})
-        refused: dict[int, str] = {}
+        refused: dict[int, Refused] = {}
 
         def admitted(pids: set[int]) -> set[int]:
             ok = set()
             for pid in pids:
-                if pid in known:
+                # A refusal is remembered (one event per process), except the own-cgroup
+                # one once the batch system lists the pid: Slurm had placed it meanwhile.
+                if pid in known and not (pid in batch and known[pid].rule == OWN_CGROUP_RULE):
                     refused[pid] = known[pid]
                     continue
                 try:
                     ok.add(self.admission.check(pid, placed_by_batch=pid in batch))
                 except Refused as e:
-                    refused[pid] = str(e)
+                    refused[pid] = e
             return ok
 
         # the registered processes, those in our cgroup or the batch system's, and every
         # descendant of them: a process the job started later is found here
         procs = collect.job_processes(in_cg | set(spec.pids) | admitted(batch - in_cg), self._files)
+        if spec.batch_cgroup and not set(procs) - in_cg <= batch:
+            # A child forked after the batch cgroup was read is in it from birth (it
+            # inherits its parent's cgroups): read the list again rather than judge it
+            # without (on cgroup v1 it would share the agent's cpu cgroup and be refused).
+            batch |= collect.cgroup_tree_pids(Path(spec.batch_cgroup))
         for pid in refused:
             procs.pop(pid, None)
         live = set(procs)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -279,3 +281,115 @@ def test_state_file_loader_never_raises(tmp_path):
         sf.path.write_bytes(content)
         st = sf.load()
         assert st is not None and st.problem, content[:20]
+
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    for f in Path(f"/proc/{pid}/task").glob("*/children"):
+        out.update(int(x) for x in f.read_text().split())
+    return out
+
+
+@pytest.fixture
+def forking_task(tmp_path):
+    """A batch task (parent) with a worker it forked (child), both listed in a batch-system
+    cgroup folder: ``(parent, child, batch)``. The parent is started by a shell that exits
+    at once, so neither descends from this process (the in-process agent): as a batch
+    daemon's, they are not the agent's own."""
+    code = ("import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            "time.sleep(120)")
+    out = subprocess.run(["sh", "-c", f'{shlex.quote(sys.executable)} -c "{code}" >/dev/null 2>&1 & echo $!'],
+                         capture_output=True, text=True, check=True).stdout
+    parent = int(out.split()[0])
+    try:
+        deadline = time.monotonic() + 10
+        while not (kids := _children(parent)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (child,) = kids
+        batch = tmp_path / "batch"
+        batch.mkdir()
+        (batch / "cgroup.procs").write_text(f"{parent}\n{child}\n")
+        yield parent, child, batch
+    finally:
+        for pid in (*_children(parent), parent):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+def _stale_batch_reads(monkeypatch, parent: int, n: int) -> None:
+    """The next ``n`` reads of a batch cgroup come before the fork: they list the parent only."""
+    import monitoring.collect as collect
+
+    real_read, left = collect.cgroup_tree_pids, [n]
+
+    def read(d):
+        if left[0] > 0:
+            left[0] -= 1
+            return {parent}
+        return real_read(d)
+
+    monkeypatch.setattr(collect, "cgroup_tree_pids", read)
+
+
+def _agent_sharing_its_cpu_cgroup(mimic, tmp_path) -> NodeAgent:
+    """Slurm on cgroup v1 in a container: every process shares the agent's cpu cgroup,
+    which is not the hierarchy's root (Slurm has no cpu cgroup of its own)."""
+    from monitoring.admission import Admission
+
+    agent = _agent(mimic, tmp_path)
+    agent._sample_only = lambda spec: False  # mimic is v2; move as on v1
+    agent.admission = Admission(own_cgroup="/docker/abc", top="/", cgroup_of=lambda pid: "/docker/abc")
+    return agent
+
+
+def test_a_worker_forked_after_the_batch_cgroup_was_read_is_followed_not_refused_mimic(
+        mimic, tmp_path, monkeypatch, forking_task):
+    """CI run of stop 45 (Slurm 24.11 on cgroup v1 in a container): the job's task forked
+    its worker between the agent's read of the job's Slurm cgroup and its walk of the
+    task's children. Without the batch system's word the own-cgroup rule refused the
+    worker, the refusal was remembered, and the worker ran unthrottled to its end."""
+    parent, child, batch = forking_task
+    _stale_batch_reads(monkeypatch, parent, 1)
+    agent = _agent_sharing_its_cpu_cgroup(mimic, tmp_path)
+    try:
+        agent.register_job(JobSpec(job_id="b1", cores=1.0, batch_cgroup=str(batch)))
+        agent.tick()
+        assert {parent, child} <= _in_job_cgroup(mimic, "b1")
+        assert "agent's cgroup" not in " ".join(e["event"] for e in agent.job("b1")["events"])
+    finally:
+        agent.close()
+
+
+def test_an_own_cgroup_refusal_is_lifted_once_the_batch_system_lists_the_pid_mimic(
+        mimic, tmp_path, monkeypatch, forking_task):
+    parent, child, batch = forking_task
+    _stale_batch_reads(monkeypatch, parent, 2)   # both reads of the first tick are stale
+    agent = _agent_sharing_its_cpu_cgroup(mimic, tmp_path)
+    try:
+        agent.register_job(JobSpec(job_id="b1", cores=1.0, batch_cgroup=str(batch)))
+        agent.tick()
+        assert child not in _in_job_cgroup(mimic, "b1")
+        assert "agent's cgroup" in " ".join(e["event"] for e in agent.job("b1")["events"])
+        agent.tick()
+        assert {parent, child} <= _in_job_cgroup(mimic, "b1")
+    finally:
+        agent.close()
+
+
+def test_an_own_cgroup_refusal_outside_the_batch_cgroup_stays_mimic(mimic, tmp_path, forking_task):
+    parent, child, batch = forking_task
+    (batch / "cgroup.procs").write_text(f"{parent}\n")   # the child left the job's cgroup
+    agent = _agent_sharing_its_cpu_cgroup(mimic, tmp_path)
+    try:
+        agent.register_job(JobSpec(job_id="b1", cores=1.0, batch_cgroup=str(batch)))
+        for _ in range(2):
+            agent.tick()
+        assert child not in _in_job_cgroup(mimic, "b1") and parent in _in_job_cgroup(mimic, "b1")
+        events = [e["event"] for e in agent.job("b1")["events"]]
+        assert sum("agent's cgroup" in e for e in events) == 1, events   # said once
+    finally:
+        agent.close()
