@@ -149,9 +149,16 @@ def format_comment(meta: JobMetadata) -> str:
 _CLASS_BAD = re.compile(r"[^A-Za-z0-9_.:/+-]")
 
 
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def default_class(user: str | None, job_name: str | None) -> str:
-    """``user/jobname`` with characters a class cannot hold replaced by ``_``."""
-    raw = f"{user or 'user'}/{job_name or 'job'}"
+    """``user/jobname`` with characters a class cannot hold replaced by ``_``, and each run
+    of digits in the job name by ``N``: ``run_12345`` and ``run_12346`` are one class
+    (``alice/run_N``). Names that carry a run number or a date would otherwise make a class
+    per job, which never learns and which the learner must hold (LearnerConfig.max_classes)."""
+    name = _DIGITS.sub("N", job_name) if job_name else "job"
+    raw = f"{user or 'user'}/{name}"
     text = _CLASS_BAD.sub("_", raw).strip("/")
     text = "/".join(p if p not in ("", ".", "..") else "_" for p in text.split("/"))
     if not text[:1].isalnum():

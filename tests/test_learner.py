@@ -138,7 +138,8 @@ def test_bad_m_is_refused(m):
 
 
 @pytest.mark.parametrize("kw", [dict(gamma0=0), dict(gamma0=float("nan")),
-                                dict(gamma_schedule="log"), dict(risk_threshold=-1)])
+                                dict(gamma_schedule="log"), dict(risk_threshold=-1),
+                                dict(max_classes=0), dict(max_classes=1.5), dict(max_classes=True)])
 def test_bad_config_is_refused(kw):
     with pytest.raises(InvalidInput):
         LearnerConfig(**kw)
@@ -209,3 +210,104 @@ def test_corrupt_class_record_is_refused():
         ClassState.from_dict(d)
     with pytest.raises(InvalidInput, match="not valid"):
         ClassState.from_dict({"job_class": "x"})
+
+
+# -- the class bound (a Slurm site's default class user/jobname, job names with run numbers) --
+
+def _decide_observe(learner, job_class, t, loss=0.5):
+    d = learner.decide(STATE, "h", "g", t, job_class=job_class)
+    learner.observe(d.decision_id, loss, t + 1)
+    return d
+
+
+def test_classes_past_the_bound_forget_the_least_recently_used():
+    learner = AsaxLearner(LearnerConfig(seed=1, max_classes=3))
+    for t, c in enumerate(["a/x", "b/x", "c/x"]):
+        _decide_observe(learner, c, float(t))
+    _decide_observe(learner, "a/x", 10.0)           # a used again: b is now the oldest
+    _decide_observe(learner, "d/x", 11.0)
+    assert learner.known_classes() == ["a/x", "c/x", "d/x"]
+    assert not learner.holds("b/x") and learner.forgotten_classes == 1
+    # a forgotten class comes back fresh
+    assert learner.class_state("b/x").decisions == 0
+    assert len(learner.known_classes()) == 3
+
+
+def test_a_class_with_a_decision_pending_is_never_forgotten():
+    learner = AsaxLearner(LearnerConfig(seed=1, max_classes=2))
+    waiting = learner.decide(STATE, "h1", "g1", 0.0, job_class="a/x")    # its outcome is due
+    _decide_observe(learner, "b/x", 1.0)
+    _decide_observe(learner, "c/x", 2.0)                    # b goes, not a
+    assert learner.holds("a/x") and not learner.holds("b/x")
+    w_before = learner.class_state("a/x").decisions
+    learner.observe(waiting.decision_id, 1.0, 3.0)          # reaches a's own state
+    st = learner.class_state("a/x")
+    assert st.decisions == w_before and st.observations == 1
+    # every held class pending: the bound is passed, nothing is lost, until one is settled
+    learner = AsaxLearner(LearnerConfig(seed=1, max_classes=2))
+    pend = [learner.decide(STATE, "h", "g", float(t), job_class=c)
+            for t, c in enumerate(["a/x", "b/x", "c/x"])]
+    assert learner.known_classes() == ["a/x", "b/x", "c/x"]
+    learner.forget(pend[0].decision_id)
+    _decide_observe(learner, "d/x", 5.0)     # a settled (forgotten decision): a goes
+    assert learner.known_classes() == ["b/x", "c/x", "d/x"]
+
+
+def test_many_one_job_classes_hold_bounded_memory():
+    """Measured before the bound: 20,000 one-job classes held 68 MB (3.4 KB a class)."""
+    import tracemalloc
+
+    from coscheduler.learner.asax import _MIXTURES_MAX
+
+    learner = AsaxLearner(LearnerConfig(seed=1, max_classes=500))
+    for t in range(500):
+        _decide_observe(learner, f"alice/run_{t}", float(t))
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    for t in range(500, 12_500):
+        _decide_observe(learner, f"alice/run_{t}", float(t))
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert len(learner.known_classes()) == 500 and learner.forgotten_classes == 12_000
+    held = (learner._experts, learner._keyed, learner._valid, learner._recency)
+    assert all(len(x) <= 500 for x in held) and not learner._pending_of
+    assert len(learner._mixtures) <= _MIXTURES_MAX
+    # Unbounded, 12,000 more classes would be about 41 MB. What grows here is the mixture
+    # cache, bounded too (up to 8,192 entries, about 1.2 KB each): 16 MB at its peak.
+    assert peak < 25_000_000, peak
+
+
+def test_a_saved_state_larger_than_the_bound_keeps_the_classes_updated_last():
+    learner = two_expert_learner()
+    saved = []
+    for t, c in enumerate(["a/x", "b/x", "c/x", "d/x"]):
+        st = ClassState.fresh(c, learner.expert_names)
+        st.last_update = float(10 - t) if c != "a/x" else 100.0
+        saved.append(st)
+    again = AsaxLearner(LearnerConfig(m=2, fitted_expert=False, max_classes=2),
+                        expert_factory=lambda: [ConstantExpert("a", (0.8, 0.2)),
+                                                ConstantExpert("b", (0.2, 0.8))],
+                        classes=saved)
+    assert again.known_classes() == ["a/x", "b/x"]
+
+
+def test_the_controller_does_not_save_a_forgotten_class_over_its_saved_state():
+    """A class forgotten in the pass that made it dirty: saving it at the end of the pass
+    would recreate it fresh and write that over the state the store holds."""
+    from coscheduler.controller.feedback import FeedbackMixin
+
+    class Saves(FeedbackMixin):
+        def __init__(self, learner):
+            self.learner, self.saved = learner, []
+            self.recorder = self
+            self._dirty_classes = {"a/x", "b/x"}
+
+        def save_class(self, st):
+            self.saved.append((st.job_class, st.decisions))
+
+    learner = AsaxLearner(LearnerConfig(seed=1, max_classes=1))
+    _decide_observe(learner, "a/x", 0.0)
+    _decide_observe(learner, "b/x", 1.0)
+    ctl = Saves(learner)
+    ctl._save_dirty()
+    assert ctl.saved == [("b/x", 1)] and not learner.holds("a/x") and not ctl._dirty_classes

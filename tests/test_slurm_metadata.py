@@ -39,6 +39,10 @@ def test_default_class_is_always_a_valid_class():
                        ("d", "x" * 300)]:
         validate_job_class(default_class(user, name))
     assert default_class("alice", "run.sh") == "alice/run.sh"
+    # a run number or a date in the name does not make a class per job
+    assert default_class("alice", "run_12345") == default_class("alice", "run_12346") == "alice/run_N"
+    assert default_class("bob7", "sim-2026-11-29.sh") == "bob7/sim-N-N-N.sh"
+    assert default_class("alice", "blast") != default_class("alice", "montage")
 
 
 def test_admin_marks():

@@ -57,6 +57,11 @@ class FeedbackMixin:
             self._dirty_classes.clear()
             return
         for c in sorted(self._dirty_classes):
+            if not self.learner.holds(c):
+                # forgotten (learner's class bound): saving would write a fresh state over
+                # the one last saved
+                self._dirty_classes.discard(c)
+                continue
             try:
                 self.recorder.save_class(self.learner.class_state(c))
             except RecorderUnavailable:

@@ -22,6 +22,12 @@ constant gamma (5) is (11) divided by gamma and always holds. So we keep the wei
 too (``weighted_excess_risk`` / ``weighted_bound``): eq. 11 holds for every schedule, and
 the tests check it for every schedule and (5) for the constant one.
 
+Classes are held up to ``LearnerConfig.max_classes``: a site whose job names carry a run
+number would otherwise add a class (its experts included, about 3.4 KB) per job for as long
+as the controller runs. Past the bound the class used least recently, with no decision
+pending, is forgotten: it starts afresh if it comes back (a store keeps its last saved
+state, which a restart reads again).
+
 No I/O: the state store (coscheduler/store) saves ``ClassState`` and pending decisions.
 """
 
@@ -30,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_right
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Callable, Iterable, Sequence
@@ -62,9 +69,14 @@ class LearnerConfig:
     # Optional experts beyond the paper's four (experts.EXTRA_EXPERTS: "pair", "io"). A
     # learner's expert set is fixed: saved classes with another set are refused.
     extra_experts: tuple[str, ...] = ()
+    # Classes held at once (module docstring): 10,000 hold about 34 MB.
+    max_classes: int = 10_000
 
     def __post_init__(self) -> None:
         action_fractions(self.m)
+        if isinstance(self.max_classes, bool) or not isinstance(self.max_classes, int) \
+                or self.max_classes < 1:
+            raise InvalidInput(f"max_classes must be an integer >= 1, got {self.max_classes!r}")
         object.__setattr__(self, "extra_experts", tuple(self.extra_experts))
         for name in self.extra_experts:
             if name not in EXTRA_EXPERTS:
@@ -266,6 +278,11 @@ class AsaxLearner:
         self._keyed: dict[str, Callable | bool] = {}
         self._valid: set[str] = set()     # class names that passed validate_job_class
         self._mixtures: dict[tuple, tuple] = {}
+        # classes by last use, oldest first, and the pending decisions of each (a class
+        # with one pending is never forgotten: its outcome must reach its own state)
+        self._recency: OrderedDict[str, None] = OrderedDict()
+        self._pending_of: Counter[str] = Counter()
+        self.forgotten_classes = 0
         self.pending: dict[int, Decision] = {}
         self.next_decision_id = next_decision_id
         names = self.expert_names
@@ -278,7 +295,12 @@ class AsaxLearner:
             self._classes[st.job_class] = st
         for d in pending:
             self.pending[d.decision_id] = d
+            self._pending_of[d.job_class] += 1
             self.next_decision_id = max(self.next_decision_id, d.decision_id + 1)
+        # a saved state larger than the bound: the classes updated last are kept
+        for c in sorted(self._classes, key=lambda c: self._classes[c].last_update or 0.0):
+            self._recency[c] = None
+        self._forget_beyond_bound()
 
     # -- experts and classes ---------------------------------------------------------------
     @property
@@ -300,15 +322,49 @@ class AsaxLearner:
         return experts
 
     def class_state(self, job_class: str) -> ClassState:
-        """The class's state (created uniform on first sight)."""
+        """The class's state (created uniform on first sight, which may forget the class
+        used least recently: module docstring)."""
         st = self._classes.get(job_class)
         if st is not None and job_class in self._valid:
+            self._recency.move_to_end(job_class)
             return st
         validate_job_class(job_class)
         self._valid.add(job_class)
         if st is None:
             st = self._classes[job_class] = ClassState.fresh(job_class, self.expert_names)
+        self._recency[job_class] = None
+        self._recency.move_to_end(job_class)
+        self._forget_beyond_bound()
         return st
+
+    def holds(self, job_class: str) -> bool:
+        """Whether the class is held now (not unknown, not forgotten)."""
+        return job_class in self._classes
+
+    def _forget_beyond_bound(self) -> None:
+        """Forget classes used least recently, with no decision pending, down to the bound.
+        The newest class is never forgotten; when every other held class has a decision
+        pending the bound is passed until one is observed."""
+        excess = len(self._classes) - self.config.max_classes
+        if excess <= 0:
+            return
+        newest = next(reversed(self._recency))
+        for c in list(self._recency):
+            if excess <= 0:
+                break
+            if c == newest or self._pending_of.get(c, 0) > 0:
+                continue
+            del self._classes[c], self._recency[c]
+            self._experts.pop(c, None)
+            self._keyed.pop(c, None)
+            self._valid.discard(c)
+            self.forgotten_classes += 1
+            excess -= 1
+        if self.forgotten_classes and self.forgotten_classes & (self.forgotten_classes - 1) == 0:
+            log.warning("learner: %d job classes forgotten so far (at most %d are held; the "
+                        "least recently used go first). Many one-job classes usually mean "
+                        "job names with run numbers: give such jobs a class "
+                        "(docs/slurm.md)", self.forgotten_classes, self.config.max_classes)
 
     def known_classes(self) -> list[str]:
         return sorted(self._classes)
@@ -348,7 +404,15 @@ class AsaxLearner:
             "policy": "asax"})
         st.decisions += 1
         self.pending[did] = decision
+        self._pending_of[job_class] += 1
         return decision
+
+    def _settled(self, decision: Decision) -> None:
+        left = self._pending_of[decision.job_class] - 1
+        if left > 0:
+            self._pending_of[decision.job_class] = left
+        else:
+            self._pending_of.pop(decision.job_class, None)
 
     def _keyed_experts(self, job_class: str):
         """The class's experts' keyed answers in one call (``experts.keyed_answers``), or
@@ -399,6 +463,7 @@ class AsaxLearner:
         check_finite(now, "observation time", minimum=0.0)
         assert lv is not None
         del self.pending[decision_id]
+        self._settled(decision)
         st = self.class_state(decision.job_class)
         j = decision.action_index
         for i, p in enumerate(decision.expert_dists):
@@ -459,7 +524,10 @@ class AsaxLearner:
 
     def forget(self, decision_id: int) -> Decision | None:
         """Drop a pending decision that was never carried out (the guest did not start)."""
-        return self.pending.pop(decision_id, None)
+        decision = self.pending.pop(decision_id, None)
+        if decision is not None:
+            self._settled(decision)
+        return decision
 
     def _close_round(self, st: ClassState, now: float) -> RoundClosed:
         t = st.rounds + 1
