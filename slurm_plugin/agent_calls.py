@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator
 
 from coscheduler.backend import BackendError
 from coscheduler.clocks import due
@@ -17,6 +19,9 @@ from .metadata import AdminMark, format_admin_comment
 from .reading import _RUNNING
 
 log = logging.getLogger("slurm_plugin.backend")
+
+# agents asked at once for their job views (each call waits on the network)
+LISTING_THREADS = 16
 
 
 class AgentCalls:
@@ -39,6 +44,27 @@ class AgentCalls:
                 raise BackendError(f"agent of {node}: registering job {job.job_id}: {exc}") from None
             self._note(f"agent of {node}: registering job {job.job_id}: {exc}")
             return None
+
+    def _agent_listings(self) -> Iterator[tuple[str, Any, dict[str, dict] | Exception]]:
+        """Every agent's job views by job id, as (node, client, views or the error), in the
+        agents' order. The agents are asked at once, at most ``LISTING_THREADS`` at a time:
+        asked one after the other, a pass over a thousand nodes waited a thousand round trips."""
+        agents = list(self.agents.items())
+
+        def listing(client) -> dict[str, dict] | Exception:
+            try:
+                return {v["job_id"]: v for v in client.jobs()}
+            except Exception as exc:  # noqa: BLE001 - reported by the caller
+                return exc
+
+        if len(agents) <= 1:
+            answers = [listing(c) for _, c in agents]
+        else:
+            with ThreadPoolExecutor(min(LISTING_THREADS, len(agents)),
+                                    thread_name_prefix="agent-listing") as pool:
+                answers = list(pool.map(listing, (c for _, c in agents)))
+        for (node, client), answer in zip(agents, answers):
+            yield node, client, answer
 
     def _role(self, jid: int) -> str:
         """A job under a quota below 1 is a guest (its mark names a running host) or a host

@@ -274,16 +274,17 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         if not self.agents:
             return {}
         per_job: dict[str, list[tuple[int, dict]]] = {}
-        for node, client in self.agents.items():
-            try:
-                listing = {v["job_id"]: v for v in client.jobs()}
-            except Exception as exc:  # noqa: BLE001 - a node without metrics this pass
-                self._note(f"agent of {node}: {exc}")
+        # each node's jobs, found once (not every running job asked at every node)
+        on_node: dict[str, list[tuple[str, RunningJob, int]]] = {}
+        for jid, rj in running.items():
+            for node, cores in rj.allocation.as_dict().items():
+                if cores:
+                    on_node.setdefault(node, []).append((jid, rj, cores))
+        for node, client, listing in self._agent_listings():
+            if isinstance(listing, Exception):   # a node without metrics this pass
+                self._note(f"agent of {node}: {listing}")
                 continue
-            for jid, rj in running.items():
-                cores = rj.allocation.as_dict().get(node)
-                if not cores:
-                    continue
+            for jid, rj, cores in on_node.get(node, ()):
                 v = listing.get(jid)
                 if v is None or _stale(v, rj.start_time) or (
                         v.get("status") == "running" and v.get("cores") != float(cores)):

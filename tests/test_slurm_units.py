@@ -690,3 +690,39 @@ def test_a_wall_clock_stepped_back_does_not_freeze_the_backends_view_of_slurm():
     assert calls[0] == first + 1          # stepped back: asked again at once
     assert due(100.0, 50.0, 60.0) is False and due(100.0, 40.0, 60.0) is True
     assert due(100.0, 200.0, 60.0) is True and due(0.0, float("-inf"), 60.0) is True
+
+
+def test_the_agents_are_asked_for_their_jobs_at_once_not_one_after_the_other():
+    """A pass over many nodes asked each agent in turn: a thousand round trips per pass.
+    Here each agent answers only once all four are asking (a barrier): asked in turn, the
+    first waits for the others, times out, and no node has metrics this pass."""
+    import threading
+
+    barrier = threading.Barrier(4, timeout=5)
+
+    class WaitingAgent:
+        def __init__(self, views):
+            self.views = views
+
+        def jobs(self):
+            barrier.wait()
+            return self.views
+
+        def register_job(self, job_id, pids, cores, **kw):
+            return {"job_id": job_id, "status": "running", "cores": float(cores)}
+
+        def clear_quota(self, job_id):
+            return {}
+
+    def view(jid, cores):
+        return {"job_id": jid, "status": "running", "cores": float(cores), "cpu_percent": 40.0,
+                "mem_percent": 2.0, "tasks_done": 3, "tasks_total": 10, "tasks_per_s": 0.5,
+                "start_time": 0.0, "cpu_fraction": 1.0}
+
+    b = SlurmBackend(RecordedCluster("22.05"), partition="cosched",
+                     agents={"rn1": WaitingAgent([view("5", 3), view("6", 1)]),
+                             "rn2": WaitingAgent([]), "rn3": WaitingAgent([]),
+                             "rn4": WaitingAgent([])})
+    samples = b.metrics()
+    assert sorted(samples) == ["5", "6"], samples
+    assert samples["5"].cpu_percent == 40.0 and samples["6"].tasks_done == 3
