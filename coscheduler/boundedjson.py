@@ -62,23 +62,31 @@ def nesting_depth(raw: bytes, limit: int) -> int:
     the string); what is left of the brackets and quotes is counted a chunk at a time: a
     bracket after an odd number of quotes is in a string. Invalid JSON may count wrong here:
     the parser refuses it (a RecursionError included)."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    if len(raw) <= limit:
         return 0
-    import numpy as np      # here: the node agent imports this module and needs no numpy
-
     if b"\\" in raw:
         raw = _ESCAPE.sub(b"", raw)
     marks = raw.translate(None, _NOT_MARKS)
+    if marks.count(b"[") + marks.count(b"{") <= limit:
+        return 0
+    import numpy as np      # here: the node agent imports this module and needs no numpy
+
     depth = deepest = 0
     in_string = 0
     for at in range(0, len(marks), _CHUNK):
         a = np.frombuffer(marks, dtype=np.uint8, count=min(_CHUNK, len(marks) - at), offset=at)
-        quote = a == 0x22
-        inside = (np.cumsum(quote) + in_string) & 1
+        quote = (a == 0x22).view(np.uint8)
+        # 1 inside a string: the quotes so far, odd or even (one byte an element)
+        inside = np.bitwise_xor.accumulate(quote)
+        if in_string:
+            inside ^= 1
         in_string = int(inside[-1])
-        brackets = a[~quote & (inside == 0)]
+        brackets = a[(quote | inside) == 0]
         if brackets.size:
-            levels = depth + np.cumsum(np.where((brackets == 0x5B) | (brackets == 0x7B), 1, -1))
+            # "[" and "{" have the bit 0x02 set, "]" and "}" not: +1 and -1
+            steps = (brackets & 2).astype(np.int32) - 1
+            levels = np.cumsum(steps)
+            levels += depth
             deepest = max(deepest, int(levels.max()))
             depth = int(levels[-1])
             if deepest > limit:
