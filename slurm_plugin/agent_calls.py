@@ -21,7 +21,7 @@ from .reading import _RUNNING
 log = logging.getLogger("slurm_plugin.backend")
 
 # agents asked at once for their job views (each call waits on the network)
-LISTING_THREADS = 16
+AGENT_THREADS = 16
 
 
 class AgentCalls:
@@ -47,7 +47,7 @@ class AgentCalls:
 
     def _agent_listings(self) -> Iterator[tuple[str, Any, dict[str, dict] | Exception]]:
         """Every agent's job views by job id, as (node, client, views or the error), in the
-        agents' order. The agents are asked at once, at most ``LISTING_THREADS`` at a time:
+        agents' order. The agents are asked at once, at most ``AGENT_THREADS`` at a time:
         asked one after the other, a pass over a thousand nodes waited a thousand round trips."""
         agents = list(self.agents.items())
 
@@ -57,12 +57,7 @@ class AgentCalls:
             except Exception as exc:  # noqa: BLE001 - reported by the caller
                 return exc
 
-        if len(agents) <= 1:
-            answers = [listing(c) for _, c in agents]
-        else:
-            with ThreadPoolExecutor(min(LISTING_THREADS, len(agents)),
-                                    thread_name_prefix="agent-listing") as pool:
-                answers = list(pool.map(listing, (c for _, c in agents)))
+        answers = self._at_once(listing, [c for _, c in agents])
         for (node, client), answer in zip(agents, answers):
             yield node, client, answer
 
@@ -91,25 +86,61 @@ class AgentCalls:
             raise BackendError(f"agent of {node}: full quota for job {job_id}: {exc}") from None
 
     def _renew_leases(self) -> None:
+        """Renew every lease due (a third of it has passed) on every node of its job, the
+        agents asked at once (``_at_once``): one after the other, a thousand leases waited a
+        thousand round trips, and the last could lapse before its turn."""
         now = self._clock()
+        calls: list[tuple[int, str, float, str]] = []
         for jid, (q, nodes) in list(self._quotas.items()):
             # (wall clock: ``due`` also renews after a step back, coscheduler/clocks.py)
             if q >= 1.0 or not due(now, self._renewed.get(jid, 0.0), self.lease_s / 3):
                 continue
-            ok = True
-            for node in nodes:
-                if node in self.agents:
-                    try:
-                        self.agents[node].set_quota(str(jid), q, self.lease_s,
-                                                    self._roles.get(jid) or self._role(jid))
-                    except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
-                        ok = False
-                        if getattr(exc, "status", None) in (404, 409):
-                            self._quotas.pop(jid, None)   # the job ended: nothing to renew
-                            break
-                        self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
-            if ok:
+            role = self._roles.get(jid) or self._role(jid)
+            calls += [(jid, node, q, role) for node in nodes if node in self.agents]
+            if not any(node in self.agents for node in nodes):
                 self._renewed[jid] = now
+
+        # One worker per node, its renewals in turn (a client makes one call at a time).
+        by_node: dict[str, list[tuple[int, str, float, str]]] = {}
+        for call in calls:
+            by_node.setdefault(call[1], []).append(call)
+
+        def renew(node_calls: list[tuple[int, str, float, str]]) -> list[Exception | None]:
+            out: list[Exception | None] = []
+            for jid, node, q, role in node_calls:
+                try:
+                    self.agents[node].set_quota(str(jid), q, self.lease_s, role)
+                    out.append(None)
+                except Exception as exc:  # noqa: BLE001 - lapses: full quota, safe
+                    out.append(exc)
+            return out
+
+        groups = list(by_node.values())
+        results = [(call, exc) for group, excs in zip(groups, self._at_once(renew, groups))
+                   for call, exc in zip(group, excs)]
+        failed: dict[int, bool] = {}
+        for (jid, node, _, _), exc in results:
+            failed.setdefault(jid, False)
+            if exc is None:
+                continue
+            failed[jid] = True
+            if getattr(exc, "status", None) in (404, 409):
+                self._quotas.pop(jid, None)   # the job ended: nothing to renew
+            else:
+                self._note(f"agent of {node}: renewing the lease of job {jid}: {exc}")
+        for jid, bad in failed.items():
+            if not bad:
+                self._renewed[jid] = now
+
+    @staticmethod
+    def _at_once(fn, items: list) -> list:
+        """``[fn(x) for x in items]``, at most ``AGENT_THREADS`` at a time (calls to agents:
+        each waits on the network). ``fn`` must not raise."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(min(AGENT_THREADS, len(items)),
+                                thread_name_prefix="agent-calls") as pool:
+            return list(pool.map(fn, items))
 
     def restore_quotas(self) -> list[str]:
         """Give every job this backend throttled its full CPU back (controller shutdown):

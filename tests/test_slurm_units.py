@@ -726,3 +726,29 @@ def test_the_agents_are_asked_for_their_jobs_at_once_not_one_after_the_other():
     samples = b.metrics()
     assert sorted(samples) == ["5", "6"], samples
     assert samples["5"].cpu_percent == 40.0 and samples["6"].tasks_done == 3
+
+
+def test_lease_renewals_go_to_the_nodes_at_once():
+    """Renewals went one after the other: a thousand lending jobs waited a thousand round
+    trips each pass. Each agent here answers only once both are renewing (a barrier)."""
+    import threading
+
+    barrier = threading.Barrier(2, timeout=5)
+    now = [1000.0]
+
+    class WaitingAgent:
+        def __init__(self):
+            self.renewed = []
+
+        def set_quota(self, job_id, cpu_fraction, lease_s, role=None):
+            barrier.wait()
+            self.renewed.append((job_id, cpu_fraction))
+            return {}
+
+    a1, a2 = WaitingAgent(), WaitingAgent()
+    b = SlurmBackend(RecordedCluster("22.05"), partition="cosched", agents={"rn1": a1, "rn2": a2},
+                     lease_s=6.0, clock=lambda: now[0])
+    b._quotas = {5: (0.5, ("rn1",)), 4: (0.25, ("rn2",))}
+    b._renew_leases()
+    assert a1.renewed == [("5", 0.5)] and a2.renewed == [("4", 0.25)]
+    assert b._renewed == {5: 1000.0, 4: 1000.0}
