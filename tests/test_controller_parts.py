@@ -335,3 +335,23 @@ def test_a_pass_leaves_the_garbage_collector_as_it_found_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_cooldowns_set_before_the_clock_stepped_back_expire():
+    """The Slurm backend's clock is the wall clock. Stepped back an hour, a decline's
+    cooldown (600 s) would have lasted an hour and ten minutes: the pair was never asked
+    again for that long. Entries ending further away than a cooldown lasts are dropped."""
+    from coscheduler.bench.controller import _BenchBackend
+    from coscheduler.controller import Controller
+    from coscheduler.policies.coalloc import Static
+
+    ctl = Controller(_BenchBackend(2, 4, 0), Static(0.5))
+    now = 10_000.0
+    cd = ctl.config.decline_cooldown_s
+    ctl._cooldown = {("g1", "h1"): now + cd, ("g2", "h2"): now + 10.0, ("g3", "h3"): now - 1.0}
+    ctl.passes = 64
+    ctl._expire_cooldowns(now - 3600.0)      # the clock stepped back an hour
+    assert ctl._cooldown == {}
+    ctl._cooldown = {("g1", "h1"): now + cd, ("g2", "h2"): now + 10.0, ("g3", "h3"): now - 1.0}
+    ctl._expire_cooldowns(now)               # no step: the live ones stay
+    assert ctl._cooldown == {("g1", "h1"): now + cd, ("g2", "h2"): now + 10.0}

@@ -217,4 +217,7 @@ class ActMixin:
 
     def _expire_cooldowns(self, now: float) -> None:
         if len(self._cooldown) > 4096 or self.passes % 64 == 0:
-            self._cooldown = {k: t for k, t in self._cooldown.items() if t > now}
+            # (an end further away than a cooldown lasts was set before the backend's clock
+            # stepped back: it goes too, or the pair would wait out the step as well)
+            latest = now + self.config.decline_cooldown_s
+            self._cooldown = {k: t for k, t in self._cooldown.items() if now < t <= latest}
