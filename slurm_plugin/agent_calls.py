@@ -20,9 +20,6 @@ from .reading import _RUNNING
 
 log = logging.getLogger("slurm_plugin.backend")
 
-# agents asked at once for their job views (each call waits on the network)
-AGENT_THREADS = 16
-
 
 class AgentCalls:
     """Calls to the node agents: register a job's processes, set and clear leased quotas,
@@ -47,7 +44,7 @@ class AgentCalls:
 
     def _agent_listings(self) -> Iterator[tuple[str, Any, dict[str, dict] | Exception]]:
         """Every agent's job views by job id, as (node, client, views or the error), in the
-        agents' order. The agents are asked at once, at most ``AGENT_THREADS`` at a time:
+        agents' order. The agents are asked at once, at most ``agent_threads`` at a time:
         asked one after the other, a pass over a thousand nodes waited a thousand round trips."""
         agents = list(self.agents.items())
 
@@ -132,14 +129,13 @@ class AgentCalls:
             if not bad:
                 self._renewed[jid] = now
 
-    @staticmethod
-    def _at_once(fn, items: list) -> list:
-        """``[fn(x) for x in items]``, at most ``AGENT_THREADS`` at a time (calls to agents:
+    def _at_once(self, fn, items: list) -> list:
+        """``[fn(x) for x in items]``, at most ``agent_threads`` at a time (calls to agents:
         each waits on the network). ``fn`` must not raise."""
-        if len(items) <= 1:
+        threads = min(self.agent_threads, len(items))
+        if threads <= 1:
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(min(AGENT_THREADS, len(items)),
-                                thread_name_prefix="agent-calls") as pool:
+        with ThreadPoolExecutor(threads, thread_name_prefix="agent-calls") as pool:
             return list(pool.map(fn, items))
 
     def restore_quotas(self) -> list[str]:

@@ -86,8 +86,14 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                  state_file: str | os.PathLike | None = None,
                  jobcomp_file: str | os.PathLike | None = None,
                  usage_dir: str | os.PathLike | None = None, refresh_s: float = 0.25,
-                 clock: Callable[[], float] = time.time, cpu_per_core: float = 1.0):
+                 clock: Callable[[], float] = time.time, cpu_per_core: float = 1.0,
+                 agent_threads: int = 16):
         self.source = source
+        # node agents asked at once (their job views, lease renewals): each call waits on
+        # the network, one after the other a pass over many nodes waited every round trip
+        if isinstance(agent_threads, bool) or not isinstance(agent_threads, int) or agent_threads < 1:
+            raise InvalidInput(f"agent_threads must be an integer >= 1, got {agent_threads!r}")
+        self.agent_threads = agent_threads
         # What one Slurm CPU is worth in real CPUs (1 on a real cluster; less on the
         # emulated one), as the agents count it: the base of an outcome's cpu_percent.
         self.cpu_per_core = check_finite(cpu_per_core, "cpu_per_core", minimum=1e-6)

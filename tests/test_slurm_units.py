@@ -752,3 +752,17 @@ def test_lease_renewals_go_to_the_nodes_at_once():
     b._renew_leases()
     assert a1.renewed == [("5", 0.5)] and a2.renewed == [("4", 0.25)]
     assert b._renewed == {5: 1000.0, 4: 1000.0}
+
+
+def test_bench_slurm_prints_both_runs_side_by_side():
+    from click.testing import CliRunner
+
+    from slurm_plugin.bench import slurm
+
+    res = CliRunner().invoke(slurm, ["--nodes", "4", "--jobs", "8", "--lending", "3",
+                                     "--rtt-ms", "0", "--repeat", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert set(out["runs"]) == {"one after the other", "at once"} and out["lending"] == 3
+    bad = CliRunner().invoke(slurm, ["--jobs", "2", "--lending", "3"])
+    assert bad.exit_code != 0 and "lending" in bad.output and "Traceback" not in bad.output
