@@ -138,6 +138,7 @@ class NodeAgent(JobObservation, Restore):
         # so that a refused process is reported once, not on every tick
         self.admission = Admission(controller="cpu" if self.layout.version == 1 else None)
         self._refused: dict[str, dict[int, Refused]] = {}
+        self._v2_scopes: set[Path] = set()   # Slurm's step scopes seen (restore.py)
         self._mem_total = psutil.virtual_memory().total
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -326,6 +326,29 @@ def discover_slurm_jobs_v2(mount: Path, node: str | None = None,
     return out
 
 
+def scope_folders_v2(scopes: "set[Path]") -> set[str] | None:
+    """The folders in Slurm's step scopes on cgroup v2 (one per job; ``system`` holds
+    slurmstepd itself), as normalized paths; None when a scope cannot be listed."""
+    out: set[str] = set()
+    for scope in scopes:
+        try:
+            with os.scandir(scope) as it:
+                out.update(os.path.normpath(e.path) for e in it
+                           if e.name != "system" and e.is_dir(follow_symlinks=False))
+        except OSError:
+            return None
+    return out
+
+
+def slurm_scopes_v2(mount: Path) -> set[Path]:
+    """Where Slurm usually makes its step scope on cgroup v2: ``system.slice/slurmstepd.scope``
+    (``NODE_slurmstepd.scope`` with several slurmd on one host)."""
+    try:
+        return set((mount / "system.slice").glob("*slurmstepd.scope"))
+    except OSError:
+        return set()
+
+
 def cgroup_tree_pids(d: Path) -> set[int]:
     """Every pid in a cgroup and its descendants (a Slurm job keeps them in step cgroups)."""
     pids: set[int] = set()

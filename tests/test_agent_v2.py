@@ -538,3 +538,39 @@ def test_v2_mimic_a_failing_discovery_does_not_stop_the_sampling_of_followed_job
         assert agent.job("j1")["sample_time"] is not None
     finally:
         agent.close()
+
+
+def test_v2_mimic_every_process_is_read_only_when_a_new_job_folder_appears(
+        mimic, procs, tmp_path, monkeypatch):
+    """v2 discovery read every process's /proc/PID/cgroup at every tick (5 us each: a
+    node's 1,500 processes cost more than the agent's whole budget). While each folder in
+    Slurm's step scope is a job followed already, it does not; a new job's folder makes it
+    read them at the next tick, and every V2_FULL_SCAN_TICKS ticks it reads them anyway."""
+    from monitoring import collect, restore
+
+    scans: list[int] = []
+    real = collect.discover_slurm_jobs_v2
+    monkeypatch.setattr(collect, "discover_slurm_jobs_v2",
+                        lambda *a, **k: scans.append(1) or real(*a, **k))
+    p1, p2 = procs(SLEEPY), procs(SLEEPY)
+    _slurm_v2_job(mimic, tmp_path, p1.pid, "42", "job_42")
+    agent = NodeAgent("cosched", layout=mimic.layout(), fs=mimic, discover_slurm=True,
+                      slurm_node="n1", state_dir=tmp_path / "s")
+    agent.proc_root = str(tmp_path / "proc")
+    try:
+        agent.tick()
+        assert agent.job("42")["cores"] == 4 and len(scans) == 1
+        for _ in range(3):
+            agent.tick()
+        assert len(scans) == 1                     # only followed jobs in the scope
+        _slurm_v2_job(mimic, tmp_path, p2.pid, "43", "0SLUID5K4V3NWH2Y8Q")   # a new job
+        agent.tick()
+        assert len(scans) == 2 and agent.job("43")["status"] == "running"
+        agent.tick()
+        assert len(scans) == 2
+        while agent.counters["ticks"] % restore.V2_FULL_SCAN_TICKS:
+            agent.tick()
+        agent.tick()                               # the periodic full read
+        assert len(scans) == 3
+    finally:
+        agent.close()
