@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import math
 from bisect import bisect_right
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Callable, Iterable, Sequence
@@ -281,7 +281,7 @@ class AsaxLearner:
         # classes by last use, oldest first, and the pending decisions of each (a class
         # with one pending is never forgotten: its outcome must reach its own state)
         self._recency: OrderedDict[str, None] = OrderedDict()
-        self._pending_of: Counter[str] = Counter()
+        self._pending_of: dict[str, int] = {}
         self.forgotten_classes = 0
         self.pending: dict[int, Decision] = {}
         self.next_decision_id = next_decision_id
@@ -295,7 +295,7 @@ class AsaxLearner:
             self._classes[st.job_class] = st
         for d in pending:
             self.pending[d.decision_id] = d
-            self._pending_of[d.job_class] += 1
+            self._pending_of[d.job_class] = self._pending_of.get(d.job_class, 0) + 1
             self.next_decision_id = max(self.next_decision_id, d.decision_id + 1)
         # a saved state larger than the bound: the classes updated last are kept
         for c in sorted(self._classes, key=lambda c: self._classes[c].last_update or 0.0):
@@ -349,18 +349,20 @@ class AsaxLearner:
         if excess <= 0:
             return
         newest = next(reversed(self._recency))
-        for c in list(self._recency):
-            if excess <= 0:
+        victims = []
+        for c in self._recency:     # oldest first; most often the first one goes
+            if len(victims) == excess:
                 break
-            if c == newest or self._pending_of.get(c, 0) > 0:
-                continue
+            if c != newest and self._pending_of.get(c, 0) == 0:
+                victims.append(c)
+        before = self.forgotten_classes
+        for c in victims:
             del self._classes[c], self._recency[c]
             self._experts.pop(c, None)
             self._keyed.pop(c, None)
             self._valid.discard(c)
-            self.forgotten_classes += 1
-            excess -= 1
-        if self.forgotten_classes and self.forgotten_classes & (self.forgotten_classes - 1) == 0:
+        self.forgotten_classes += len(victims)
+        if self.forgotten_classes.bit_length() > before.bit_length():   # (1, 2, 4, 8, ... so far)
             log.warning("learner: %d job classes forgotten so far (at most %d are held; the "
                         "least recently used go first). Many one-job classes usually mean "
                         "job names with run numbers: give such jobs a class "
@@ -404,15 +406,14 @@ class AsaxLearner:
             "policy": "asax"})
         st.decisions += 1
         self.pending[did] = decision
-        self._pending_of[job_class] += 1
+        pending_of = self._pending_of
+        pending_of[job_class] = pending_of.get(job_class, 0) + 1
         return decision
 
-    def _settled(self, decision: Decision) -> None:
-        left = self._pending_of[decision.job_class] - 1
+    def _settled(self, job_class: str) -> None:
+        left = self._pending_of.pop(job_class, 0) - 1
         if left > 0:
-            self._pending_of[decision.job_class] = left
-        else:
-            self._pending_of.pop(decision.job_class, None)
+            self._pending_of[job_class] = left
 
     def _keyed_experts(self, job_class: str):
         """The class's experts' keyed answers in one call (``experts.keyed_answers``), or
@@ -463,7 +464,7 @@ class AsaxLearner:
         check_finite(now, "observation time", minimum=0.0)
         assert lv is not None
         del self.pending[decision_id]
-        self._settled(decision)
+        self._settled(decision.job_class)
         st = self.class_state(decision.job_class)
         j = decision.action_index
         for i, p in enumerate(decision.expert_dists):
@@ -526,7 +527,7 @@ class AsaxLearner:
         """Drop a pending decision that was never carried out (the guest did not start)."""
         decision = self.pending.pop(decision_id, None)
         if decision is not None:
-            self._settled(decision)
+            self._settled(decision.job_class)
         return decision
 
     def _close_round(self, st: ClassState, now: float) -> RoundClosed:
