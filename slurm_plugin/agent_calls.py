@@ -42,6 +42,40 @@ class AgentCalls:
             self._note(f"agent of {node}: registering job {job.job_id}: {exc}")
             return None
 
+    def _job_views(self, running: dict[str, RunningJob]) -> dict[str, list[tuple[int, dict]]]:
+        """Each running job's views from the agents of its nodes, as (its cores there, the
+        view); a job an agent does not know (or knows from before Slurm started it, or with
+        other cores) is registered there. A quota an agent holds on a job that no longer
+        lends or borrows, or is not ours, is lifted."""
+        per_job: dict[str, list[tuple[int, dict]]] = {}
+        # each node's jobs, found once (not every running job asked at every node)
+        on_node: dict[str, list[tuple[str, RunningJob, int]]] = {}
+        for jid, rj in running.items():
+            for node, cores in rj.allocation.as_dict().items():
+                if cores:
+                    on_node.setdefault(node, []).append((jid, rj, cores))
+        for node, client, listing in self._agent_listings():
+            if isinstance(listing, Exception):   # a node without metrics this pass
+                self._note(f"agent of {node}: {listing}")
+                continue
+            for jid, rj, cores in on_node.get(node, ()):
+                v = listing.get(jid)
+                if v is None or _stale(v, rj.start_time) or (
+                        v.get("status") == "running" and v.get("cores") != float(cores)):
+                    v = self._register(node, rj, cores)
+                if v is not None:
+                    per_job.setdefault(jid, []).append((cores, v))
+            for jid, v in listing.items():
+                # A quota on a job that no longer shares its cores, or that is not ours: lift it.
+                if v.get("status") == "running" and (v.get("cpu_fraction") or 1.0) < 1.0:
+                    q = self._quotas.get(int(jid)) if jid.isdigit() else None
+                    if q is None or q[0] >= 1.0:
+                        try:
+                            client.clear_quota(jid)
+                        except Exception as exc:  # noqa: BLE001
+                            self._note(f"agent of {node}: lifting the quota of {jid}: {exc}")
+        return per_job
+
     def _agent_listings(self) -> Iterator[tuple[str, Any, dict[str, dict] | Exception]]:
         """Every agent's job views by job id, as (node, client, views or the error), in the
         agents' order. The agents are asked at once, at most ``agent_threads`` at a time:
@@ -192,3 +226,13 @@ class AgentCalls:
                     self._note(f"releasing job {j.job_id}: {exc}")
         self._snap_time = -math.inf
         return done
+
+
+def _stale(view: dict, started: float) -> bool:
+    """An agent's entry that ended before Slurm started the job: registered ahead of a start
+    that took longer than the agent's start grace. A job the agent saw end after it started
+    (its processes are gone, Slurm is still completing it) is not registered again."""
+    if view.get("status") == "running":
+        return False
+    ended = view.get("finished_at")
+    return isinstance(ended, (int, float)) and ended < started

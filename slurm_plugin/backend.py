@@ -279,33 +279,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         running = {rj.job_id: rj for rj in self.running() if rj.job_id in self._ours_running}
         if not self.agents:
             return {}
-        per_job: dict[str, list[tuple[int, dict]]] = {}
-        # each node's jobs, found once (not every running job asked at every node)
-        on_node: dict[str, list[tuple[str, RunningJob, int]]] = {}
-        for jid, rj in running.items():
-            for node, cores in rj.allocation.as_dict().items():
-                if cores:
-                    on_node.setdefault(node, []).append((jid, rj, cores))
-        for node, client, listing in self._agent_listings():
-            if isinstance(listing, Exception):   # a node without metrics this pass
-                self._note(f"agent of {node}: {listing}")
-                continue
-            for jid, rj, cores in on_node.get(node, ()):
-                v = listing.get(jid)
-                if v is None or _stale(v, rj.start_time) or (
-                        v.get("status") == "running" and v.get("cores") != float(cores)):
-                    v = self._register(node, rj, cores)
-                if v is not None:
-                    per_job.setdefault(jid, []).append((cores, v))
-            for jid, v in listing.items():
-                # A quota on a job that no longer shares its cores, or that is not ours: lift it.
-                if v.get("status") == "running" and (v.get("cpu_fraction") or 1.0) < 1.0:
-                    q = self._quotas.get(int(jid)) if jid.isdigit() else None
-                    if q is None or q[0] >= 1.0:
-                        try:
-                            client.clear_quota(jid)
-                        except Exception as exc:  # noqa: BLE001
-                            self._note(f"agent of {node}: lifting the quota of {jid}: {exc}")
+        per_job = self._job_views(running)
         self._renew_leases()
         now = self._clock()
         out: dict[str, MetricsSample] = {}
@@ -591,15 +565,6 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         self.errors.append(msg)
         del self.errors[:-100]
 
-
-def _stale(view: dict, started: float) -> bool:
-    """An agent's entry that ended before Slurm started the job: registered ahead of a start
-    that took longer than the agent's start grace. A job the agent saw end after it started
-    (its processes are gone, Slurm is still completing it) is not registered again."""
-    if view.get("status") == "running":
-        return False
-    ended = view.get("finished_at")
-    return isinstance(ended, (int, float)) and ended < started
 
 
 def _slurm_id(job_id: str) -> int:
