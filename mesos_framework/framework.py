@@ -51,6 +51,7 @@ import time
 from typing import Any, Callable
 
 from coscheduler.backend import BackendError, check_quota_fraction
+from coscheduler.fanout import at_once
 from coscheduler.model import InvalidInput, Job, MetricsSample, Node, Outcome, RunningJob, validate_job_id
 
 from . import messages as msg
@@ -212,16 +213,30 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         now = self.now()
         with self._lock:
             runs = [(jid, next(iter(r.tasks.values()))) for jid, r in self._runs.items() if r.tasks]
+        # One listing per node agent, the agents asked at once: a job's view each, one
+        # after the other, was a round trip per running job per pass.
+        by_agent: dict[tuple[str, str], list[str]] = {}
         for jid, t in runs:
+            by_agent.setdefault((t.agent_id, t.hostname), []).append(jid)
+
+        def listing(where: tuple[str, str]) -> dict[str, dict] | None:
             try:
-                v = self.quotas.sample(t.agent_id, t.hostname, jid)
+                return self.quotas.listing(*where)
+            except Exception:  # noqa: BLE001 - that node's jobs are unknown this pass
+                return None
+
+        keys = list(by_agent)
+        for key, views in zip(keys, at_once(listing, keys)):
+            for jid in by_agent[key] if views is not None else ():
+                v = views.get(jid)
                 if not v or v.get("cpu_percent") is None:
                     continue
-                out[jid] = MetricsSample(jid, now, v["cpu_percent"], v.get("mem_percent") or 0.0,
-                                         v.get("tasks_done") or 0, v.get("tasks_total"),
-                                         v.get("tasks_per_s"))
-            except Exception:  # noqa: BLE001 - unknown this pass
-                continue
+                try:
+                    out[jid] = MetricsSample(jid, now, v["cpu_percent"], v.get("mem_percent") or 0.0,
+                                             v.get("tasks_done") or 0, v.get("tasks_total"),
+                                             v.get("tasks_per_s"))
+                except Exception:  # noqa: BLE001 - unknown this pass
+                    continue
         return out
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
@@ -525,11 +540,13 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         with self._lock:
             due = [(jid, r.quota) for jid, r in self._runs.items()
                    if r.quota < 1.0 and now - r.lease_renewed > self.config.lease_s / 3]
-        for jid, q in due:
+        def renew(item: tuple[str, float]) -> None:
             try:
-                self.set_quota(jid, q)
+                self.set_quota(*item)
             except Exception:  # noqa: BLE001 - the lease lapses: full quota, safe
                 pass
+
+        at_once(renew, due)   # (the agents asked at once, as for the listings)
 
 
 __all__ = ["FrameworkConfig", "MesosBackend", "job_of_task", "task_id_for"]

@@ -61,6 +61,10 @@ class NodeQuotas(Protocol):
 
     def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None: ...
 
+    def listing(self, agent_id: str, hostname: str) -> dict[str, dict[str, Any]]:
+        """Every job's view on this agent's node, by job id, in one call."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -240,6 +244,10 @@ class LocalNodeAgents:
         a = self.agents.get(agent_id)
         return a.job(job_id) if a is not None else None
 
+    def listing(self, agent_id: str, hostname: str) -> dict[str, dict[str, Any]]:
+        a = self.agents.get(agent_id)
+        return {v["job_id"]: v for v in a.jobs()} if a is not None else {}
+
     def close(self) -> None:
         left = False
         for a in reversed(list(self.agents.values())):
@@ -313,6 +321,9 @@ class RemoteNodeAgents:
 
     def sample(self, agent_id: str, hostname: str, job_id: str) -> dict[str, Any] | None:
         return self._client(hostname).job(job_id)
+
+    def listing(self, agent_id: str, hostname: str) -> dict[str, dict[str, Any]]:
+        return {v["job_id"]: v for v in self._client(hostname).jobs()}
 
     def close(self) -> None:
         for c in self.clients.values():

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import math
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 from coscheduler.backend import BackendError
 from coscheduler.clocks import due
+from coscheduler.fanout import at_once
 from coscheduler.model import RunningJob
 
 from .metadata import AdminMark, format_admin_comment
@@ -164,13 +164,8 @@ class AgentCalls:
                 self._renewed[jid] = now
 
     def _at_once(self, fn, items: list) -> list:
-        """``[fn(x) for x in items]``, at most ``agent_threads`` at a time (calls to agents:
-        each waits on the network). ``fn`` must not raise."""
-        threads = min(self.agent_threads, len(items))
-        if threads <= 1:
-            return [fn(x) for x in items]
-        with ThreadPoolExecutor(threads, thread_name_prefix="agent-calls") as pool:
-            return list(pool.map(fn, items))
+        """``[fn(x) for x in items]``, at most ``agent_threads`` at a time (coscheduler/fanout.py)."""
+        return at_once(fn, items, self.agent_threads)
 
     def restore_quotas(self) -> list[str]:
         """Give every job this backend throttled its full CPU back (controller shutdown):

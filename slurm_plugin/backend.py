@@ -53,6 +53,7 @@ from typing import Callable, Mapping
 from coscheduler import boundedjson
 from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.clocks import due
+from coscheduler.fanout import DEFAULT_THREADS
 from coscheduler.oldfiles import Retention
 from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Node, Outcome,
                                RunningJob, check_finite)
@@ -87,7 +88,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                  jobcomp_file: str | os.PathLike | None = None,
                  usage_dir: str | os.PathLike | None = None, refresh_s: float = 0.25,
                  clock: Callable[[], float] = time.time, cpu_per_core: float = 1.0,
-                 agent_threads: int = 16):
+                 agent_threads: int = DEFAULT_THREADS):
         self.source = source
         # node agents asked at once (their job views, lease renewals): each call waits on
         # the network, one after the other a pass over many nodes waited every round trip

@@ -223,3 +223,22 @@ def test_quota_role_is_optional_validated_and_shown(served):
     assert (d / "cpu.idle").read_text().strip() == "0"
     st, data = _raw(server, "PUT", "/v1/jobs/j1/quota", b'{"cpu_fraction": 0.5, "lease_s": 60, "weight": 5}')
     assert st == 400 and "optionally \"role\"" in json.loads(data)["error"]
+
+
+def test_a_mesos_framework_reads_a_remote_agents_jobs_in_one_listing(served):
+    """mesos_framework.quotas.RemoteNodeAgents against a real agent over HTTP: ``listing``
+    gives every job's view by id (the framework's metrics read one listing per agent)."""
+    from mesos_framework.quotas import RemoteNodeAgents
+
+    agent, server, client, sleeper, fs = served
+    client.register_job("m1", [sleeper.pid], 2, walltime_s=600)
+    client.register_job("m2", [], 1, walltime_s=600)
+    remote = RemoteNodeAgents({"h1": server.url}, token=TOKEN)
+    try:
+        views = remote.listing("agent-1", "h1")
+        assert sorted(views) == ["m1", "m2"] and views["m1"]["cores"] == 2.0
+        assert views["m2"]["cores"] == 1.0 and views["m1"]["job_id"] == "m1"
+        with pytest.raises(Exception, match="no node agent configured"):
+            remote.listing("agent-2", "h2")
+    finally:
+        remote.close()

@@ -705,3 +705,42 @@ def test_a_framework_running_for_months_keeps_only_its_latest_ended_jobs(monkeyp
     assert "blocked" in b._waiting and "later" not in b._ended
     assert b._ended["first"] == "completed"           # 'blocked' still waits on it
     assert not b._attempts.keys() & set(told)
+
+
+def test_metrics_ask_each_node_agent_once_and_all_of_them_at_once():
+    """metrics() asked the node agent of every running job for that job's view, one job
+    after the other: a round trip per job per pass. Now one listing per agent, the agents
+    asked at once: here each agent answers only once both are asking (a barrier), and
+    ``sample`` (one job) is never called."""
+    import threading
+
+    from coscheduler.model import Allocation
+    from mesos_framework.records import _Run, _Task
+
+    barrier = threading.Barrier(2, timeout=5)
+    calls: list[str] = []
+
+    class Agents:
+        def listing(self, agent_id, hostname):
+            calls.append(agent_id)
+            barrier.wait()
+            return {f"j-{agent_id}-{k}": {"job_id": f"j-{agent_id}-{k}", "cpu_percent": 30.0 + k,
+                                          "mem_percent": 1.0, "tasks_done": k}
+                    for k in range(3)}
+
+        def sample(self, agent_id, hostname, job_id):
+            raise AssertionError("one job at a time")
+
+        def set_quota(self, *a):
+            pass
+
+    b = MesosBackend(FrameworkConfig(), quotas=Agents())
+    for agent in ("a1", "a2"):
+        for k in range(3):
+            jid = f"j-{agent}-{k}"
+            b._runs[jid] = _Run(Job(jid, 1, 60.0, "t/x"), Allocation(jid, ((agent, 1),)), 0.0, 1.0,
+                                None, 0, {f"t-{jid}": _Task(f"t-{jid}", agent, f"h-{agent}", 1)})
+    out = b.metrics()
+    assert sorted(calls) == ["a1", "a2"]
+    assert sorted(out) == [f"j-{a}-{k}" for a in ("a1", "a2") for k in range(3)]
+    assert out["j-a2-2"].cpu_percent == 32.0 and out["j-a1-1"].tasks_done == 1
