@@ -242,3 +242,38 @@ def test_a_mesos_framework_reads_a_remote_agents_jobs_in_one_listing(served):
             remote.listing("agent-2", "h2")
     finally:
         remote.close()
+
+
+def test_the_slurm_backend_reads_real_agents_at_once_and_registers_its_jobs(tmp_path):
+    """The Slurm backend's metrics() with real node agents over HTTP, asked at once (its
+    thread pool): each of a recorded cluster's running jobs is registered with its node's
+    agent, renewals reach the right agent, and nothing is noted as failed."""
+    from test_slurm_units import RecordedCluster
+    from slurm_plugin.backend import SlurmBackend
+
+    agents, servers, clients = [], [], {}
+    try:
+        for node in ("rn1", "rn2", "rn3"):
+            fs = MimicV2FS(tmp_path / node / "cgroup2")
+            fs.write(fs.mount / "cgroup.subtree_control", "+cpu")
+            agent = NodeAgent("cosched", layout=fs.layout(), fs=fs, state_dir=tmp_path / node / "state",
+                              max_lease_s=600)
+            agents.append(agent)
+            servers.append(AgentServer(agent, "127.0.0.1:0", TOKEN).start())
+            clients[node] = AgentClient(servers[-1].url, token=TOKEN)
+        b = SlurmBackend(RecordedCluster("22.05"), partition="cosched", agents=clients, lease_s=30.0)
+        b.metrics()
+        assert b.errors == []
+        assert sorted(v["job_id"] for v in clients["rn1"].jobs()) == ["5", "6"]   # both on rn1
+        assert clients["rn2"].jobs() == [] and clients["rn3"].jobs() == []
+        b.set_quota("5", 0.5)
+        b._renewed.clear()                     # due again: renewed at the next pass
+        b.metrics()
+        assert b.errors == [] and clients["rn1"].job("5")["cpu_fraction"] == 0.5
+    finally:
+        for c in clients.values():
+            c.close()
+        for s in servers:
+            s.shutdown()
+        for a in agents:
+            a.close()
