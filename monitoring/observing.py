@@ -74,10 +74,11 @@ class JobObservation:
         # the registered processes, those in our cgroup or the batch system's, and every
         # descendant of them: a process the job started later is found here
         procs = collect.job_processes(in_cg | set(spec.pids) | admitted(batch - in_cg), self._files)
-        if spec.batch_cgroup and not set(procs) - in_cg <= batch:
+        if spec.batch_cgroup and not set(procs) - in_cg - known.keys() <= batch:
             # A child forked after the batch cgroup was read is in it from birth (it
             # inherits its parent's cgroups): read the list again rather than judge it
             # without (on cgroup v1 it would share the agent's cpu cgroup and be refused).
+            # (Not for a process refused before: the next tick's read says if it moved.)
             batch |= collect.cgroup_tree_pids(Path(spec.batch_cgroup))
         for pid in refused:
             procs.pop(pid, None)
