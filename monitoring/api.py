@@ -63,6 +63,8 @@ DEFAULT_HEADER_TIMEOUT_S = 2.0
 # listen(2) backlog; the kernel caps it at net.core.somaxconn (4096 on current kernels). A
 # crowd of 200 clients connecting at once overflowed the old 5 into connection resets.
 LISTEN_BACKLOG = 1024
+# How often an idle accept loop wakes to see whether to stop (shutdown() wakes it at once).
+IDLE_POLL_S = 2.0
 
 
 class HTTPError(Exception):
@@ -519,7 +521,19 @@ class AgentServer:
         return self._httpd.active
 
     def serve_forever(self) -> None:
-        self._httpd.serve_forever(poll_interval=0.1)
+        # The accept loop wakes every poll interval only to see whether to stop; each wake
+        # costs CPU on an idle node, so it is long, and shutdown() wakes the loop at once.
+        self._httpd.serve_forever(poll_interval=IDLE_POLL_S)
+
+    def _poke(self) -> None:
+        """Connect to our own socket so that the accept loop's select() returns now."""
+        host, port = self._httpd.server_address[:2]
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                pass
+        except OSError:
+            pass   # the loop still sees the stop flag within IDLE_POLL_S
 
     def start(self) -> "AgentServer":
         self._thread = threading.Thread(target=self.serve_forever, name="cosched-agent-http",
@@ -528,7 +542,14 @@ class AgentServer:
         return self
 
     def shutdown(self) -> None:
-        self._httpd.shutdown()
+        if self._thread is not None and self._thread.is_alive():
+            stopping = threading.Thread(target=self._httpd.shutdown, daemon=True)
+            stopping.start()
+            while stopping.is_alive():   # (the first poke may come before the stop flag)
+                self._poke()
+                stopping.join(0.05)
+        else:
+            self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)

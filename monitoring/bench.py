@@ -16,6 +16,7 @@ Needs root and a writable cgroup CPU controller.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import signal
@@ -55,6 +56,55 @@ while True:
 """
 
 
+# A control beside the agent: a process that only wakes once per interval. What it costs
+# is the machine's own price of a wake-up (in a VM it can be a millisecond: the vCPU halts
+# while idle), which the agent pays at each tick too.
+_WAKER = "import sys, time\nwhile True:\n    time.sleep(float(sys.argv[1]))\n"
+
+
+def _thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds per thread of ``pid`` (schedstat: exact run time; else the tick counts)."""
+    out: dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out[int(tid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, ValueError, IndexError):
+                pass   # the thread ended
+    return out
+
+
+def retouch_cost_us(interval: float, pages: int = 1024, repeat: int = 3) -> dict[str, float]:
+    """Median microseconds to touch a page of this process's memory right away and after
+    sleeping ``interval``: on a plain host both are well under a microsecond; in a VM whose
+    host reclaims idle guest memory the second can be thousands of times the first, and
+    every tick of an agent that sleeps between ticks pays it for each page it touches."""
+    page = mmap.PAGESIZE
+    buf = bytearray(pages * page)
+    for i in range(0, len(buf), page):
+        buf[i] = 1
+
+    def touch() -> float:
+        t = time.perf_counter()
+        for i in range(0, len(buf), page):
+            buf[i] ^= 1
+        return (time.perf_counter() - t) * 1e6 / pages
+
+    warm, idle = [], []
+    for _ in range(repeat):
+        touch()
+        warm.append(touch())
+        time.sleep(interval)
+        idle.append(touch())
+    return {"warm_us_per_page": round(statistics.median(warm), 3),
+            "after_idle_us_per_page": round(statistics.median(idle), 3)}
+
+
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -90,6 +140,7 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
         stdout=subprocess.PIPE, text=True)
     spawner = subprocess.Popen([sys.executable, "-c", _SPAWNER, str(jobs)], stdout=subprocess.PIPE,
                                text=True, start_new_session=True)
+    wakers = subprocess.Popen([sys.executable, "-c", _WAKER, str(interval)])
     out: dict = {"jobs": jobs, "processes": 2 * jobs, "interval_s": interval, "seconds": seconds}
     try:
         line = agent.stdout.readline()
@@ -111,9 +162,14 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
         time.sleep(3 * interval)
         followed = sum(len(j["pids"]) for j in c.jobs())
         node0 = c.node()
+        waker = psutil.Process(wakers.pid)
+        th0, w0 = _thread_cpu_s(agent.pid), sum(waker.cpu_times()[:2])
         t0, c0 = time.monotonic(), sum(proc.cpu_times()[:2])
         time.sleep(seconds)
         t1, c1 = time.monotonic(), sum(proc.cpu_times()[:2])
+        th1, w1 = _thread_cpu_s(agent.pid), sum(waker.cpu_times()[:2])
+        tick_s = th1.get(agent.pid, 0.0) - th0.get(agent.pid, 0.0)   # the CLI ticks in main
+        other_s = sum(v - th0.get(t, 0.0) for t, v in th1.items() if t != agent.pid)
         node1 = c.node()
         ticks = node1["ticks"] - node0["ticks"]
         out.update({
@@ -122,6 +178,9 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
             "ticks": ticks,
             "mean_tick_ms": round(1000 * node1["mean_tick_s"], 3),
             "budget_percent": 1.0,
+            "tick_thread_cpu_percent": round(100 * tick_s / (t1 - t0), 3),
+            "http_threads_cpu_percent": round(100 * other_s / (t1 - t0), 3),
+            "idle_waker_cpu_percent": round(100 * (w1 - w0) / (t1 - t0), 3),
         })
         out["within_budget"] = out["agent_cpu_percent_of_one_core"] < 1.0
 
@@ -164,6 +223,8 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
     finally:
         # the jobs end first, so that the agent's clean stop finds empty cgroups to remove
         _end_jobs(spawner)
+        wakers.kill()
+        wakers.wait()
         time.sleep(0.2)
         agent.send_signal(signal.SIGTERM)
         try:
@@ -172,6 +233,7 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
             agent.kill()
         _remove_scratch_root(rel)
     out["quota_latency_ms"].update(_inprocess_latency(requests, tmp))
+    out["memory_retouch"] = retouch_cost_us(interval)
     return out
 
 
@@ -258,6 +320,15 @@ def agent(jobs: int, seconds: float, interval: float, requests: int, as_json: bo
                f"{r['interval_s']:g} s interval, {r['seconds']:g} s measured, {r['ticks']} ticks, "
                f"mean tick {r['mean_tick_ms']:.2f} ms) -- budget < 1 %: "
                f"{'met' if r['within_budget'] else 'MISSED'}")
+    click.echo(f"  of which the tick loop {r['tick_thread_cpu_percent']:.3f} %, the HTTP "
+               f"threads {r['http_threads_cpu_percent']:.3f} %; beside it a process that only "
+               f"wakes every {r['interval_s']:g} s costs {r['idle_waker_cpu_percent']:.3f} % "
+               "(this machine's price of a wake-up)")
+    m = r["memory_retouch"]
+    click.echo(f"  this machine: touching a page of memory costs {m['warm_us_per_page']:.3f} us "
+               f"at once, {m['after_idle_us_per_page']:.3f} us after {r['interval_s']:g} s idle "
+               "(a VM whose host reclaims idle memory makes each tick pay for every page it "
+               "touches)")
     click.echo(f"quota request -> kernel file ({lat['requests']} requests): HTTP median "
                f"{lat['http_to_kernel_median']:.3f} ms (p95 {lat['http_to_kernel_p95']:.3f}), "
                f"HTTP answer median {lat['http_answer_median']:.3f} ms; in-process median "

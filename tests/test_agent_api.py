@@ -277,3 +277,24 @@ def test_the_slurm_backend_reads_real_agents_at_once_and_registers_its_jobs(tmp_
             s.shutdown()
         for a in agents:
             a.close()
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "0.0.0.0:0"])
+def test_shutdown_wakes_the_idle_accept_loop_at_once(tmp_path, listen):
+    """The accept loop sleeps IDLE_POLL_S between looks at the stop flag (a wake costs CPU
+    on an idle node); shutdown() must not wait for that sleep to end."""
+    from monitoring.api import IDLE_POLL_S
+
+    fs = MimicV2FS(tmp_path / "cgroup2")
+    fs.write(fs.mount / "cgroup.subtree_control", "+cpu")
+    agent = NodeAgent("cosched", layout=fs.layout(), fs=fs, state_dir=tmp_path / "state")
+    try:
+        server = AgentServer(agent, listen, TOKEN).start()
+        time.sleep(0.2)   # the loop is inside select() now
+        t0 = time.monotonic()
+        server.shutdown()
+        took = time.monotonic() - t0
+        assert not server._thread.is_alive()
+        assert took < IDLE_POLL_S / 2, f"shutdown waited {took:.2f} s for the poll interval"
+    finally:
+        agent.close()
