@@ -5,7 +5,7 @@ Starts ``cosched agent`` as its own process on a scratch cgroup root, registers 
 and the box is not saturated), sets quotas on half of them, and measures:
 
 * overhead: the agent process's own CPU time over ``--seconds`` at ``--interval`` (DESIGN.md
-  budget: < 1 % of one core at 1 Hz with 64 jobs);
+  budget: < 0.5 % of one core at 1 Hz with 64 jobs);
 * latency: from a quota request (HTTP PUT, alternating values) to the kernel's
   ``cpu.cfs_quota_us`` / ``cpu.max`` holding the new value, seen by a thread spinning on the
   file; also to the HTTP answer, and for an in-process ``NodeAgent.set_quota`` call.
@@ -30,6 +30,8 @@ import uuid
 from pathlib import Path
 
 import click
+
+BUDGET_PERCENT = 0.5   # DESIGN.md: of one core, 64 jobs at 1 Hz
 
 # Forks N jobs; each job forks one worker that is busy ~0.5 ms every 100 ms; prints the
 # job (launcher) pids as one JSON line, then waits until killed.
@@ -177,12 +179,12 @@ def _measure(tmp: Path, jobs: int, seconds: float, interval: float, requests: in
             "agent_cpu_percent_of_one_core": round(100 * (c1 - c0) / (t1 - t0), 3),
             "ticks": ticks,
             "mean_tick_ms": round(1000 * node1["mean_tick_s"], 3),
-            "budget_percent": 1.0,
+            "budget_percent": BUDGET_PERCENT,
             "tick_thread_cpu_percent": round(100 * tick_s / (t1 - t0), 3),
             "http_threads_cpu_percent": round(100 * other_s / (t1 - t0), 3),
             "idle_waker_cpu_percent": round(100 * (w1 - w0) / (t1 - t0), 3),
         })
-        out["within_budget"] = out["agent_cpu_percent_of_one_core"] < 1.0
+        out["within_budget"] = out["agent_cpu_percent_of_one_core"] < BUDGET_PERCENT
 
         # latency: request -> kernel file changed (spinning reader) and -> HTTP answer
         target = "bench-1"
@@ -318,7 +320,7 @@ def agent(jobs: int, seconds: float, interval: float, requests: int, as_json: bo
     click.echo(f"agent overhead: {r['agent_cpu_percent_of_one_core']:.3f} % of one core "
                f"({r['jobs']} jobs, {r['processes_followed']} processes followed, "
                f"{r['interval_s']:g} s interval, {r['seconds']:g} s measured, {r['ticks']} ticks, "
-               f"mean tick {r['mean_tick_ms']:.2f} ms) -- budget < 1 %: "
+               f"mean tick {r['mean_tick_ms']:.2f} ms) -- budget < {r['budget_percent']:g} %: "
                f"{'met' if r['within_budget'] else 'MISSED'}")
     click.echo(f"  of which the tick loop {r['tick_thread_cpu_percent']:.3f} %, the HTTP "
                f"threads {r['http_threads_cpu_percent']:.3f} %; beside it a process that only "
