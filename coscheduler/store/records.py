@@ -171,7 +171,7 @@ class RecorderMixin(RowsMixin):
                     "WHERE o.kind != 'cancelled' GROUP BY d.job_class").fetchall():
                 counts[job_class] = counts.get(job_class, 0) + n
             if observed_per_class is None:
-                rows = conn.execute(observed_sql.format(cols=_DECISION_COLS, where="")).fetchall()
+                rows = conn.execute(observed_sql.format(cols=_DECISION_COLS, where=""))
             else:
                 # (ranked on ids and classes alone: the wide rows are read for the kept only)
                 rows = conn.execute(
@@ -179,7 +179,8 @@ class RecorderMixin(RowsMixin):
                     "OVER (PARTITION BY d.job_class ORDER BY o.seq DESC) AS recent FROM outcomes o "
                     "JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled') w "
                     "JOIN decisions d ON d.id = w.id JOIN outcomes o ON o.decision_id = w.id "
-                    "WHERE w.recent <= ? ORDER BY o.seq", (int(observed_per_class),)).fetchall()
+                    "WHERE w.recent <= ? ORDER BY o.seq", (int(observed_per_class),))
+            # (row by row from the cursor: the raw rows are never all held beside the decisions)
             observed = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
             related = []
             if related_to is not None:
@@ -190,7 +191,7 @@ class RecorderMixin(RowsMixin):
                     where="AND (d.host_job IN (SELECT value FROM json_each(?)) "
                           "OR d.guest_job IN (SELECT value FROM json_each(?)) "
                           "OR (d.action_index = 0 AND d.time >= ?))"),
-                    (ids_json, ids_json, float(since))).fetchall()
+                    (ids_json, ids_json, float(since)))
                 related = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
             top = conn.execute("SELECT MAX(id) FROM decisions").fetchone()[0]
         return LoadedState(classes, pending, (top or 0) + 1, observed, counts, related)
