@@ -82,9 +82,10 @@ class RowsMixin:
                 decision_id=r[0], time=r[1], host_job=r[2], guest_job=r[3], job_class=r[4], policy=r[5],
                 state=HostState.from_dict(_loads(r[6], f"{what}: state", self.path)),
                 expert_names=tuple(_loads(r[7], what, self.path)),
-                expert_dists=tuple(tuple(float(x) for x in p) for p in _loads(r[8], what, self.path)),
-                weights=tuple(float(w) for w in _loads(r[9], what, self.path)),
-                mixture=tuple(float(x) for x in _loads(r[10], what, self.path)),
+                # (map, not a generator: a restart reads thousands of these rows)
+                expert_dists=tuple(tuple(map(float, p)) for p in _loads(r[8], what, self.path)),
+                weights=tuple(map(float, _loads(r[9], what, self.path))),
+                mixture=tuple(map(float, _loads(r[10], what, self.path))),
                 action_index=r[11], action_fraction=r[12],
             )
         except StoreError:
