@@ -65,6 +65,10 @@ DRIVER_NOT_STARTED, DRIVER_RUNNING, DRIVER_ABORTED, DRIVER_STOPPED = 1, 2, 3, 4
 # stays under 20 levels.
 MAX_EVENT_BYTES = 64 << 20
 MAX_EVENT_DEPTH = 64
+# The heartbeat watcher's sleep between looks: at least this (while connecting, or just
+# after the limit passed), at most that (the interval may change when SUBSCRIBED arrives).
+WATCH_MIN_S = 0.05
+WATCH_MAX_S = 1.0
 
 
 class MesosCallError(RuntimeError):
@@ -426,19 +430,28 @@ class MesosSchedulerDriver(PymesosCalls):
                 pass
 
     def _watch(self) -> None:
-        """Cut the stream when no event came for ``heartbeat_misses`` intervals."""
-        while not self._stop.wait(0.05):
+        """Cut the stream when no event came for ``heartbeat_misses`` intervals. It sleeps
+        until the silence could pass that limit (at most ``WATCH_MAX_S``), not a fixed
+        short tick: a framework runs for months and each wake-up costs CPU."""
+        wait = WATCH_MIN_S
+        while not self._stop.wait(wait):
             with self._lock:
                 if self._resp is None:
+                    wait = WATCH_MIN_S   # (connecting: a stream may start at any moment)
                     continue
                 interval = self.heartbeat_interval_s or self.first_heartbeat_s
+            limit = self.heartbeat_misses * interval
             silent = time.monotonic() - self.last_event
-            if silent > self.heartbeat_misses * interval:
+            if silent > limit:
                 why = (f"no event from {self.master} for {silent:.1f} s ({self.heartbeat_misses:g} "
                        f"heartbeats of {interval:g} s missed): reconnecting")
                 self._stream_ended(why)
                 self._cut_stream()
                 self.last_event = time.monotonic()
+                wait = WATCH_MIN_S
+            else:
+                # (a new event moves the limit later: the next look recomputes it)
+                wait = min(WATCH_MAX_S, max(WATCH_MIN_S, limit - silent + WATCH_MIN_S))
 
     # -- events ---------------------------------------------------------------------------
     def _event(self, record: bytes, sid: str) -> bool:

@@ -341,6 +341,33 @@ def test_missed_heartbeats_cut_the_stream_and_resubscribe(master, caplog):
     assert d.disconnections == 1 and time.monotonic() - t0 < 10
 
 
+def test_the_heartbeat_watcher_sleeps_until_the_silence_could_pass_the_limit(master):
+    """With 2 s heartbeats (6 s of silence allowed) the watcher looks about once a second,
+    not 20 times a second: a framework runs for months and each wake-up costs CPU."""
+    sched = Recorder()
+    slow = {"type": "SUBSCRIBED", "subscribed": {"framework_id": {"value": "F1"},
+                                                 "heartbeat_interval_seconds": 2.0}}
+    master.stream(ev(slow), ev({"type": "HEARTBEAT"}))
+    d = make_driver(sched, master.url, heartbeat_misses=3)
+    looks = []
+    stop_wait = d._stop.wait
+
+    def counted(timeout=None):
+        if threading.current_thread().name == "mesos-heartbeat":
+            looks.append(timeout)
+        return stop_wait(timeout)
+
+    d._stop.wait = counted
+    d.start()
+    try:
+        sched.wait("registered")
+        time.sleep(2.0)
+        assert d.disconnections == 0
+    finally:
+        d.stop(failover=True)
+    assert len(looks) <= 8, f"{len(looks)} looks in ~2 s: {looks}"
+
+
 def test_307_sends_subscribe_and_calls_to_the_leader(master):
     follower = ScriptMaster(redirect_to="//" + master.url.split("//")[1] + "/api/v1/scheduler")
     try:
