@@ -548,8 +548,9 @@ class AgentServer:
             while stopping.is_alive():   # (the first poke may come before the stop flag)
                 self._poke()
                 stopping.join(0.05)
-        else:
-            self._httpd.shutdown()
+        elif self._thread is not None:
+            self._httpd.shutdown()   # (its loop has ended: returns at once)
+        # (never started: BaseServer.shutdown would wait forever for a loop that never ran)
         self._httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)

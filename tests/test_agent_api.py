@@ -298,3 +298,19 @@ def test_shutdown_wakes_the_idle_accept_loop_at_once(tmp_path, listen):
         assert took < IDLE_POLL_S / 2, f"shutdown waited {took:.2f} s for the poll interval"
     finally:
         agent.close()
+
+
+def test_shutdown_of_a_server_never_started_returns(tmp_path):
+    fs = MimicV2FS(tmp_path / "cgroup2")
+    fs.write(fs.mount / "cgroup.subtree_control", "+cpu")
+    agent = NodeAgent("cosched", layout=fs.layout(), fs=fs, state_dir=tmp_path / "state")
+    try:
+        server = AgentServer(agent, "127.0.0.1:0", TOKEN)
+        done = []
+        import threading
+        t = threading.Thread(target=lambda: (server.shutdown(), done.append(True)), daemon=True)
+        t.start()
+        t.join(5)
+        assert done, "shutdown() of a server never started hung"
+    finally:
+        agent.close()
