@@ -66,11 +66,25 @@ def related_decision(decision: Decision, job_ids, since: float) -> bool:
             or (decision.action_index == 0 and decision.time >= since))
 
 
+def classes_kept(classes: list[ClassState], pending_classes: set[str],
+                 max_classes: int) -> list[ClassState]:
+    """Of saved class states, those a learner bounded to ``max_classes`` would hold when
+    given them in this order (``AsaxLearner``: every class with a decision pending, and the
+    classes updated last, ties to the later in the list): what a restart needs to read."""
+    if len(classes) <= max_classes:
+        return classes
+    ranked = sorted(range(len(classes)), key=lambda i: (classes[i].last_update or 0.0, i),
+                    reverse=True)
+    keep = {classes[i].job_class for i in ranked[:max_classes]} | pending_classes
+    return [st for st in classes if st.job_class in keep]
+
+
 class Recorder(Protocol):
-    # ``observed_per_class`` and ``related_to`` are optional to implement: a recorder
-    # whose load() takes neither is read whole (Controller.from_recorder).
+    # ``observed_per_class``, ``related_to`` and ``max_classes`` are optional to implement:
+    # a recorder whose load() takes none of them is read whole (Controller.from_recorder).
     def load(self, observed_per_class: int | None = None,
-             related_to: tuple[set[str], float] | None = None) -> LoadedState: ...
+             related_to: tuple[set[str], float] | None = None,
+             max_classes: int | None = None) -> LoadedState: ...
     def record_decision(self, decision: Decision, host_quota: float, guest_quota: float) -> None: ...
     def record_outcome(self, outcome: OutcomeRecord) -> None: ...
     def record_round(self, closed: RoundClosed) -> None: ...
@@ -90,15 +104,23 @@ class MemoryRecorder:
         self.alone: dict[str, list[float]] = {}
 
     def load(self, observed_per_class: int | None = None,
-             related_to: tuple[set[str], float] | None = None) -> LoadedState:
+             related_to: tuple[set[str], float] | None = None,
+             max_classes: int | None = None) -> LoadedState:
         pending = [d for i, (d, _, _) in sorted(self.decisions.items()) if i not in self.outcomes]
+        classes = list(self.classes.values())
+        if max_classes is not None:
+            classes = classes_kept(classes, {d.job_class for d in pending}, max_classes)
+        held = {st.job_class for st in classes}
         observed = [(self.decisions[i][0], o.loss) for i, o in sorted(self.outcomes.items())
                     if i in self.decisions and o.kind != "cancelled"]
+        related = [] if related_to is None else [
+            (d, loss) for d, loss in observed if related_decision(d, *related_to)]
+        if len(held) < len(self.classes):   # (the outcomes of classes not read stay unread)
+            observed = [(d, loss) for d, loss in observed
+                        if d.job_class in held or d.job_class not in self.classes]
         counts: dict[str, int] = {}
         for d, _ in observed:
             counts[d.job_class] = counts.get(d.job_class, 0) + 1
-        related = [] if related_to is None else [
-            (d, loss) for d, loss in observed if related_decision(d, *related_to)]
         if observed_per_class is not None:
             left = dict(counts)   # keep a class's outcome once fewer than the cap follow it
             kept = []
@@ -108,7 +130,7 @@ class MemoryRecorder:
                     kept.append((d, loss))
             observed = kept
         nxt = max(self.decisions, default=0) + 1
-        return LoadedState(list(self.classes.values()), pending, nxt, observed, counts, related)
+        return LoadedState(classes, pending, nxt, observed, counts, related)
 
     def record_decision(self, decision: Decision, host_quota: float, guest_quota: float) -> None:
         self.decisions[decision.decision_id] = (decision, host_quota, guest_quota)

@@ -48,6 +48,13 @@ def _claim(recorder: Recorder | None) -> None:
         claim()
 
 
+def _takes(fn, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _loads_in_part(recorder: Recorder) -> bool:
     """Whether the recorder's load() takes ``observed_per_class`` and ``related_to``."""
     try:
@@ -153,8 +160,10 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
         now = backend.now()
         running_ids = _running_ids(backend) if _loads_in_part(recorder) else None
         if running_ids is not None:
+            bound = {"max_classes": learner_config.max_classes} \
+                if asax and _takes(recorder.load, "max_classes") else {}
             loaded = recorder.load(observed_per_class=window,
-                                   related_to=(running_ids, now - cooldown_s))
+                                   related_to=(running_ids, now - cooldown_s), **bound)
             related = loaded.related
         else:
             loaded = recorder.load()
@@ -163,10 +172,13 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
             learner = AsaxLearner(learner_config, expert_factory,
                                   classes=loaded.classes, pending=loaded.pending,
                                   next_decision_id=loaded.next_decision_id)
+            saved = {st.job_class for st in loaded.classes}
             by_class: dict[str, list] = {}
             for decision, loss in loaded.observed:
                 by_class.setdefault(decision.job_class, []).append((decision, loss))
             for job_class, outcomes in by_class.items():
+                if job_class in saved and not learner.holds(job_class):
+                    continue   # forgotten past the class bound: its experts are not rebuilt
                 learner.recall(job_class, outcomes,
                                loaded.observed_counts.get(job_class, len(outcomes)))
         ctl = cls(backend, make_policy(policy, learner, static_fraction, class_of, idle_only, permit,

@@ -145,7 +145,8 @@ class RecorderMixin(RowsMixin):
 
     # -- loading -----------------------------------------------------------------------------
     def load(self, observed_per_class: int | None = None,
-             related_to: tuple[set[str], float] | None = None) -> LoadedState:
+             related_to: tuple[set[str], float] | None = None,
+             max_classes: int | None = None) -> LoadedState:
         """Everything needed to rebuild the learner, from one consistent snapshot.
 
         ``observed`` lists (decision, loss) of non-cancelled outcomes in the order they were
@@ -155,13 +156,29 @@ class RecorderMixin(RowsMixin):
         ``observed_counts`` counts them all per class. ``related_to`` = (job ids, since):
         ``related`` lists the observed decisions that name one of those jobs, or declined
         at ``since`` or later (what a restarted controller needs about running jobs and
-        cooldowns).
+        cooldowns). ``max_classes``: only the classes a learner bounded to that many would
+        hold (``recorder.classes_kept``: those updated last, and every class with a decision
+        pending) are read, with their outcomes; the others' rows stay unread.
         """
         observed_sql = ("SELECT {cols}, o.loss FROM outcomes o JOIN decisions d "
                         "ON d.id = o.decision_id WHERE o.kind != 'cancelled' {where} ORDER BY o.seq")
         with self.reading("load the learner state") as conn:
-            classes = [self._class_from_row(job_class, text)
-                       for job_class, text in conn.execute("SELECT job_class, state FROM classes ORDER BY job_class")]
+            held = None    # (the class names read, when not every one is)
+            if max_classes is not None and conn.execute(
+                    "SELECT COUNT(*) FROM classes").fetchone()[0] > max_classes:
+                # recorder.classes_kept in SQL: ties to the later name (the rows come in
+                # job_class order, as the learner is given them)
+                rows = conn.execute(
+                    "SELECT job_class, state FROM classes WHERE job_class IN (SELECT job_class "
+                    "FROM classes ORDER BY COALESCE(last_update, 0) DESC, job_class DESC LIMIT ?) "
+                    "OR job_class IN (SELECT d.job_class FROM decisions d WHERE NOT EXISTS "
+                    "(SELECT 1 FROM outcomes o WHERE o.decision_id = d.id)) ORDER BY job_class",
+                    (int(max_classes),))
+                classes = [self._class_from_row(job_class, text) for job_class, text in rows]
+                held = json.dumps([st.job_class for st in classes])
+            else:
+                classes = [self._class_from_row(job_class, text) for job_class, text in
+                           conn.execute("SELECT job_class, state FROM classes ORDER BY job_class")]
             pending = [self._decision_from_row(r) for r in conn.execute(
                 f"SELECT {_DECISION_COLS} FROM decisions d "
                 "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id")]
@@ -170,16 +187,23 @@ class RecorderMixin(RowsMixin):
                     "SELECT d.job_class, COUNT(*) FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
                     "WHERE o.kind != 'cancelled' GROUP BY d.job_class").fetchall():
                 counts[job_class] = counts.get(job_class, 0) + n
+            # Not read: the outcomes of the classes not read (a class without a saved state
+            # is not one of those: its outcomes still teach its experts).
+            only, only_args = "", ()
+            if held is not None:
+                only = ("AND (d.job_class IN (SELECT value FROM json_each(?)) "
+                        "OR d.job_class NOT IN (SELECT job_class FROM classes))")
+                only_args = (held,)
             if observed_per_class is None:
-                rows = conn.execute(observed_sql.format(cols=_DECISION_COLS, where=""))
+                rows = conn.execute(observed_sql.format(cols=_DECISION_COLS, where=only), only_args)
             else:
                 # (ranked on ids and classes alone: the wide rows are read for the kept only)
                 rows = conn.execute(
                     f"SELECT {_DECISION_COLS}, o.loss FROM (SELECT o.decision_id AS id, ROW_NUMBER() "
                     "OVER (PARTITION BY d.job_class ORDER BY o.seq DESC) AS recent FROM outcomes o "
-                    "JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled') w "
+                    f"JOIN decisions d ON d.id = o.decision_id WHERE o.kind != 'cancelled' {only}) w "
                     "JOIN decisions d ON d.id = w.id JOIN outcomes o ON o.decision_id = w.id "
-                    "WHERE w.recent <= ? ORDER BY o.seq", (int(observed_per_class),))
+                    "WHERE w.recent <= ? ORDER BY o.seq", (*only_args, int(observed_per_class)))
             # (row by row from the cursor: the raw rows are never all held beside the decisions)
             observed = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
             related = []
