@@ -47,6 +47,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -107,6 +108,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         self.refresh_s = refresh_s
         self._clock = clock
         self._snap_time = -math.inf
+        self.last_read_s = 0.0     # how long the last read of Slurm took
         self._jobs: dict[int, SlurmJob] = {}
         self._nodes: dict = {}
         self._job_cache: dict[int, Job] = {}
@@ -337,7 +339,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
             credit = WalltimeCredit(jid_s, minutes, now, j.time_limit_s, end, capped)
             self.credits.append(credit)
             self._new_credits.append(credit)
-            self._snap_time = -math.inf
+            self._written(replace(j, time_limit_s=j.time_limit_s + 60.0 * minutes))
             log.info("job %s: time limit +%d min (projected end %.0f s after its limit)", jid,
                      minutes, end - j.start_time - j.time_limit_s)
 
@@ -348,7 +350,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
 
     def start(self, job: Job, allocation: Allocation, quota_fraction: float,
               host_job: str | None = None) -> None:
-        self._refresh()
+        self._refresh_for_write()
         jid = _slurm_id(job.job_id)
         j = self._jobs.get(jid)
         if j is None or not self._ours(j) or j.state != "PENDING" or not j.held:
@@ -380,6 +382,10 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
             # Met by the snapshot; Slurm would notice only at its next periodic pass.
             fields["Dependency"] = ""
         self.source.update(jid, **fields)
+        # (what this pass knows of the job now, without reading all of Slurm again)
+        j = self._written(replace(j, required_nodes=tuple(allocation.nodes),
+                                  admin_comment=fields["AdminComment"],
+                                  dependency="" if "Dependency" in fields else j.dependency))
         if q < 1.0:
             # Throttle the guest from the agent's first look at it.
             placed = RunningJob(job, allocation, self._clock(), q, host_job)
@@ -391,15 +397,15 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                     self._roles[jid] = "guest" if host_job else None
                     self._agent_quota(node, job.job_id, q, self._roles[jid])
         self.source.release(jid)
+        self._written(replace(j, priority=None))   # released: no longer held
         now = self._clock()
         self._planned[jid] = (allocation, now)
         self._quotas[jid] = (q, allocation.nodes)
         self._renewed[jid] = now
         self._known[jid] = "PENDING"
-        self._snap_time = -math.inf
 
     def set_quota(self, job_id: str, quota_fraction: float) -> None:
-        self._refresh()
+        self._refresh_for_write()
         jid = _slurm_id(job_id)
         j = self._jobs.get(jid)
         if j is None or not self._ours(j) or not (j.state in _RUNNING or jid in self._planned
@@ -425,10 +431,19 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                 self._agent_clear(node, job_id)
         mark = self._mark(j)
         if abs(mark.quota - q) > 1e-6:
-            self.source.update(jid, AdminComment=format_admin_comment(AdminMark(q, mark.host)))
-            self._snap_time = -math.inf
+            comment = format_admin_comment(AdminMark(q, mark.host))
+            self.source.update(jid, AdminComment=comment)
+            self._written(replace(j, admin_comment=comment))
         self._quotas[jid] = (q, alloc.nodes)
         self._renewed[jid] = self._clock()
+
+    def _written(self, j: SlurmJob) -> SlurmJob:
+        """Keep in the snapshot what this backend just wrote to a job, so that the pass's
+        next calls see it without reading all of Slurm again (each start or quota change
+        used to force a new squeue and sinfo: two per co-allocation, each a parse of the
+        whole queue). The next pass reads Slurm afresh (``drain_finished``)."""
+        self._jobs[j.job_id] = j
+        return j
 
     def fail(self, job_id: str, reason: str) -> None:
         self._refresh()

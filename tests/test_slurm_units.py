@@ -346,6 +346,60 @@ def test_backend_refuses_what_it_cannot_do(tmp_path):
                           ("release", 7)]
 
 
+def test_a_pass_of_starts_and_quota_changes_reads_slurm_once_and_sees_its_own_writes(tmp_path):
+    """A co-allocation is a quota change of the host and a start of the guest. Each used
+    to force a new squeue and sinfo (the whole queue parsed again: two per co-allocation);
+    the backend now keeps what it wrote in its snapshot, so a second change of the same
+    host's quota in the pass is still compared with what was written, not with the read."""
+    src = RecordedCluster("22.05")
+    reads = []
+    src.jobs = lambda: reads.append(1) or list(src.jobs_list)
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "s.json")
+    b.drain_finished()                      # a pass starts with a fresh read
+    before = len(reads)
+    b.set_quota("5", 0.5)
+    (q,) = b.queued()
+    b.start(q, Allocation("7", (("rn1", 2),)), 0.5, host_job="5")
+    b.set_quota("5", 0.6)                   # back to what the read said: must be written
+    b.set_quota("5", 0.6)                   # the same again: nothing to write
+    assert len(reads) == before
+    assert src.writes == [
+        ("update", 5, {"AdminComment": "cosched:v=1;quota=0.5000"}),
+        ("update", 7, {"NodeList": "rn1", "AdminComment": "cosched:v=1;quota=0.5000;host=5"}),
+        ("release", 7),
+        ("update", 5, {"AdminComment": "cosched:v=1;quota=0.6000"}),
+    ]
+    assert "7" not in [j.job_id for j in b.queued()]     # released: no longer ours to start
+    assert {r.job_id: r for r in b.running()}["7"].host_job == "5"
+    b.drain_finished()
+    assert len(reads) == before + 1         # the next pass reads Slurm again
+
+
+def test_a_start_reads_slurm_again_only_past_a_few_times_what_a_read_takes(tmp_path):
+    """At a large site a read of Slurm takes seconds: a start or quota change re-reads it
+    only when the snapshot is older than WRITE_AGE_READS x the last read (and refresh_s)."""
+    from slurm_plugin.reading import WRITE_AGE_READS
+
+    src = RecordedCluster("22.05")
+    reads = []
+    src.jobs = lambda: reads.append(1) or list(src.jobs_list)
+    now = [1000.0]
+    b = SlurmBackend(src, partition="cosched", state_file=tmp_path / "s.json",
+                     clock=lambda: now[0])
+    b.drain_finished()
+    b.last_read_s = 2.0                     # as if reading took 2 s
+    now[0] += 2.0 * WRITE_AGE_READS - 1.0
+    b.set_quota("5", 0.5)
+    assert len(reads) == 1                  # younger than four reads: used as it is
+    now[0] += 2.0
+    b.set_quota("5", 0.4)
+    assert len(reads) == 2                  # older: read again
+    b.last_read_s = 0.0                     # a small cluster: refresh_s (0.25 s) as before
+    now[0] += 0.5
+    b.set_quota("5", 0.3)
+    assert len(reads) == 3
+
+
 def test_backend_gives_up_on_a_job_whose_dependency_failed_and_reports_it_once(tmp_path):
     src = RecordedCluster("22.05")
     # make the batch job with the failed dependency one of ours
