@@ -48,20 +48,18 @@ def _claim(recorder: Recorder | None) -> None:
         claim()
 
 
-def _takes(fn, name: str) -> bool:
+def _takes(fn, *names: str) -> bool:
+    """Whether ``fn`` takes every one of ``names`` (False when its signature is unknown)."""
     try:
-        return name in inspect.signature(fn).parameters
+        params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+    return all(n in params for n in names)
 
 
 def _loads_in_part(recorder: Recorder) -> bool:
     """Whether the recorder's load() takes ``observed_per_class`` and ``related_to``."""
-    try:
-        params = inspect.signature(recorder.load).parameters
-    except (TypeError, ValueError):
-        return False
-    return "observed_per_class" in params and "related_to" in params
+    return _takes(recorder.load, "observed_per_class", "related_to")
 
 
 def _running_ids(backend: Backend) -> set[str] | None:
