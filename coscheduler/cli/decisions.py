@@ -17,6 +17,9 @@ from ._common import (clip, db_option, echo_json, fmt_loss, fmt_time, open_reado
 # expert from (AsaxLearner.recall_window(): 5,500), and never less than that.
 KEEP_MIN = 5_500
 KEEP_DEFAULT = 11_000
+# LearnerConfig.max_classes's default (a test checks they agree; the learner is not imported
+# here for a command that needs none of it)
+MAX_CLASSES_DEFAULT = 10_000
 
 
 @click.group()
@@ -148,15 +151,22 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
               default=KEEP_DEFAULT, show_default=True,
               help="Each class's most recent observed decisions kept whatever their age "
                    f"(at least {KEEP_MIN}: what a restart recalls the fitted expert from).")
+@click.option("--max-classes", type=click.IntRange(min=1),
+              default=MAX_CLASSES_DEFAULT, show_default=True,
+              help="The controller's learner bound (LearnerConfig.max_classes): saved classes "
+                   "past it that a restart would not read, and that saw nothing in the last "
+                   "DAYS days, are deleted whole (state, rounds, decisions).")
 @click.option("--vacuum", is_flag=True,
               help="Then give the freed space back (rewrites the file; a running controller "
                    "keeps its records meanwhile and pauses co-allocation until it is done).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
-def prune(db: Path | None, days: float, keep_per_class: int, vacuum: bool, as_json: bool) -> None:
+def prune(db: Path | None, days: float, keep_per_class: int, max_classes: int, vacuum: bool,
+          as_json: bool) -> None:
     """Let old decisions go: the state database grows by about 2 KB per decision.
 
     Pending decisions and each class's last --keep-per-class observed ones are kept, and
-    so are class states, rounds and alone runtimes; what a restarted controller rebuilds
+    so are class states, rounds and alone runtimes, but for the classes past
+    --max-classes that a restart no longer reads; what a restarted controller rebuilds
     is unchanged (the deleted outcomes are still counted). Safe while the controller runs.
     """
     import time as _time
@@ -164,16 +174,21 @@ def prune(db: Path | None, days: float, keep_per_class: int, vacuum: bool, as_js
     path = resolve_db(db)
     before = _time.time() - days * 86400.0
     with open_store(path, readonly=False) as store:
+        forgotten = store.prune_classes(before, max_classes)
         deleted = store.prune(before, keep_per_class)
         left = queries.decision_count(store)
         if vacuum:
             store.vacuum()
     if as_json:
         echo_json({"db": str(path), "before": before, "deleted": deleted, "left": left,
-                   "bytes": path.stat().st_size})
+                   "bytes": path.stat().st_size, "classes_deleted": forgotten})
         return
     total = sum(deleted.values())
     click.echo(f"Deleted {total} decisions recorded before {fmt_time(before)} from {path}; "
                f"{left} left; the file holds {path.stat().st_size / 1e6:.1f} MB")
     for job_class, n in sorted(deleted.items()):
         click.echo(f"  {clip(job_class, 40):<40} {n:>8}")
+    if forgotten:
+        click.echo(f"Deleted {len(forgotten)} classes past the learner's bound of "
+                   f"{max_classes} that a restart no longer reads, with their "
+                   f"{sum(forgotten.values())} decisions")

@@ -16,10 +16,12 @@ from typing import Mapping
 from ..learner import ClassState, Decision, RoundClosed
 from ..model import InvalidInput, check_finite, validate_job_class
 from ..recorder import LoadedState, OutcomeRecord
-from .retention import delete_decisions, prune_candidates, pruned_counts
+from .retention import (delete_classes, delete_decisions, forgotten_classes, prune_candidates,
+                        pruned_counts)
 from .rows import _DECISION_COLS, RowsMixin
 
 PRUNE_CHUNK = 2_000   # decisions deleted per write transaction (``prune``)
+PRUNE_CLASS_CHUNK = 200   # classes deleted per write transaction (``prune_classes``)
 
 
 class RecorderMixin(RowsMixin):
@@ -87,6 +89,20 @@ class RecorderMixin(RowsMixin):
             with self.writing(f"prune decisions before {before}") as conn:
                 for job_class, n in delete_decisions(conn, rows[at:at + PRUNE_CHUNK]).items():
                     deleted[job_class] = deleted.get(job_class, 0) + n
+        return deleted
+
+    def prune_classes(self, before: float, max_classes: int) -> dict[str, int]:
+        """Delete whole the saved classes a learner bounded to ``max_classes`` no longer
+        holds and that saw nothing since ``before`` (``retention.forgotten_classes``): per
+        class deleted, the decisions deleted with it."""
+        check_finite(before, "prune: before")
+        with self.reading(f"find the classes past {max_classes} to prune") as conn:
+            found = forgotten_classes(conn, before, max_classes)
+        deleted: dict[str, int] = {}
+        for at in range(0, len(found), PRUNE_CLASS_CHUNK):
+            with self.writing(f"prune the classes past {max_classes}") as conn:
+                deleted.update(delete_classes(conn, found[at:at + PRUNE_CLASS_CHUNK], before,
+                                              max_classes))
         return deleted
 
     def save_class(self, state: ClassState) -> None:
