@@ -12,62 +12,20 @@ from coscheduler.backends import VirtualBackend
 from coscheduler.cli import main
 from coscheduler.cli.decisions import MAX_CLASSES_DEFAULT
 from coscheduler.controller import Controller
-from coscheduler.learner import AsaxLearner, ClassState, HostState, LearnerConfig
-from coscheduler.recorder import OutcomeRecord
+from coscheduler.learner import AsaxLearner, LearnerConfig
 from coscheduler.store.retention import delete_classes, forgotten_classes
 from coscheduler.store.sqlite import SqliteStore
 
-# name -> last update (None: no round closed yet; ties broken by name, the later kept)
-CLASSES = {"u/a": 50.0, "u/b": None, "u/c": 50.0, "u/d": 10.0, "u/e": None, "u/f": 70.0,
-           "u/g": 5.0, "u/h": 50.0}
-PENDING = {"u/g", "u/b"}      # a decision without an outcome: never forgotten
-BOUND = 3
+from class_bound_store import BOUND, CLASSES, PENDING, fill, state
+
 # what a restart bounded to 3 reads: the newest three (u/f, then u/h and u/c of the 50.0
 # tie) and the pending ones (the learner then holds the pending ones and u/f)
 READ = {"u/f", "u/h", "u/c"} | PENDING
 
 
-def _state(job_class: str, cpu: float) -> HostState:
-    return HostState(job_class=job_class, cpu_percent=cpu, mem_percent=30.0,
-                     stage_type="parallel", elapsed_fraction=0.4, happiness=1.0)
-
-
-def _fill(path) -> float:
-    """Every class saved with 25 observed outcomes (some with a walltime credit) and a
-    round in its history; a pending decision for PENDING. Returns the last time used."""
-    store = SqliteStore(path, create=True)
-    learner = AsaxLearner(LearnerConfig(seed=3))
-    t = 1.0
-    for c in CLASSES:
-        for k in range(25):
-            d = learner.decide(_state(c, 10.0 + 3 * k), f"h{c[-1]}{k}", f"g{c[-1]}{k}", t,
-                               job_class=c)
-            store.record_decision(d, 0.9, d.action_fraction)
-            if k == 4:
-                store.record_walltime_credit({"job_id": f"h{c[-1]}{k}", "time": t, "minutes": 5,
-                                              "limit_s": 600.0, "projected_end": 900.0})
-            loss = 0.0 if d.action_index == 0 else 0.1 * (k % 3)
-            closed = learner.observe(d.decision_id, loss, t)
-            if closed is not None:
-                store.record_round(closed)
-            store.record_outcome(OutcomeRecord(d.decision_id, t, loss,
-                                               "declined" if d.action_index == 0 else "degradation"))
-            t += 1.0
-        closed = learner.end_round(c, t)
-        if closed is not None:
-            store.record_round(closed)
-        if c in PENDING:
-            d = learner.decide(_state(c, 50.0), f"hp{c[-1]}", f"gp{c[-1]}", t, job_class=c)
-            store.record_decision(d, 0.9, d.action_fraction)
-            t += 1.0
-    names = learner.expert_names
-    for c, last in CLASSES.items():
-        st = ClassState.fresh(c, names)
-        st.last_update = last
-        st.decisions = 7
-        store.save_class(st)
-    store.close()
-    return t
+def _fill(path) -> None:
+    with SqliteStore(path, create=True) as store:
+        fill(store)
 
 
 def _restart(path, bound: int = BOUND):
@@ -130,7 +88,7 @@ def test_a_class_used_again_between_finding_and_deleting_is_kept(tmp_path):
         assert "u/a" in found
         # a running controller asks about u/a again: a decision pending now
         d = AsaxLearner(LearnerConfig(seed=5), next_decision_id=10_000).decide(
-            _state("u/a", 20.0), "hx", "gx", 500.0, job_class="u/a")
+            state("u/a", 20.0), "hx", "gx", 500.0, job_class="u/a")
         store.record_decision(d, 0.9, d.action_fraction)
         with store.writing("delete") as conn:
             deleted = delete_classes(conn, found, 1e9, BOUND)

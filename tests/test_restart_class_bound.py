@@ -9,53 +9,17 @@ import pytest
 
 from coscheduler.backends import VirtualBackend
 from coscheduler.controller import Controller
-from coscheduler.learner import AsaxLearner, ClassState, HostState, LearnerConfig
-from coscheduler.recorder import MemoryRecorder, OutcomeRecord, classes_kept
+from coscheduler.learner import AsaxLearner, LearnerConfig
+from coscheduler.recorder import MemoryRecorder, classes_kept
 from coscheduler.store.sqlite import SqliteStore
 
-# name -> last update (None: no round closed yet; ties broken by the order given)
-CLASSES = {"u/a": 50.0, "u/b": None, "u/c": 50.0, "u/d": 10.0, "u/e": None, "u/f": 70.0,
-           "u/g": 5.0, "u/h": 50.0}
-PENDING = {"u/g", "u/b"}      # a decision without an outcome: never forgotten
-BOUND = 3
-
-
-def _state(job_class: str, cpu: float) -> HostState:
-    return HostState(job_class=job_class, cpu_percent=cpu, mem_percent=30.0,
-                     stage_type="parallel", elapsed_fraction=0.4, happiness=1.0)
-
-
-def _fill(recorder) -> None:
-    """Every class saved, with 25 observed outcomes each (enough to fit the fitted
-    expert), and a decision left pending for the classes of PENDING."""
-    learner = AsaxLearner(LearnerConfig(seed=3))
-    t = 1.0
-    for c in CLASSES:
-        for k in range(25):
-            d = learner.decide(_state(c, 10.0 + 3 * k), f"h{c[-1]}{k}", f"g{c[-1]}{k}", t,
-                               job_class=c)
-            recorder.record_decision(d, 0.9, d.action_fraction)
-            loss = 0.0 if d.action_index == 0 else 0.1 * (k % 3)
-            learner.observe(d.decision_id, loss, t)
-            recorder.record_outcome(OutcomeRecord(d.decision_id, t, loss,
-                                                  "declined" if d.action_index == 0 else "degradation"))
-            t += 1.0
-        if c in PENDING:
-            d = learner.decide(_state(c, 50.0), f"hp{c[-1]}", f"gp{c[-1]}", t, job_class=c)
-            recorder.record_decision(d, 0.9, d.action_fraction)
-            t += 1.0
-    names = learner.expert_names
-    for c, last in CLASSES.items():
-        st = ClassState.fresh(c, names)
-        st.last_update = last
-        st.decisions = 7
-        recorder.save_class(st)
+from class_bound_store import BOUND, CLASSES, PENDING, fill
 
 
 @pytest.fixture(params=["memory", "sqlite"])
 def recorder(request, tmp_path):
     rec = MemoryRecorder() if request.param == "memory" else SqliteStore(tmp_path / "s.db", create=True)
-    _fill(rec)
+    fill(rec)
     yield rec
     if request.param == "sqlite":
         rec.close()
