@@ -190,7 +190,7 @@ def test_run_with_a_node_killed_mid_run_then_report_and_down(tmp_path):
         out_path = tmp_path / "run.json"
         with open(out_path, "w") as out_file:
             proc = subprocess.Popen(COSCHED + ["testbed", "run", "--policies", "static",
-                                               "--scale", "0.02", "--timeout", "400", "--json"],
+                                               "--scale", "0.01", "--timeout", "400", "--json"],
                                     env=env, stdout=out_file, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         seen, killed = [], False
