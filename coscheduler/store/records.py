@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..learner import ClassState, Decision, RoundClosed
 from ..model import InvalidInput, check_finite, validate_job_class
@@ -82,14 +82,8 @@ class RecorderMixin(RowsMixin):
         check_finite(before, "prune: before")
         with self.reading(f"find decisions before {before} to prune") as conn:
             rows = prune_candidates(conn, before, keep_per_class)
-        # In short transactions: a running controller's pass waits for one chunk at most,
-        # not for the whole prune (seconds on a large file; past its busy timeout).
-        deleted: dict[str, int] = {}
-        for at in range(0, len(rows), PRUNE_CHUNK):
-            with self.writing(f"prune decisions before {before}") as conn:
-                for job_class, n in delete_decisions(conn, rows[at:at + PRUNE_CHUNK]).items():
-                    deleted[job_class] = deleted.get(job_class, 0) + n
-        return deleted
+        return self._delete_in_chunks(rows, PRUNE_CHUNK, f"prune decisions before {before}",
+                                      delete_decisions)
 
     def prune_classes(self, before: float, max_classes: int) -> dict[str, int]:
         """Delete whole the saved classes a learner bounded to ``max_classes`` no longer
@@ -98,11 +92,20 @@ class RecorderMixin(RowsMixin):
         check_finite(before, "prune: before")
         with self.reading(f"find the classes past {max_classes} to prune") as conn:
             found = forgotten_classes(conn, before, max_classes)
+        return self._delete_in_chunks(
+            found, PRUNE_CLASS_CHUNK, f"prune the classes past {max_classes}",
+            lambda conn, part: delete_classes(conn, part, before, max_classes))
+
+    def _delete_in_chunks(self, items: list, size: int, what: str,
+                          delete: Callable[[object, list], dict[str, int]]) -> dict[str, int]:
+        """``delete(conn, part)`` over ``items`` in write transactions of ``size``, its
+        per-class counts summed. Short transactions: a running controller's pass waits for
+        one at most, not for the whole prune (seconds on a large file; past its busy timeout)."""
         deleted: dict[str, int] = {}
-        for at in range(0, len(found), PRUNE_CLASS_CHUNK):
-            with self.writing(f"prune the classes past {max_classes}") as conn:
-                deleted.update(delete_classes(conn, found[at:at + PRUNE_CLASS_CHUNK], before,
-                                              max_classes))
+        for at in range(0, len(items), size):
+            with self.writing(what) as conn:
+                for job_class, n in delete(conn, items[at:at + size]).items():
+                    deleted[job_class] = deleted.get(job_class, 0) + n
         return deleted
 
     def save_class(self, state: ClassState) -> None:
