@@ -88,7 +88,6 @@ def delete_decisions(conn: sqlite3.Connection, rows: list[tuple[int, str, bool]]
     return deleted
 
 
-
 # recorder.classes_kept in SQL, as SqliteStore.load reads it: the newest max_classes by last
 # update (ties to the later name) and every class with a decision pending.
 _KEPT_SQL = ("SELECT job_class FROM (SELECT job_class FROM classes "
@@ -140,8 +139,8 @@ def _still_forgotten(conn: sqlite3.Connection, classes: list[str], before: float
 def delete_classes(conn: sqlite3.Connection, classes: list[str], before: float,
                    max_classes: int) -> dict[str, int]:
     """Delete these classes whole (inside the caller's write transaction), those still
-    forgotten now (a running controller may have used one since they were found); the
-    decisions deleted per class deleted (0 for a class that had none)."""
+    forgotten now (a running controller may have used one since they were found); per
+    class deleted, the decisions deleted with it (0 for a class that had none)."""
     _check_bound(max_classes)
     deleted: dict[str, int] = {}
     for c in _still_forgotten(conn, classes, before, max_classes):
