@@ -108,3 +108,23 @@ def test_cosched_decisions_prune_deletes_the_classes_past_the_bound(tmp_path):
                                   "--max-classes", "0"])
     assert r.exit_code != 0 and "--max-classes" in r.output
     assert MAX_CLASSES_DEFAULT == LearnerConfig().max_classes
+
+
+def test_the_prune_defaults_to_the_bound_the_controller_started_with_and_refuses_a_smaller(tmp_path):
+    db = tmp_path / "s.db"
+    _fill(db)
+    with SqliteStore(db) as store:
+        assert store.class_bound() is None
+    _restart(db)     # a controller bounded to BOUND started on it
+    with SqliteStore(db) as store:
+        assert store.class_bound() == BOUND
+    r = CliRunner().invoke(main, ["decisions", "prune", "--db", str(db), "--older-than", "0",
+                                  "--max-classes", str(BOUND - 1)])
+    assert r.exit_code != 0 and f"bound of {BOUND} classes" in r.output
+    assert "Traceback" not in r.output
+    assert _count(db, "SELECT COUNT(*) FROM classes") == len(CLASSES)    # nothing deleted
+    r = CliRunner().invoke(main, ["decisions", "prune", "--db", str(db), "--older-than", "0",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["max_classes"] == BOUND and set(out["classes_deleted"]) == set(CLASSES) - READ

@@ -151,17 +151,17 @@ def show(decision_id: int, db: Path | None, as_json: bool) -> None:
               default=KEEP_DEFAULT, show_default=True,
               help="Each class's most recent observed decisions kept whatever their age "
                    f"(at least {KEEP_MIN}: what a restart recalls the fitted expert from).")
-@click.option("--max-classes", type=click.IntRange(min=1),
-              default=MAX_CLASSES_DEFAULT, show_default=True,
+@click.option("--max-classes", type=click.IntRange(min=1), default=None,
               help="The controller's learner bound (LearnerConfig.max_classes): saved classes "
                    "past it that a restart would not read, and that saw nothing in the last "
-                   "DAYS days, are deleted whole (state, rounds, decisions).")
+                   "DAYS days, are deleted whole (state, rounds, decisions). [default: the "
+                   f"bound the controller last started with, else {MAX_CLASSES_DEFAULT:,}]")
 @click.option("--vacuum", is_flag=True,
               help="Then give the freed space back (rewrites the file; a running controller "
                    "keeps its records meanwhile and pauses co-allocation until it is done).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/cli-json.md).")
-def prune(db: Path | None, days: float, keep_per_class: int, max_classes: int, vacuum: bool,
-          as_json: bool) -> None:
+def prune(db: Path | None, days: float, keep_per_class: int, max_classes: int | None,
+          vacuum: bool, as_json: bool) -> None:
     """Let old decisions go: the state database grows by about 2 KB per decision.
 
     Pending decisions and each class's last --keep-per-class observed ones are kept, and
@@ -174,6 +174,14 @@ def prune(db: Path | None, days: float, keep_per_class: int, max_classes: int, v
     path = resolve_db(db)
     before = _time.time() - days * 86400.0
     with open_store(path, readonly=False) as store:
+        recorded = store.class_bound()
+        if max_classes is None:
+            max_classes = recorded or MAX_CLASSES_DEFAULT
+        elif recorded is not None and max_classes < recorded:
+            raise click.UsageError(
+                f"--max-classes {max_classes} is below the bound of {recorded} classes the "
+                f"controller last started with on {path}: it would delete classes its "
+                "learner holds")
         forgotten = store.prune_classes(before, max_classes)
         deleted = store.prune(before, keep_per_class)
         left = queries.decision_count(store)
@@ -181,7 +189,8 @@ def prune(db: Path | None, days: float, keep_per_class: int, max_classes: int, v
             store.vacuum()
     if as_json:
         echo_json({"db": str(path), "before": before, "deleted": deleted, "left": left,
-                   "bytes": path.stat().st_size, "classes_deleted": forgotten})
+                   "bytes": path.stat().st_size, "classes_deleted": forgotten,
+                   "max_classes": max_classes})
         return
     total = sum(deleted.values())
     click.echo(f"Deleted {total} decisions recorded before {fmt_time(before)} from {path}; "

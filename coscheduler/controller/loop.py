@@ -62,6 +62,17 @@ def _loads_in_part(recorder: Recorder) -> bool:
     return _takes(recorder.load, "observed_per_class", "related_to")
 
 
+def _note_class_bound(recorder: Recorder, max_classes: int) -> None:
+    """Tell a store that keeps it the learner's class bound (``decisions prune`` reads it)."""
+    note = getattr(recorder, "note_class_bound", None)
+    if note is None:
+        return
+    try:
+        note(max_classes)
+    except Exception as exc:  # noqa: BLE001 - only the prune's default depends on it
+        log.warning("recording the learner's class bound in the state store failed: %s", exc)
+
+
 def _running_ids(backend: Backend) -> set[str] | None:
     """The running jobs' ids, or None if the backend cannot say now (then the whole
     history is read: the relations it holds must not be lost)."""
@@ -167,6 +178,7 @@ class Controller(DrainMixin, ActMixin, FeedbackMixin, SpanMixin):
             loaded = recorder.load()
             related = loaded.observed
         if asax:
+            _note_class_bound(recorder, learner_config.max_classes)
             learner = AsaxLearner(learner_config, expert_factory,
                                   classes=loaded.classes, pending=loaded.pending,
                                   next_decision_id=loaded.next_decision_id)

@@ -22,6 +22,7 @@ from .rows import _DECISION_COLS, RowsMixin
 
 PRUNE_CHUNK = 2_000   # decisions deleted per write transaction (``prune``)
 PRUNE_CLASS_CHUNK = 200   # classes deleted per write transaction (``prune_classes``)
+CLASS_BOUND_KEY = "learner_max_classes"   # (meta: ``note_class_bound``)
 
 
 class RecorderMixin(RowsMixin):
@@ -95,6 +96,22 @@ class RecorderMixin(RowsMixin):
         return self._delete_in_chunks(
             found, PRUNE_CLASS_CHUNK, f"prune the classes past {max_classes}",
             lambda conn, part: delete_classes(conn, part, before, max_classes))
+
+    def note_class_bound(self, max_classes: int) -> None:
+        """Record the class bound of the learner that uses this store (the controller does,
+        at each start), so that ``prune_classes`` is not run with a smaller one by mistake."""
+        with self.writing(f"record the learner's class bound {max_classes}") as conn:
+            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO "
+                         "UPDATE SET value = excluded.value", (CLASS_BOUND_KEY, str(int(max_classes))))
+
+    def class_bound(self) -> int | None:
+        """The class bound ``note_class_bound`` recorded last; None if none was."""
+        with self.reading("read the learner's class bound") as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (CLASS_BOUND_KEY,)).fetchone()
+        try:
+            return None if row is None else int(row[0])
+        except ValueError:
+            return None    # (not ours to judge: the prune then needs --max-classes)
 
     def _delete_in_chunks(self, items: list, size: int, what: str,
                           delete: Callable[[object, list], dict[str, int]]) -> dict[str, int]:
