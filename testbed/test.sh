@@ -58,8 +58,13 @@ if [ "${COSCHED_LINT:-0}" = 1 ]; then
     "$venv/bin/ruff" check --no-cache . || { echo "test.sh: ruff found the problems above" >&2; exit 1; }
 fi
 status=0
+# Where a CI run's time goes: each part's wall time, on stderr.
+took() { echo "test.sh: $1 took $(( SECONDS - t_part )) s (exit $2)" >&2; t_part=$SECONDS; }
+t_part=0
+took "the set-up (packages, daemons, lint)" 0
 if [ $# -gt 0 ]; then
     "$venv/bin/python" -m pytest "$@" || status=$?
+    took "the tests" $status
 else
     # The whole suite in two parts. The unmarked tests are pure and CPU-bound: they run on
     # up to 4 cores (pytest-xdist; 8 min serial, 4.5 min on this 2-core machine). The tests
@@ -70,8 +75,10 @@ else
     workers="${COSCHED_TEST_WORKERS:-$("$venv/bin/python" -c \
         'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')}"
     if [ "$workers" -gt 1 ]; then xdist=(-n "$workers" --dist worksteal); else xdist=(); fi
-    "$venv/bin/python" -m pytest -m "not ($marked)" "${xdist[@]}" || status=$?
-    "$venv/bin/python" -m pytest -m "$marked" || status=1
+    rc=0; "$venv/bin/python" -m pytest -m "not ($marked)" "${xdist[@]}" || rc=$?
+    took "the unmarked tests ($workers processes)" $rc; [ $rc = 0 ] || status=$rc
+    rc=0; "$venv/bin/python" -m pytest -m "$marked" || rc=$?
+    took "the marked tests" $rc; [ $rc = 0 ] || status=1
 fi
 # The live Slurm tests again against the Slurm of other Debian releases (24.11 in trixie,
 # 26.05 in sid), each in a container built offline (testbed/slurm_releases.sh; cached after
@@ -88,13 +95,16 @@ elif [ -n "$releases" ]; then
         echo "test.sh: SKIPPED the Slurm releases in containers (they need root)" >&2
     else
         # shellcheck disable=SC2086
-        COSCHED_PYTHON="$venv/bin/python" bash testbed/slurm_releases.sh $releases || status=1
+        rc=0; COSCHED_PYTHON="$venv/bin/python" bash testbed/slurm_releases.sh $releases || rc=$?
+        took "the Slurm releases ($releases)" $rc; [ $rc = 0 ] || status=1
         # Real cgroup v2 (this kernel has no cpu controller there): Slurm 24.11 with
         # cgroup/v2 and the agent in a qemu VM (about 3 min; COSCHED_SLURM_VM=0 leaves it out)
         if [ "${COSCHED_SLURM_VM:-1}" = 0 ]; then
             echo "test.sh: the cgroup v2 VM run was left out (COSCHED_SLURM_VM=0)" >&2
         else
-            bash testbed/slurm_vm.sh || { echo "test.sh: the cgroup v2 VM run FAILED" >&2; status=1; }
+            rc=0; bash testbed/slurm_vm.sh || rc=$?
+            took "the cgroup v2 VM run" $rc
+            [ $rc = 0 ] || { echo "test.sh: the cgroup v2 VM run FAILED" >&2; status=1; }
         fi
     fi
 fi
