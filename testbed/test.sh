@@ -74,10 +74,15 @@ else
     marked="root or slurm or docker or live or mesos"
     workers="${COSCHED_TEST_WORKERS:-$("$venv/bin/python" -c \
         'import os; print(max(1, min(4, len(os.sched_getaffinity(0)))))')}"
+    case $workers in
+        ''|*[!0-9]*|0) echo "test.sh: COSCHED_TEST_WORKERS must be a whole number >= 1, got '$workers'" >&2
+                       exit 2;;
+    esac
     if [ "$workers" -gt 1 ]; then xdist=(-n "$workers" --dist worksteal); else xdist=(); fi
-    rc=0; "$venv/bin/python" -m pytest -m "not ($marked)" "${xdist[@]}" || rc=$?
+    # (--durations: a CI log names its slowest tests)
+    rc=0; "$venv/bin/python" -m pytest -m "not ($marked)" "${xdist[@]}" --durations=10 || rc=$?
     took "the unmarked tests ($workers processes)" $rc; [ $rc = 0 ] || status=$rc
-    rc=0; "$venv/bin/python" -m pytest -m "$marked" || rc=$?
+    rc=0; "$venv/bin/python" -m pytest -m "$marked" --durations=10 || rc=$?
     took "the marked tests" $rc; [ $rc = 0 ] || status=1
 fi
 # The live Slurm tests again against the Slurm of other Debian releases (24.11 in trixie,
@@ -98,7 +103,7 @@ elif [ -n "$releases" ]; then
         rc=0; COSCHED_PYTHON="$venv/bin/python" bash testbed/slurm_releases.sh $releases || rc=$?
         took "the Slurm releases ($releases)" $rc; [ $rc = 0 ] || status=1
         # Real cgroup v2 (this kernel has no cpu controller there): Slurm 24.11 with
-        # cgroup/v2 and the agent in a qemu VM (about 3 min; COSCHED_SLURM_VM=0 leaves it out)
+        # cgroup/v2 and the agent in a qemu VM (70 s here; COSCHED_SLURM_VM=0 leaves it out)
         if [ "${COSCHED_SLURM_VM:-1}" = 0 ]; then
             echo "test.sh: the cgroup v2 VM run was left out (COSCHED_SLURM_VM=0)" >&2
         else
