@@ -24,12 +24,15 @@ import concurrent.futures as cf
 import importlib
 import multiprocessing
 import os
+import pickle
 import socket
 import sys
 import threading
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+from .model import InvalidInput
 
 # Libraries that start threads on import: a forked child of a process that loaded them
 # can deadlock, so the pool spawns fresh interpreters instead.
@@ -51,6 +54,9 @@ class TaskFailed(SweepError):
         self.cause = cause
         self.worker_traceback = worker_traceback
         super().__init__(f"task {task} failed: {type(cause).__name__}: {cause}")
+
+    def __reduce__(self):
+        return type(self), (self.task, self.cause, self.worker_traceback)
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,7 @@ def _run_pool(fn, tasks: list[Task], n: int, on_result, preload: tuple[str, ...]
     ctx = multiprocessing.get_context(method)
     pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=ctx)
     try:
-        futures = [pool.submit(fn, *t.args) for t in tasks]
+        futures = [pool.submit(_call, fn, *t.args) for t in tasks]
         results = []
         for t, fut in zip(tasks, futures):
             try:
@@ -165,7 +171,7 @@ def _run_dask(fn, tasks: list[Task], address: str, on_result) -> list[Any]:
     except ValueError as exc:
         raise SweepError(f"--cluster {address!r} is not a Dask scheduler address: {exc}") from None
     try:
-        futures = [client.submit(fn, *t.args, pure=False) for t in tasks]
+        futures = [client.submit(_call, fn, *t.args, pure=False) for t in tasks]
         results = []
         for t, fut in zip(tasks, futures):
             try:
@@ -210,7 +216,24 @@ def _reachable(address: str, target: str) -> None:
 
 
 def _call(fn, *args):
-    return fn(*args)
+    """``fn(*args)`` in a worker. An error whose class cannot be rebuilt from its pickle
+    (an ``__init__`` whose arguments are not its ``args``) would break a process pool when
+    it arrives ("a worker process died") and hide what went wrong: it comes back as an
+    ``InvalidInput`` (if it was one) or a ``RuntimeError`` naming its class, with the same
+    message and the worker's traceback as ``worker_traceback``."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception:   # noqa: BLE001 - whatever pickling raises, the message must get back
+            if isinstance(exc, InvalidInput):
+                portable: Exception = InvalidInput(str(exc))
+            else:
+                portable = RuntimeError(f"{type(exc).__name__}: {exc}")
+            portable.worker_traceback = traceback.format_exc()
+            raise portable from None
+        raise
 
 
 def _run_ray(fn, tasks: list[Task], address: str, on_result) -> list[Any]:

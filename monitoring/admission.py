@@ -62,6 +62,10 @@ class Refused(InvalidInput):
         self.pid = pid
         self.rule = rule
         self.detail = detail
+        self.where = where
+
+    def __reduce__(self):
+        return type(self), (self.pid, self.rule, self.detail, self.where)
 
     def at(self, where: str) -> "Refused":
         """The same refusal, its message prefixed with where it happened (e.g. "job j1: ")."""

@@ -72,6 +72,9 @@ class HTTPError(Exception):
         super().__init__(message)
         self.status = status
 
+    def __reduce__(self):
+        return type(self), (self.status, str(self))
+
 
 def parse_listen(addr: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` (127.0.0.1) or ``[::1]:PORT``."""

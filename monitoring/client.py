@@ -39,6 +39,10 @@ class AgentError(RuntimeError):
         super().__init__(f"agent {where}{message}" + (f" (HTTP {status})" if status else ""))
         self.status = status
         self.message = message
+        self.method, self.path = method, path
+
+    def __reduce__(self):
+        return type(self), (self.message, self.status, self.method, self.path)
 
 
 class AgentClient:

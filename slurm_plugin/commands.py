@@ -135,11 +135,15 @@ class SlurmCommandError(BackendError):
         self.returncode = returncode
         self.stderr = stderr.strip()
         self.transient = transient
+        self.note = note
         cmd = shlex.join(self.argv)
         how = note or (f"exit status {returncode}" if returncode is not None else "no answer")
         tail = self.stderr.splitlines()[-3:] if self.stderr else []
         detail = f": {' | '.join(tail)}" if tail else ""
         super().__init__(f"Slurm command `{cmd}` failed ({how}){detail}")
+
+    def __reduce__(self):
+        return type(self), (self.argv, self.returncode, self.stderr, self.transient, self.note)
 
 
 @dataclass

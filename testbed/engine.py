@@ -45,6 +45,9 @@ class DockerError(RuntimeError):
         super().__init__(f"`{' '.join(self.argv[:6])}{' ...' if len(self.argv) > 6 else ''}` "
                          f"failed (exit {returncode}):\n{tail}")
 
+    def __reduce__(self):
+        return type(self), (self.argv, self.returncode, self.output)
+
 
 @dataclass(frozen=True)
 class Engine:

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from coscheduler import sweep
+from coscheduler.model import InvalidInput
 from coscheduler.cli import main
 from coscheduler.experiments.paper import run_experiment
 
@@ -31,6 +32,25 @@ def _square_or_fail(x: int, fail_on: int | None = None, delay: float = 0.0) -> t
     if x == fail_on:
         raise ValueError(f"bad value {x}")
     return x * x, os.getpid()
+
+
+class _Unrebuildable(RuntimeError):
+    """An error whose __init__ does not take its own ``args``: it pickles, and unpickling it
+    raises TypeError (how SwfFormatError broke a pool before it had ``__reduce__``)."""
+
+    def __init__(self, where: str, why: str):
+        super().__init__(f"{where}: {why}")
+
+
+class _UnrebuildableInput(InvalidInput):
+    def __init__(self, where: str, why: str):
+        super().__init__(f"{where}: {why}")
+
+
+def _raise_unrebuildable(x: int, kind: str = "runtime") -> int:
+    if x == 2:
+        raise (_UnrebuildableInput if kind == "input" else _Unrebuildable)("trace.swf:3", "bad line")
+    return x
 
 
 def _paper_json(*extra: str) -> dict:
@@ -130,6 +150,37 @@ def test_a_failing_task_names_itself_and_carries_the_workers_traceback():
     assert "_square_or_fail" in err.worker_traceback
 
 
+@pytest.mark.parametrize("kind, cause", [("runtime", RuntimeError), ("input", InvalidInput)])
+def test_an_error_that_cannot_be_unpickled_comes_back_by_message_not_as_a_dead_worker(kind, cause):
+    # Before: "task x=2 failed: RuntimeError: a worker process died (...)", what went wrong lost.
+    tasks = [sweep.Task(f"x={x}", (x, kind)) for x in (1, 2, 3)]
+    with pytest.raises(sweep.TaskFailed) as info:
+        sweep.run_tasks(_raise_unrebuildable, tasks, workers=2)
+    err = info.value
+    assert err.task == "x=2"
+    assert type(err.cause) is cause
+    name = "_UnrebuildableInput" if kind == "input" else "_Unrebuildable"
+    want = "trace.swf:3: bad line" if kind == "input" else f"{name}: trace.swf:3: bad line"
+    assert str(err.cause) == want
+    assert "_raise_unrebuildable" in err.cause.worker_traceback
+    # the pool was not broken: the next sweep in this process runs
+    assert sweep.run_tasks(_raise_unrebuildable, tasks[:1] + tasks[2:], workers=2) == [1, 3]
+
+
+def test_a_bad_trace_on_two_workers_is_the_same_one_line_error_as_on_one(tmp_path):
+    bad = tmp_path / "garbage.swf"
+    bad.write_bytes(bytes(range(256)) * 4)
+    outs = []
+    for workers in ("1", "2"):
+        r = CliRunner().invoke(main, ["simulate", "learned", "--traces", str(bad), "--out",
+                                      str(tmp_path / workers), "--workers", workers])
+        assert r.exit_code == 1, r.output
+        assert "Traceback" not in r.output and "worker process died" not in r.output
+        outs.append(r.output.strip().splitlines()[-1])
+    assert outs[0] == outs[1]
+    assert outs[0].startswith(f"Error: {bad}:1: expected 18 fields"), outs[0]
+
+
 def test_a_task_whose_arguments_do_not_pickle_names_itself():
     tasks = [sweep.Task("fine", (2,)), sweep.Task("lambda inside", (lambda: 1,))]
     with pytest.raises(sweep.TaskFailed, match="task lambda inside failed"):
@@ -220,6 +271,13 @@ def test_a_failing_task_on_dask_names_itself(dask_cluster):
     tasks = [sweep.Task(f"x={x}", (x, 2)) for x in (1, 2, 3)]
     with pytest.raises(sweep.TaskFailed, match=r"^task x=2 failed: ValueError: bad value 2$"):
         sweep.run_tasks(_square_or_fail, tasks, cluster=dask_cluster)
+
+
+def test_an_error_that_cannot_be_unpickled_comes_back_by_message_on_dask(dask_cluster):
+    tasks = [sweep.Task(f"x={x}", (x,)) for x in (1, 2, 3)]
+    with pytest.raises(sweep.TaskFailed, match=r"^task x=2 failed: RuntimeError: "
+                                               r"_Unrebuildable: trace.swf:3: bad line$"):
+        sweep.run_tasks(_raise_unrebuildable, tasks, cluster=dask_cluster)
 
 
 def test_an_unreachable_scheduler_is_a_one_line_error():

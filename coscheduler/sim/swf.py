@@ -76,6 +76,10 @@ class SwfFormatError(InvalidInput):
         self.line_no = line_no
         self.reason = reason
 
+    def __reduce__(self):
+        # (a worker process's error must cross back to its pool: coscheduler/sweep.py)
+        return type(self), (self.path, self.line_no, self.reason)
+
 
 class TraceJob(NamedTuple):
     """One job of a trace, as the simulator needs it (a tuple: cheap for 200,000 jobs).

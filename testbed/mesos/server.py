@@ -53,6 +53,9 @@ class HTTPFailure(Exception):
         self.status = status
         self.headers = headers or {}
 
+    def __reduce__(self):
+        return type(self), (self.status, str(self), self.headers)
+
 
 def _media_type(value: str | None) -> str | None:
     return value.split(";", 1)[0].strip().lower() if value else None

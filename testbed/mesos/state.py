@@ -200,3 +200,6 @@ class CallError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+    def __reduce__(self):
+        return type(self), (self.status, str(self))
