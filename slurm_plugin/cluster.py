@@ -36,6 +36,7 @@ from typing import Callable
 
 import psutil
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
 
 from .commands import SlurmCommandError, SlurmCommands
@@ -164,7 +165,7 @@ class ClusterState:
 def load_state(directory: str | Path) -> ClusterState | None:
     path = Path(directory) / STATE_FILE
     try:
-        data = json.loads(path.read_text())
+        data = boundedjson.load_file(path, what="JSON")
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
 
 from . import cgroups, images
@@ -93,7 +94,7 @@ def list_instances() -> list[str]:
 def load_spec(instance: str) -> TestbedSpec:
     path = instance_dir(instance) / "spec.json"
     try:
-        return TestbedSpec.from_json(json.loads(path.read_text()))
+        return TestbedSpec.from_json(boundedjson.load_file(path, what="JSON"))
     except FileNotFoundError:
         raise TestbedError(f"testbed {instance} does not exist ({path} is missing)") from None
     except (ValueError, TypeError, InvalidInput) as exc:

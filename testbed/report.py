@@ -20,18 +20,19 @@ Pure functions turn plain data into tables; only ``write_plots`` touches files.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import fields
 from pathlib import Path
 from typing import Sequence
 
+from coscheduler import boundedjson
 from coscheduler.experiments import paper as paper_exp
 from coscheduler.experiments.paper import PaperRun, StageRecord
 from coscheduler.experiments.report import report as paper_report
 
 BASELINE = "space-sharing"
+RUN_JSON_MAX_BYTES = 256 << 20   # a results file: a few KB per run
 FLAG = 0.15
 METRICS = (("mean_wait_s", "mean wait"), ("mean_response_s", "mean response"),
            ("cpu_util", "CPU util (held)"), ("makespan_s", "makespan"))
@@ -69,7 +70,7 @@ def load(path: Path) -> dict:
     """A run.json (or the folder holding it)."""
     p = path / "run.json" if path.is_dir() else path
     try:
-        data = json.loads(p.read_text())
+        data = boundedjson.load_file(p, max_bytes=RUN_JSON_MAX_BYTES, what="JSON")
     except FileNotFoundError:
         raise FileNotFoundError(f"no testbed results at {p}: run `cosched testbed run` first") from None
     except ValueError as exc:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from .. import boundedjson
 from ..model import InvalidInput
 
 
@@ -62,7 +63,7 @@ def calibrate(quick: bool, waiting: bool, idle: bool, spread: bool, as_json: boo
 
     if from_file is not None:
         try:
-            raw = json.loads(from_file.read_text())
+            raw = boundedjson.load_file(from_file, what="JSON")
         except (OSError, ValueError) as exc:
             raise click.ClickException(f"{from_file}: not a calibration file ({exc})") from None
         mode = f"from {from_file}"

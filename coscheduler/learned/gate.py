@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import boundedjson
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..sim.cluster import Cluster
@@ -195,7 +196,7 @@ def read_verdict(model_path: str | Path) -> tuple[str, dict | None]:
     that does not belong to the file or cannot be read counts as unevaluated."""
     path = report_path(model_path)
     try:
-        report = json.loads(path.read_text())
+        report = boundedjson.load_file(path)
     except (OSError, ValueError):
         return "unevaluated", None
     if not isinstance(report, dict) or report.get("verdict") not in VERDICTS \

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import boundedjson
 from ..model import InvalidInput
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 
@@ -91,9 +92,9 @@ def read_model_file(path: str | Path) -> tuple[str, dict, dict[str, np.ndarray]]
     if end < 0:
         raise ModelError(f"{name}: the model header line is missing or longer than 1 MiB")
     try:
-        header = json.loads(raw[len(MAGIC):end])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelError(f"{name}: the model header is not valid JSON ({exc})") from None
+        header = boundedjson.loads(raw[len(MAGIC):end], max_bytes=MAX_HEADER, what="JSON")
+    except ValueError as exc:
+        raise ModelError(f"{name}: the model header is not usable ({exc})") from None
     if not isinstance(header, dict):
         raise ModelError(f"{name}: the model header must be a JSON object")
     try:

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import csv
 import heapq
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import boundedjson
 from ..boundedjson import is_finite_number
 from ..model import InvalidInput
 from .cluster import Cluster
@@ -205,11 +205,11 @@ def read_workload(path: str | Path, *, skip_bad_lines: bool = False,
     try:
         if path.stat().st_size > MAX_BYTES:
             raise BatsimFormatError(f"{path}: larger than {MAX_BYTES >> 20} MiB")
-        doc = json.loads(path.read_text())
+        doc = boundedjson.load_file(path, max_bytes=MAX_BYTES)
     except OSError as exc:
         raise BatsimFormatError(f"{path}: cannot read workload ({exc.strerror or exc})") from None
-    except (ValueError, RecursionError) as exc:
-        raise BatsimFormatError(f"{path}: not valid JSON ({exc})") from None
+    except ValueError as exc:
+        raise BatsimFormatError(str(exc)) from None   # (it names the file)
     return parse_workload(doc, str(path), host_speed)
 
 

@@ -24,6 +24,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from .. import boundedjson
+
+# WfFormat instances of the largest workflows are tens of MB
+INSTANCE_MAX_BYTES = 512 << 20
 # Instance file name -> workflow name used in the definitions.
 INSTANCE_FILES = {
     "montage": "montage-chameleon-2mass-01d-001.json",
@@ -48,7 +52,7 @@ def summarize_instance(path: str | Path) -> dict[str, Any]:
     """Summarise one WfFormat instance by task category (see the module docstring)."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = boundedjson.load_file(path, max_bytes=INSTANCE_MAX_BYTES, what="JSON")
         tasks = doc["workflow"]["tasks"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a readable WfFormat instance ({e})") from None
