@@ -49,6 +49,15 @@ def test_a_bad_file_is_one_error_line_naming_it(tmp_path, argv, kind):
     assert last.startswith("Error:") and bad.name in last, r.output
 
 
+def test_a_bad_gate_trace_is_one_error_not_one_per_model(tmp_path):
+    # Before: the parse error once per shipped model (14), then "14 of 14 could not be gated".
+    bad = _bad_files(tmp_path)["binary"]
+    r = CliRunner().invoke(main, ["models", "gate", "--trace", str(bad), "--no-write"])
+    assert r.exit_code == 1
+    assert r.output.strip().splitlines() == [f"Error: {bad}:1: expected 18 fields, found 1 "
+                                             "(use --skip-bad-lines to skip such lines)"]
+
+
 def test_a_model_file_whose_header_is_nested_deep_is_refused_by_name(tmp_path):
     model = tmp_path / "deep.model"
     model.write_bytes(MAGIC + DEEP + b"\n" + b"PK")

@@ -99,6 +99,11 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     traces: dict[str, object] = {}
+    if trace_path:   # read once: a bad --trace is one error, not one per model
+        try:
+            traces[trace_path] = read_swf(trace_path)
+        except InvalidInput as exc:
+            raise click.ClickException(str(exc)) from None
     reports, failed = [], 0
     for path in paths:
         try:
