@@ -114,7 +114,8 @@ def slurm() -> None:
 @click.option("--cpus", type=int, default=4, show_default=True,
               help="CPUs per node (may exceed the machine's: the node agents share its CPUs).")
 @_dir_option
-@click.option("--name", default=None, help="Cluster name [c<slurmctld port>].")
+@click.option("--name", default=None, help="Cluster name [the one last started in --dir, else "
+              "c<slurmctld port>].")
 @click.option("--partition", default="cosched", show_default=True, help="Co-scheduling partition.")
 @click.option("--oversubscribe", type=int, default=4, show_default=True,
               help="Jobs that may share one core (OverSubscribe=YES:N).")

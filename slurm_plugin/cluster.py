@@ -281,6 +281,7 @@ def up(directory: str | Path | None = None, *, nodes: int = 2, cpus: int = 4,
 
     real = float(real_cpus) if real_cpus is not None else float(len(os.sched_getaffinity(0)))
     cpu_per_core = real / (nodes * cpus)
+    name = _name_of_saved_state(d, name)
     for _ in range(20):
         ports = free_ports(nodes + 1)
         cname = name or f"c{ports[0]}"
@@ -440,6 +441,24 @@ def _cancel_jobs(state: ClusterState, say: Callable[[str], None]) -> int:
     except ClusterError as exc:
         say(f"{exc}; their processes are killed below")
     return len(live)
+
+
+def _name_of_saved_state(d: Path, name: str | None) -> str | None:
+    """The cluster name to start under in ``d``: a cluster started there before (and
+    stopped) left its name in slurmctld's state folder, and slurmctld refuses to start
+    under another one ("CLUSTER NAME MISMATCH"). The old name is taken again, which also
+    keeps Slurm's job ids going up (a controller's records name jobs by id); a ``name``
+    that differs is refused with what to do."""
+    try:
+        saved = (d / "state" / "clustername").read_text().strip()
+    except OSError:
+        return name
+    if not saved or name in (None, saved):
+        return name or saved or None
+    raise ClusterError(f"{d}/state holds the state of Slurm cluster {saved!r}, started there "
+                       f"before: start it again with --name {saved} (or without --name), or "
+                       f"remove {d}/state to start cluster {name!r} afresh (its job ids then "
+                       "start again from 1)")
 
 
 def down(directory: str | Path | None = None, *,

@@ -689,6 +689,17 @@ def test_status_and_a_second_cluster_side_by_side(state):
     assert len(first["stopped"]) == 4 and not first["cgroups_left"]
     assert second["already_stopped"] and not second["stopped"]
     assert cl.status(state.dir)["running"]                  # the first one is untouched
+    # Up again in the same folder after down: before, slurmctld refused ("CLUSTER NAME
+    # MISMATCH": the name was made from a new port) and up failed after 60 s.
+    with pytest.raises(cl.ClusterError, match=f"holds the state of Slurm cluster '{other.name}'"):
+        cl.up(tmp, nodes=1, cpus=2, name="someoneelse", say=lambda m: None)
+    t0 = time.monotonic()
+    third = cl.up(tmp, nodes=1, cpus=2, say=lambda m: None)
+    try:
+        assert third.name == other.name and time.monotonic() - t0 < 30
+        assert "UP" in third.commands().run("scontrol", "ping")
+    finally:
+        cl.down(tmp, say=lambda m: None)
 
 
 # -- walltime credit ------------------------------------------------------------------------------
