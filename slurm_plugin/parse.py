@@ -52,6 +52,11 @@ class ParseError(InvalidInput):
     """An answer from Slurm could not be understood; the message says what and where."""
 
 
+class ReportedErrors(ParseError):
+    """Slurm's JSON answer carried only its ``errors`` (22.05's squeue and sinfo answer so,
+    exit status 0, 'Unspecified error', when slurmctld does not answer)."""
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     """A Slurm job as the backend needs it (every field optional where Slurm may omit it)."""
@@ -269,7 +274,7 @@ def _load(text: str | bytes, what: str) -> dict:
     if errors:
         msgs = [e.get("error") or e.get("description") or str(e) if isinstance(e, dict) else str(e)
                 for e in errors]
-        raise ParseError(f"{what} reported errors: {'; '.join(map(str, msgs))}")
+        raise ReportedErrors(f"{what} reported errors: {'; '.join(map(str, msgs))}")
     return data
 
 

@@ -15,7 +15,7 @@ from coscheduler.clocks import due
 from coscheduler.model import Allocation, InvalidInput, Job, StageType
 
 from .metadata import AdminMark, default_class, parse_admin_comment, parse_comment
-from .parse import ParseError, SlurmJob
+from .parse import ParseError, ReportedErrors, SlurmJob
 
 log = logging.getLogger("slurm_plugin.backend")
 
@@ -43,6 +43,9 @@ class SlurmReading:
             nodes = self.source.nodes()
         except BackendError:
             raise
+        except ReportedErrors as exc:
+            raise BackendError(f"Slurm could not say what runs: {exc} (is slurmctld up? "
+                               "`scontrol ping` tells)") from None
         except ParseError as exc:
             raise BackendError(f"Slurm answered something unreadable: {exc}") from None
         self._jobs = {j.job_id: j for j in jobs}

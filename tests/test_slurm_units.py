@@ -820,3 +820,23 @@ def test_bench_slurm_prints_both_runs_side_by_side():
     assert set(out["runs"]) == {"one after the other", "at once"} and out["lending"] == 3
     bad = CliRunner().invoke(slurm, ["--jobs", "2", "--lending", "3"])
     assert bad.exit_code != 0 and "lending" in bad.output and "Traceback" not in bad.output
+
+
+class UnansweredCluster(RecordedCluster):
+    """Slurm 22.05 without a slurmctld: squeue --json exits 0 with only its errors."""
+
+    def jobs(self):
+        return parse_jobs_json(json.dumps({"meta": {}, "errors": [
+            {"description": "Failed while looking for jobs", "error_number": -1,
+             "error": "Unspecified error", "source": "slurm_load_jobs"}]}))
+
+
+def test_slurm_answering_only_errors_is_said_so_with_what_to_check(tmp_path):
+    # Before: "Slurm answered something unreadable: ... reported errors: Unspecified error".
+    b = SlurmBackend(UnansweredCluster("22.05"), partition="cosched",
+                     state_file=tmp_path / "state.json")
+    with pytest.raises(BackendError) as info:
+        b.queued()
+    msg = str(info.value)
+    assert msg.startswith("Slurm could not say what runs: ") and "unreadable" not in msg
+    assert "Unspecified error" in msg and "`scontrol ping`" in msg
