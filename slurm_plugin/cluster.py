@@ -450,7 +450,8 @@ def _name_of_saved_state(d: Path, name: str | None) -> str | None:
     keeps Slurm's job ids going up (a controller's records name jobs by id); a ``name``
     that differs is refused with what to do."""
     try:
-        saved = (d / "state" / "clustername").read_text().strip()
+        # "NAME" (22.05) or "NAME|ID" (24.11 and later: the cluster's id after the name)
+        saved = (d / "state" / "clustername").read_text().strip().split("|", 1)[0]
     except OSError:
         return name
     if not saved or name in (None, saved):
