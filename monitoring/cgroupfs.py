@@ -130,6 +130,13 @@ def read_controllers(mount: Path) -> set[str]:
         return set()
 
 
+# A /proc or cgroup list (cgroup.procs, children, cpu.stat) is a kernel seq_file: one read
+# returns at most one page of it (4 KB here) whatever buffer is asked for, cut at a line.
+# A read shorter than half a page therefore ended the file (the lines read here are far
+# shorter than half a page); a longer one may have ended a page only, and is read on.
+ONE_READ_ENDS_BELOW = 2048
+
+
 class OpenFiles:
     """Files kept open and re-read from offset 0 with pread: cgroup and /proc files are
     generated anew on each read, and an open costs more than the read itself. The agent
@@ -155,12 +162,9 @@ class OpenFiles:
                 self._fds[path] = fd
             try:
                 data = os.pread(fd, 8192, 0)
-                if len(data) == 8192:  # large file (many pids): read it whole
-                    chunks, off = [data], 8192
-                    while True:
-                        b = os.pread(fd, 65536, off)
-                        if not b:
-                            break
+                if len(data) >= ONE_READ_ENDS_BELOW:   # many pids: read on to the end
+                    chunks, off = [data], len(data)
+                    while b := os.pread(fd, 65536, off):
                         chunks.append(b)
                         off += len(b)
                     data = b"".join(chunks)
@@ -214,12 +218,13 @@ class CgroupFS:
         # bare system calls: several times cheaper than open() on the per-tick hot path
         fd = os.open(path, os.O_RDONLY)
         try:
-            chunks = []
-            while True:
-                b = os.read(fd, 8192)  # small buffer: a large one costs more than the read
-                if not b:
-                    return b"".join(chunks).decode()
+            b = os.read(fd, 8192)  # small buffer: a large one costs more than the read
+            if len(b) < ONE_READ_ENDS_BELOW:
+                return b.decode()
+            chunks = [b]
+            while b := os.read(fd, 8192):
                 chunks.append(b)
+            return b"".join(chunks).decode()
         finally:
             os.close(fd)
 

@@ -17,7 +17,7 @@ import psutil
 from coscheduler import hostlist
 from coscheduler.progress import Progress
 
-from .cgroupfs import OpenFiles, slurm_job_cgroup_v2, slurm_jobs_v2, unified_path
+from .cgroupfs import ONE_READ_ENDS_BELOW, OpenFiles, slurm_job_cgroup_v2, slurm_jobs_v2, unified_path
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -65,15 +65,23 @@ def descendants(pids: Iterable[int]) -> set[int]:
     return seen
 
 
-def read_small(path: str, limit: int = 8192) -> bytes | None:
-    """One small /proc or cgroup file with bare system calls (several times cheaper than
-    ``open()``; the agent reads about a thousand such files per tick with 64 jobs)."""
+def read_small(path: str, limit: int = 1 << 22) -> bytes | None:
+    """A /proc or cgroup file with bare system calls (several times cheaper than ``open()``;
+    the agent reads about a thousand such files per tick with 64 jobs): one read when it is
+    short, else on to its end (a long list comes a page per read), at most ``limit`` bytes."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        return os.read(fd, limit)
+        data = os.read(fd, 8192)
+        if len(data) < ONE_READ_ENDS_BELOW:
+            return data
+        chunks, size = [data], len(data)
+        while size < limit and (b := os.read(fd, min(65536, limit - size))):
+            chunks.append(b)
+            size += len(b)
+        return b"".join(chunks)
     except OSError:
         return None
     finally:
