@@ -33,7 +33,7 @@ from coscheduler.oldfiles import Retention
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import Admission, JobContext, Refused, uid_of_job
+from .admission import ENDED_RULE, Admission, JobContext, Refused, uid_of_job
 from .cgroupfs import (CgroupError, CgroupFS, Layout, OpenFiles, UnsafePath, detect_layout,
                        raise_open_file_limit)
 from .execute import Actuator, InPlaceQuota, make_actuator
@@ -228,6 +228,8 @@ class NodeAgent(JobObservation, Restore):
                 self.actuator.ensure_job(spec.job_id)
                 self._apply(js)
                 kids, refused = self.admission.split(collect.descendants(spec.pids) - set(spec.pids))
+                # (a child that ended meanwhile is gone, not refused: observing.py)
+                refused = {pid: why for pid, why in refused.items() if why.rule != ENDED_RULE}
                 members = set(spec.pids) | set(kids)
                 res = self.actuator.move(spec.job_id, members)
             except (CgroupError, OSError) as e:

@@ -141,12 +141,34 @@ class OpenFiles:
     """Files kept open and re-read from offset 0 with pread: cgroup and /proc files are
     generated anew on each read, and an open costs more than the read itself. The agent
     reads the same few hundred files every tick. A /proc/PID file kept open stays bound to
-    that process, so a reused pid can never be mistaken for the old one."""
+    that process, so a reused pid can never be mistaken for the old one.
+
+    The files of one process (``/proc/PID/...``) are indexed by that prefix: a job whose
+    processes come and go forgets hundreds of them a tick, and a scan of every open file
+    per process took most of such a tick."""
 
     def __init__(self, max_open: int = 2048):
         self.max_open = max_open
         self._fds: dict[str, int] = {}
+        self._by_process: dict[str, set[str]] = {}   # "/proc/PID/" -> its open paths
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _process_prefix(path: str) -> str | None:
+        if not path.startswith("/proc/"):
+            return None
+        end = path.find("/", 6)
+        return path[:end + 1] if end > 6 else None
+
+    def _close(self, path: str) -> None:
+        os.close(self._fds.pop(path))
+        prefix = self._process_prefix(path)
+        if prefix is not None:
+            paths = self._by_process.get(prefix)
+            if paths is not None:
+                paths.discard(path)
+                if not paths:
+                    del self._by_process[prefix]
 
     def read(self, path: str) -> bytes | None:
         with self._lock:
@@ -157,9 +179,11 @@ class OpenFiles:
                 except OSError:
                     return None
                 if len(self._fds) >= self.max_open:
-                    old = next(iter(self._fds))  # oldest first (dicts keep insertion order)
-                    os.close(self._fds.pop(old))
+                    self._close(next(iter(self._fds)))  # oldest first (dicts keep insertion order)
                 self._fds[path] = fd
+                prefix = self._process_prefix(path)
+                if prefix is not None:
+                    self._by_process.setdefault(prefix, set()).add(path)
             try:
                 data = os.pread(fd, 8192, 0)
                 if len(data) >= ONE_READ_ENDS_BELOW:   # many pids: read on to the end
@@ -171,17 +195,26 @@ class OpenFiles:
             except OSError:
                 data = None
             if not data:  # the process or cgroup is gone: reopen next time
-                os.close(self._fds.pop(path))
+                self._close(path)
                 return None
             return data
 
     def forget(self, prefix: str) -> None:
+        """Close the files whose path starts with ``prefix`` ("/proc/PID/": at once)."""
         with self._lock:
-            for path in [p for p in self._fds if p.startswith(prefix)]:
-                os.close(self._fds.pop(path))
+            if self._process_prefix(prefix) == prefix:   # one process: its index
+                paths = list(self._by_process.get(prefix, ()))
+            else:
+                paths = [p for p in self._fds if p.startswith(prefix)]
+            for path in paths:
+                self._close(path)
 
     def close(self) -> None:
         self.forget("")
+
+    @property
+    def open_count(self) -> int:   # (no __len__: an empty set of files must not read as false)
+        return len(self._fds)
 
 
 def raise_open_file_limit(want: int = 65536) -> int:

@@ -183,6 +183,8 @@ def job_processes(candidates: Iterable[int], files: "OpenFiles | None" = None) -
             continue
         st = proc_stat(pid, files)
         if st is None:
+            if files is not None:   # gone (or a zombie): close its other files now
+                files.forget(f"/proc/{pid}/")
             continue
         found[pid] = st
         todo.extend(c for c in _children_of(pid, st.threads, files) if c not in found)

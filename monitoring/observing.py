@@ -16,7 +16,7 @@ from coscheduler.happiness import happiness
 from coscheduler.progress import Progress
 
 from . import collect
-from .admission import OWN_CGROUP_RULE, Refused, uid_of_job
+from .admission import ENDED_RULE, OWN_CGROUP_RULE, Refused, uid_of_job
 from .cgroupfs import CgroupError, UnsafePath
 from .state import JobSpec, JobState, finite_happiness
 
@@ -56,6 +56,7 @@ class JobObservation:
         # (a batch system's cgroup may list anything; so may a pid reused by the kernel).
         known = self._refused.get(jid, {})
         refused: dict[int, Refused] = {}
+        ended: set[int] = set()
 
         def admitted(pids: set[int]) -> set[int]:
             ok = set()
@@ -68,7 +69,12 @@ class JobObservation:
                 try:
                     ok.add(self.admission.check(pid, placed_by_batch=pid in batch))
                 except Refused as e:
-                    refused[pid] = e
+                    if e.rule == ENDED_RULE:
+                        # ended since it was listed (a job's short-lived children, by
+                        # the hundred): no refusal to report, only a process gone
+                        ended.add(pid)
+                    else:
+                        refused[pid] = e
             return ok
 
         # the registered processes, those in our cgroup or the batch system's, and every
@@ -80,7 +86,7 @@ class JobObservation:
             # without (on cgroup v1 it would share the agent's cpu cgroup and be refused).
             # (Not for a process refused before: the next tick's read says if it moved.)
             batch |= collect.cgroup_tree_pids(Path(spec.batch_cgroup))
-        for pid in refused:
+        for pid in refused.keys() | ended:
             procs.pop(pid, None)
         live = set(procs)
         io = self._io.get(jid, {})
@@ -106,7 +112,15 @@ class JobObservation:
         prog = self._progress_files.read(spec.progress_file, self._owner(jid, live))
         # throttling happens only under a limit: skip the read for unlimited jobs
         thr = self.actuator.throttling(jid) if quota_set else None
-        to_move = set() if self._sample_only(spec) else admitted(live - in_cg)
+        outside = set() if self._sample_only(spec) else live - in_cg
+        if outside:
+            # a child forked after the list was read is in the cgroup from birth: read the
+            # list again rather than check and move each (hundreds a tick for some jobs)
+            outside -= self.actuator.job_pids(jid)
+        to_move = admitted(outside)
+        live -= ended
+        for pid in ended:
+            self._files.forget(f"/proc/{pid}/")
         new_refusals = {p: why for p, why in refused.items() if p not in known}
         self._refused[jid] = refused
         covered = usage_src == "cgroup" and usage_ns is not None and not refused

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from coscheduler.model import InvalidInput
 
 from . import collect
-from .admission import Refused
+from .admission import ENDED_RULE, Refused
 from .cgroupfs import CgroupError, UnsafePath, validate_cgroup_name
 from .state import JobSpec, JobState, parse_registration, validate_agent_job_id
 
@@ -258,7 +258,7 @@ class Restore:
             try:
                 pids.append(self.admission.check(pid))
             except Refused as e:
-                if e.rule != "not running":
+                if e.rule != ENDED_RULE:
                     raise
         source = d.get("source", "pids")
         if source not in ("pids", "slurm", "adopted"):
