@@ -253,7 +253,8 @@ def test_cpu_bound_and_io_bound_tasks_use_the_cpu_they_should(tmp_path):
     assert blast_share * fastest > 0.6 and blast_share * slowest < 3.0, (blast, rates)
     assert montage_share * fastest > 0.15 and montage_share * slowest < 1.2, (montage, rates)
     assert montage_share / blast_share < 0.6, (montage, blast)
-    assert montage.cpu_util < blast.cpu_util, (montage, blast)
+    # (Not their wall-time utilisations: those are the load's. Blast's 5 s measured 0.32
+    # while Montage's 0.25 s measured 0.61 with another process busy on the second core.)
 
 
 def test_core_speed_shrinks_the_cpu_work_only(tmp_path):
