@@ -58,7 +58,8 @@ def _expand_part(part: str, text: str, limit: int, out: list[str]) -> None:
     count = 0
     for r in ranges.split(","):
         lo, sep, hi = r.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()) or len(lo) > 9 or len(hi) > 9:
+        # (ASCII only: str.isdigit() also takes '¹', which int() refuses)
+        if not _digits(lo) or (sep and not _digits(hi)) or len(lo) > 9 or len(hi) > 9:
             raise HostListError(f"malformed host list {text[:200]!r}")
         low, high = int(lo), int(hi) if sep else int(lo)
         if high < low:
@@ -74,6 +75,10 @@ def _expand_part(part: str, text: str, limit: int, out: list[str]) -> None:
         for i in range(low, high + 1):
             for tail in tails:
                 out.append(f"{prefix}{i:0{width}d}{tail}")
+
+
+def _digits(s: str) -> bool:
+    return s.isascii() and s.isdigit()
 
 
 __all__ = ["HostListError", "MAX_GROUPS", "MAX_HOSTS", "expand"]

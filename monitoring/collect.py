@@ -299,7 +299,7 @@ def discover_slurm_jobs(acct_mount: Path, node: str | None = None) -> dict[str, 
         return found
     for d in candidates:
         jid = d.name[4:]
-        if d.is_dir() and jid.isdigit():
+        if d.is_dir() and jid.isascii() and jid.isdigit():
             found[jid] = d
     return found
 
@@ -404,7 +404,7 @@ def cpus_of_node(cpus_per_node: str, nodelist: str, node: str) -> int | None:
     counts: list[tuple[int, int]] = []     # (CPUs, nodes that have them)
     total = 0
     for item in cpus_per_node.split(","):
-        m = re.fullmatch(r"(\d{1,9})(?:\(x(\d{1,9})\))?", item.strip())
+        m = re.fullmatch(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?", item.strip())
         if not m:
             return None
         counts.append((int(m.group(1)), int(m.group(2) or 1)))
@@ -445,7 +445,7 @@ def slurm_cpus_from_environ(pids) -> int | None:
             if n is not None and 0 < n <= 4096:
                 return n
         value = env.get("SLURM_CPUS_ON_NODE", "")
-        if value.isdigit() and 0 < int(value) <= 4096:
+        if value.isascii() and value.isdigit() and 0 < int(value) <= 4096:
             best = max(best or 0, int(value))
     return best
 

@@ -16,9 +16,38 @@ from coscheduler.fanout import at_once
 from coscheduler.model import RunningJob
 
 from .metadata import AdminMark, format_admin_comment
+from .parse import digits
 from .reading import _RUNNING
 
 log = logging.getLogger("slurm_plugin.backend")
+
+
+def number(v: Any) -> float | None:
+    """A finite number from an agent's view, else None (agents are peers: their answers
+    are read, never trusted)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:   # (an int past float's range)
+        return None
+    return f if math.isfinite(f) else None
+
+
+def views_by_job(views: Any) -> tuple[dict[str, dict], int]:
+    """An agent's job list as {job id: view}, and how many entries were left out: not an
+    object, or without a job id in text. One bad entry must not cost the node (or, read
+    in the same loop, every node) its metrics and lease renewals."""
+    if not isinstance(views, list):
+        return {}, 1
+    out: dict[str, dict] = {}
+    dropped = 0
+    for v in views:
+        if isinstance(v, dict) and isinstance(v.get("job_id"), str):
+            out[v["job_id"]] = v
+        else:
+            dropped += 1
+    return out, dropped
 
 
 class AgentCalls:
@@ -61,14 +90,14 @@ class AgentCalls:
             for jid, rj, cores in on_node.get(node, ()):
                 v = listing.get(jid)
                 if v is None or _stale(v, rj.start_time) or (
-                        v.get("status") == "running" and v.get("cores") != float(cores)):
+                        v.get("status") == "running" and number(v.get("cores")) != float(cores)):
                     v = self._register(node, rj, cores)
-                if v is not None:
+                if v is not None and self._plausible(node, jid, cores, v):
                     per_job.setdefault(jid, []).append((cores, v))
             for jid, v in listing.items():
                 # A quota on a job that no longer shares its cores, or that is not ours: lift it.
-                if v.get("status") == "running" and (v.get("cpu_fraction") or 1.0) < 1.0:
-                    q = self._quotas.get(int(jid)) if jid.isdigit() else None
+                if v.get("status") == "running" and (number(v.get("cpu_fraction")) or 1.0) < 1.0:
+                    q = self._quotas.get(int(jid)) if digits(jid) else None
                     if q is None or q[0] >= 1.0:
                         try:
                             client.clear_quota(jid)
@@ -76,21 +105,40 @@ class AgentCalls:
                             self._note(f"agent of {node}: lifting the quota of {jid}: {exc}")
         return per_job
 
+    def _plausible(self, node: str, jid: str, cores: int, view: Any) -> bool:
+        """A view whose CPU use fits on its node (at most all of the node's CPUs); another
+        is set aside, noted: one absurd reading would skew what its class is expected to use."""
+        if not isinstance(view, dict):
+            return False
+        p = number(view.get("cpu_percent"))
+        n = self._nodes.get(node)
+        if p is not None and n is not None and p * cores > 100.0 * n.cpus * (1 + 1e-9):
+            self._note(f"agent of {node}: job {jid} at {p:.4g} % of {cores} cores, more "
+                       f"than the node's {n.cpus} CPUs: reading left out")
+            return False
+        return True
+
     def _agent_listings(self) -> Iterator[tuple[str, Any, dict[str, dict] | Exception]]:
         """Every agent's job views by job id, as (node, client, views or the error), in the
         agents' order. The agents are asked at once, at most ``agent_threads`` at a time:
         asked one after the other, a pass over a thousand nodes waited a thousand round trips."""
         agents = list(self.agents.items())
 
-        def listing(client) -> dict[str, dict] | Exception:
+        def listing(client) -> tuple[dict[str, dict], int] | Exception:
             try:
-                return {v["job_id"]: v for v in client.jobs()}
+                return views_by_job(client.jobs())
             except Exception as exc:  # noqa: BLE001 - reported by the caller
                 return exc
 
         answers = self._at_once(listing, [c for _, c in agents])
         for (node, client), answer in zip(agents, answers):
-            yield node, client, answer
+            if isinstance(answer, Exception):
+                yield node, client, answer
+                continue
+            views, dropped = answer
+            if dropped:
+                self._note(f"agent of {node}: {dropped} job view(s) of the wrong shape left out")
+            yield node, client, views
 
     def _role(self, jid: int) -> str:
         """A job under a quota below 1 is a guest (its mark names a running host) or a host
@@ -99,7 +147,7 @@ class AgentCalls:
         mark was written would call it a host."""
         j = self._jobs.get(jid)
         host = self._mark(j).host if j is not None else None
-        h = self._jobs.get(int(host)) if host is not None and host.isdigit() else None
+        h = self._jobs.get(int(host)) if host is not None and digits(host) else None
         return "guest" if h is not None and h.state in _RUNNING else "host"   # its host ran on
 
     def _agent_quota(self, node: str, job_id: str, q: float, role: str | None = None) -> None:
@@ -175,7 +223,7 @@ class AgentCalls:
         try:
             self._refresh(force=True)
             for rj in self.running():
-                j = self._jobs.get(int(rj.job_id)) if rj.job_id.isdigit() else None
+                j = self._jobs.get(int(rj.job_id)) if digits(rj.job_id) else None
                 if j is None or not self._ours(j) or rj.quota_fraction >= 1.0:
                     continue
                 for node in rj.allocation.nodes:

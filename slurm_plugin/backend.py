@@ -61,9 +61,9 @@ from coscheduler.model import (Allocation, InvalidInput, Job, MetricsSample, Nod
 
 from .metadata import (AdminMark, format_admin_comment)
 from .jobcomp import find_in_jobcomp, lines_from_end
-from .parse import ParseError, SlurmJob, dependency_state
+from .parse import ParseError, SlurmJob, dependency_state, digits
 from .source import SlurmSource
-from .agent_calls import AgentCalls
+from .agent_calls import AgentCalls, number
 from .reading import _RUNNING, SlurmReading
 from .usage_files import USAGE_KEPT_S, USAGE_SCAN_S, UsageRecords
 from .walltime import WalltimeCredit, credit_minutes, projected_end
@@ -287,20 +287,22 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         now = self._clock()
         out: dict[str, MetricsSample] = {}
         for jid, views in per_job.items():
-            cpu = [(c, v.get("cpu_percent")) for c, v in views if v.get("cpu_percent") is not None]
+            # (number(): an agent's figure that is not a finite number counts as missing)
+            cpu = [(c, p) for c, v in views if (p := number(v.get("cpu_percent"))) is not None]
             if not cpu:
                 continue
-            done = max(int(v.get("tasks_done") or 0) for _, v in views)
-            tt = [v.get("tasks_total") for _, v in views if v.get("tasks_total") is not None]
-            rate = [v.get("tasks_per_s") for _, v in views if v.get("tasks_per_s") is not None]
+            done = max(int(min(number(v.get("tasks_done")) or 0.0, 2.0 ** 62)) for _, v in views)
+            tt = [t for _, v in views if (t := number(v.get("tasks_total"))) is not None]
+            rate = [r for _, v in views if (r := number(v.get("tasks_per_s"))) is not None]
             try:
                 out[jid] = MetricsSample(
                     job_id=jid, time=now,
                     cpu_percent=sum(c * p for c, p in cpu) / sum(c for c, _ in cpu),
-                    mem_percent=max(float(v.get("mem_percent") or 0.0) for _, v in views),
-                    tasks_done=done, tasks_total=int(max(tt)) if tt else None,
+                    mem_percent=max(number(v.get("mem_percent")) or 0.0 for _, v in views),
+                    tasks_done=done, tasks_total=int(min(max(tt), 2.0 ** 62)) if tt else None,
                     tasks_per_s=max(rate) if rate else None)
-            except InvalidInput:
+            except InvalidInput as exc:
+                self._note(f"job {jid}: its agents' figures are not a sample: {exc}")
                 continue
         self._credit_walltime(out, now)
         return out
@@ -318,7 +320,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         """A host that lends (quota below 1, no host of its own) and whose progress projects
         an end past its time limit gets the time back, within the partition's MaxTime."""
         for jid_s, m in samples.items():
-            jid = int(jid_s) if jid_s.isdigit() else None
+            jid = int(jid_s) if digits(jid_s) else None
             q = self._quotas.get(jid) if jid is not None else None
             j = self._jobs.get(jid) if jid is not None else None
             if q is None or q[0] >= 1.0 or j is None or j.state != "RUNNING" \
@@ -329,11 +331,16 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                 continue
             try:
                 max_s = self._partition_max_s(now)
-                minutes, capped = credit_minutes(j.start_time, j.time_limit_s, end, max_s)
+                # At quota q a CPU-bound host runs at q of its speed: its limit stretches to
+                # at most limit / q. A projection past that is a bad progress count, not
+                # lending (the counts come from the job's own progress file).
+                most_s = j.time_limit_s * (1.0 / max(q[0], 0.01) - 1.0)
+                minutes, capped = credit_minutes(j.start_time, j.time_limit_s, end, max_s,
+                                                 most_s=most_s)
                 if minutes <= 0:
                     continue
                 self.source.update(jid, TimeLimit=f"+{minutes}")
-            except (BackendError, ParseError) as exc:
+            except (BackendError, ParseError, ArithmeticError) as exc:
                 self._note(f"walltime credit of job {jid}: {exc}")
                 continue
             credit = WalltimeCredit(jid_s, minutes, now, j.time_limit_s, end, capped)
@@ -505,7 +512,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         self.history.append(o)
         if len(self.history) > ENDED_KEPT:
             del self.history[:ENDED_KEPT // 5]
-            kept = {int(x.job_id) for x in self.history if x.job_id.isdigit()}
+            kept = {int(x.job_id) for x in self.history if digits(x.job_id)}
             self.eligible_at = {k: v for k, v in self.eligible_at.items()
                                 if k in kept or k in self._jobs}
         return o
@@ -584,7 +591,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
 
 
 def _slurm_id(job_id: str) -> int:
-    if not isinstance(job_id, str) or not job_id.isdigit():
+    if not isinstance(job_id, str) or not digits(job_id):
         raise BackendError(f"{job_id!r} is not a Slurm job id")
     return int(job_id)
 

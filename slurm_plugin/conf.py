@@ -36,9 +36,9 @@ from coscheduler.model import InvalidInput
 from coscheduler.resources import resource
 
 LUA_TEMPLATE = resource(__package__, "job_submit.lua")   # package data (pyproject.toml)
-_SLURM_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
-_NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}$")
+_SLURM_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}\Z")
+_NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}\Z")
 
 
 def _port(p: int, what: str) -> int:

@@ -50,7 +50,7 @@ class Release:
 
 def parse_release(text: str) -> Release:
     """``slurm 24.11.5`` / ``slurm-wlm 22.05.8`` / ``slurm 26.05.0-0rc1`` -> Release."""
-    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    m = re.search(r"([0-9]+)\.([0-9]+)(?:\.([0-9]+))?", text or "")
     if not m:
         raise ParseError(f"`scontrol --version` answered {text.strip()[:80]!r}: no Slurm release in it")
     return Release(int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))

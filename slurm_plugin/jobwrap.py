@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cmd:
         ap.error("no program to run (put it after --)")
     job_id = os.environ.get("SLURM_JOB_ID", "")
-    if not job_id.isdigit():
+    if not (job_id.isascii() and job_id.isdigit()):
         ap.error("SLURM_JOB_ID is not set: run this inside a Slurm job")
     env = dict(os.environ)
     if args.progress_dir and "COSCHED_PROGRESS_FILE" not in env:

@@ -43,9 +43,9 @@ from coscheduler.model import InvalidInput, StageType, check_finite
 PREFIX = "cosched:"
 MAX_COMMENT = 1024
 KEYS = ("class", "type", "tasks", "workflow", "stage", "walltime")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}$")
-_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,127}$")
-_INT_RE = re.compile(r"^[0-9]{1,9}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,63}\Z")
+_CLASS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,127}\Z")
+_INT_RE = re.compile(r"^[0-9]{1,9}\Z")
 
 
 class MetadataError(InvalidInput):
@@ -198,7 +198,7 @@ def parse_admin_comment(text: str | None) -> AdminMark | None:
     if quota is None or not 0.0 < quota <= 1.0:
         return None
     host = fields.get("host") or None
-    if host is not None and not host.isdigit():
+    if host is not None and not (host.isascii() and host.isdigit()):
         return None
     return AdminMark(quota, host)
 

@@ -119,9 +119,21 @@ class SlurmNode:
 
 # -- small readers -----------------------------------------------------------------------------
 
+def digits(s: str) -> bool:
+    """``s`` is ASCII digits only. ``str.isdigit`` also takes '²' (which ``int`` refuses) and
+    '٣' (which it reads as 3); Slurm prints neither, but a user's job name or comment may."""
+    return s.isascii() and s.isdigit()
+
+
+# Slurm's widest fields are 64-bit: a larger number is no Slurm value.
+_MAX_MAGNITUDE = 2 ** 64
+_NUMBER = re.compile(r"-?[0-9]{1,20}(?:\.[0-9]{1,20})?")
+
+
 def _num(v: Any) -> float | int | None:
     """A number from either shape: plain, or {"set", "infinite", "number"}. None when
-    unset; math.inf when infinite (or one of Slurm's 32-bit no-value markers)."""
+    unset; math.inf when infinite (or one of Slurm's 32-bit no-value markers). NaN,
+    infinities and numbers beyond 64 bits are a ParseError (JSON readers accept them)."""
     if isinstance(v, dict):
         if v.get("infinite"):
             return math.inf
@@ -130,18 +142,24 @@ def _num(v: Any) -> float | int | None:
         v = v.get("number")
     if v is None or isinstance(v, bool):
         return None
+    if isinstance(v, str) and _NUMBER.fullmatch(v):
+        v = float(v) if "." in v else int(v)
     if isinstance(v, (int, float)):
         if v in (_NO_VAL32, _INFINITE32):
             return math.inf
+        if not math.isfinite(v) or abs(v) > _MAX_MAGNITUDE:
+            raise ParseError(f"expected a finite number within 64 bits, got {v!r}")
         return v
-    if isinstance(v, str) and re.fullmatch(r"-?\d+(\.\d+)?", v):
-        return float(v) if "." in v else int(v)
-    raise ParseError(f"expected a number, got {v!r}")
+    raise ParseError(f"expected a number, got {str(v)[:40]!r}")
 
 
 def _int(v: Any) -> int | None:
     n = _num(v)
-    return None if n is None or n == math.inf else int(n)
+    if n is None or n == math.inf:
+        return None
+    if isinstance(n, float) and not n.is_integer():
+        raise ParseError(f"expected a whole number, got {n!r}")
+    return int(n)
 
 
 def _epoch(v: Any) -> float | None:
@@ -152,9 +170,22 @@ def _epoch(v: Any) -> float | None:
 def _str(v: Any) -> str:
     if v is None:
         return ""
-    if isinstance(v, list):
+    if isinstance(v, list) and all(isinstance(x, (str, int)) for x in v):
         return ",".join(map(str, v))
+    if isinstance(v, (dict, list)):
+        raise ParseError(f"expected text, got {str(v)[:40]!r}")
     return str(v)
+
+
+def _names(v: Any) -> tuple[str, ...]:
+    """A list of names (partitions, node flags); one string is one name or a comma list."""
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        return tuple(x for x in re.split(r"[+ ,]", v) if x)
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return tuple(v)
+    raise ParseError(f"expected a list of names, got {str(v)[:40]!r}")
 
 
 def _states(v: Any) -> tuple[str, tuple[str, ...]]:
@@ -232,8 +263,12 @@ def _cpus_from_cores(alloc: list, cpus: int | None) -> tuple[tuple[str, int], ..
         if not isinstance(sockets, dict):
             return None
         n = sum(1 for sk in sockets.values() if isinstance(sk, dict)
+                and isinstance(sk.get("cores") or {}, dict)
                 for state in (sk.get("cores") or {}).values()
                 if isinstance(state, str) and state.startswith("allocated"))
+        if any(isinstance(sk, dict) and not isinstance(sk.get("cores") or {}, dict)
+               for sk in sockets.values()):
+            return None   # not 22.05's map of cores: the layout is not known
         cores.append((str(a["nodename"]), n))
     total = sum(n for _, n in cores)
     if not total or cpus is None or cpus % total or any(n == 0 for _, n in cores):
@@ -272,40 +307,79 @@ def _load(text: str | bytes, what: str) -> dict:
         raise ParseError(f"{what} answered JSON that is not an object: {text[:120]!r}")
     errors = data.get("errors")
     if errors:
+        if not isinstance(errors, list):
+            errors = [errors]
         msgs = [e.get("error") or e.get("description") or str(e) if isinstance(e, dict) else str(e)
                 for e in errors]
-        raise ReportedErrors(f"{what} reported errors: {'; '.join(map(str, msgs))}")
+        raise ReportedErrors(f"{what} reported errors: {printable('; '.join(map(str, msgs)))}")
     return data
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def printable(text: str, limit: int = 500) -> str:
+    """Slurm's (or a user's) text for a log line or an error: control characters (an
+    escape sequence, a carriage return, a line separator) shown as escapes, at most
+    ``limit`` characters."""
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+# A time limit beyond this is no limit (Slurm's own maximum is INFINITE).
+_MAX_LIMIT_MIN = 100 * 365 * 24 * 60
+
+
+def _limit_s(minutes: float | int | None) -> float | None:
+    """A time limit in seconds; None when unlimited: INFINITE, 0 (``--time=0`` asks for
+    no limit), negative (22.05's openapi writes UNLIMITED as -1) or beyond a century."""
+    if minutes is None or not 0 < minutes <= _MAX_LIMIT_MIN:
+        return None
+    return float(minutes) * 60.0
 
 
 def job_from_json(j: dict, what: str = "squeue --json") -> SlurmJob:
     if not isinstance(j, dict) or "job_id" not in j:
         raise ParseError(f"{what}: a job record without the field 'job_id': {str(j)[:120]}")
-    jid = _int(j["job_id"])
+    try:
+        jid = _int(j["job_id"])
+    except ParseError as exc:
+        raise ParseError(f"{what}: a job record with job_id {str(j['job_id'])[:40]!r}: {exc}") from None
     if jid is None or jid < 1:
         raise ParseError(f"{what}: a job record with job_id {j['job_id']!r}")
     if "job_state" not in j:
         raise ParseError(f"{what}: job {jid} without the field 'job_state'")
-    state, flags = _states(j.get("job_state"))
-    tl = _num(j.get("time_limit"))   # minutes
-    rc, sig = _exit(j.get("exit_code"))
-    return SlurmJob(
-        job_id=jid, name=_str(j.get("name")), user=j.get("user_name") or None,
-        uid=_int(j.get("user_id")),
-        partition=_str(j.get("partition")), state=state, state_flags=flags,
-        reason=_str(j.get("state_reason")), priority=_int(j.get("priority")),
-        nodes=expand_hostlist(_str(j.get("nodes"))), node_count=_int(j.get("node_count")),
-        max_nodes=_int(j.get("max_nodes")) or None, cpus=_int(j.get("cpus")),
-        time_limit_s=None if tl is None or tl == math.inf else float(tl) * 60.0,
-        submit_time=_epoch(j.get("submit_time")), eligible_time=_epoch(j.get("eligible_time")),
-        start_time=_epoch(j.get("start_time")), end_time=_epoch(j.get("end_time")),
-        comment=_str(j.get("comment")), admin_comment=_str(j.get("admin_comment")),
-        dependency=_str(j.get("dependency")), shared=_shared(j.get("shared")),
-        required_nodes=expand_hostlist(_str(j.get("required_nodes"))),
-        exit_code=rc, exit_signal=sig, restarts=_int(j.get("restart_cnt")) or 0,
-        cpus_by_node=_cpus_by_node(j.get("job_resources"), _int(j.get("cpus"))),
-        batch_host=_str(j.get("batch_host")),
-    )
+    key = "job_state"
+
+    def field(name: str, reader):
+        nonlocal key
+        key = name
+        return reader(j.get(name))
+
+    try:
+        state, flags = _states(j.get("job_state"))
+        rc, sig = field("exit_code", _exit)
+        cpus = field("cpus", _int)
+        return SlurmJob(
+            job_id=jid, name=field("name", _str), user=field("user_name", _str) or None,
+            uid=field("user_id", _int),
+            partition=field("partition", _str), state=state, state_flags=flags,
+            reason=field("state_reason", _str), priority=field("priority", _int),
+            nodes=expand_hostlist(field("nodes", _str)), node_count=field("node_count", _int),
+            max_nodes=field("max_nodes", _int) or None, cpus=cpus,
+            time_limit_s=_limit_s(field("time_limit", _num)),   # (Slurm's unit: minutes)
+            submit_time=field("submit_time", _epoch),
+            eligible_time=field("eligible_time", _epoch),
+            start_time=field("start_time", _epoch), end_time=field("end_time", _epoch),
+            comment=field("comment", _str), admin_comment=field("admin_comment", _str),
+            dependency=field("dependency", _str), shared=field("shared", _shared),
+            required_nodes=expand_hostlist(field("required_nodes", _str)),
+            exit_code=rc, exit_signal=sig, restarts=field("restart_cnt", _int) or 0,
+            cpus_by_node=_cpus_by_node(field("job_resources", lambda v: v), cpus),
+            batch_host=field("batch_host", _str),
+        )
+    except ParseError as exc:
+        raise ParseError(f"{what}: job {jid}, field {key!r}: {exc}") from None
 
 
 def parse_jobs_json(text: str, what: str = "squeue --json") -> list[SlurmJob]:
@@ -318,20 +392,31 @@ def parse_jobs_json(text: str, what: str = "squeue --json") -> list[SlurmJob]:
 
 
 def node_from_json(n: dict, what: str = "sinfo --json") -> SlurmNode:
-    if not isinstance(n, dict) or not n.get("name"):
+    if not isinstance(n, dict) or not n.get("name") or not isinstance(n["name"], str):
         raise ParseError(f"{what}: a node record without the field 'name': {str(n)[:120]}")
     for key in ("state", "cpus"):
         if key not in n:
             raise ParseError(f"{what}: node {n['name']} without the field {key!r} "
                              f"(fields: {', '.join(sorted(n))[:200]})")
-    state, flags = _states(n.get("state"))
-    flags = flags + tuple(str(f).upper() for f in n.get("state_flags") or ())
-    cpus = _int(n.get("cpus"))
-    if cpus is None:
-        raise ParseError(f"{what}: node {n['name']} has no value in the field 'cpus'")
-    return SlurmNode(name=str(n["name"]), cpus=cpus, state=state, flags=flags,
-                     partitions=tuple(n.get("partitions") or ()),
-                     alloc_cpus=_int(n.get("alloc_cpus")), reason=_str(n.get("reason")))
+    key = "state"
+    try:
+        state, flags = _states(n.get("state"))
+        key = "state_flags"
+        flags = flags + tuple(f.upper() for f in _names(n.get("state_flags")))
+        key = "cpus"
+        cpus = _int(n.get("cpus"))
+        if cpus is None:
+            raise ParseError("no value")
+        key = "partitions"
+        partitions = _names(n.get("partitions"))
+        key = "alloc_cpus"
+        alloc = _int(n.get("alloc_cpus"))
+        key = "reason"
+        reason = _str(n.get("reason"))
+    except ParseError as exc:
+        raise ParseError(f"{what}: node {n['name']}, field {key!r}: {exc}") from None
+    return SlurmNode(name=n["name"], cpus=cpus, state=state, flags=flags,
+                     partitions=partitions, alloc_cpus=alloc, reason=reason)
 
 
 def parse_nodes_json(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
@@ -349,6 +434,13 @@ def parse_nodes_json(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
 
 # -- scontrol text ---------------------------------------------------------------------------
 
+def lines_of(text: str) -> list[str]:
+    """Lines of a command's output, split at "\\n" only: ``str.splitlines`` also splits at
+    U+2028, \\x85, \\x0b and others, which Slurm prints as typed inside a job's name or
+    comment; split there, a user's comment could carry a whole job record of its own."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
 
 
@@ -365,7 +457,7 @@ def _fields(line: str) -> list[tuple[str, str]]:
 
 def _uid(v: str) -> int | None:
     """The number of ``UserId=name(uid)``, or None."""
-    m = re.fullmatch(r"[^()]*\((\d+)\)", v.strip())
+    m = re.fullmatch(r"[^()]*\(([0-9]+)\)", v.strip())
     return int(m.group(1)) if m else None
 
 
@@ -389,7 +481,7 @@ def duration_s(v: str) -> float | None:
     v = _none(v.strip())
     if not v or v.upper() in ("UNLIMITED", "INFINITE", "PARTITION_LIMIT", "NONE"):
         return None
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", v)
+    m = re.fullmatch(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?", v)
     if not m:
         raise ParseError(f"duration {v!r} is not a Slurm time")
     days, a, b, c = m.groups()
@@ -408,8 +500,8 @@ def _count_ids(v: str) -> int:
     n = 0
     for part in v.split(","):
         lo, sep, hi = part.partition("-")
-        if lo.isdigit():
-            n += (int(hi) - int(lo) + 1) if sep and hi.isdigit() else 1
+        if digits(lo):
+            n += (int(hi) - int(lo) + 1) if sep and digits(hi) else 1
     return n
 
 
@@ -455,7 +547,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
     """Jobs from ``scontrol show job -o [-d]`` (one job per line); a line with a forged
     field raises ParseError (``_check_unforged``)."""
     jobs = []
-    for line in text.splitlines():
+    for line in lines_of(text):
         if not line.strip() or line.startswith("No jobs"):
             continue
         pairs = _fields(line)
@@ -471,7 +563,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                     layout.append((node, _count_ids(v)))
                 det_nodes = []
             f.setdefault(k, v)
-        if "JobId" not in f or not f["JobId"].isdigit():
+        if "JobId" not in f or not digits(f["JobId"]):
             raise ParseError(f"scontrol show job line without a JobId: {line[:120]!r}")
         state, flags = _states(f.get("JobState", ""))
         user = _none(f.get("UserId", "")).split("(")[0] or None
@@ -483,10 +575,10 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
             uid=_uid(f.get("UserId", "")),
             partition=_none(f.get("Partition", "")), state=state, state_flags=flags,
             reason=_none(f.get("Reason", "")),
-            priority=int(f["Priority"]) if f.get("Priority", "").isdigit() else None,
+            priority=int(f["Priority"]) if digits(f.get("Priority", "")) else None,
             nodes=expand_hostlist(_none(f.get("NodeList", ""))),
-            node_count=int(f["NumNodes"].split("-")[0]) if f.get("NumNodes", "").split("-")[0].isdigit() else None,
-            cpus=int(f["NumCPUs"].split("-")[0]) if f.get("NumCPUs", "").split("-")[0].isdigit() else None,
+            node_count=int(f["NumNodes"].split("-")[0]) if digits(f.get("NumNodes", "").split("-")[0]) else None,
+            cpus=int(f["NumCPUs"].split("-")[0]) if digits(f.get("NumCPUs", "").split("-")[0]) else None,
             time_limit_s=duration_s(f.get("TimeLimit", "")),
             submit_time=_local_time(f.get("SubmitTime", "")),
             eligible_time=_local_time(f.get("EligibleTime", "")),
@@ -496,8 +588,8 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
             dependency=_none(f.get("Dependency", "")),
             shared=None if shared is None else _shared(shared),
             required_nodes=expand_hostlist(_none(f.get("ReqNodeList", ""))),
-            exit_code=int(rc) if rc.isdigit() else None, exit_signal=int(sig) if sig.isdigit() and int(sig) else None,
-            restarts=int(f["Restarts"]) if f.get("Restarts", "").isdigit() else 0,
+            exit_code=int(rc) if digits(rc) else None, exit_signal=int(sig) if digits(sig) and int(sig) else None,
+            restarts=int(f["Restarts"]) if digits(f.get("Restarts", "")) else 0,
             cpus_by_node=tuple(layout) or None, batch_host=_none(f.get("BatchHost", "")),
         ))
     return jobs
@@ -506,7 +598,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
 def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
     """Nodes from ``scontrol show node -o``."""
     nodes = []
-    for line in text.splitlines():
+    for line in lines_of(text):
         if not line.strip():
             continue
         f: dict[str, str] = {}
@@ -515,7 +607,7 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
         if "NodeName" not in f:
             raise ParseError(f"scontrol show node line without a NodeName: {line[:120]!r}")
         cpus = f.get("CPUTot") or f.get("CPUEfctv") or ""
-        if not cpus.isdigit():
+        if not digits(cpus):
             raise ParseError(f"node {f['NodeName']} has no CPUTot")
         state, flags = _states(f.get("State", ""))
         raw_state = f.get("State", "")
@@ -524,7 +616,7 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
         nodes.append(SlurmNode(
             name=f["NodeName"], cpus=int(cpus), state=state, flags=flags,
             partitions=tuple(p for p in _none(f.get("Partitions", "")).split(",") if p),
-            alloc_cpus=int(f["CPUAlloc"]) if f.get("CPUAlloc", "").isdigit() else None,
+            alloc_cpus=int(f["CPUAlloc"]) if digits(f.get("CPUAlloc", "")) else None,
             reason=_none(f.get("Reason", ""))))
     return nodes
 
@@ -563,7 +655,7 @@ def dependency_state(dep: str, states: Mapping[int, str] | None = None) -> str:
         verdicts = []
         for jid in ids.split(":"):
             jid = jid.split("+")[0]          # after:ID+MINUTES: not judged here
-            st = states.get(int(jid)) if jid.isdigit() and "+" not in ids else None
+            st = states.get(int(jid)) if digits(jid) and "+" not in ids else None
             if st is None:
                 verdicts.append("waiting")
             elif kind == "after":

@@ -8,6 +8,8 @@ A mixin of ``backend.SlurmBackend``; it holds no state of its own.
 from __future__ import annotations
 
 import logging
+import math
+import re
 import time
 
 from coscheduler.backend import BackendError
@@ -15,12 +17,13 @@ from coscheduler.clocks import due
 from coscheduler.model import Allocation, InvalidInput, Job, StageType
 
 from .metadata import AdminMark, default_class, parse_admin_comment, parse_comment
-from .parse import ParseError, ReportedErrors, SlurmJob
+from .parse import ParseError, ReportedErrors, SlurmJob, printable
 
 log = logging.getLogger("slurm_plugin.backend")
 
 _RUNNING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT"})
 _FOREIGN_WALLTIME_S = 365 * 86400.0   # a job without a time limit holds its cores "forever"
+_CLASS_BAD = re.compile(r"[^A-Za-z0-9_.+-]")   # (a partition name as a job class part)
 # A start or quota change reads Slurm again only past this many times the last read's
 # duration: reading then costs at most about a fifth of the act stage's time.
 WRITE_AGE_READS = 4.0
@@ -49,10 +52,22 @@ class SlurmReading:
         except ParseError as exc:
             raise BackendError(f"Slurm answered something unreadable: {exc}") from None
         self._jobs = {j.job_id: j for j in jobs}
-        self._nodes = {n.name: n for n in nodes}
+        self._nodes = {n.name: n for n in nodes if self._has_cpus(n)}
         self._snap_time = self._clock()
         self.last_read_s = time.monotonic() - t0
         self._forget_gone()
+
+    def _has_cpus(self, node) -> bool:
+        """A node Slurm reports with no CPUs (0 or fewer: a half-registered node) is left
+        out, with one warning per node, rather than failing every pass on it."""
+        if node.cpus >= 1:
+            return True
+        warned = self.__dict__.setdefault("_cpuless_warned", set())
+        if node.name not in warned and len(warned) < 10_000:
+            warned.add(node.name)
+            log.warning("node %s: Slurm reports %d CPUs; left out until it reports some",
+                        printable(node.name, 100), node.cpus)
+        return False
 
     def _refresh_for_write(self) -> None:
         """Before a start or a quota change. The pass decided on the snapshot it read at its
@@ -113,11 +128,17 @@ class SlurmReading:
         return job
 
     def _foreign_job(self, j: SlurmJob) -> Job:
+        """Another partition's job as a holder of its cores, from values kept in range: it
+        never raises (one odd job beside ours must not stop every pass)."""
         cores = max(1, j.cpus or len(j.nodes) or 1)
+        limit = j.time_limit_s
+        walltime = limit if limit is not None and 0 < limit <= _FOREIGN_WALLTIME_S \
+            else _FOREIGN_WALLTIME_S
+        partition = _CLASS_BAD.sub("_", j.partition)[:100].strip("._") or "none"
         return Job(job_id=str(j.job_id), cores=cores, nodes=max(1, min(len(j.nodes) or 1, cores)),
-                   walltime_s=j.time_limit_s or _FOREIGN_WALLTIME_S,
-                   job_class=f"foreign/{j.partition or 'none'}".replace(",", "_"),
-                   submit_time=j.submit_time or 0.0, user=j.user)
+                   walltime_s=walltime, job_class=f"foreign/{partition}",
+                   submit_time=j.submit_time if j.submit_time and math.isfinite(j.submit_time)
+                   else 0.0, user=j.user)
 
     def _allocation(self, j: SlurmJob, job: Job) -> Allocation | None:
         planned = self._planned.get(j.job_id)

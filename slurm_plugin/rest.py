@@ -35,7 +35,7 @@ from coscheduler.model import InvalidInput
 
 from .commands import _TRANSIENT, MAX_OUTPUT_ENV, output_cap
 from .contract import Release
-from .parse import MAX_JSON_DEPTH, ParseError, SlurmJob, SlurmNode
+from .parse import MAX_JSON_DEPTH, ParseError, SlurmJob, SlurmNode, printable
 from .rest_contract import (PROBE_ORDER, hold_body, parse_partition_max_time,
                             parse_rest_jobs, parse_rest_nodes, path, pinned, release_of_ping,
                             update_body)
@@ -119,8 +119,10 @@ def _errors_text(body: bytes) -> str:
     try:
         data = boundedjson.loads(body, max_depth=MAX_JSON_DEPTH, what="answer")
     except ValueError:
-        return body.decode(errors="replace").strip().replace("\n", " ")[:160]
+        return printable(body.decode(errors="replace").strip(), 160)
     errs = data.get("errors") if isinstance(data, dict) else None
+    if errs is not None and not isinstance(errs, list):
+        errs = [errs]   # (a string is one message, not one per character)
     out = []
     for e in errs or ():
         if isinstance(e, dict):
@@ -128,7 +130,7 @@ def _errors_text(body: bytes) -> str:
             out.append(": ".join(dict.fromkeys(words)) or str(e.get("error_number") or e))
         else:
             out.append(str(e))
-    return "; ".join(out)[:300]
+    return printable("; ".join(out), 300)
 
 
 @dataclass

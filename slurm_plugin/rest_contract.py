@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from .contract import Release, parse_release
 from .parse import ParseError, SlurmJob, SlurmNode, _num, parse_jobs_json, parse_nodes_json
-from .parse import expand_hostlist
+from .parse import digits, expand_hostlist
 
 # The data_parser pinned per release (major, minor).
 REST_PARSER: dict[tuple[int, int], str] = {
@@ -56,7 +56,7 @@ UNWRITABLE_V38 = frozenset({"AdminComment", "OverSubscribe"})
 
 def path(parser: str, endpoint: str, arg: str | int | None = None) -> str:
     """``/slurm/v0.0.42/jobs``, ``/slurm/v0.0.42/job/17``, ``/slurm/v0.0.42/partition/cosched``."""
-    if not re.fullmatch(r"v0\.0\.\d+", parser):
+    if not re.fullmatch(r"v0\.0\.[0-9]+", parser):
         raise ValueError(f"not a data_parser version: {parser!r}")
     base = f"/slurm/{parser}/{endpoint}"
     return base if arg is None else f"{base}/{arg}"
@@ -150,11 +150,11 @@ def update_body(parser: str, fields: Mapping[str, str], job: SlurmJob | None = N
         elif key == "Dependency":
             body["dependency"] = value
         elif key == "Priority":
-            if not value.isdigit():
+            if not digits(value):
                 raise ValueError(f"slurmrestd update: Priority={value!r} is not a whole number")
             body["priority"] = value if old else _number(parser, int(value))
         elif key == "TimeLimit":
-            m = re.fullmatch(r"(\+)?(\d+)", value)
+            m = re.fullmatch(r"(\+)?([0-9]+)", value)
             if not m:
                 raise ValueError(f"slurmrestd update: TimeLimit={value!r} is not minutes or +minutes")
             minutes = int(m.group(2))

@@ -115,7 +115,7 @@ def submit_jobs(cmds: SlurmCommands, jobs: list[Job], opts: SubmitOptions) -> li
         text = cmds.run("sbatch", *sbatch_args(job, opts, after), input_text=job_script(job, opts),
                         retry=False)
         first = text.strip().split(";")[0]
-        if not first.isdigit():
+        if not (first.isascii() and first.isdigit()):
             raise InvalidInput(f"sbatch answered {text.strip()!r} for {job.job_id}, not a job id")
         ids[job.job_id] = int(first)
         out.append(Submitted(job.job_id.rsplit(".", 1)[-1], job.job_id, int(first)))

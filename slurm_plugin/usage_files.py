@@ -24,7 +24,7 @@ USAGE_SCAN_MAX = 200_000       # entries looked at per scan (a flooded folder co
 _MAX_USAGE_BYTES = 64 << 10    # a record: five numbers
 
 # "<job id>.json", or the wrapper's temporary "<job id>.json.tmp.<pid>" a killed job left
-_RECORD = re.compile(r"\d{1,20}\.json(\.tmp\.\d{1,10})?")
+_RECORD = re.compile(r"[0-9]{1,20}\.json(\.tmp\.[0-9]{1,10})?")
 
 
 def prune_usage(directory: str | os.PathLike, before: float,

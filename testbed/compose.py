@@ -32,7 +32,7 @@ SHARED_MOUNT = "/shared"              # the cluster's shared file system (a name
 CA_DIR = "/usr/local/share/ca-certificates"
 CFS_PERIOD_US = 100_000
 MAX_NODES = 32
-_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
+_ID_RE = re.compile(r"^[a-z0-9]{1,12}\Z")
 
 
 def check_instance_id(value: object) -> str:

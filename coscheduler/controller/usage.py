@@ -16,6 +16,8 @@ from ..model import InvalidInput, MetricsSample, RunningJob, check_finite
 
 
 _new, _setattr = object.__new__, object.__setattr__
+# File I/O no node does (a sanity bound on an agent's reading).
+MAX_IO_MB_S = 1e6
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,13 @@ class ClassUsage:
 
     def add(self, job_class: str, cpu_percent: float, mem_percent: float,
             io_mb_s: float | None = None) -> None:
-        """One observation (also how a site seeds what its accounting knows)."""
+        """One observation (also how a site seeds what its accounting knows). Readings are
+        held to what a guest can use (at most all of its cores and memory, ``MAX_IO_MB_S``):
+        they come from node agents, and one absurd sample (1e300 %) would otherwise stay in
+        the mean for thousands of passes."""
+        cpu_percent, mem_percent = min(cpu_percent, 100.0), min(mem_percent, 100.0)
+        if io_mb_s is not None:
+            io_mb_s = min(io_mb_s, MAX_IO_MB_S)
         old = self.means.get(job_class)
         if old is None:
             self.means[job_class] = Expected(float(cpu_percent), float(mem_percent), io_mb_s)

@@ -34,8 +34,8 @@ ENV_DIR = "COSCHED_DATA_DIR"
 ARCHIVE = "https://www.cs.huji.ac.il/labs/parallel/workload"
 CHUNK = 1 << 16
 TIMEOUT_S = 60.0
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}$")
-_SHA = re.compile(r"^[0-9a-f]{64}$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}\Z")
+_SHA = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class FetchError(InvalidInput):

@@ -53,7 +53,7 @@ _WATCHDOG = (
     'sleep 1; '
     'for d in "$@"; do case "$d" in /sys/fs/cgroup/*) find "$d" -depth -type d -exec rmdir {} + 2>/dev/null;; '
     '*) rm -rf "$d";; esac; done')
-_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}$")
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}\Z")
 CGROUP_PREFIX = "cosched-mesos-"
 
 
