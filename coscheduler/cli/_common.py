@@ -57,7 +57,13 @@ def open_store(db: Path | None, readonly: bool) -> Iterator[SqliteStore]:
 
 
 def echo_json(obj: object) -> None:
-    click.echo(json.dumps(obj, indent=2, allow_nan=False))
+    # The store checks every row it hands out; this is the last guard, so that a value
+    # that still slips through is one line (and nothing half printed), not a traceback.
+    try:
+        text = json.dumps(obj, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise click.ClickException(f"cannot print the answer as JSON: {exc}") from None
+    click.echo(text)
 
 
 def fmt_time(t: float | None) -> str:
@@ -65,7 +71,11 @@ def fmt_time(t: float | None) -> str:
     if t is None:
         return "-"
     if t >= 1e8:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+        try:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+        except (OverflowError, OSError, ValueError):
+            # a finite time past what time_t holds (1e300 is a valid write): shown as is
+            return f"t={t:.6g} s"
     return f"t={t:,.1f} s"
 
 

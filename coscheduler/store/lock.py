@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,16 @@ def lock_path(db: Path) -> Path:
     so that two controllers reaching one database by two names take one lock."""
     real = Path(os.path.realpath(db))
     return real.with_name(real.name + ".lock")
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for an error message."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return f"file type {stat.S_IFMT(mode):#o}"
 
 
 def _holder(path: Path) -> str:
@@ -75,10 +86,16 @@ class ControllerLock:
         if self._fd is not None:
             return
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # (O_NONBLOCK: never wait on a FIFO put at the path; refused below)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(f"cannot create the controller lock {self.path} for state database "
                              f"{self.db}: {exc.strerror}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise StoreError(f"controller lock {self.path} is not a regular file "
+                             f"({file_kind(mode)}); remove it (a controller makes a new one)")
         deadline = time.monotonic() + self.wait_s
         while True:
             try:
@@ -120,12 +137,20 @@ class ReaderLock:
         self._fd: int | None = None
         self.quiet = False
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO here would block a plain open forever (every read command
+            # hung). Links are followed, as ControllerLock follows them: the shared lock
+            # must land on the file the controller locks.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             self.quiet = True  # no controller ever claimed this file
             return
         except OSError:
             return
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise StoreError(f"controller lock {self.path} is not a regular file "
+                             f"({file_kind(mode)}); remove it (a controller makes a new one)")
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:

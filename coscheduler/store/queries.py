@@ -1,15 +1,21 @@
-"""Read-side queries the operator CLI needs: plain records out of one read snapshot each."""
+"""Read-side queries the operator CLI needs: plain records out of one read snapshot each.
+
+Every row read here passes the checks its write passed (``RowsMixin._decision_row``,
+``_round_row``, ``_class_row``, ``check_finite``) before it is shown: a row damaged or edited
+in the file is a StoreError naming the file, the row and the field, which the CLI prints as
+one line, never a traceback or a silently wrong table.
+"""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..learner import ClassState, Decision, RoundClosed
 from ..recorder import OutcomeRecord
-from ..model import InvalidInput
+from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
 from .errors import StoreError
-from .rows import _quota
+from .rows import _loads, _quota
 from .sqlite import _DECISION_COLS, SqliteStore
 
 
@@ -45,12 +51,33 @@ def class_states(store: SqliteStore, job_class: str | None = None) -> list[Class
         args = (job_class,)
     with store.reading("read the class states") as conn:
         rows = conn.execute(sql + " ORDER BY job_class", args).fetchall()
-    return [store._class_from_row(k, text) for k, text in rows]
+    states = [store._class_from_row(k, text) for k, text in rows]
+    for st in states:
+        try:
+            store._class_row(st)   # the write checks: a NaN risk, a text last update
+        except InvalidInput as exc:
+            raise StoreError(f"{store.path}: saved state of class {st.job_class!r} is not "
+                             f"valid: {exc}") from None
+    return states
 
 
 def class_names(store: SqliteStore) -> list[str]:
     with store.reading("list the classes") as conn:
         return [r[0] for r in conn.execute("SELECT job_class FROM classes ORDER BY job_class")]
+
+
+def _numbers(value: object, what: str) -> tuple[float, ...]:
+    """A JSON column that must hold a list of finite numbers (risk, weights)."""
+    if not isinstance(value, list):
+        raise InvalidInput(f"{what} must be a list of numbers, got {type(value).__name__}")
+    return tuple(_finite(x, what) for x in value)
+
+
+def _finite(value: object, name: str, **bounds: float) -> float:
+    """``check_finite`` for a value that may not be None."""
+    v = check_finite(value, name, **bounds)   # type: ignore[arg-type]
+    assert v is not None
+    return v
 
 
 def weight_history(store: SqliteStore, job_class: str) -> list[RoundClosed]:
@@ -61,11 +88,21 @@ def weight_history(store: SqliteStore, job_class: str) -> list[RoundClosed]:
             "WHERE job_class = ? ORDER BY round", (job_class,)).fetchall()
     out = []
     for rnd, t, gamma, risk, before, after in rows:
+        what = f"round {rnd} of class {job_class}"
         try:
-            out.append(RoundClosed(job_class, rnd, t, gamma, tuple(json.loads(risk)),
-                                   tuple(json.loads(before)), tuple(json.loads(after))))
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"{store.path}: round {rnd} of class {job_class} is not valid: {exc}") from None
+            vectors = [_numbers(_loads(text, f"{what}: {name}", store.path), f"{what}: {name}")
+                       for name, text in (("risk", risk), ("weights before", before),
+                                          ("weights after", after))]
+            if len({len(v) for v in vectors}) != 1:
+                raise InvalidInput(f"{what}: risk, weights before and weights after have "
+                                   f"{', '.join(str(len(v)) for v in vectors)} entries")
+            closed = RoundClosed(job_class, rnd, t, gamma, *vectors)
+            store._round_row(closed)    # the write checks: round >= 1, finite time and gamma
+        except StoreError:
+            raise
+        except InvalidInput as exc:
+            raise StoreError(f"{store.path}: {what} is not a valid record: {exc}") from None
+        out.append(closed)
     return out
 
 
@@ -79,7 +116,25 @@ def recent_decisions(store: SqliteStore, last: int, job_class: str | None = None
             "SELECT d.id, d.time, d.host_job, d.guest_job, d.job_class, d.action_fraction, o.loss "
             f"FROM decisions d LEFT JOIN outcomes o ON o.decision_id = d.id {where} "
             "ORDER BY d.id DESC LIMIT ?", args + (int(last),)).fetchall()
-    return [DecisionRow(*r) for r in reversed(rows)]
+    return [_list_row(store, r) for r in reversed(rows)]
+
+
+def _list_row(store: SqliteStore, r: Sequence) -> DecisionRow:
+    """A ``decisions list`` row, through the checks ``_decision_row`` made when it was written."""
+    where = f"decision {r[0]}"
+    try:
+        return DecisionRow(
+            decision_id=r[0],
+            time=_finite(r[1], f"{where}: time", minimum=0.0),
+            host_job=validate_job_id(r[2], f"{where}: host_job"),
+            guest_job=validate_job_id(r[3], f"{where}: guest_job"),
+            job_class=validate_job_class(r[4]),
+            action_fraction=_finite(r[5], f"{where}: action fraction", minimum=0.0, maximum=1.0),
+            loss=check_finite(r[6], f"outcome of {where}: loss", minimum=0.0, maximum=1.0,
+                              allow_none=True),
+        )
+    except InvalidInput as exc:
+        raise StoreError(f"{store.path}: {where} is not a valid record: {exc}") from None
 
 
 def decision_count(store: SqliteStore) -> int:
@@ -99,14 +154,31 @@ def decision_detail(store: SqliteStore, decision_id: int) -> DecisionDetail | No
                            (decision_id,)).fetchone()
     decision = store._decision_from_row(row[:-2])
     # Read back through the checks every write passes: a row damaged or edited in the file
-    # (a NaN or text quota, a loss out of range) is named, not printed as a traceback.
+    # (a NaN or text quota, a loss out of range, a time of 1e999, ragged distributions, an
+    # empty mixture) is named, not printed as a traceback or a wrong table.
     try:
         host_quota = _quota(row[-2], f"decision {decision_id}: host quota")
         guest_quota = _quota(row[-1], f"decision {decision_id}: guest quota")
+        _check_decision_types(decision)
+        store._decision_row(decision, host_quota, guest_quota)
         outcome = None
         if out is not None:
             outcome = OutcomeRecord(*out)
             store._outcome_row(outcome)
+            if not isinstance(outcome.note, str):
+                raise InvalidInput(f"outcome of decision {decision_id}: note is not text")
     except (InvalidInput, TypeError, ValueError) as exc:
         raise StoreError(f"{store.path}: decision {decision_id} is not a valid record: {exc}") from None
     return DecisionDetail(decision, host_quota, guest_quota, outcome)
+
+
+def _check_decision_types(d: Decision) -> None:
+    """What ``_decision_row`` takes for granted of a Decision the learner built, and a row
+    read from the file need not hold: an integer action, text names."""
+    where = f"decision {d.decision_id}"
+    if isinstance(d.action_index, bool) or not isinstance(d.action_index, int):
+        raise InvalidInput(f"{where}: action index must be an integer, got {d.action_index!r}")
+    if not isinstance(d.policy, str):
+        raise InvalidInput(f"{where}: policy must be text, got {d.policy!r}")
+    if not all(isinstance(n, str) for n in d.expert_names):
+        raise InvalidInput(f"{where}: expert names must be text, got {list(d.expert_names)!r}")

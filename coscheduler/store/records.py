@@ -18,6 +18,7 @@ from ..model import InvalidInput, check_finite, validate_job_class
 from ..recorder import LoadedState, OutcomeRecord
 from .retention import (delete_classes, delete_decisions, forgotten_classes, prune_candidates,
                         pruned_counts)
+from .errors import StoreError
 from .rows import _DECISION_COLS, RowsMixin
 
 PRUNE_CHUNK = 2_000   # decisions deleted per write transaction (``prune``)
@@ -67,10 +68,25 @@ class RecorderMixin(RowsMixin):
 
     def walltime_credits(self, decision_id: int) -> list[dict]:
         with self.reading(f"read the walltime credits of decision {decision_id}") as conn:
-            rows = conn.execute("SELECT job_id, time, minutes, limit_s, projected_end, capped FROM "
+            rows = conn.execute("SELECT id, job_id, time, minutes, limit_s, projected_end, capped FROM "
                                 "walltime_credits WHERE decision_id = ? ORDER BY id", (decision_id,)).fetchall()
-        return [{"job_id": r[0], "time": r[1], "minutes": r[2], "limit_s": r[3],
-                 "projected_end": r[4], "capped": bool(r[5])} for r in rows]
+        return [self._credit_from_row(decision_id, r) for r in rows]
+
+    def _credit_from_row(self, decision_id: int, r: tuple) -> dict:
+        """A walltime credit row through the checks ``record_walltime_credit`` made; a row
+        edited in the file is a StoreError naming it, not a traceback in the CLI."""
+        where = f"walltime credit {r[0]} of decision {decision_id}"
+        try:
+            if not isinstance(r[1], str):
+                raise InvalidInput(f"job id must be text, got {r[1]!r}")
+            t, limit_s, end = (check_finite(v, k) for v, k in
+                               ((r[2], "time"), (r[4], "limit_s"), (r[5], "projected_end")))
+            if isinstance(r[3], bool) or not isinstance(r[3], int) or r[3] < 1:
+                raise InvalidInput(f"minutes must be an integer >= 1, got {r[3]!r}")
+        except InvalidInput as exc:
+            raise StoreError(f"{self.path}: {where} is not a valid record: {exc}") from None
+        return {"job_id": r[1], "time": t, "minutes": r[3], "limit_s": limit_s,
+                "projected_end": end, "capped": bool(r[6])}
 
     def record_round(self, closed: RoundClosed) -> None:
         row = self._round_row(closed)

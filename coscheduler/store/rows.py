@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from .. import boundedjson
 from ..learner import ClassState, Decision, RoundClosed
 from ..learner.experts import HostState
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
@@ -32,10 +33,31 @@ def _dumps(value: object, what: str) -> str:
 
 
 def _loads(text: str, what: str, path: Path) -> object:
+    # Bounded: a column edited to 100,000 nested brackets is a StoreError naming the row,
+    # not a RecursionError in json.loads.
+    if not isinstance(text, (str, bytes)):
+        raise StoreError(f"{path}: {what} is not valid JSON (a {type(text).__name__}, not text)")
     try:
-        return json.loads(text)
+        return boundedjson.loads(text, what=what)
+    except boundedjson.JSONUnusable as exc:    # (its message starts with ``what``)
+        raise StoreError(f"{path}: {exc}") from None
+
+
+def _list(value: object, what: str) -> list:
+    """A JSON column that must hold a list (a text "abcdef" would read as six letters)."""
+    if not isinstance(value, list):
+        raise InvalidInput(f"{what} must be a list, got {type(value).__name__}")
+    return value
+
+
+def _floats(value: object, what: str) -> tuple[float, ...]:
+    """A list of numbers as floats, or InvalidInput naming the field."""
+    items = _list(value, what)
+    try:
+        # (map, not a generator: a restart reads thousands of these rows)
+        return tuple(map(float, items))
     except (TypeError, ValueError) as exc:
-        raise StoreError(f"{path}: {what} is not valid JSON ({exc})") from None
+        raise InvalidInput(f"{what}: {exc}") from None
 
 
 def _quota(value: float, name: str) -> float:
@@ -81,11 +103,13 @@ class RowsMixin:
             return Decision(
                 decision_id=r[0], time=r[1], host_job=r[2], guest_job=r[3], job_class=r[4], policy=r[5],
                 state=HostState.from_dict(_loads(r[6], f"{what}: state", self.path)),
-                expert_names=tuple(_loads(r[7], what, self.path)),
-                # (map, not a generator: a restart reads thousands of these rows)
-                expert_dists=tuple(tuple(map(float, p)) for p in _loads(r[8], what, self.path)),
-                weights=tuple(map(float, _loads(r[9], what, self.path))),
-                mixture=tuple(map(float, _loads(r[10], what, self.path))),
+                expert_names=tuple(_list(_loads(r[7], f"{what}: expert names", self.path),
+                                         f"{what}: expert names")),
+                expert_dists=tuple(_floats(p, f"{what}: expert distributions") for p in
+                                   _list(_loads(r[8], f"{what}: expert distributions", self.path),
+                                         f"{what}: expert distributions")),
+                weights=_floats(_loads(r[9], f"{what}: weights", self.path), f"{what}: weights"),
+                mixture=_floats(_loads(r[10], f"{what}: mixture", self.path), f"{what}: mixture"),
                 action_index=r[11], action_fraction=r[12],
             )
         except StoreError:

@@ -26,7 +26,9 @@ creates no ``-wal``/``-shm`` beside it; otherwise it reads through the writer's 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +37,7 @@ from typing import Iterator, Sequence
 from ..model import InvalidInput
 from .errors import (DamagedDatabase, ForeignDatabase, MissingStateDatabase, NewerSchema,
                      NotAStateDatabase, OlderSchema, StoreError, StoreUnavailable)
-from .lock import ControllerLock, ReaderLock
+from .lock import ControllerLock, ReaderLock, file_kind
 from .records import RecorderMixin
 from .rows import _DECISION_COLS, _dumps, _loads, _quota  # noqa: F401 - the old names
 from .schema import APP_NAME, APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES
@@ -145,11 +147,7 @@ class SqliteStore(RecorderMixin):
                 raise StoreError(f"cannot create the directory for state database {p}: {exc}") from None
             self.created_dirs = sorted(missing)
             return True
-        try:
-            with open(p, "rb") as fh:
-                head = fh.read(len(SQLITE_MAGIC))
-        except OSError as exc:
-            raise StoreError(f"cannot read state database {p}: {exc}") from None
+        head = self._read_head(p)
         if not head:
             if not create:
                 raise NotAStateDatabase(f"{p} is an empty file, not an initialised state database")
@@ -160,6 +158,25 @@ class SqliteStore(RecorderMixin):
                 "refusing to use or overwrite it"
             )
         return False
+
+    @staticmethod
+    def _read_head(p: Path) -> bytes:
+        """The file's first bytes. Opened without blocking and checked to be a regular file:
+        plain open() waits forever on a FIFO at the path (every read command hung). Symbolic
+        links are followed on purpose (a database reached by a link, issue 24 item 8)."""
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StoreError(f"cannot read state database {p}: {exc}") from None
+        with os.fdopen(fd, "rb", buffering=0) as fh:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise NotAStateDatabase(f"{p} is not a regular file ({file_kind(mode)}), "
+                                        "not a state database")
+            try:
+                return fh.read(len(SQLITE_MAGIC))
+            except OSError as exc:
+                raise StoreError(f"cannot read state database {p}: {exc}") from None
 
     def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
         try:
