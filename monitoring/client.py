@@ -7,7 +7,15 @@
     c.clear_quota("j1")
 
 Every failure raises :class:`AgentError` (``status`` is the HTTP status, None when the
-agent could not be reached) with the agent's own error message.
+agent could not be reached) with the agent's own error message, on one line, naming the agent.
+An agent is a peer whose answers are checked, not trusted: only a 2xx answer is a success;
+an answer must be a JSON object (``metrics()``: text) whose body is as long as its
+Content-Length says; ``jobs()`` is a list of objects with a string ``job_id`` (other entries
+are dropped and logged, see ``jobs``).
+
+``timeout`` is a deadline for the whole call (connecting, sending, the headers and the body),
+not a limit per socket read as in http.client: an agent sending its answer one byte a second
+made a call with a 2 s timeout take 25 s, and every other node of the pass waited for it.
 
 An agent that lets a call time out (frozen, swapping, its node overloaded) is not asked
 again for a while: the calls in between fail at once, saying so (``quiet_s``: the timeout,
@@ -21,7 +29,11 @@ between passes. A refused connection fails at once already and is not held back.
 from __future__ import annotations
 
 import http.client
+import io
 import json
+import logging
+import math
+import socket
 import threading
 import time
 from typing import Any
@@ -31,18 +43,96 @@ from coscheduler import boundedjson
 
 MAX_ANSWER_BYTES = boundedjson.DEFAULT_MAX_BYTES     # 16 MB, as for the agent's request bodies
 MAX_QUIET_S = 60.0   # the longest an agent that timed out goes unasked
+MAX_ERROR_CHARS = 300   # of an agent's own error message, in an AgentError
+
+log = logging.getLogger("monitoring.client")
 
 
 class AgentError(RuntimeError):
-    def __init__(self, message: str, status: int | None = None, method: str = "", path: str = ""):
+    def __init__(self, message: str, status: int | None = None, method: str = "", path: str = "",
+                 url: str = ""):
+        at = f" at {url}" if url else ""
         where = f"{method} {path}: " if method else ""
-        super().__init__(f"agent {where}{message}" + (f" (HTTP {status})" if status else ""))
+        super().__init__(f"agent{at} {where}{message}" + (f" (HTTP {status})" if status else ""))
         self.status = status
         self.message = message
-        self.method, self.path = method, path
+        self.method, self.path, self.url = method, path, url
 
     def __reduce__(self):
-        return type(self), (self.message, self.status, self.method, self.path)
+        return type(self), (self.message, self.status, self.method, self.path, self.url)
+
+
+def _one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """A peer's text for an error message: one line, at most ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _time_left(deadline: float) -> float:
+    """Seconds to ``deadline`` (monotonic); TimeoutError once none are left, the error
+    ``_call`` already answers with the quiet period."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """An answer's bytes from the socket, each recv given only the time left to the call's
+    deadline (http.client gives each read the whole timeout again)."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        super().__init__()
+        self._sock, self._deadline = sock, deadline
+        # read through the socket's own raw file: it holds the descriptor open while the
+        # body is read after http.client closed the connection (an answer with
+        # "Connection: close"), as http.client's own makefile does
+        self._raw = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int | None:
+        self._sock.settimeout(_time_left(self._deadline))
+        return self._raw.readinto(b)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _AnswerSocket:
+    """What an HTTPResponse is built on: it only calls ``makefile`` (the status line, the
+    headers and the body are all read through it, so all under the deadline)."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock, self._deadline = sock, deadline
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTPConnection whose connect, sends and answer reads all end by ``deadline``
+    (monotonic), set before each call."""
+
+    deadline = math.inf
+
+    def __init__(self, host: str, port: int, timeout: float):
+        super().__init__(host, port, timeout=timeout)
+        self.response_class = self._answer    # type: ignore[assignment]
+
+    def _answer(self, sock: socket.socket, *args: Any, **kw: Any) -> http.client.HTTPResponse:
+        return http.client.HTTPResponse(_AnswerSocket(sock, self.deadline), *args, **kw)  # type: ignore[arg-type]
+
+    def connect(self) -> None:
+        self.timeout = _time_left(self.deadline)
+        super().connect()
+
+    def send(self, data: Any) -> None:
+        if self.sock is not None:     # (a new connection gets its time left in connect)
+            self.sock.settimeout(_time_left(self.deadline))
+        super().send(data)
 
 
 class AgentClient:
@@ -64,6 +154,7 @@ class AgentClient:
         self._quiet_until = 0.0
         self._timeouts = 0       # timeouts in a row
         self._clock = time.monotonic
+        self.dropped_views = 0   # malformed entries of jobs() answers, dropped (see jobs)
 
     # ---- API ---------------------------------------------------------------------------
     def health(self) -> bool:
@@ -83,7 +174,26 @@ class AgentClient:
         return self._call("POST", "/v1/jobs", body)
 
     def jobs(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/jobs")["jobs"]
+        """The agent's job views. An answer without a ``jobs`` list is an AgentError; an entry
+        that is not an object with a non-empty string ``job_id`` is dropped (``dropped_views``
+        counts them; one WARNING per answer names the agent and the positions): callers key
+        the views by ``job_id``, a job missing from them is registered again, and one bad
+        entry no longer costs the node its other jobs' views (or the pass a TypeError)."""
+        views = self._call("GET", "/v1/jobs").get("jobs")
+        if not isinstance(views, list):
+            raise AgentError(f"answer's 'jobs' is {type(views).__name__}, not a list",
+                             None, "GET", "/v1/jobs", self.url)
+        good, bad = [], []
+        for i, v in enumerate(views):
+            ok = isinstance(v, dict) and isinstance(v.get("job_id"), str) and v["job_id"] != ""
+            (good if ok else bad).append(v if ok else i)
+        if bad:
+            self.dropped_views += len(bad)
+            shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
+            log.warning("agent at %s: GET /v1/jobs: dropped %d of %d job view(s) that are not "
+                        "objects with a string job_id (at position %s)",
+                        self.url, len(bad), len(views), shown)
+        return good
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{self._q(job_id)}")
@@ -131,20 +241,33 @@ class AgentClient:
         with self._lock:
             left = self._quiet_until - self._clock()
             if left > 0:
-                raise AgentError(f"not asked: the agent at {self.url} let {self._timeouts} call(s) "
+                raise AgentError(f"not asked: it let {self._timeouts} call(s) "
                                  f"in a row time out ({self.timeout:g} s each); next try in "
-                                 f"{left:.1f} s", None, method, path)
+                                 f"{left:.1f} s", None, method, path, self.url)
+            # one deadline for the whole call, the retry included (module docstring)
+            deadline = time.monotonic() + self.timeout
             for attempt in (0, 1):  # one retry: a kept-alive connection the server closed
                 try:
                     if self._conn is None:
-                        self._conn = http.client.HTTPConnection(self._host, self._port,
-                                                                timeout=self.timeout)
+                        self._conn = _DeadlineConnection(self._host, self._port, self.timeout)
+                    self._conn.deadline = deadline
                     self._conn.request(method, path, body=data or (b"" if method != "GET" else None),
                                        headers=headers)
                     resp = self._conn.getresponse()
+                    # the body's length as http.client frames it (None: chunked or to the close)
+                    declared = resp.length
+                    if declared is not None and declared > MAX_ANSWER_BYTES:
+                        raise boundedjson.JSONUnusable(
+                            f"answer of the agent at {self.url}: Content-Length {declared}, "
+                            f"more than the {MAX_ANSWER_BYTES} bytes allowed")
                     # an agent is a peer: its answer is read up to a cap, never whole first
                     payload = boundedjson.read_limited(resp, MAX_ANSWER_BYTES,
                                                        f"answer of the agent at {self.url}")
+                    if declared is not None and len(payload) < declared:
+                        # http.client returns a short body as if whole when the peer closes
+                        raise boundedjson.JSONUnusable(
+                            f"answer ended after {len(payload)} of the {declared} bytes its "
+                            f"Content-Length declared")
                     if resp.getheader("Connection", "").lower() == "close":
                         self._conn.close()
                         self._conn = None
@@ -152,7 +275,7 @@ class AgentClient:
                 except boundedjson.JSONUnusable as e:
                     self._conn.close()
                     self._conn = None
-                    raise AgentError(str(e), None, method, path) from None
+                    raise AgentError(str(e), None, method, path, self.url) from None
                 except (http.client.HTTPException, OSError) as e:
                     if self._conn is not None:
                         self._conn.close()
@@ -162,19 +285,36 @@ class AgentClient:
                         # (the exponent capped: a day of timeouts must not overflow a float)
                         self._quiet_until = self._clock() + min(
                             MAX_QUIET_S, self.timeout * 2 ** min(self._timeouts - 1, 20))
-                    if attempt == 1 or isinstance(e, (ConnectionRefusedError, TimeoutError)):
-                        raise AgentError(f"cannot reach agent at {self.url}: {e}", None,
-                                         method, path) from e
+                        raise AgentError(f"timed out: no whole answer within {self.timeout:g} s",
+                                         None, method, path, self.url) from e
+                    if attempt == 1 or isinstance(e, ConnectionRefusedError):
+                        raise AgentError(f"cannot reach agent: {_one_line(str(e) or type(e).__name__)}",
+                                         None, method, path, self.url) from e
             self._timeouts = 0    # it answered
-        if resp.status >= 400:
+        if not 200 <= resp.status < 300:
+            # only 2xx is a success: a 301 with a JSON body is not a quota set
+            text = payload.decode(errors="replace")
             try:
-                msg = boundedjson.loads(payload, what="agent answer").get("error", payload.decode(errors="replace"))
+                msg = boundedjson.loads(payload, what="agent answer").get("error", text)
             except (ValueError, AttributeError):
-                msg = payload.decode(errors="replace").strip()
-            raise AgentError(msg, resp.status, method, path)
+                msg = text
+            msg = _one_line(str(msg)) or "no error message"
+            if resp.status < 400:     # (a redirect is not followed: the agent is the one asked)
+                msg = f"not a 2xx answer: {msg}"
+            raise AgentError(msg, resp.status, method, path, self.url)
         if raw:
-            return payload.decode()
+            try:
+                return payload.decode()
+            except UnicodeDecodeError as e:
+                raise AgentError(f"answer is not UTF-8 ({e.reason} at byte {e.start})",
+                                 resp.status, method, path, self.url) from None
         try:
-            return boundedjson.loads(payload, what=f"answer of the agent at {self.url}")
+            answer = boundedjson.loads(payload, what="answer")
         except ValueError as e:
-            raise AgentError(f"answer is not JSON: {payload[:200]!r}", resp.status, method, path) from e
+            raise AgentError(f"{_one_line(str(e))}: {payload[:200]!r}", resp.status,
+                             method, path, self.url) from None
+        if not isinstance(answer, dict):
+            # every API answer is an object; callers use .get and keys on it
+            raise AgentError(f"answer is a JSON {type(answer).__name__}, not an object",
+                             resp.status, method, path, self.url)
+        return answer
