@@ -69,6 +69,11 @@ MAX_EVENT_DEPTH = 64
 # after the limit passed), at most that (the interval may change when SUBSCRIBED arrives).
 WATCH_MIN_S = 0.05
 WATCH_MAX_S = 1.0
+# heartbeat_interval_seconds is the master's word: clamped to these. 1e-9 s made the
+# watchdog cut every stream at once (38 SUBSCRIBEs in 3 s); an hour is already far past any
+# master's setting (Mesos' default is 15 s).
+HEARTBEAT_MIN_S = 1.0
+HEARTBEAT_MAX_S = 3600.0
 
 
 class MesosCallError(RuntimeError):
@@ -134,7 +139,8 @@ class MesosSchedulerDriver(PymesosCalls):
                  failover: bool = False, timeout: float = DAY, *,
                  heartbeat_misses: float = 5.0, first_heartbeat_s: float = 15.0,
                  backoff_base_s: float = 0.5, backoff_max_s: float = 15.0,
-                 call_timeout_s: float = 75.0, max_redirects: int = 5):
+                 call_timeout_s: float = 75.0, max_redirects: int = 5,
+                 min_heartbeat_s: float = HEARTBEAT_MIN_S, max_heartbeat_s: float = HEARTBEAT_MAX_S):
         self.sched = sched
         self._framework = dict(framework)
         if principal and "principal" not in self._framework:
@@ -144,6 +150,9 @@ class MesosSchedulerDriver(PymesosCalls):
         self._failover = failover
         self.heartbeat_misses = float(heartbeat_misses)
         self.first_heartbeat_s = float(first_heartbeat_s)
+        self.min_heartbeat_s = float(min_heartbeat_s)
+        self.max_heartbeat_s = float(max_heartbeat_s)
+        self._heartbeat_warned: str | None = None   # the last odd value logged (once each)
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
         self.call_timeout_s = float(call_timeout_s)
@@ -285,7 +294,8 @@ class MesosSchedulerDriver(PymesosCalls):
                 continue
             if r.status in (200, 202):
                 return r
-            text = r.data.decode("utf-8", "replace").strip()[:500]
+            # (the master's words: into a log line and an exception's text)
+            text = msg.printable(r.data.decode("utf-8", "replace").strip(), 500)
             if r.status == 403:
                 # Not subscribed as far as the master knows: the stream is stale.
                 log.warning("%s answered 403 (%s): resubscribing", kind, text)
@@ -359,12 +369,13 @@ class MesosSchedulerDriver(PymesosCalls):
                 self._stream_ended(f"SUBSCRIBE: more than {self.max_redirects} redirects")
                 return False
             if resp.status != 200:
-                text = resp.read(2000).decode("utf-8", "replace").strip()
+                text = msg.printable(resp.read(2000).decode("utf-8", "replace").strip(), 500)
                 self._stream_ended(f"SUBSCRIBE to {self.master} answered HTTP {resp.status}: {text}")
                 return False
             sid = resp.headers.get("Mesos-Stream-Id")
             if not sid or len(sid) > 128:
-                self._stream_ended(f"SUBSCRIBE answer has no valid Mesos-Stream-Id header ({sid!r})")
+                self._stream_ended(f"SUBSCRIBE answer has no valid Mesos-Stream-Id header "
+                                   f"({msg.printable(repr(sid), 200)})")
                 return False
             with self._lock:
                 self._resp = resp
@@ -515,12 +526,13 @@ class MesosSchedulerDriver(PymesosCalls):
                     self._callback("slaveLost", body["agent_id"])
             elif kind == "ERROR":
                 text = body.get("message") if isinstance(body, dict) else event.get("message")
+                text = msg.printable(text, 500)
                 log.error("ERROR event from the master: %s", text)
                 # The doc: abort on ERROR (e.g. another instance of this framework took over).
                 self._stop.set()
                 self.status = DRIVER_ABORTED
                 threading.Thread(target=self._cut_stream, daemon=True).start()
-                self._callback("error", str(text))
+                self._callback("error", text)
             else:
                 log.error("unknown event type %r from %s: ignored", kind, self.master)
         except msg.MessageError as exc:
@@ -528,23 +540,51 @@ class MesosSchedulerDriver(PymesosCalls):
         return False
 
     def _on_subscribed(self, body: Any, sid: str) -> bool:
+        # Everything read and checked before any state changes: a field that raised halfway
+        # left the driver looking connected while the scheduler was never told.
         fid = msg._value(_get(body, "framework_id", "SUBSCRIBED"), "SUBSCRIBED.framework_id")
-        hb = body.get("heartbeat_interval_seconds")
-        with self._lock:
-            reregistered = self.framework_id is not None
-            self.framework_id = fid
-            self.stream_id = sid
-            self.heartbeat_interval_s = float(hb) if isinstance(hb, (int, float)) and hb > 0 else None
-        self.subscriptions += 1
+        interval = self._heartbeat_interval(body.get("heartbeat_interval_seconds"))
         info = body.get("master_info")
         if not isinstance(info, dict):
             u = urlsplit(self.master)
             info = {"hostname": u.hostname, "port": u.port}
-        if reregistered:
+        with self._lock:
+            old = self.framework_id
+            self.framework_id = fid
+            self.stream_id = sid
+            self.heartbeat_interval_s = interval
+        self.subscriptions += 1
+        if old is not None and old != fid:
+            # Not ours any more as the master sees it: a new registration (the scheduler saves
+            # the new id and reconciles its tasks), never the old id on the new stream.
+            log.error("SUBSCRIBED with framework id %s, not %s as subscribed with: registered as a "
+                      "new framework", msg.printable(fid), msg.printable(old))
+            self._callback("registered", msg.ident(fid), info)
+        elif old is not None:
             self._callback("reregistered", info)
         else:
             self._callback("registered", msg.ident(fid), info)
         return True
+
+    def _heartbeat_interval(self, hb: Any) -> float | None:
+        """SUBSCRIBED's ``heartbeat_interval_seconds`` clamped to [min_heartbeat_s,
+        max_heartbeat_s]; None (the default, ``first_heartbeat_s``) when absent or not a
+        positive finite number. Each odd value is logged once."""
+        if hb is None:
+            return None
+        if not boundedjson.is_finite_number(hb) or hb <= 0:
+            value, why = None, f"not a positive finite number: the default {self.first_heartbeat_s:g} s used"
+        elif hb < self.min_heartbeat_s:
+            value, why = self.min_heartbeat_s, f"below {self.min_heartbeat_s:g} s: that used"
+        elif hb > self.max_heartbeat_s:
+            value, why = self.max_heartbeat_s, f"above {self.max_heartbeat_s:g} s: that used"
+        else:
+            return float(hb)
+        shown = msg.printable(repr(hb), 60)
+        if shown != self._heartbeat_warned:
+            self._heartbeat_warned = shown
+            log.warning("SUBSCRIBED heartbeat_interval_seconds %s from %s is %s", shown, self.master, why)
+        return value
 
     def _ack(self, status: dict[str, Any]) -> None:
         if self._stop.is_set():

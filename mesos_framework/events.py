@@ -29,18 +29,19 @@ class SchedulerEvents:
     # -- pymesos-style Scheduler callbacks (driver thread) -----------------------------------
     def registered(self, driver, framework_id, master_info) -> None:
         fid = framework_id.get("value") if isinstance(framework_id, Mapping) else str(framework_id)
-        log.info("registered with framework id %s", fid)
+        log.info("registered with framework id %s", msg.printable(fid))
         binder = getattr(self.quotas, "bind", None)
         if binder is not None and fid:
             try:   # local node agents: stable names per framework id, a predecessor recovered
                 binder(fid)
             except Exception:  # noqa: BLE001 - quotas then fail per job, loudly
-                log.exception("binding the node agents to framework %s failed", fid)
+                log.exception("binding the node agents to framework %s failed", msg.printable(fid))
         with self._lock:
             self._saved["framework_id"] = fid
             self._subscribed_at = self.now()
             self._pool.clear()
             self._suppressed = False
+            self._start_orphan_grace()
             self._write_state()
         self._reconcile()
         self.changed.set()
@@ -51,6 +52,7 @@ class SchedulerEvents:
             self._subscribed_at = self.now()
             self._pool.clear()      # offers of the old subscription are void
             self._suppressed = False
+            self._start_orphan_grace()
         self._reconcile()
         self.changed.set()
 
@@ -105,7 +107,7 @@ class SchedulerEvents:
         with self._lock:
             if self._pool.pop(oid, None) is not None:
                 self.counters["rescinded"] += 1
-                log.info("offer %s rescinded: no longer held", oid)
+                log.info("offer %s rescinded: no longer held", msg.printable(oid))
         self.changed.set()
 
     def statusUpdate(self, driver, status) -> None:
@@ -122,34 +124,46 @@ class SchedulerEvents:
         self.changed.set()
 
     def frameworkMessage(self, driver, executor_id, agent_id, data) -> None:
-        log.info("message from executor %s on %s (%d bytes, not used)", executor_id, agent_id, len(data or ""))
+        log.info("message from executor %s on %s (%d bytes, not used)", msg.printable(executor_id, 120),
+                 msg.printable(agent_id, 120), len(data or ""))
 
     def slaveLost(self, driver, agent_id) -> None:
         aid = agent_id.get("value") if isinstance(agent_id, Mapping) else str(agent_id)
-        log.warning("agent %s lost", aid)
+        log.warning("agent %s lost", msg.printable(aid))
         with self._lock:
             for h in self._pool.of_agent(aid):
                 del self._pool[h.offer_id]
             for jid, r in list(self._runs.items()):
                 if any(t.agent_id == aid for t in r.tasks.values()):
-                    self._lose(jid, f"agent {self._agents.get(aid) or aid} lost")
+                    self._lose(jid, f"agent {msg.printable(self._agents.get(aid) or aid)} lost")
         self.changed.set()
 
     def executorLost(self, driver, executor_id, agent_id, status) -> None:
-        log.info("executor %s on %s ended (status %s)", executor_id, agent_id, status)
+        log.info("executor %s on %s ended (status %s)", msg.printable(executor_id, 120),
+                 msg.printable(agent_id, 120), msg.printable(status, 200))
 
     def error(self, driver, message) -> None:
-        log.error("the master reported an error: %s", message)
-        self.fatal = str(message)
+        text = msg.printable(message, 500)   # (logged, and shown by `cosched run` as its error)
+        log.error("the master reported an error: %s", text)
+        self.fatal = text
         self.changed.set()
 
     # -- status handling --------------------------------------------------------------------
     def _on_status(self, s: msg.StatusView) -> None:
+        if s.state not in msg.ALL_STATES:
+            return   # read_status listed it (logged); the driver still ACKs an update with a uuid
         parsed = job_of_task(s.task_id)
         run = self._runs.get(parsed[0]) if parsed else None
         task = run.tasks.get(s.task_id) if run is not None else None
         if task is None:
             self._unknown_task(s, parsed)
+            return
+        if task.state in msg.TERMINAL_STATES:
+            # An ended task stays ended: a stale TASK_RUNNING (or a FAILED after FINISHED)
+            # kept a gang from completing or turned a finished task into a failed job.
+            if s.state != task.state:
+                self._problem(f"status {s.state} for task {msg.printable(s.task_id)} ignored: it "
+                              f"already ended {task.state}")
             return
         task.state = s.state
         jid = run.job.job_id
@@ -160,8 +174,10 @@ class SchedulerEvents:
                 log.debug("registering executor pid %s of %s: %s", s.executor_pid, jid, exc)
         if not s.terminal:
             return
-        detail = f"task {s.task_id} {s.state}" + (f" ({s.reason})" if s.reason else "") + \
-            (f": {s.message}" if s.message else "")
+        # (the master's words: logged and kept as the outcome's reason)
+        detail = f"task {msg.printable(s.task_id)} {s.state}" + \
+            (f" ({msg.printable(s.reason, 100)})" if s.reason else "") + \
+            (f": {msg.printable(s.message, 500)}" if s.message else "")
         if s.state == "TASK_FINISHED":
             if all(t.state == "TASK_FINISHED" for t in run.tasks.values()):
                 self._end(jid, run.kill_reason[0] if run.kill_reason else "completed",
@@ -180,12 +196,13 @@ class SchedulerEvents:
 
     def _unknown_task(self, s: msg.StatusView, parsed) -> None:
         if parsed is not None and s.reason == "REASON_RECONCILIATION" and not s.terminal:
-            # A task of ours from before a failover whose job is not submitted (yet).
-            self._orphan_tasks[s.task_id] = s.agent_id or ""
+            # A task of ours from before a failover whose job is not submitted (yet): adopted
+            # when it comes, killed if it does not within ``orphan_grace_s`` (_expire_orphans).
+            self._note_orphan(s.task_id, s.agent_id or "")
             return
         if parsed is not None and s.terminal:
             return   # a late update of a job already ended or requeued
-        self._problem(f"status {s.state} for unknown task {s.task_id!r} ignored")
+        self._problem(f"status {s.state} for unknown task {msg.printable(repr(s.task_id))} ignored")
 
     def _lose(self, job_id: str, reason: str) -> None:
         """A job lost a task to the cluster: kill the rest, requeue (or fail)."""

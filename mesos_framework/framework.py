@@ -103,7 +103,10 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self._finished: list[Outcome] = []
         self._requeues: dict[str, int] = {}
         self._attempts: dict[str, int] = {}
-        self._orphan_tasks: dict[str, str] = {}    # reconciled task id -> agent id (after failover)
+        # After a failover: task id -> (agent id, when first reported running) of tasks whose
+        # job is not here; killed after ``orphan_grace_s`` unless the job comes (adopted).
+        self._orphan_tasks: dict[str, tuple[str, float]] = {}
+        self._orphans_refused = 0                  # past ORPHANS_KEPT: not tracked (logged once)
         self.history: list[Outcome] = []
         self.fatal: str | None = None
         self.problems: list[str] = []              # bad input seen (offers, statuses), last 200
@@ -119,6 +122,10 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         self._told = 0                             # outcomes of history told to the feeds
         self._teardown = False
         self._saved = self._load_state()
+        # The previous instance's runs whose job has not been submitted yet (adopted when it
+        # comes); past ``_unadopted_until`` (the grace after registering) their tasks are killed.
+        self._unadopted: dict[str, Any] = dict(self._saved.get("runs", {}))
+        self._unadopted_until: float | None = None
         # Launches and ends mark the state file stale; it is written once per pass, before
         # the pass's ACCEPTs (``flush``): one write per event was quadratic in the running
         # tasks (2,000 tasks ending: 59 s of JSON and fsync on the event thread).
@@ -301,6 +308,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         sent, offers held too long declined."""
         self._poll_feeds()
         self._launch_waiting_guests()
+        self._expire_orphans()
         self.flush()
         now = self.now()
         with self._lock:
@@ -445,6 +453,7 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         if self._teardown:
             with self._lock:
                 self._saved["framework_id"] = None   # a torn-down framework id is never reused
+                self._unadopted.clear()              # (torn down: their tasks are killed too)
                 self._write_state()
         else:
             with self._lock:
@@ -505,8 +514,10 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
             name = validate_job_id(aid, "agent id")
         except InvalidInput:
             name = f"agent{len(self._agents)}"
-        if name in self._agent_of:
-            name = f"agent{len(self._agents)}"
+        n = len(self._agents)
+        while name in self._agent_of:   # (a fallback name may be another agent's id: never two)
+            name = f"agent{n}"
+            n += 1
         self._node_of[aid] = name
         self._agent_of[name] = aid
 

@@ -12,7 +12,7 @@ from coscheduler.backend import BackendError, check_quota_fraction
 from coscheduler.model import Allocation, Job, Outcome
 
 from . import messages as msg
-from .offers import HeldOffer, carve, pick_offers, remainder
+from .offers import HeldOffer, carve, remainder
 from .quotas import wrap_command
 from .records import _NoOffers, _not_processed, _Run, _Task, task_id_for
 
@@ -238,10 +238,11 @@ class Launching:
         plan = []
         taken: set[str] = set()
         for aid, cores, cpus, mem in parts:
-            held = [h for h in self._pool.of_agent(aid) if h.offer_id not in taken
-                    and (h.view.cpus > 1e-6 or h.view.mem > 1e-6)]
-            offers = pick_offers(held, cpus, mem)
+            # (walks the agent's offers with cpus or mem left only as far as it takes: a
+            # walk and sort of all of them per task made a pass quadratic)
+            offers = self._pool.pick(aid, cpus, mem, taken)
             if offers is None:
+                held = [h for h in self._pool.of_agent(aid) if h.offer_id not in taken]
                 have_c = sum(h.view.cpus for h in held)
                 have_m = sum(h.view.mem for h in held)
                 raise _NoOffers(f"cannot start job {job.job_id}: the offers held on agent "

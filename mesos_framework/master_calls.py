@@ -21,9 +21,13 @@ from coscheduler.model import Allocation, Job
 
 from . import messages as msg
 from .offers import HeldOffer
-from .records import MAX_STATE_BYTES, _not_processed, _Run, _Task
+from .records import MAX_STATE_BYTES, _not_processed, _Run, _Task, job_of_task
 
 log = logging.getLogger("mesos_framework.framework")
+# Orphan tasks (reported running after a failover, their job not submitted) kept at most,
+# beyond those the saved state lists: a master that reports made-up task ids of our form
+# must not grow the table (nor the KILLs sent when their grace ends) without bound.
+ORPHANS_KEPT = 1_000
 
 
 class MasterCalls:
@@ -148,12 +152,21 @@ class MasterCalls:
         if not path:
             return
         launched = {jid: r for jid, r in self._runs.items() if r.waiting_since is None}
+        # Runs of the previous instance not adopted yet stay in the file (their job may still
+        # come, here or in a next instance): writing only this instance's runs lost them, and
+        # their job was launched again beside its running task.
+        pending = {jid: saved for jid, saved in self._unadopted.items() if jid not in launched}
+        tasks = {tid: str(where[0]) for saved in pending.values()
+                 for tid, where in _saved_tasks(saved).items() if where}
+        tasks.update({t.task_id: t.agent_id for r in launched.values() for t in r.tasks.values()})
         data = {"framework_id": self._saved.get("framework_id"),
-                "tasks": {t.task_id: t.agent_id for r in launched.values() for t in r.tasks.values()},
-                "runs": {jid: {"attempt": r.attempt, "start_wall": time.time() - (self.now() - r.start),
-                               "host": r.host, "quota": r.quota,
-                               "tasks": {t.task_id: [t.agent_id, t.hostname, t.cores] for t in r.tasks.values()}}
-                         for jid, r in launched.items()}}
+                "tasks": tasks,
+                "runs": {**pending,
+                         **{jid: {"attempt": r.attempt, "start_wall": time.time() - (self.now() - r.start),
+                                  "host": r.host, "quota": r.quota,
+                                  "tasks": {t.task_id: [t.agent_id, t.hostname, t.cores]
+                                            for t in r.tasks.values()}}
+                            for jid, r in launched.items()}}}
         self._saved["tasks"] = data["tasks"]
         self._saved["runs"] = data["runs"]
         tmp = f"{path}.tmp-{os.getpid()}"
@@ -174,7 +187,7 @@ class MasterCalls:
     def _adopt(self, job: Job) -> bool:
         """After a failover: a submitted job whose tasks the saved state lists is adopted as
         running (reconciliation then confirms them, or reports them lost: requeued)."""
-        saved = self._saved.get("runs", {}).get(job.job_id)
+        saved = self._unadopted.pop(job.job_id, None)
         if not isinstance(saved, dict):
             return False
         try:
@@ -197,5 +210,72 @@ class MasterCalls:
         if host in self._runs:
             self._runs[host].guests.append(job.job_id)
         self._attempts[job.job_id] = attempt
+        for tid in tasks:
+            self._orphan_tasks.pop(tid, None)
         log.info("job %s adopted from the previous framework instance (%d tasks)", job.job_id, len(tasks))
         return True
+
+    # -- tasks of the previous instance whose job has not come (yet) -----------------------------
+    def _start_orphan_grace(self) -> None:
+        """At the first (re)registration: the previous instance's runs wait for their jobs
+        ``orphan_grace_s`` from now (lock held)."""
+        if self._unadopted_until is None:
+            self._unadopted_until = self.now() + self.config.orphan_grace_s
+
+    def _note_orphan(self, task_id: str, agent_id: str) -> None:
+        """A task of ours the master says runs, whose job is not here (lock held)."""
+        if task_id in self._orphan_tasks:
+            return
+        if task_id not in self._saved.get("tasks", {}) and len(self._orphan_tasks) >= ORPHANS_KEPT:
+            self._orphans_refused += 1
+            if self._orphans_refused == 1:
+                self._problem(f"more than {ORPHANS_KEPT} unknown tasks reported running after a "
+                              f"failover: task {msg.printable(task_id)} and the next ones not tracked")
+            return
+        self._orphan_tasks[task_id] = (agent_id, self.now())
+        parsed = job_of_task(task_id)
+        if parsed is not None:   # a relaunch of its job must not reuse the running task's id
+            self._attempts[parsed[0]] = max(self._attempts.get(parsed[0], 0), parsed[1])
+
+    def _expire_orphans(self) -> None:
+        """Kill the previous instance's tasks whose job did not come within ``orphan_grace_s``
+        (reported running that long ago, or saved and not adopted by the end of the grace
+        after registering), and forget their runs: else they ran for ever, or their job,
+        arriving later, was launched beside them."""
+        now = self.now()
+        grace = self.config.orphan_grace_s
+        kills: dict[str, str] = {}
+        with self._lock:
+            for tid, (aid, seen) in list(self._orphan_tasks.items()):
+                if now - seen >= grace:
+                    del self._orphan_tasks[tid]
+                    kills[tid] = aid
+            until = self._unadopted_until
+            if until is not None and now >= until and self._unadopted:
+                waiting = {p[0] for t in self._orphan_tasks if (p := job_of_task(t))}
+                for jid in [j for j in self._unadopted if j not in waiting]:
+                    saved = self._unadopted.pop(jid)
+                    for tid, where in _saved_tasks(saved).items():
+                        kills.setdefault(tid, str(where[0]) if where else "")
+                self._save_state()
+            for tid in list(kills):
+                p = job_of_task(tid)
+                if p is None:
+                    continue
+                run = self._runs.get(p[0])
+                if run is not None and tid in run.tasks:
+                    del kills[tid]   # (its job came and runs it: never killed)
+                else:
+                    self._attempts[p[0]] = max(self._attempts.get(p[0], 0), p[1])
+        for tid, aid in kills.items():
+            log.warning("task %s of the previous framework instance: its job did not come within "
+                        "%g s: killed", msg.printable(tid), grace)
+            self._safe_call(lambda fid, tid=tid, aid=aid: msg.kill(fid, tid, aid or None))
+
+
+def _saved_tasks(saved: Any) -> dict[str, list]:
+    """The tasks of a saved run, {task id: [agent id, hostname, cores]}; {} if unusable."""
+    tasks = saved.get("tasks") if isinstance(saved, dict) else None
+    if not isinstance(tasks, dict):
+        return {}
+    return {str(tid): where if isinstance(where, list) else [] for tid, where in tasks.items()}

@@ -14,9 +14,11 @@ missing scalar), so the framework can log it and carry on.
 from __future__ import annotations
 
 import base64
-import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+from coscheduler.boundedjson import is_finite_number
 
 # -- enums we act on (mesos.proto) ----------------------------------------------------------
 
@@ -34,9 +36,39 @@ ALL_STATES = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_K
 
 VALUE_TYPES = frozenset({"SCALAR", "RANGES", "SET", "TEXT"})
 
+# The most of a scalar one offer may carry. A value past it is a bad field, not capacity:
+# the largest machines have ~10^4 cores and ~10^8 MB, and a sum of values near the float
+# maximum becomes inf, which then breaks every controller pass (int(inf)). Generous, so
+# no real agent is ever refused: a million cores; 10^12 MB (an exabyte) of mem or disk.
+SCALAR_MAX = {"cpus": 1e6, "mem": 1e12, "disk": 1e12}
+SCALAR_MAX_OTHER = 1e15
+
+# Control characters (C0, DEL, NEL, the Unicode line and paragraph separators): the master's
+# text shown as escapes, so that it cannot forge or break a log line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
 
 class MessageError(ValueError):
     """A message from the master lacks what makes it usable; names the field."""
+
+
+def printable(text: object, limit: int = 300) -> str:
+    """The master's text (an id, a status message, an answer's body) for a log line or a
+    stored reason: control characters shown as escapes, at most ``limit`` characters."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) > limit:
+        s = f"{s[:limit]}... ({len(s)} characters)"
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], s)
+
+
+def scalar_value(name: str, value: Any) -> float | None:
+    """A scalar resource's value as a float, or None when it is not usable: not a number,
+    negative, not finite (a JSON integer past the float range included: no OverflowError)
+    or beyond ``SCALAR_MAX``."""
+    if not is_finite_number(value) or value < 0:
+        return None
+    v = float(value)
+    return v if v <= SCALAR_MAX.get(name, SCALAR_MAX_OTHER) else None
 
 
 # -- ids and small pieces -------------------------------------------------------------------
@@ -263,7 +295,8 @@ def command_task(task_id: str, name: str, agent_id: str, resources: list[dict[st
 def _value(obj: Any, where: str) -> str:
     """The ``value`` of an id message, or MessageError naming ``where``."""
     if not isinstance(obj, Mapping) or not isinstance(obj.get("value"), str) or not obj["value"]:
-        raise MessageError(f"{where} must be an object with a non-empty string 'value', got {obj!r}")
+        raise MessageError(f"{where} must be an object with a non-empty string 'value', "
+                           f"got {printable(repr(obj), 120)}")
     return obj["value"]
 
 
@@ -294,19 +327,21 @@ def read_offer(offer: Any) -> OfferView:
     if not isinstance(offer, Mapping):
         raise MessageError(f"an offer must be an object, got {type(offer).__name__}")
     oid = _value(offer.get("id"), "offer.id")
-    aid = _value(offer.get("agent_id"), f"offer {oid}: agent_id")
+    shown_oid = printable(oid, 120)   # (problems are logged: the id is the master's text)
+    aid = _value(offer.get("agent_id"), f"offer {shown_oid}: agent_id")
     hostname = offer.get("hostname")
     problems: list[str] = []
     if not isinstance(hostname, str) or not hostname:
-        problems.append(f"offer {oid}: hostname missing or not a string ({hostname!r})")
+        problems.append(f"offer {shown_oid}: hostname missing or not a string "
+                        f"({printable(repr(hostname), 120)})")
         hostname = ""
     scalars: dict[str, float] = {}
     resources = offer.get("resources", [])
     if not isinstance(resources, list):
-        problems.append(f"offer {oid}: resources must be a list, got {type(resources).__name__}")
+        problems.append(f"offer {shown_oid}: resources must be a list, got {type(resources).__name__}")
         resources = []
     for i, r in enumerate(resources):
-        where = f"offer {oid}: resources[{i}]"
+        where = f"offer {shown_oid}: resources[{i}]"
         if not isinstance(r, Mapping):
             problems.append(f"{where} is not an object")
             continue
@@ -314,9 +349,10 @@ def read_offer(offer: Any) -> OfferView:
         if not isinstance(name, str) or not name:
             problems.append(f"{where}.name missing")
             continue
-        where = f"offer {oid}: resource {name!r}"
+        where = f"offer {shown_oid}: resource {printable(repr(name), 80)}"
         if kind not in VALUE_TYPES:
-            problems.append(f"{where} has unknown type {kind!r} (known: {sorted(VALUE_TYPES)}); ignored")
+            problems.append(f"{where} has unknown type {printable(repr(kind), 80)} "
+                            f"(known: {sorted(VALUE_TYPES)}); ignored")
             continue
         if r.get("revocable") is not None:
             continue   # revocable resources are never used by this framework
@@ -325,12 +361,15 @@ def read_offer(offer: Any) -> OfferView:
         sv = r.get("scalar")
         v = sv.get("value") if isinstance(sv, Mapping) else None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            problems.append(f"{where}: scalar.value missing or not a number ({v!r}); ignored")
+            problems.append(f"{where}: scalar.value missing or not a number "
+                            f"({printable(repr(v), 80)}); ignored")
             continue
-        if math.isnan(v) or math.isinf(v) or v < 0:
-            problems.append(f"{where}: scalar.value {v!r} is negative or not finite; ignored")
+        fv = scalar_value(name, v)
+        if fv is None:
+            problems.append(f"{where}: scalar.value {printable(repr(v), 80)} is negative, not finite "
+                            f"or above {SCALAR_MAX.get(name, SCALAR_MAX_OTHER):g}; ignored")
             continue
-        scalars[name] = scalars.get(name, 0.0) + float(v)
+        scalars[name] = scalars.get(name, 0.0) + fv
     return OfferView(oid, aid, hostname, scalars, tuple(problems), offer)
 
 
@@ -362,13 +401,14 @@ def read_status(status: Any) -> StatusView:
     problems: list[str] = []
     state = status.get("state")
     if not isinstance(state, str) or state not in ALL_STATES:
-        problems.append(f"task {tid}: unknown state {state!r}")
+        problems.append(f"task {printable(tid, 120)}: unknown state {printable(repr(state), 80)}")
         state = str(state)
     agent = status.get("agent_id")
     aid = agent.get("value") if isinstance(agent, Mapping) and isinstance(agent.get("value"), str) else None
     uuid = status.get("uuid")
     if uuid is not None and not isinstance(uuid, str):
-        problems.append(f"task {tid}: uuid is not a Base64 string ({uuid!r})")
+        problems.append(f"task {printable(tid, 120)}: uuid is not a Base64 string "
+                        f"({printable(repr(uuid), 80)})")
         uuid = None
     pid = None
     cs = status.get("container_status")
@@ -379,4 +419,5 @@ def read_status(status: Any) -> StatusView:
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in
-           ("annotations", "base64", "math", "dataclass", "field", "Any", "Iterable", "Mapping")]
+           ("annotations", "base64", "re", "dataclass", "field", "Any", "Iterable", "Mapping",
+            "is_finite_number")]

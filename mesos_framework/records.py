@@ -77,12 +77,16 @@ class FrameworkConfig:
     # bigger than the agents seen still holds offers (another agent may be about to offer);
     # after it, a job no set of the agents seen could hold waits without holding any.
     capacity_settle_s: float = 30.0
+    # After a failover, a task of the previous instance whose job has not been submitted
+    # within this long of registering (or of its being reported running) is killed; the
+    # queue folder and Slurm feeds submit their jobs at their first poll, about a second in.
+    orphan_grace_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in ("failover_timeout_s", "hold_s", "hold_jitter", "refuse_s", "idle_refuse_s",
                      "accept_refuse_s", "mem_per_core_mb", "min_task_mem_mb", "overtime_factor",
                      "settle_s", "lease_s", "guest_wait_s", "feed_interval_s",
-                     "capacity_settle_s"):
+                     "capacity_settle_s", "orphan_grace_s"):
             check_finite(getattr(self, name), f"mesos framework {name}", minimum=0.0)
         if not self.user or not self.name:
             raise InvalidInput("mesos framework: user and name must not be empty")

@@ -183,6 +183,8 @@ def make_driver(sched, url, **kw):
     kw.setdefault("backoff_base_s", 0.05)
     kw.setdefault("backoff_max_s", 0.2)
     kw.setdefault("first_heartbeat_s", 1.0)
+    # the script master's 0.2 s heartbeats are below the production floor (1 s)
+    kw.setdefault("min_heartbeat_s", 0.1)
     return MesosSchedulerDriver(sched, {"user": "root", "name": "test", "failover_timeout": 30},
                                 url, **kw)
 
