@@ -79,8 +79,10 @@ class FrameworkConfig:
     capacity_settle_s: float = 30.0
     # After a failover, a task of the previous instance whose job has not been submitted
     # within this long of registering (or of its being reported running) is killed; the
-    # queue folder and Slurm feeds submit their jobs at their first poll, about a second in.
-    orphan_grace_s: float = 120.0
+    # queue folder and Slurm feeds submit their jobs at their first poll, about a second in;
+    # ten minutes leave room for a Slurm feed whose slurmctld is down meanwhile (a task
+    # killed here loses its work: its job, when it comes, starts again).
+    orphan_grace_s: float = 600.0
 
     def __post_init__(self) -> None:
         for name in ("failover_timeout_s", "hold_s", "hold_jitter", "refuse_s", "idle_refuse_s",
