@@ -117,27 +117,46 @@ def test_results_come_back_in_task_order_from_several_processes():
     assert len({pid for _, pid in out} - {os.getpid()}) == 2
 
 
-def _imported(name: str) -> tuple[bool, int]:
+_PRELOAD_CHECK = """
+import json, os, sys
+from coscheduler import sweep
+
+def imported(name):
     return name in sys.modules, os.getpid()
+
+if __name__ == "__main__":
+    name, cores = sys.argv[1], int(sys.argv[2])
+    sweep.default_workers = lambda: cores
+    assert sweep.start_method() == "fork", "a fresh interpreter must fork"
+    tasks = [sweep.Task(f"t{i}", (name,)) for i in range(2)]
+    out = sweep.run_tasks(imported, tasks, workers=2, preload=(name,))
+    print(json.dumps({"loaded": [loaded for loaded, _ in out],
+                      "workers": len({pid for _, pid in out} - {os.getpid()}),
+                      "here": name in sys.modules}))
+"""
 
 
 @pytest.mark.parametrize("cores", [4, 1])
 def test_a_slow_module_is_imported_before_forking_only_when_workers_outnumber_cores(
-        tmp_path, monkeypatch, cores):
+        tmp_path, cores):
     """With a core per worker each task imports what it needs, alongside the others' work
     (importing sklearn before the fork held ``simulate paper --repeat 3`` back 0.9 s);
-    with more workers than cores one import before the fork saves each worker its own."""
-    if sweep.start_method() != "fork":
-        pytest.skip("this process cannot fork safely (a threaded library is loaded)")
+    with more workers than cores one import before the fork saves each worker its own.
+    Run in a fresh interpreter: a pytest process that earlier tests left with threads
+    (a test server's) spawns instead of forking, and the test would only be skipped."""
     name = f"cosched_slow_module_{cores}"
     (tmp_path / f"{name}.py").write_text("LOADED = True\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sweep, "default_workers", lambda: cores)
-    tasks = [sweep.Task(f"t{i}", (name,)) for i in range(2)]
-    out = sweep.run_tasks(_imported, tasks, workers=2, preload=(name,))
-    assert len({pid for _, pid in out} - {os.getpid()}) >= 1   # ran in worker processes
-    assert [loaded for loaded, _ in out] == [cores < 2] * 2
-    assert (name in sys.modules) is (cores < 2)
+    script = tmp_path / "check.py"
+    script.write_text(_PRELOAD_CHECK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(script), name, str(cores)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["workers"] >= 1                      # ran in worker processes
+    assert out["loaded"] == [cores < 2] * 2
+    assert out["here"] is (cores < 2)
 
 
 def test_a_failing_task_names_itself_and_carries_the_workers_traceback():
