@@ -44,6 +44,7 @@ from coscheduler import boundedjson
 MAX_ANSWER_BYTES = boundedjson.DEFAULT_MAX_BYTES     # 16 MB, as for the agent's request bodies
 MAX_QUIET_S = 60.0   # the longest an agent that timed out goes unasked
 MAX_ERROR_CHARS = 300   # of an agent's own error message, in an AgentError
+DROPPED_WARN_S = 600.0  # the most often malformed job views of one agent are a WARNING
 
 log = logging.getLogger("monitoring.client")
 
@@ -155,6 +156,7 @@ class AgentClient:
         self._timeouts = 0       # timeouts in a row
         self._clock = time.monotonic
         self.dropped_views = 0   # malformed entries of jobs() answers, dropped (see jobs)
+        self._dropped_warned = -math.inf   # (monotonic) when that was last a WARNING
 
     # ---- API ---------------------------------------------------------------------------
     def health(self) -> bool:
@@ -176,7 +178,8 @@ class AgentClient:
     def jobs(self) -> list[dict[str, Any]]:
         """The agent's job views. An answer without a ``jobs`` list is an AgentError; an entry
         that is not an object with a non-empty string ``job_id`` is dropped (``dropped_views``
-        counts them; one WARNING per answer names the agent and the positions): callers key
+        counts them; a WARNING, at most every ``DROPPED_WARN_S`` per agent, names the agent
+        and the positions): callers key
         the views by ``job_id``, a job missing from them is registered again, and one bad
         entry no longer costs the node its other jobs' views (or the pass a TypeError)."""
         views = self._call("GET", "/v1/jobs").get("jobs")
@@ -190,9 +193,15 @@ class AgentClient:
         if bad:
             self.dropped_views += len(bad)
             shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
-            log.warning("agent at %s: GET /v1/jobs: dropped %d of %d job view(s) that are not "
-                        "objects with a string job_id (at position %s)",
-                        self.url, len(bad), len(views), shown)
+            # A WARNING at most every DROPPED_WARN_S per agent (asked every pass, a broken
+            # agent would flood the log); DEBUG in between, the count kept in dropped_views.
+            now = self._clock()
+            level = logging.WARNING if now - self._dropped_warned >= DROPPED_WARN_S else logging.DEBUG
+            if level == logging.WARNING:
+                self._dropped_warned = now
+            log.log(level, "agent at %s: GET /v1/jobs: dropped %d of %d job view(s) that are "
+                    "not objects with a string job_id (at position %s; %d dropped so far)",
+                    self.url, len(bad), len(views), shown, self.dropped_views)
         return good
 
     def job(self, job_id: str) -> dict[str, Any]:

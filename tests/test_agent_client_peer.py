@@ -213,6 +213,13 @@ def test_job_views_that_are_not_objects_with_a_string_id_are_dropped_and_logged(
     assert len(warned) == 1, warned
     assert a.url in warned[0] and "dropped 7 of 9" in warned[0]
     assert "position 1, 2, 3, 4, 5, 6, 8" in warned[0]
+    # asked again every pass, the same agent is not a WARNING again until DROPPED_WARN_S
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="monitoring.client"):
+        assert c.jobs() == good
+    assert c.dropped_views == 14
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+    assert "14 dropped so far" in caplog.records[0].getMessage()
 
 
 def test_an_agent_error_message_is_one_short_line(agent):
