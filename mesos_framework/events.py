@@ -15,6 +15,7 @@ from coscheduler.model import Outcome
 
 from . import messages as msg
 from .offers import HeldOffer, hold_deadline
+from .master_calls import _saved_tasks
 from .records import _Run, _Task, job_of_task
 
 log = logging.getLogger("mesos_framework.framework")
@@ -201,7 +202,14 @@ class SchedulerEvents:
             self._note_orphan(s.task_id, s.agent_id or "")
             return
         if parsed is not None and s.terminal:
-            return   # a late update of a job already ended or requeued
+            saved = self._unadopted.get(parsed[0])
+            if saved is not None and s.task_id in _saved_tasks(saved):
+                # A task of the previous instance that ended before its job came: the job,
+                # when it comes, is not adopted as running but ends or is requeued as this
+                # says (_adopt); the update is not sent again.
+                self._ended_unadopted[s.task_id] = s
+                self._orphan_tasks.pop(s.task_id, None)
+            return   # (else a late update of a job already ended or requeued)
         self._problem(f"status {s.state} for unknown task {msg.printable(repr(s.task_id))} ignored")
 
     def _lose(self, job_id: str, reason: str) -> None:

@@ -33,7 +33,9 @@ How the controller's view is made from offers (first-fit gang over offers):
 - Failover: the framework id is saved in ``state_file`` with every launched task (written
   once a pass, before its ACCEPTs); a new
   instance subscribes with that id (within ``failover_timeout_s`` the master kept the
-  tasks), reconciles them, and adopts those still running.
+  tasks), reconciles them, and adopts those still running. A saved task the master reports
+  ended before its job comes is not adopted as running: the job, when it comes, ends or is
+  requeued as the task's final state says.
 
 Files: this one holds the Backend interface, the state and the pass upkeep; its parts are
 mixins of ``MesosBackend``: launching.py (start, ACCEPTs), events.py (the driver's
@@ -126,6 +128,9 @@ class MesosBackend(Launching, SchedulerEvents, MasterCalls):
         # comes); past ``_unadopted_until`` (the grace after registering) their tasks are killed.
         self._unadopted: dict[str, Any] = dict(self._saved.get("runs", {}))
         self._unadopted_until: float | None = None
+        # The final status of a task of such a run that ended before its job came (a
+        # reconciliation answer, an update sent again): what its job's adoption starts from.
+        self._ended_unadopted: dict[str, msg.StatusView] = {}
         # Launches and ends mark the state file stale; it is written once per pass, before
         # the pass's ACCEPTs (``flush``): one write per event was quadratic in the running
         # tasks (2,000 tasks ending: 59 s of JSON and fsync on the event thread).

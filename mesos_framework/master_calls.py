@@ -213,6 +213,10 @@ class MasterCalls:
         for tid in tasks:
             self._orphan_tasks.pop(tid, None)
         log.info("job %s adopted from the previous framework instance (%d tasks)", job.job_id, len(tasks))
+        # Tasks that ended before the job came: their final status, as if it came now (all
+        # finished: the job completed; one lost: requeued; failed: failed, the rest killed).
+        for s in [self._ended_unadopted.pop(tid) for tid in tasks if tid in self._ended_unadopted]:
+            self._on_status(s)
         return True
 
     # -- tasks of the previous instance whose job has not come (yet) -----------------------------
@@ -256,7 +260,8 @@ class MasterCalls:
                 for jid in [j for j in self._unadopted if j not in waiting]:
                     saved = self._unadopted.pop(jid)
                     for tid, where in _saved_tasks(saved).items():
-                        kills.setdefault(tid, str(where[0]) if where else "")
+                        if self._ended_unadopted.pop(tid, None) is None:   # (ended: no kill)
+                            kills.setdefault(tid, str(where[0]) if where else "")
                 self._save_state()
             for tid in list(kills):
                 p = job_of_task(tid)

@@ -24,6 +24,14 @@ calls each agent several times per pass (its jobs' metrics, one lease renewal pe
 job): waiting out the timeout on every call made each pass of a real Slurm cluster take
 15-25 s with one agent frozen by SIGSTOP, so that the leases on every other node lapsed
 between passes. A refused connection fails at once already and is not held back.
+
+A call whose connection fails is sent again once on a new connection (a kept-alive
+connection the agent closed), except a POST (``register_job``) once its request was
+written whole: the agent may have acted on it, so the caller gets the AgentError and
+decides (the Slurm backend registers a job missing from the agent's listing at its next
+pass, after having read that listing). A kept-alive
+connection the agent closed while idle is noticed before the request is sent and replaced,
+so that case needs no second send.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import io
 import json
 import logging
 import math
+import select
 import socket
 import threading
 import time
@@ -45,6 +54,12 @@ MAX_ANSWER_BYTES = boundedjson.DEFAULT_MAX_BYTES     # 16 MB, as for the agent's
 MAX_QUIET_S = 60.0   # the longest an agent that timed out goes unasked
 MAX_ERROR_CHARS = 300   # of an agent's own error message, in an AgentError
 DROPPED_WARN_S = 600.0  # the most often malformed job views of one agent are a WARNING
+# Calls sent again after the connection failed once the whole request was written: asking
+# twice leaves the agent as asking once. POST /v1/jobs (register_job) is not sent again:
+# the agent may have registered the job and failed before answering, and a second
+# registration is not the same as one (it merges pids into, or recreates, a job that ended
+# or was unregistered in between).
+IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
 
 log = logging.getLogger("monitoring.client")
 
@@ -134,6 +149,17 @@ class _DeadlineConnection(http.client.HTTPConnection):
         if self.sock is not None:     # (a new connection gets its time left in connect)
             self.sock.settimeout(_time_left(self.deadline))
         super().send(data)
+
+    def dropped(self) -> bool:
+        """Whether the kept-alive connection was closed by the agent while idle (its idle
+        timeout, a restart): readable with nothing asked means an EOF (or a stray byte; the
+        connection is no use either way). Checked before a request is sent on it."""
+        if self.sock is None:
+            return False
+        try:
+            return bool(select.select([self.sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
 
 class AgentClient:
@@ -256,12 +282,17 @@ class AgentClient:
             # one deadline for the whole call, the retry included (module docstring)
             deadline = time.monotonic() + self.timeout
             for attempt in (0, 1):  # one retry: a kept-alive connection the server closed
+                sent = False        # the whole request written: the agent may have acted on it
                 try:
+                    if self._conn is not None and self._conn.dropped():
+                        self._conn.close()
+                        self._conn = None
                     if self._conn is None:
                         self._conn = _DeadlineConnection(self._host, self._port, self.timeout)
                     self._conn.deadline = deadline
                     self._conn.request(method, path, body=data or (b"" if method != "GET" else None),
                                        headers=headers)
+                    sent = True
                     resp = self._conn.getresponse()
                     # the body's length as http.client frames it (None: chunked or to the close)
                     declared = resp.length
@@ -296,7 +327,8 @@ class AgentClient:
                             MAX_QUIET_S, self.timeout * 2 ** min(self._timeouts - 1, 20))
                         raise AgentError(f"timed out: no whole answer within {self.timeout:g} s",
                                          None, method, path, self.url) from e
-                    if attempt == 1 or isinstance(e, ConnectionRefusedError):
+                    if attempt == 1 or isinstance(e, ConnectionRefusedError) or (
+                            sent and method not in IDEMPOTENT):
                         raise AgentError(f"cannot reach agent: {_one_line(str(e) or type(e).__name__)}",
                                          None, method, path, self.url) from e
             self._timeouts = 0    # it answered

@@ -238,3 +238,48 @@ def test_an_answer_that_closes_the_connection_is_read_whole(agent):
     a.script = answer(200, {"job_id": "1"}, "Connection: close\r\n")
     c = AgentClient(a.url, timeout=2.0)
     assert c.job("1") == {"job_id": "1"} and c.job("1") == {"job_id": "1"}
+
+
+# -- a call sent again after a failure: only when asking twice is asking once -------------------------
+def _vanishes(requests: list[bytes]) -> Script:
+    """The agent reads the whole request (and may act on it), then dies before answering."""
+    def script(c: socket.socket) -> None:
+        requests.append(b"")
+    return script
+
+
+def test_a_registration_the_agent_may_have_acted_on_is_not_sent_again(agent):
+    """The POST was sent a second time on a new connection: two registrations for one call
+    (the second one merges pids into, or recreates, a job that ended in between)."""
+    requests: list[bytes] = []
+    a = agent(_vanishes(requests))
+    with pytest.raises(AgentError, match="POST /v1/jobs: cannot reach agent"):
+        AgentClient(a.url, token="t", timeout=2.0).register_job("j1", [123], 2.0)
+    assert len(requests) == 1
+
+
+@pytest.mark.parametrize("call", ["job", "set_quota", "clear_quota"])
+def test_an_idempotent_call_is_still_sent_again_once(agent, call):
+    requests: list[bytes] = []
+    a = agent(_vanishes(requests))
+    c = AgentClient(a.url, token="t", timeout=2.0)
+    args = {"job": ("j1",), "set_quota": ("j1", 0.5, 30.0), "clear_quota": ("j1",)}[call]
+    with pytest.raises(AgentError, match="cannot reach agent"):
+        getattr(c, call)(*args)
+    assert len(requests) == 2
+
+
+def test_a_kept_alive_connection_the_agent_closed_is_replaced_before_a_registration(agent):
+    """The agent closes each connection after its answer without saying so (an idle
+    timeout): the registration goes out once, on a new connection, and succeeds."""
+    requests: list[bytes] = []
+
+    def script(c: socket.socket) -> None:
+        requests.append(b"")
+        answer(200, {"job_id": "j1"})(c)
+    a = agent(script)
+    c = AgentClient(a.url, token="t", timeout=2.0)
+    assert c.job("j1") == {"job_id": "j1"}
+    time.sleep(0.2)    # the agent's FIN arrives
+    assert c.register_job("j1", [123], 2.0) == {"job_id": "j1"}
+    assert len(requests) == 2     # the GET and one POST

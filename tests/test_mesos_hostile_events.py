@@ -162,6 +162,40 @@ def test_a_task_whose_job_never_comes_is_killed_after_the_grace_and_its_id_not_r
     assert len(d2.of("KILL")) == 1
 
 
+@pytest.mark.parametrize("final,outcome,queued", [
+    ("TASK_FINISHED", "completed", False),
+    ("TASK_LOST", "requeued", True),
+    ("TASK_FAILED", "failed", False),
+])
+@pytest.mark.parametrize("reason", ["REASON_RECONCILIATION", None])
+def test_a_saved_task_that_ended_before_its_job_came_is_not_adopted_as_running(
+        tmp_path, final, outcome, queued, reason):
+    """The terminal update (a reconciliation answer, or an update the agent sent again) was
+    dropped as "late", and the job, coming after it, was adopted as running a task that had
+    ended: it stayed running for ever (no update for that task comes again)."""
+    cfg, b2, d2, ctl2, clock, tid = _failover(tmp_path)
+    extra = {"reason": reason} if reason else {}
+    b2.statusUpdate(d2, status(tid, final, "A1", **extra))
+    b2.submit(job("old"))
+    assert [r.job_id for r in b2.running()] == []
+    assert [(o.job_id, o.state) for o in b2.drain_finished()] == [("old", outcome)]
+    assert [j.job_id for j in b2.queued()] == (["old"] if queued else [])
+    step(b2, ctl2)
+    assert not d2.of("KILL")          # (an ended task is not killed after the grace either)
+    if queued:                        # requeued: it runs again, under a new task id
+        b2.resourceOffers(d2, [offer("O3", "A1", 2)])
+        step(b2, ctl2)
+        assert [t["task_id"]["value"] for t in tasks_of(d2)] == ["old~2~0"]
+
+
+def test_a_saved_task_that_ended_is_not_killed_when_its_job_never_comes(tmp_path):
+    cfg, b2, d2, ctl2, clock, tid = _failover(tmp_path)
+    b2.statusUpdate(d2, status(tid, "TASK_FINISHED", "A1"))
+    clock.t += GRACE + 1
+    step(b2, ctl2)
+    assert not d2.of("KILL") and b2._ended_unadopted == {}
+
+
 def test_made_up_running_tasks_do_not_grow_the_orphan_table_without_bound(caplog):
     ORPHANS_KEPT = getattr(master_calls, "ORPHANS_KEPT", 1000)   # (1000 before the bound came)
     b, d, ctl, clock = make()

@@ -3,7 +3,9 @@ the learner it saved, combined writes are atomic, and bad records are refused.""
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 import sqlite3
 
 import pytest
@@ -186,7 +188,9 @@ def test_invalid_class_state_and_runtime_are_refused(store):
     assert store.load().classes == []
 
 
-def test_a_tampered_row_is_reported_not_dropped(tmp_path):
+def test_a_tampered_row_is_reported_not_dropped(tmp_path, caplog):
+    """Reported with a WARNING and left out of the learner, not deleted from the file; the
+    controller still starts (tests/test_controller_restart_damaged_rows.py)."""
     path = tmp_path / "state.db"
     with SqliteStore(path, create=True) as s:
         s.record_decision(learner().decide(STATE, "h", "g", 0.0), 0.5, 0.5)
@@ -194,8 +198,13 @@ def test_a_tampered_row_is_reported_not_dropped(tmp_path):
     con.execute("UPDATE decisions SET state = '{not json' WHERE id = 1")
     con.commit()
     con.close()
-    with SqliteStore(path) as s, pytest.raises(StoreError, match=rf"{path}.*decision 1"):
-        s.load()
+    with SqliteStore(path) as s, caplog.at_level(logging.WARNING, logger="coscheduler.store"):
+        loaded = s.load()
+    assert loaded.pending == [] and loaded.next_decision_id == 2
+    assert re.search(rf"{path}: table decisions, row id 1 is damaged .*decision 1: state", caplog.text)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT state FROM decisions WHERE id = 1").fetchone() == ("{not json",)
+    con.close()
 
 
 def test_readonly_store_refuses_writes(tmp_path):

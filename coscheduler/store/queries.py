@@ -15,7 +15,7 @@ from ..learner import ClassState, Decision, RoundClosed
 from ..recorder import OutcomeRecord
 from ..model import InvalidInput, check_finite, validate_job_class, validate_job_id
 from .errors import StoreError
-from .rows import _loads, _quota
+from .rows import _check_decision_types, _loads, _quota
 from .sqlite import _DECISION_COLS, SqliteStore
 
 
@@ -170,15 +170,3 @@ def decision_detail(store: SqliteStore, decision_id: int) -> DecisionDetail | No
     except (InvalidInput, TypeError, ValueError) as exc:
         raise StoreError(f"{store.path}: decision {decision_id} is not a valid record: {exc}") from None
     return DecisionDetail(decision, host_quota, guest_quota, outcome)
-
-
-def _check_decision_types(d: Decision) -> None:
-    """What ``_decision_row`` takes for granted of a Decision the learner built, and a row
-    read from the file need not hold: an integer action, text names."""
-    where = f"decision {d.decision_id}"
-    if isinstance(d.action_index, bool) or not isinstance(d.action_index, int):
-        raise InvalidInput(f"{where}: action index must be an integer, got {d.action_index!r}")
-    if not isinstance(d.policy, str):
-        raise InvalidInput(f"{where}: policy must be text, got {d.policy!r}")
-    if not all(isinstance(n, str) for n in d.expert_names):
-        raise InvalidInput(f"{where}: expert names must be text, got {list(d.expert_names)!r}")

@@ -9,6 +9,8 @@ row conversions of ``RowsMixin``.
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 import statistics
 import time
 from typing import Callable, Mapping
@@ -19,7 +21,9 @@ from ..recorder import LoadedState, OutcomeRecord
 from .retention import (delete_classes, delete_decisions, forgotten_classes, prune_candidates,
                         pruned_counts)
 from .errors import StoreError
-from .rows import _DECISION_COLS, RowsMixin
+from .rows import _DECISION_COLS, RowsMixin, _list, _loads
+
+log = logging.getLogger("coscheduler.store")
 
 PRUNE_CHUNK = 2_000   # decisions deleted per write transaction (``prune``)
 PRUNE_CLASS_CHUNK = 200   # classes deleted per write transaction (``prune_classes``)
@@ -226,14 +230,16 @@ class RecorderMixin(RowsMixin):
                     "OR job_class IN (SELECT d.job_class FROM decisions d WHERE NOT EXISTS "
                     "(SELECT 1 FROM outcomes o WHERE o.decision_id = d.id)) ORDER BY job_class",
                     (int(max_classes),))
-                classes = [self._class_from_row(job_class, text) for job_class, text in rows]
-                held = json.dumps([st.job_class for st in classes])
+                rows = rows.fetchall()
+                held = json.dumps([job_class for job_class, _ in rows])
             else:
-                classes = [self._class_from_row(job_class, text) for job_class, text in
-                           conn.execute("SELECT job_class, state FROM classes ORDER BY job_class")]
-            pending = [self._decision_from_row(r) for r in conn.execute(
+                rows = conn.execute("SELECT job_class, state FROM classes ORDER BY job_class").fetchall()
+            classes = [st for st in (self._loaded_class(conn, job_class, text) for job_class, text in rows)
+                       if st is not None]
+            pending = [d for d in map(self._loaded_decision, conn.execute(
                 f"SELECT {_DECISION_COLS} FROM decisions d "
-                "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id")]
+                "WHERE NOT EXISTS (SELECT 1 FROM outcomes o WHERE o.decision_id = d.id) ORDER BY d.id"))
+                if d is not None]
             counts = pruned_counts(conn)    # (what retention deleted still counts)
             for job_class, n in conn.execute(
                     "SELECT d.job_class, COUNT(*) FROM outcomes o JOIN decisions d ON d.id = o.decision_id "
@@ -257,7 +263,7 @@ class RecorderMixin(RowsMixin):
                     "JOIN decisions d ON d.id = w.id JOIN outcomes o ON o.decision_id = w.id "
                     "WHERE w.recent <= ? ORDER BY o.seq", (*only_args, int(observed_per_class)))
             # (row by row from the cursor: the raw rows are never all held beside the decisions)
-            observed = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
+            observed = [o for o in map(self._loaded_outcome, rows) if o is not None]
             related = []
             if related_to is not None:
                 ids, since = related_to
@@ -268,6 +274,81 @@ class RecorderMixin(RowsMixin):
                           "OR d.guest_job IN (SELECT value FROM json_each(?)) "
                           "OR (d.action_index = 0 AND d.time >= ?))"),
                     (ids_json, ids_json, float(since)))
-                related = [(self._decision_from_row(r[:-1]), float(r[-1])) for r in rows]
+                related = [o for o in map(self._loaded_outcome, rows) if o is not None]
             top = conn.execute("SELECT MAX(id) FROM decisions").fetchone()[0]
         return LoadedState(classes, pending, (top or 0) + 1, observed, counts, related)
+
+    # A row damaged or edited in the file must not keep the controller from starting (nor
+    # make it start with a wrong learner): each is read back through the checks its write
+    # passed, and one that fails them is left out of the restart with a WARNING naming its
+    # table, its row and what is wrong. Nothing is deleted or rewritten: the row stays in
+    # the file for the operator (``cosched decisions show`` names it too).
+    def _skipped(self, table: str, row: object, exc: BaseException, what: str = "") -> None:
+        reason = str(exc).removeprefix(f"{self.path}: ")
+        log.warning("%s: table %s, row %s is damaged and skipped at restart: %s%s",
+                    self.path, table, row, reason, what)
+
+    def _loaded_decision(self, r: tuple) -> Decision | None:
+        try:
+            decision = self._decision_from_row(r)
+            self._check_read_decision(decision)
+        except (InvalidInput, TypeError, ValueError) as exc:   # (StoreError is one)
+            self._skipped("decisions", f"id {r[0]}", exc)
+            return None
+        return decision
+
+    def _loaded_outcome(self, r: tuple) -> tuple[Decision, float] | None:
+        """(decision, loss) of an observed decision: the decisions row, then the loss."""
+        decision = self._loaded_decision(r[:-1])
+        if decision is None:
+            return None
+        try:
+            loss = check_finite(r[-1], f"loss of decision {r[0]}", minimum=0.0, maximum=1.0)
+        except InvalidInput as exc:
+            self._skipped("outcomes", f"of decision id {r[0]}", exc)
+            return None
+        return decision, float(loss)
+
+    def _loaded_class(self, conn: sqlite3.Connection, job_class: str, text: str) -> ClassState | None:
+        try:
+            state = self._class_from_row(job_class, text)
+            self._class_row(state)
+            return state
+        except InvalidInput as exc:
+            damage = exc
+        # The class goes on from its last closed round: a fresh state would number its rounds
+        # from 1 again and write them over the intact weight_history rows of the old ones.
+        state = self._class_from_history(conn, job_class)
+        self._skipped("classes", f"{job_class!r}", damage,
+                      f"; the class goes on from round {state.rounds} of weight_history "
+                      "(its open round's risks and its regret sums start at 0)" if state else
+                      "; the class starts again from equal weights (no closed round of it is "
+                      "readable in weight_history)")
+        return state
+
+    def _class_from_history(self, conn: sqlite3.Connection, job_class: str) -> ClassState | None:
+        """A class state rebuilt from the class's last weight_history row and the expert
+        names of its last decision; None when they cannot be read."""
+        last = conn.execute("SELECT round, time, gamma, weights_after FROM weight_history "
+                            "WHERE job_class = ? ORDER BY round DESC LIMIT 1", (job_class,)).fetchone()
+        names = conn.execute("SELECT expert_names FROM decisions WHERE job_class = ? "
+                             "ORDER BY id DESC LIMIT 1", (job_class,)).fetchone()
+        if last is None or names is None:
+            return None
+        try:
+            rounds, at, gamma, weights = last
+            names = _list(_loads(names[0], "expert names", self.path), "expert names")
+            weights = [float(w) for w in _list(_loads(weights, "weights after", self.path), "weights after")]
+            n = len(names)
+            state = ClassState.fresh(job_class, names)
+            state.weights, state.rounds, state.last_update, state.last_gamma = weights, rounds, at, gamma
+            state.decisions, state.observations = conn.execute(
+                "SELECT COUNT(*), COUNT(o.decision_id) FROM decisions d LEFT JOIN outcomes o "
+                "ON o.decision_id = d.id AND o.kind != 'cancelled' WHERE d.job_class = ?",
+                (job_class,)).fetchone()
+            if len(weights) != n:
+                raise InvalidInput(f"{len(weights)} weights for {n} experts")
+            self._class_row(state)
+            return ClassState.from_dict(state.to_dict())
+        except (InvalidInput, TypeError, ValueError):
+            return None

@@ -7,6 +7,7 @@ A mixin of ``SqliteStore`` (it reads only ``self.path``, for the messages).
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -66,13 +67,27 @@ def _quota(value: float, name: str) -> float:
     return v
 
 
+def _check_decision_types(d: Decision) -> None:
+    """What ``_decision_row`` takes for granted of a Decision the learner built, and a row
+    read from the file need not hold: an integer action, text names."""
+    where = f"decision {d.decision_id}"
+    if isinstance(d.action_index, bool) or not isinstance(d.action_index, int):
+        raise InvalidInput(f"{where}: action index must be an integer, got {d.action_index!r}")
+    if not isinstance(d.policy, str):
+        raise InvalidInput(f"{where}: policy must be text, got {d.policy!r}")
+    if not all(isinstance(n, str) for n in d.expert_names):
+        raise InvalidInput(f"{where}: expert names must be text, got {list(d.expert_names)!r}")
+
+
 class RowsMixin:
     """Record -> row (checked) and row -> record, for ``SqliteStore``."""
 
     path: Path
 
     # -- rows <-> records ----------------------------------------------------------------------
-    def _decision_row(self, d: Decision, host_quota: float, guest_quota: float) -> tuple:
+    @staticmethod
+    def _check_decision(d: Decision) -> str:
+        """The checks of a decision besides its JSON columns' numbers; returns "decision N"."""
         if not isinstance(d, Decision):
             raise InvalidInput(f"expected a Decision, got {type(d).__name__}")
         if isinstance(d.decision_id, bool) or not isinstance(d.decision_id, int) or d.decision_id < 1:
@@ -88,6 +103,21 @@ class RowsMixin:
                                f"{len(d.expert_dists)} distributions do not line up")
         if not 0 <= d.action_index < m:
             raise InvalidInput(f"{where}: action index {d.action_index} outside 0..{m - 1}")
+        check_finite(d.action_fraction, f"{where}: action fraction", minimum=0.0, maximum=1.0)
+        return where
+
+    def _check_read_decision(self, d: Decision) -> None:
+        """What ``_decision_row`` checks, for a decision read back (a restart reads thousands:
+        the numbers are tested, not written out as JSON again)."""
+        _check_decision_types(d)
+        where = self._check_decision(d)
+        for what, values in (("weights", d.weights), ("mixture", d.mixture),
+                             *(("expert distributions", p) for p in d.expert_dists)):
+            if not all(map(math.isfinite, values)):
+                raise InvalidInput(f"{where}: {what} holds a NaN or infinite number: {list(values)!r}")
+
+    def _decision_row(self, d: Decision, host_quota: float, guest_quota: float) -> tuple:
+        where = self._check_decision(d)
         return (
             d.decision_id, float(d.time), d.host_job, d.guest_job, d.job_class, d.policy,
             _dumps(d.state.to_dict(), f"{where}: host state"), _dumps(list(d.expert_names), where),

@@ -20,15 +20,20 @@ refused with an error naming the holder's pid. Other writers (tools, tests) may 
 
 A read-only store changes nothing on disk: when no ``-wal`` file exists (no writer has the
 database open) and no controller holds the lock, it reads the file as immutable, so SQLite
-creates no ``-wal``/``-shm`` beside it; otherwise it reads through the writer's WAL.
+creates no ``-wal``/``-shm`` beside it; otherwise it reads through the writer's WAL. A
+``-wal`` left without its ``-shm`` is read from a private copy (SQLite would create the
+``-shm`` beside the database to read it). ``-wal``/``-shm`` that are not regular files (a
+FIFO) are refused, as a FIFO at the database or its lock is.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 import stat
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,14 +93,15 @@ class SqliteStore(RecorderMixin):
         self._conn: sqlite3.Connection | None = None
         self._claim: ControllerLock | None = None
         self._reader: ReaderLock | None = None
+        self._copy_dir: Path | None = None   # a read-only open's private copy, if any
         self.created_dirs: list[Path] = []
         self.damaged: str | None = None   # why the file is known damaged (then never written)
         self._writes = 0
         self._writes_since_copy = 0
         self._batch: int | None = None   # inside batch(): the writes made so far
         fresh = self._check_file(create, create_dirs)
-        self._conn = self._connect(busy_timeout_s)
         try:
+            self._conn = self._connect(busy_timeout_s)
             if readonly:
                 self._identify_readonly()
             else:
@@ -127,9 +133,31 @@ class SqliteStore(RecorderMixin):
         Every OS error (a folder the user may not enter, say) is a one-line StoreError."""
         p = self.path
         try:
-            return self._check_path(p, create, create_dirs)
+            fresh = self._check_path(p, create, create_dirs)
+            self._check_companions()
+            return fresh
         except OSError as exc:
             raise StoreError(f"cannot read state database {p}: {exc.strerror or exc}") from None
+
+    def _companion(self, suffix: str) -> Path:
+        """``<db>-wal`` / ``<db>-shm`` as SQLite names them: beside the file a link leads to."""
+        return Path(os.path.realpath(self.path) + suffix)
+
+    def _check_companions(self) -> None:
+        """SQLite opens ``-wal`` and ``-shm`` itself, without checking what they are: a FIFO
+        there made every write of a controller fail as a "disk I/O error" (taken for a
+        passing fault and retried for ever) and a start with ``-shm`` fail as "damaged".
+        Links are followed, as SQLite follows them."""
+        for suffix, what in (("-wal", "write-ahead log"), ("-shm", "write-ahead log index")):
+            companion = self._companion(suffix)
+            try:
+                mode = os.stat(companion).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise NotAStateDatabase(
+                    f"{companion} is not a regular file ({file_kind(mode)}); SQLite keeps the "
+                    f"{what} of state database {self.path} there: remove it")
 
     def _check_path(self, p: Path, create: bool, create_dirs: bool) -> bool:
         if p.is_dir():
@@ -187,8 +215,11 @@ class SqliteStore(RecorderMixin):
                 # (mode=ro alone makes both and leaves them). The shared lock keeps a
                 # controller from starting to write while we read.
                 self._reader = ReaderLock(self.path)
-                if self._reader.quiet and not Path(f"{self.path}-wal").exists():
+                wal = self._companion("-wal").exists()
+                if self._reader.quiet and not wal:
                     uri += "&immutable=1"
+                elif wal and not self._companion("-shm").exists():
+                    uri = self._private_copy().as_uri() + "?mode=ro"
                 else:
                     self._reader.release()
                 conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, isolation_level=None)
@@ -199,6 +230,34 @@ class SqliteStore(RecorderMixin):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open state database {self.path}: {exc}") from None
         return conn
+
+    def _private_copy(self) -> Path:
+        """A copy of the database and its -wal in a private folder, to read from there.
+
+        A -wal without its -shm (left by a process that ended, the -shm removed or not
+        copied along): SQLite must rebuild the index to read the log, and would create
+        ``<db>-shm`` beside the database to do so (or, where the reader may not write, call
+        the file "unable to open"). Reading the log is not optional: it may hold commits
+        the main file lacks. No live writer goes without a -shm, so the two files are at
+        rest; a copy taken while one changed is refused rather than read."""
+        self._reader.release()
+        files = [(self._companion(""), "state.db"), (self._companion("-wal"), "state.db-wal")]
+        self._copy_dir = Path(tempfile.mkdtemp(prefix="cosched-read-"))
+        def seen() -> list[tuple[int, int, int]]:
+            return [(st.st_ino, st.st_size, st.st_mtime_ns) for st in (os.stat(f) for f, _ in files)]
+        try:
+            before = seen()
+            for src, name in files:
+                shutil.copyfile(src, self._copy_dir / name)
+            if seen() != before:
+                raise StoreError(f"state database {self.path} changed while it was being read "
+                                 "(a writer opened it); try again")
+        except OSError as exc:
+            raise StoreError(f"cannot read state database {self.path}: its write-ahead log "
+                             f"{files[1][0]} has no index (-shm), and copying the two to "
+                             f"{self._copy_dir} to read them there failed: "
+                             f"{exc.strerror or exc}") from None
+        return self._copy_dir / "state.db"
 
     def _probe(self) -> tuple[int, set[str]]:
         """(application_id, table names), or a clear error for a damaged file."""
@@ -322,6 +381,9 @@ class SqliteStore(RecorderMixin):
         if self._reader is not None:
             self._reader.release()
             self._reader = None
+        if self._copy_dir is not None:
+            shutil.rmtree(self._copy_dir, ignore_errors=True)
+            self._copy_dir = None
 
     def claim_controller(self, wait_s: float = 2.0) -> None:
         """Make this store the one controller's: lock ``<db>.lock``, or raise DatabaseInUse
