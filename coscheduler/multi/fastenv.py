@@ -252,3 +252,59 @@ def explore(picks: np.ndarray, obs: MultiObservation, epsilon: float,
     cum = np.cumsum(obs.allowed, axis=1)
     random = np.argmax(cum > nth[:, None], axis=1)
     return np.where(u[0] < epsilon, random, picks)
+
+
+@dataclass
+class SetRecord:
+    """One job set's picks in order, as ``MRSchAgent(record=True)`` keeps them: state
+    (float32, as the replay memory stores it), measurement, goal, the position taken."""
+
+    state: np.ndarray
+    meas: np.ndarray
+    goal: np.ndarray
+    action: np.ndarray
+
+
+def collect(env: MultiBatchEnv, sets: Sequence[tuple[Sequence, Sequence]], params: dict,
+            epsilon: float, rng: np.random.Generator) -> list[SetRecord]:
+    """Play every ``(jobs, take)`` set through ``env`` with the agent acting
+    epsilon-greedily on ``params`` (one forward pass per batch of picks), at most
+    ``env.slots`` sets in flight (a slot is refilled as its set ends); their records in
+    the order of ``sets``."""
+    slots, width = env.slots, env.width
+    s_rec = np.zeros((slots, width, env.state_len), np.float32)
+    m_rec = np.zeros((slots, width, env.measures))
+    g_rec = np.zeros((slots, width, env.measures))
+    a_rec = np.zeros((slots, width), np.int64)
+    count = np.zeros(slots, np.int64)
+    owner = np.full(slots, -1)
+    out: list[SetRecord | None] = [None] * len(sets)
+    nxt = 0
+
+    def finish(slot: int) -> None:
+        k, c = owner[slot], count[slot]
+        out[k] = SetRecord(s_rec[slot, :c].copy(), m_rec[slot, :c].copy(),
+                           g_rec[slot, :c].copy(), a_rec[slot, :c].copy())
+
+    def fill(slot: int) -> None:
+        nonlocal nxt
+        while nxt < len(sets):
+            owner[slot], count[slot] = nxt, 0
+            nxt += 1
+            if env.load(slot, *sets[owner[slot]]):
+                return
+            finish(slot)   # a set that never asks: no picks
+
+    for slot in range(slots):
+        fill(slot)
+    while env.asking.any():
+        o = env.observe()
+        picks = explore(greedy_picks(params, o, env.window, env.measures), o, epsilon, rng)
+        a, c = o.active, count[o.active]
+        s_rec[a, c], m_rec[a, c], g_rec[a, c], a_rec[a, c] = o.state, o.meas, o.goal, picks
+        count[a] += 1
+        more = env.step_many(a, picks)
+        for slot in a[~more]:
+            finish(int(slot))
+            fill(int(slot))
+    return out
