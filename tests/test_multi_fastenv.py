@@ -217,3 +217,78 @@ def test_bad_input_gets_clear_errors(workloads):
         env.step_many([0], [10])
     with pytest.raises(InvalidInput, match="distinct"):
         env.step_many([0, 0], [0, 0])
+
+
+def test_sets_are_grouped_per_phase_and_the_reference_path_is_one_at_a_time():
+    from coscheduler.multi.train import TrainConfig, _chunk
+
+    cfg = TrainConfig(episodes=(5, 0, 3), sets_in_flight=2)
+    groups, e = [], 0
+    while e < 8:
+        groups.append(list(_chunk(cfg, e)))
+        e = groups[-1][-1] + 1
+    assert groups == [[0, 1], [2, 3], [4], [5, 6], [7]]   # never across phases
+    assert list(_chunk(cfg, 3)) == [3]    # a resumed run mid-group ends the same group
+    assert list(_chunk(TrainConfig(env="reference", sets_in_flight=4), 0)) == [0]
+    with pytest.raises(InvalidInput, match="unknown environment 'fast'"):
+        TrainConfig(env="fast")
+    with pytest.raises(InvalidInput, match="sets_in_flight must be an integer >= 1"):
+        TrainConfig(sets_in_flight=0)
+
+
+def test_memory_rows_at_once_equal_rows_one_by_one():
+    from coscheduler.multi.train import _Memory
+
+    rng = np.random.default_rng(0)
+    one, many = _Memory(7, 3, 2), _Memory(7, 3, 2)
+    for n in (3, 5, 12, 1):
+        s, m, g = rng.random((n, 3)), rng.random((n, 2)), rng.random((n, 2))
+        a, y, v = rng.integers(0, 9, n), rng.random((n, 6, 2)), rng.random((n, 6))
+        one.add(list(zip(s, m, g, a)), y, v)
+        many.add_rows(s, m, g, a, y, v)
+        assert (one.pos, one.count) == (many.pos, many.count)
+        for k in _Memory._FIELDS:
+            assert np.array_equal(getattr(one, k), getattr(many, k)), k
+
+
+_STOP_AND_RESUME = """
+import json, sys
+import numpy as np
+from coscheduler.multi import workload as mw
+from coscheduler.multi.train import TrainConfig, train
+from coscheduler.sim.swf import read_swf
+
+wl = mw.generate(read_swf(sys.argv[1]), "S5", 1).select(0, 3000)
+out = sys.argv[2]
+
+def run(name, **kw):
+    m = train(wl, f"{out}/{name}.model", TrainConfig(episodes=(3, 0, 0), jobs_per_set=48,
+              steps_per_episode=3, batch=16, sets_in_flight=2, **kw), resume=True)
+    h = m.header
+    return {"episodes": h["episodes"], "steps": h["training_steps"], "losses": h["losses"],
+            "stopped_by": h["stopped_by"], "env": h["env"], "flight": h["sets_in_flight"],
+            "validation": h["validation"],
+            "weights": float(sum(np.abs(v).sum() for v in m.params.values()))}
+
+print(json.dumps([run("whole"), run("part", max_steps=1), run("part")]))
+"""
+
+
+def test_a_batched_run_stopped_by_its_budget_and_resumed_is_the_run_never_stopped(
+        tmp_path, lublin_swf):
+    """Two sets in flight: the step budget stops the run after its first group of two
+    sets, and a resumed run ends as the run never stopped (JAX in a child process)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _STOP_AND_RESUME, str(lublin_swf),
+                           str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    whole, first, resumed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert whole["env"] == "batched" and whole["flight"] == 2 and whole["episodes"] == 3
+    assert first["episodes"] == 2 and first["stopped_by"] == "max_steps"
+    assert resumed["episodes"] == 3 and resumed["stopped_by"] is None
+    for key in ("steps", "losses", "validation"):
+        assert resumed[key] == whole[key], key
+    assert resumed["weights"] == pytest.approx(whole["weights"], rel=1e-6)
