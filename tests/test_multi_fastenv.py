@@ -292,3 +292,11 @@ def test_a_batched_run_stopped_by_its_budget_and_resumed_is_the_run_never_stoppe
     for key in ("steps", "losses", "validation"):
         assert resumed[key] == whole[key], key
     assert resumed["weights"] == pytest.approx(whole["weights"], rel=1e-6)
+
+
+def test_the_bench_takes_the_same_decisions_in_both_environments(lublin_swf):
+    from coscheduler.bench.learned import _mrsch_batched, _mrsch_reference, _mrsch_sets
+
+    wl, sets = _mrsch_sets(lublin_swf, "S5", 4, 64)
+    ref, bat = _mrsch_reference(wl, sets), _mrsch_batched(wl, sets)
+    assert ref == bat and ref[0] == 4 * 64   # every job is picked once
