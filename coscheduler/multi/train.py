@@ -14,9 +14,14 @@ MRSch's order (section V-B):
    heavier than seen), with burst-buffer and power requests drawn by the set's rules
    (unseen combinations).
 
-Each episode replays one job set through ``sim.engine.simulate`` with EASY backfilling and
-the agent as the selector, acting epsilon-greedily (epsilon from 1.0, times
-``epsilon_decay`` per pick, floor 0.05; the paper gives 0.995 without saying per what:
+Each episode replays one job set with EASY backfilling and the agent choosing, acting
+epsilon-greedily. ``env="batched"`` (the default) plays ``sets_in_flight`` sets of a phase
+together in ``fastenv.MultiBatchEnv`` (the engine's rules compiled, the network once per
+batch of picks; the same schedules as the engine for the same decisions), with one
+epsilon and then the sets' gradient steps in order; ``env="reference"`` plays one set at
+a time through ``sim.engine.simulate`` with an ``MRSchAgent`` (the old path, its random
+stream unchanged). Epsilon starts at 1.0, times ``epsilon_decay`` per pick (held for a
+batched group), floor 0.05; the paper gives 0.995 without saying per what:
 per pick it would stop exploring within the first set). Every pick's (state, measurement,
 goal, action) goes to a replay memory with its target, the measurement changes at the
 later picks ``OFFSETS`` (missing near the end of a set: masked out of the loss). After
