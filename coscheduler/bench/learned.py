@@ -14,7 +14,11 @@
   they end with the same mean bsld), medians over ``--env-repeat`` alternating rounds;
   SchedInspector's environments the same way (base SJF, every pick accepted only if it can
   start now); then whole RLScheduler rollouts (the policy network sampling, as training
-  collects them). The batched environments' compiled code (numba, ``learned/fastsim.py``)
+  collects them); MRSch's environments (``sim.engine.simulate`` with pools, EASY with the
+  agent's backfill choice and MRSch's observation at every pick, against
+  ``multi/fastenv.py``) on 64 stretches of 256 jobs of lublin_256's S4, every pick
+  answered by one hashed rule in both (``_mrsch_rule``; the bench checks equal mean
+  waits). The batched environments' compiled code (numba, ``learned/fastsim.py``)
   is compiled or loaded from numba's cache once per process, before the timed rounds:
   ``warmup_seconds`` reports that one-off cost, ``compiled`` whether numba is there.
 
@@ -168,6 +172,88 @@ def _rollout_steps(path: str, starts: list[int], backfill: str, env: str) -> tup
     return sum(len(t.actions) for t in trajs), statistics.fmean(t.value for t in trajs)
 
 
+MRSCH_SET = "S4"
+
+
+def _mrsch_rule(k: int, size: int) -> int:
+    """The decision both MRSch environments take at a set's ``k``-th pick: a position
+    spread over the window by a multiplicative hash (heads that fit and heads that wait
+    for their reservation, and backfill choices, alike)."""
+    return ((k + 1) * 2654435761 % 2**32) * size >> 32
+
+
+def _mrsch_sets(trace_path: Path, set_name: str, count: int, jobs: int) -> tuple:
+    """``count`` consecutive stretches of ``jobs`` jobs of the set's training part (as
+    ``train.real_set`` draws them), with their pools (every set sees the same pools)."""
+    from ..multi import workload as mw
+    from ..multi.train import split
+    from ..sim.resources import pool_model
+
+    wl = mw.generate(read_swf(trace_path), set_name, 1)
+    a, _, _ = split(wl)
+    names = pool_model(wl.machine, wl.requests, wl.node_counts(), wl.max_nodes).names
+    sets = []
+    for s in np.linspace(0, a - jobs, count).astype(int):
+        part = wl.select(int(s), jobs)
+        pools = pool_model(wl.machine, part.requests, part.node_counts(), wl.max_nodes,
+                           force=names)
+        sets.append((part.jobs, pools, part.node_counts()))
+    return wl, sets
+
+
+def _mrsch_reference(wl, sets) -> tuple[int, float]:
+    """The engine with a selector computing MRSch's observation (state features,
+    measurement, Eq. (1)) at every pick and answering ``_mrsch_rule``."""
+    from ..multi import mrsch
+    from ..multi.metrics import multi_metrics
+    from ..policies.selection import Scorer
+
+    class Rule(Scorer):
+        backfill_choice = True
+
+        def __init__(self):
+            super().__init__("rule", mrsch.WINDOW, "padding")
+            self.k = 0
+
+        def choose(self, view):
+            mrsch.state_features(view), mrsch.measurement(view), mrsch.goal_vector(view)
+            pos = _mrsch_rule(self.k, view.size)
+            self.k += 1
+            return pos
+
+    steps, waits = 0, []
+    for jobs, pools, nodes in sets:
+        rule = Rule()
+        s = simulate(jobs, wl.cluster, rule, "easy", pools=pools)
+        steps += rule.k
+        waits.append(multi_metrics(jobs, nodes, wl.max_nodes, pools, s.start, s.end).mean_wait_s)
+    return steps, statistics.fmean(waits)
+
+
+def _mrsch_batched(wl, sets) -> tuple[int, float]:
+    """``multi/fastenv.py``, every set in flight, the same rule."""
+    from ..multi.fastenv import MultiBatchEnv
+    from ..multi.metrics import multi_metrics
+
+    pools = sets[0][1]
+    env = MultiBatchEnv(wl.cluster, pools.names, pools.capacity, len(sets),
+                        max(len(s[0]) for s in sets))
+    for k, (jobs, p, _) in enumerate(sets):
+        env.load(k, jobs, p.take)
+    steps = 0
+    while env.asking.any():
+        o = env.observe()
+        k = env.sim.steps[o.active]
+        picks = ((k + 1) * 2654435761 % 2**32) * o.size >> 32  # _mrsch_rule, vectorised
+        env.step_many(o.active, picks)
+        steps += len(picks)
+    waits = []
+    for k, (jobs, p, nodes) in enumerate(sets):
+        start, end = env.schedule(k)
+        waits.append(multi_metrics(jobs, nodes, wl.max_nodes, p, start, end).mean_wait_s)
+    return steps, statistics.fmean(waits)
+
+
 def env_rates(trace_path: Path, repeat: int) -> dict:
     """Steps per CPU second of both environments (see the module docstring)."""
     trace = read_swf(trace_path)
@@ -188,14 +274,18 @@ def env_rates(trace_path: Path, repeat: int) -> dict:
                     "batched": lambda b: _rollout_steps(str(trace_path), starts[:32], b,
                                                         "batched")},
     }
+    mr_wl, mr_sets = _mrsch_sets(trace_path, MRSCH_SET, ENV_SEQUENCES, 256)
+    runs["mrsch"] = {"reference": lambda b: _mrsch_reference(mr_wl, mr_sets),
+                     "batched": lambda b: _mrsch_batched(mr_wl, mr_sets)}
     c0 = time.process_time()  # compile (or load from numba's cache) once per process
+    _mrsch_batched(mr_wl, mr_sets[:2])
     for backfill in ("none", "easy"):
         _batched_steps(trace, cluster, starts[:2], backfill)
         _inspector_batched(trace, cluster, starts[:2], backfill)
         _rollout_steps(str(trace_path), starts[:2], backfill, "batched")
     out["warmup_seconds"] = time.process_time() - c0
     for what, pair in runs.items():
-        for backfill in ("none", "easy"):
+        for backfill in ("none", "easy") if what != "mrsch" else ("easy",):
             rates: dict[str, list[float]] = {"reference": [], "batched": []}
             figures: dict[str, tuple] = {}
             for _ in range(repeat):
@@ -209,7 +299,7 @@ def env_rates(trace_path: Path, repeat: int) -> dict:
                    "ratio": bat / ref, "steps": figures["batched"][0],
                    "reference_mean_value": figures["reference"][1],
                    "batched_mean_value": figures["batched"][1]}
-            if what in ("env", "inspector"):
+            if what in ("env", "inspector", "mrsch"):
                 row["same_outcome"] = figures["reference"] == figures["batched"]
             out[f"{what}_{backfill}"] = row
     out["load_average_1min_after"] = os.getloadavg()[0]
@@ -298,12 +388,14 @@ def learned(data_dir: Path, repeat: int, whole: bool, env: bool, env_repeat: int
                    f"after; batched code {'compiled' if e['compiled'] else 'NOT compiled'}"
                    f", warm-up {e['warmup_seconds']:.1f} s CPU):")
         for key in ("env_none", "env_easy", "inspector_none", "inspector_easy",
-                    "rollout_none", "rollout_easy"):
+                    "rollout_none", "rollout_easy", "mrsch_easy"):
             r = e[key]
             what, backfill = key.split("_")
             label = {"env": "RLScheduler environment steps (first allowed job)",
                      "inspector": "SchedInspector environment steps (SJF, accept what runs)",
-                     "rollout": "RLScheduler rollout steps (policy sampling)"}[what]
+                     "rollout": "RLScheduler rollout steps (policy sampling)",
+                     "mrsch": f"MRSch environment steps ({MRSCH_SET}, pools, the agent's "
+                              "backfill choice; a hashed rule)"}[what]
             same = ""
             if "same_outcome" in r:
                 same = ", same outcome" if r["same_outcome"] else ", OUTCOMES DIFFER"

@@ -3,7 +3,8 @@
 ``cosched train mrsch --trace T --set S4 [--workload-seed 1] [--goal dynamic|fixed]
 [--episodes 12,12,12] [--jobs-per-set 512] [--steps 48] [--batch 128] [--seed 1 | --seeds 1-6
 [--workers 2]] [--window-order FCFS|SJF|...] [--max-steps N] [--time-limit MIN]
-[--checkpoint-every SECONDS] [--out MODEL] [--resume] [--json]``; see coscheduler/multi/train.py and
+[--checkpoint-every SECONDS] [--env batched|reference] [--sets-in-flight 4] [--out MODEL]
+[--resume] [--json]``; see coscheduler/multi/train.py and
 coscheduler/multi/seeds.py.
 """
 
@@ -56,12 +57,19 @@ from ..sim.swf import read_swf
               help="write OUT.ckpt (weights and replay memory) after the job set that ends "
                    "this long after the last write, and always at the end or a budget's "
                    "stop; a crash loses at most this much (0: after every set)")
+@click.option("--env", "env", type=click.Choice(["batched", "reference"]), default="batched",
+              show_default=True,
+              help="play job sets in the batched environment (several at once, "
+                   "coscheduler/multi/fastenv.py) or one at a time through the engine")
+@click.option("--sets-in-flight", type=click.IntRange(min=1), default=4, show_default=True,
+              help="batched: job sets of a phase played together with the same weights")
 @click.option("--resume", is_flag=True, help="continue the run from OUT.ckpt if it exists")
 @click.option("--json", "as_json", is_flag=True, help="print the model header as JSON")
 def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episodes: str,
           jobs_per_set: int, steps: int, batch: int, seed: int, seeds: str | None,
           workers: int, window_order: str, max_steps: int | None, time_limit: float | None,
-          checkpoint_every: float, out: str | None, resume: bool, as_json: bool) -> None:
+          checkpoint_every: float, env: str, sets_in_flight: int, out: str | None,
+          resume: bool, as_json: bool) -> None:
     """Train MRSch (DFP) in its three phases on TRACE's set, with the simulator engine."""
     from ..multi.train import TrainConfig, train as run_train
 
@@ -74,7 +82,8 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
                              steps_per_episode=steps, batch=batch, seed=seed,
                              window_order=window_order.upper(), max_steps=max_steps,
                              time_limit_s=None if time_limit is None else 60.0 * time_limit,
-                             checkpoint_every_s=checkpoint_every)
+                             checkpoint_every_s=checkpoint_every, env=env,
+                             sets_in_flight=sets_in_flight)
         wl = mw.generate(read_swf(trace_path), set_name, workload_seed)
         kind = "mrsch" if goal == "dynamic" else "scalar"
         path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"

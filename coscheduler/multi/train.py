@@ -14,9 +14,14 @@ MRSch's order (section V-B):
    heavier than seen), with burst-buffer and power requests drawn by the set's rules
    (unseen combinations).
 
-Each episode replays one job set through ``sim.engine.simulate`` with EASY backfilling and
-the agent as the selector, acting epsilon-greedily (epsilon from 1.0, times
-``epsilon_decay`` per pick, floor 0.05; the paper gives 0.995 without saying per what:
+Each episode replays one job set with EASY backfilling and the agent choosing, acting
+epsilon-greedily. ``env="batched"`` (the default) plays ``sets_in_flight`` sets of a phase
+together in ``fastenv.MultiBatchEnv`` (the engine's rules compiled, the network once per
+batch of picks; the same schedules as the engine for the same decisions), with one
+epsilon and then the sets' gradient steps in order; ``env="reference"`` plays one set at
+a time through ``sim.engine.simulate`` with an ``MRSchAgent`` (the old path, its random
+stream unchanged). Epsilon starts at 1.0, times ``epsilon_decay`` per pick (held for a
+batched group), floor 0.05; the paper gives 0.995 without saying per what:
 per pick it would stop exploring within the first set). Every pick's (state, measurement,
 goal, action) goes to a replay memory with its target, the measurement changes at the
 later picks ``OFFSETS`` (missing near the end of a set: masked out of the loss). After
@@ -65,6 +70,7 @@ VALID_SHARE = 0.1
 HEURISTICS = ("SJF", "F1", "WFP3", "UNICEP", "SAF")
 PHASES = ("sampled", "real", "synthetic")
 SYNTHETIC_LOAD = (0.8, 1.4)
+ENVS = ("batched", "reference")
 
 
 @dataclass
@@ -93,8 +99,19 @@ class TrainConfig:
     # crash loses at most this much training. Written after every set, the memory took 29 %
     # of a 150-set run. 0: after every set.
     checkpoint_every_s: float = 60.0
+    # Where episodes are played: "batched" (multi/fastenv.py: ``sets_in_flight`` job sets of
+    # a phase at once with the same weights, the network evaluated once per batch of
+    # picks) or "reference" (one set at a time through sim.engine.simulate).
+    env: str = "batched"
+    sets_in_flight: int = 4
 
     def __post_init__(self) -> None:
+        if self.env not in ENVS:
+            raise InvalidInput(f"unknown environment {self.env!r}; valid: {', '.join(ENVS)}")
+        if isinstance(self.sets_in_flight, bool) or not isinstance(self.sets_in_flight, int) \
+                or self.sets_in_flight < 1:
+            raise InvalidInput(f"sets_in_flight must be an integer >= 1, got "
+                               f"{self.sets_in_flight!r}")
         if self.goal not in ("dynamic", "fixed"):
             raise InvalidInput(f"goal must be dynamic or fixed, got {self.goal!r}")
         if len(self.episodes) != 3 or any(e < 0 for e in self.episodes) or sum(self.episodes) < 1:
@@ -220,6 +237,17 @@ class _Memory:
             self.pos = (k + 1) % self.size
             self.count = min(self.count + 1, self.size)
 
+    def add_rows(self, s: np.ndarray, m: np.ndarray, g: np.ndarray, a: np.ndarray,
+                 y: np.ndarray, v: np.ndarray) -> None:
+        """``add`` of a whole set's rows at once (the same ring-buffer positions)."""
+        n = len(a)
+        skip = max(0, n - self.size)  # rows a full turn of the ring overwrites anyway
+        idx = (self.pos + skip + np.arange(n - skip)) % self.size
+        for name, rows in zip(self._FIELDS, (s, m, g, a, y, v)):
+            getattr(self, name)[idx] = rows[skip:]
+        self.pos = (self.pos + n) % self.size
+        self.count = min(self.count + n, self.size)
+
     def sample(self, rng: np.random.Generator, batch: int):
         idx = rng.integers(0, self.count, size=min(batch, self.count))
         return self.s[idx], self.m[idx], self.g[idx], self.a[idx], self.y[idx], self.v[idx]
@@ -279,6 +307,45 @@ def _make_update(window_: int, measures: int, learning_rate: float):
 
 # --------------------------------------------------------------------------------------
 
+def _chunk(cfg: TrainConfig, episode: int) -> range:
+    """The job sets played together from ``episode`` on: one set on the reference path;
+    batched, up to the next multiple of ``sets_in_flight`` counted from the start of the
+    phase (never across phases, so every run, stopped and resumed or not, groups the same
+    sets)."""
+    if cfg.env != "batched":
+        return range(episode, episode + 1)
+    first = 0
+    for count in cfg.episodes:
+        if episode < first + count:
+            end = first + ((episode - first) // cfg.sets_in_flight + 1) * cfg.sets_in_flight
+            return range(episode, min(end, first + count))
+        first += count
+    raise ValueError(f"episode {episode} beyond the run")  # pragma: no cover
+
+
+def _stack(record: list) -> tuple[np.ndarray, ...]:
+    """An agent's record (state, measurement, goal, action per pick) as arrays."""
+    if not record:
+        return (np.zeros((0, 0), np.float32), np.zeros((0, 0)), np.zeros((0, 0)),
+                np.zeros(0, np.int64))
+    s, m, g, a = zip(*record)
+    return np.array(s), np.array(m), np.array(g), np.array(a)
+
+
+def _updates(cfg: TrainConfig, memory: "_Memory", rng: np.random.Generator, update,
+             params, opt_state) -> tuple:
+    """One set's ``steps_per_episode`` Adam steps (when the memory holds a minibatch):
+    the new weights and optimiser state, and the mean loss (None: no step)."""
+    import jax.numpy as jnp
+
+    losses = []
+    for _ in range(cfg.steps_per_episode if memory.count >= cfg.batch else 0):
+        batch = [jnp.asarray(x) for x in memory.sample(rng, cfg.batch)]
+        params, opt_state, loss = update(params, opt_state, *batch)
+        losses.append(float(loss))
+    return params, opt_state, (float(np.mean(losses)) if losses else None)
+
+
 def _checkpoint_path(out: Path) -> Path:
     return out.with_name(out.name + ".ckpt")
 
@@ -324,7 +391,8 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
         "steps_per_episode": cfg.steps_per_episode, "batch": cfg.batch,
         "learning_rate": cfg.learning_rate, "framework": f"jax {jax.__version__}",
         "mask": cfg.mask, "backfill_choice": cfg.backfill_choice,
-        "window_order": cfg.window_order,
+        "window_order": cfg.window_order, "env": cfg.env,
+        "sets_in_flight": cfg.sets_in_flight if cfg.env == "batched" else 1,
     }
     params = mrsch.init_params(rng, state_len, measures)
     opt, update = _make_update(mrsch.WINDOW, measures, cfg.learning_rate)
@@ -358,45 +426,77 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
     t_start = time.perf_counter() - elapsed
     saved_at = time.perf_counter()
     stopped_by = None
-    for episode in range(done, total):
+    env = None
+    if cfg.env == "batched":
+        from .fastenv import MultiBatchEnv
+
+        env = MultiBatchEnv(cluster, pools_all.names, pools_all.capacity, cfg.sets_in_flight,
+                            cfg.jobs_per_set, mask=cfg.mask, goal=cfg.goal,
+                            backfill_choice=cfg.backfill_choice, window_order=cfg.window_order)
+    episode = done
+    while episode < total:
         stopped_by = cfg.budget_spent(steps, time.perf_counter() - t_start)
         if stopped_by:
             break
         phase = schedule[episode]
-        jobs, requests = MAKERS[phase](train_wl, cfg.jobs_per_set, rng)
+        chunk = _chunk(cfg, episode)
         np_params = {k: np.asarray(v, dtype=np.float64) for k, v in jparams.items()}
-        model = mrsch.MRSchModel(np_params, header)
-        agent = mrsch.MRSchAgent(model, goal=cfg.goal, epsilon=epsilon,
-                                 seed=int(rng.integers(1 << 31)), record=True)
-        pools = pool_model(workload.machine, requests,
-                           [cluster.nodes_for(j.procs) for j in jobs], workload.max_nodes,
-                           force=pools_all.names)
-        simulate(jobs, cluster, agent, "easy", pools=pools)
-        record = agent.record
-        steps += len(record)
-        epsilon = max(cfg.epsilon_min, epsilon * cfg.epsilon_decay ** len(record))
-        if len(record) > 1:
-            meas = np.array([r[1] for r in record])
-            y, v = targets(meas)
-            memory.add(record, y, v)
-        ep_loss = []
-        for _ in range(cfg.steps_per_episode if memory.count >= cfg.batch else 0):
-            batch = [jnp.asarray(x) for x in memory.sample(rng, cfg.batch)]
-            jparams, opt_state, loss = update(jparams, opt_state, *batch)
-            ep_loss.append(float(loss))
-        losses.append(float(np.mean(ep_loss)) if ep_loss else None)
+        sets = []
+        for _ in chunk:
+            jobs, requests = MAKERS[phase](train_wl, cfg.jobs_per_set, rng)
+            pools = pool_model(workload.machine, requests,
+                               [cluster.nodes_for(j.procs) for j in jobs], workload.max_nodes,
+                               force=pools_all.names)
+            if env is not None:
+                sets.append((jobs, pools.take))
+                continue
+            model = mrsch.MRSchModel(np_params, header)
+            agent = mrsch.MRSchAgent(model, goal=cfg.goal, epsilon=epsilon,
+                                     seed=int(rng.integers(1 << 31)), record=True)
+            simulate(jobs, cluster, agent, "easy", pools=pools)
+            sets.append(agent.record)
+        if env is not None:   # the sets of the chunk in flight together, one epsilon
+            from .fastenv import collect
+
+            explorer = np.random.default_rng(int(rng.integers(1 << 31)))
+            records = [(r.state, r.meas, r.goal, r.action)
+                       for r in collect(env, sets, np_params, epsilon, explorer)]
+        else:
+            records = [_stack(record) for record in sets]
+        infos = []
+        for episode, (s, m, g, a) in zip(chunk, records):
+            picks = len(a)
+            steps += picks
+            epsilon = max(cfg.epsilon_min, epsilon * cfg.epsilon_decay ** picks)
+            if picks > 1:
+                y, v = targets(m)
+                memory.add_rows(s, m, g, a, y, v)
+            if env is None:   # the reference path: each set's updates before the next set
+                jparams, opt_state, loss = _updates(cfg, memory, rng, update, jparams,
+                                                    opt_state)
+                losses.append(loss)
+            infos.append({"phase": phase, "picks": picks, "steps": steps,
+                          "epsilon": epsilon})
+        if env is not None:   # steps_per_episode updates per set of the chunk, in its order
+            for _ in chunk:
+                jparams, opt_state, loss = _updates(cfg, memory, rng, update, jparams,
+                                                    opt_state)
+                losses.append(loss)
         now = time.perf_counter()
-        info = {"phase": phase, "picks": len(record), "steps": steps, "epsilon": epsilon,
-                "loss": losses[-1], "seconds": now - t_start}
+        for info, loss in zip(infos, losses[-len(infos):]):
+            info.update(loss=loss, seconds=now - t_start)
+        episode = chunk[-1]
         # (the run stops here when the next set would find a budget spent: save then too)
         if episode + 1 == total or now - saved_at >= cfg.checkpoint_every_s \
-                or cfg.budget_spent(steps, info["seconds"]):
+                or cfg.budget_spent(steps, now - t_start):
             _save_checkpoint(ckpt, memory, jparams, opt_state, header, {
-                "episodes": episode + 1, "epsilon": epsilon, "seconds": info["seconds"],
+                "episodes": episode + 1, "epsilon": epsilon, "seconds": now - t_start,
                 "losses": losses, "steps": steps, "rng": rng.bit_generator.state})
             saved_at = time.perf_counter()
         if progress is not None:
-            progress(episode + 1, total, info)
+            for k, info in zip(chunk, infos):
+                progress(k + 1, total, info)
+        episode += 1
     final = {k: np.asarray(v, dtype=np.float64) for k, v in jparams.items()}
     seconds = time.perf_counter() - t_start
     trained = len(losses)
