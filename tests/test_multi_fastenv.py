@@ -300,3 +300,13 @@ def test_the_bench_takes_the_same_decisions_in_both_environments(lublin_swf):
     wl, sets = _mrsch_sets(lublin_swf, "S5", 4, 64)
     ref, bat = _mrsch_reference(wl, sets), _mrsch_batched(wl, sets)
     assert ref == bat and ref[0] == 4 * 64   # every job is picked once
+
+
+def test_a_window_order_that_ages_is_trained_on_the_reference_path_only():
+    from coscheduler.multi.train import TrainConfig
+    for order in ("WFP3", "UNICEP"):
+        with pytest.raises(InvalidInput, match=f"window order {order} ranks jobs by their "
+                                               "wait.*--env reference"):
+            TrainConfig(window_order=order)
+        assert TrainConfig(window_order=order, env="reference").window_order == order
+    assert TrainConfig(window_order="SJF").env == "batched"

@@ -119,7 +119,13 @@ class TrainConfig:
                                f"got {self.episodes!r}")
         if self.jobs_per_set < 16:
             raise InvalidInput(f"jobs per set must be >= 16, got {self.jobs_per_set}")
-        self.window_order = mrsch.window_order(self.window_order).name
+        order = mrsch.window_order(self.window_order)
+        self.window_order = order.name
+        if self.env == "batched" and order.uses_now:
+            # (the batched environment sorts each set once: a key that ages cannot be kept)
+            raise InvalidInput(f"window order {order.name} ranks jobs by their wait, which the "
+                               "batched environment does not recompute: train it with env "
+                               "'reference' (--env reference)")
         if self.max_steps is not None and (isinstance(self.max_steps, bool)
                                            or not isinstance(self.max_steps, int)
                                            or self.max_steps < 1):
