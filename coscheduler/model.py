@@ -63,17 +63,17 @@ def check_finite(value: object, name: str, *, minimum: float | None = None,
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{name} must be a number, got {value!r}")
+        raise InvalidInput(f"{name} must be a number, got {shown(value)}")
     try:
         v = float(value)
     except OverflowError:  # an int such as 10**400: no float holds it
         raise InvalidInput(f"{name} must be finite, got an integer of {len(str(value))} digits") from None
     if math.isnan(v) or math.isinf(v):
-        raise InvalidInput(f"{name} must be finite, got {value!r}")
+        raise InvalidInput(f"{name} must be finite, got {shown(value)}")
     if minimum is not None and v < minimum:
-        raise InvalidInput(f"{name} must be >= {minimum}, got {value!r}")
+        raise InvalidInput(f"{name} must be >= {minimum}, got {shown(value)}")
     if maximum is not None and v > maximum:
-        raise InvalidInput(f"{name} must be <= {maximum}, got {value!r}")
+        raise InvalidInput(f"{name} must be <= {maximum}, got {shown(value)}")
     return v
 
 

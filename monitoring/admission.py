@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from coscheduler.model import InvalidInput
+from coscheduler.model import InvalidInput, shown
 
 PF_KTHREAD = 0x00200000
 PID_MAX_LIMIT = 1 << 22  # the kernel's largest pid_max (include/linux/threads.h)
@@ -253,24 +253,24 @@ class Admission:
         docstring: the own-cgroup rule does not apply)."""
         if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
             raise Refused(pid, "not a process id",
-                          f"{pid!r} is not a process id (integers 1..{PID_MAX_LIMIT})")
+                          f"{shown(pid)} is not a process id (integers 1..{PID_MAX_LIMIT})")
         if pid > PID_MAX_LIMIT:
-            raise Refused(pid, ENDED_RULE, f"pid {pid} is not a running process")
+            raise Refused(pid, ENDED_RULE, f"pid {shown(pid)} is not a running process")
         if pid == 1:
             raise Refused(pid, "init", "pid 1 (init) is never moved into a job cgroup")
         fields = _stat_fields(pid)
         if not fields or fields[0] in ("Z", "X"):
-            raise Refused(pid, ENDED_RULE, f"pid {pid} is not a running process")
+            raise Refused(pid, ENDED_RULE, f"pid {shown(pid)} is not a running process")
         try:
             ppid, flags = int(fields[1]), int(fields[6])
         except (ValueError, IndexError):
-            raise Refused(pid, ENDED_RULE, f"pid {pid} is not a running process") from None
+            raise Refused(pid, ENDED_RULE, f"pid {shown(pid)} is not a running process") from None
         if pid == 2 or ppid == 2 or flags & PF_KTHREAD:
             raise Refused(pid, "kernel thread",
                           f"pid {pid} ({_comm(pid)}) is a kernel thread, not a user process")
         tgid = _tgid(pid)
         if tgid is None:
-            raise Refused(pid, ENDED_RULE, f"pid {pid} is not a running process")
+            raise Refused(pid, ENDED_RULE, f"pid {shown(pid)} is not a running process")
         if tgid != pid:
             whose = "of the agent itself" if tgid == self.own_pid else f"of process {tgid}"
             raise Refused(pid, "thread", f"pid {pid} is a thread {whose}, not a process: a move "

@@ -185,6 +185,8 @@ class NodeAgent(JobObservation, Restore):
             for other in self._jobs.values():
                 if other.spec.job_id != spec.job_id and other.status == "running":
                     clash = set(spec.pids) & (other.members | set(other.spec.pids))
+                    if clash:   # (a number the other job's ended process had is not a clash)
+                        clash &= self._processes_of(other)
                     if clash:
                         raise Conflict(f"job {spec.job_id}: pid(s) {sorted(clash)} already belong "
                                        f"to job {other.spec.job_id}")
@@ -208,9 +210,11 @@ class NodeAgent(JobObservation, Restore):
             else:
                 taken_over: set[int] = set()
                 if js is not None and self.actuator.has_job(spec.job_id):
-                    if js.spec.source == "adopted":
+                    if js.spec.source == "adopted" or js.status == "released":
                         # found in our cgroup root after a restart without a usable state
-                        # entry: the same job, registered again, is managed again
+                        # entry, or unregistered while its processes ran on: the same job,
+                        # registered again (by its processes' own user: _job_context), is
+                        # managed again
                         taken_over = self.actuator.job_pids(spec.job_id)
                     elif not self.actuator.remove_job(spec.job_id):
                         raise Conflict(f"job {spec.job_id}: a previous job with this id still has "
@@ -243,6 +247,7 @@ class NodeAgent(JobObservation, Restore):
                 pid, why = next(iter(res.failed.items()))
                 raise InvalidInput(f"job {spec.job_id}: pid {pid} cannot be moved into a cgroup: {why}")
             js.members |= set(res.moved)
+            js.pid_starts.update(collect.start_times(spec.pids))
             js.seen_processes = js.seen_processes or bool(js.members)
             if res.failed:
                 js.event(now, f"could not move pid(s) {sorted(res.failed)}")
@@ -260,22 +265,32 @@ class NodeAgent(JobObservation, Restore):
         with self._lock:
             js = self._get(job_id)
             self.leases.revoke(job_id)
+            js.fraction, js.role = None, None
+            if self.actuator.has_job(job_id) or self._sample_only(js.spec):
+                try:   # in place too: nothing left limited or idle
+                    self._write_quota(js, None)
+                    js.quota_us = None
+                except CgroupError as e:
+                    if not self._sample_only(js.spec):
+                        # Released now, the job would keep the old quota for good (a tick
+                        # re-asserts only running jobs): it stays running with no limit
+                        # wanted, which every tick writes again until the kernel takes it.
+                        js.quota_us = self._desired_quota(js)
+                        js.quota_reason = f"unregister failed: quota not lifted yet ({e})"
+                        js.event(time.time(), js.quota_reason)
+                        self._save()
+                        raise CgroupError(f"job {job_id}: its quota could not be lifted, so it "
+                                          f"stays registered, with no limit wanted, written again "
+                                          f"at every tick; unregister again later: {e}") from e
+                    js.event(time.time(), f"quota not lifted: {e}")  # Slurm removed its cgroup
             if js.status == "running":
                 js.life_cpu_percent = self._life_cpu_percent(js)   # (before its cgroup goes)
                 js.status = "released"
                 js.finished_at = time.time()
-            js.fraction, js.role = None, None
             js.quota_reason = "unregistered: no limit"
             js.event(time.time(), "unregistered")
-            if self.actuator.has_job(job_id) or self._sample_only(js.spec):
-                try:   # in place too: nothing left limited or idle
-                    self._write_quota(js, None)
-                except CgroupError as e:
-                    if not self._sample_only(js.spec):
-                        raise
-                    js.event(time.time(), f"quota not lifted: {e}")  # Slurm removed its cgroup
-                if self.actuator.remove_job(job_id):
-                    js.event(time.time(), "cgroup removed")
+            if self.actuator.has_job(job_id) and self.actuator.remove_job(job_id):
+                js.event(time.time(), "cgroup removed")
             self._save()
             return self._view(js)
 
@@ -293,14 +308,14 @@ class NodeAgent(JobObservation, Restore):
                 again = " (register it again to manage it)" if js.spec.source == "adopted" else ""
                 raise Conflict(f"job {job_id} is {js.status}; no quota can be set{again}")
             lease_s = self.leases.check_lease_s(lease_s)
-            previous = (js.fraction, js.quota_reason, js.role)
+            previous = (js.fraction, js.quota_reason, js.role, js.quota_us)
             js.fraction, js.role = f, role
             js.quota_reason = (f"set by request: cpu_fraction {f:g}, lease {lease_s:g} s"
                                + (f", role {role}" if role else ""))
             try:
                 self._apply(js)
             except CgroupError:
-                js.fraction, js.quota_reason, js.role = previous
+                js.fraction, js.quota_reason, js.role, js.quota_us = previous
                 raise
             lease = self.leases.grant(job_id, f, lease_s)
             js.lease_deadline = lease.deadline_wall
@@ -314,8 +329,12 @@ class NodeAgent(JobObservation, Restore):
         with self._lock:
             js = self._get(job_id)
             self.leases.revoke(job_id)
-            self._restore_full(js, reason)
+            failed = self._restore_full(js, reason)
             self._save()
+            if failed is not None:
+                # (no limit is wanted now: every tick writes it again until the kernel takes it)
+                raise CgroupError(f"job {job_id}: the full quota could not be written yet; "
+                                  f"it is written again at every tick: {failed}")
             return self._view(js)
 
     def jobs(self) -> list[dict[str, Any]]:
@@ -372,11 +391,12 @@ class NodeAgent(JobObservation, Restore):
                     self._discover()
                 except Exception:  # noqa: BLE001 - the jobs already followed are still sampled
                     log.exception("discovering Slurm jobs failed")
-            todo = [(jid, js.spec, js.quota_us is not None or js.sample.get("nr_throttled") is not None)
+            todo = [(jid, js.spec, js.quota_us is not None or js.sample.get("nr_throttled") is not None,
+                     dict(js.pid_starts))
                     for jid, js in self._jobs.items() if js.status == "running"]
         # Reading /proc and cgroup counters is the slow part: no lock held.
         self._progress_files.list(len(todo))
-        observed = {jid: self._observe(jid, spec, now, q) for jid, spec, q in todo}
+        observed = {jid: self._observe(jid, spec, now, q, starts) for jid, spec, q, starts in todo}
         with self._lock:
             changed = False
             for jid, obs in observed.items():
@@ -522,11 +542,26 @@ class NodeAgent(JobObservation, Restore):
         js = self._jobs.get(job_id)
         in_cgroups = set(self.actuator.job_pids(job_id)) if self.actuator.has_job(job_id) else set()
         if js is None or js.status != "running":
-            return JobContext(job_id, in_cgroups=frozenset(in_cgroups))
+            # A released job's processes still in its cgroup may be registered again (taken
+            # over), by their own user only.
+            return JobContext(job_id, uid_of_job(in_cgroups) if in_cgroups else None,
+                              in_cgroups=frozenset(in_cgroups))
+        alive = self._processes_of(js, in_cgroups)
         if js.spec.batch_cgroup:
             in_cgroups |= collect.cgroup_tree_pids(Path(js.spec.batch_cgroup))
-        alive = {p for p in set(js.spec.pids) | js.members | in_cgroups if psutil.pid_exists(p)}
         return JobContext(job_id, uid_of_job(alive), frozenset(alive), frozenset(in_cgroups))
+
+    def _processes_of(self, js: JobState, in_cgroups: set[int] | None = None) -> set[int]:
+        """A running job's live processes: those in its cgroups and its registered ones that
+        are still the processes registered (not a later process given the same number)."""
+        if in_cgroups is None:
+            in_cgroups = set(self.actuator.job_pids(js.spec.job_id)) \
+                if self.actuator.has_job(js.spec.job_id) else set()
+        procs = set(in_cgroups)
+        if js.spec.batch_cgroup:
+            procs |= collect.cgroup_tree_pids(Path(js.spec.batch_cgroup))
+        starts = js.pid_starts
+        return procs | collect.still_the_same({p: starts[p] for p in js.spec.pids if p in starts})
 
     def _sample_only(self, spec: JobSpec) -> bool:
         """On cgroup v2 there is one hierarchy: moving a batch job's processes into our
@@ -556,7 +591,9 @@ class NodeAgent(JobObservation, Restore):
         self._apply_role(js, verify)   # never stops the quota (observing.py)
         return wrote
 
-    def _restore_full(self, js: JobState, reason: str) -> None:
+    def _restore_full(self, js: JobState, reason: str) -> CgroupError | None:
+        """No limit for a running job from now on; the write's error, if it failed (the
+        next ticks write it again)."""
         js.fraction, js.role = None, None
         js.lease_deadline = None
         js.quota_reason = reason
@@ -566,6 +603,8 @@ class NodeAgent(JobObservation, Restore):
                 self._apply(js)
             except CgroupError as e:
                 log.error("job %s: could not restore full quota: %s", js.spec.job_id, e)
+                return e
+        return None
 
     def _enforce_leases(self) -> int:
         expired = self.leases.expired()

@@ -40,7 +40,7 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 from coscheduler import boundedjson
-from coscheduler.model import InvalidInput
+from coscheduler.model import InvalidInput, shown
 
 from .agent import Conflict, NodeAgent, UnknownJob
 from .state import validate_agent_job_id
@@ -103,9 +103,28 @@ def parse_json_body(raw: bytes) -> Any:
         raise HTTPError(400, str(e)) from None
 
 
+def _framing_error(headers) -> str | None:
+    """Why a request's framing is refused (None: it is not). Only one Content-Length and no
+    Transfer-Encoding: a body framed two ways, or by two lengths, could be read one way here
+    and another way by a proxy in front, and the rest taken as a second request (RFC 9112
+    6.1, 6.3). A header line without a colon ends the standard library's header parsing
+    early: the headers after it would be dropped without a word (RFC 9112 5.1: 400)."""
+    if headers.defects or headers.get_payload():
+        return "malformed header line (a header line without ':' right after its name)"
+    if headers.get("Transfer-Encoding") is not None:
+        return "Transfer-Encoding is not supported: send the body with a Content-Length"
+    lengths = headers.get_all("Content-Length") or []
+    if len(lengths) > 1:
+        return f"{len(lengths)} Content-Length headers: send exactly one"
+    return None
+
+
 def _content_length(value: str | None) -> int:
-    if value is None or not value.isascii() or not value.isdigit():
+    if value is None:
         raise HTTPError(411, "a JSON body with Content-Length is required")
+    value = value.strip()
+    if not value.isascii() or not value.isdigit():
+        raise HTTPError(400, f"Content-Length must be a whole number of bytes, got {shown(value, 20)}")
     if len(value) > 12 or int(value) > MAX_BODY:
         raise HTTPError(413, f"body of {value[:20]} bytes is larger than {MAX_BODY}")
     return int(value)
@@ -177,6 +196,8 @@ class Api:
             return 200, exposition(self.registry)
         if method == "GET" and path == "/v1/node":
             return 200, agent.node()
+        if path in ("/healthz", "/metrics", "/v1/node"):
+            raise HTTPError(405, f"{method} not allowed on {path}: it answers GET")
         if parts[:2] != ["v1", "jobs"]:
             raise HTTPError(404, f"no such endpoint: {method} {path[:200]}")
         rest = parts[2:]
@@ -241,6 +262,9 @@ class _DeadlineReader(io.RawIOBase):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # What an answer to an unparsable request line is sent as: the standard library's
+    # default (HTTP/0.9) sends the body alone, without a status line or headers.
+    default_request_version = "HTTP/1.1"
     # headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
     # client's delayed ACK hold the body back ~40 ms
     disable_nagle_algorithm = True
@@ -299,6 +323,7 @@ class _Handler(BaseHTTPRequestHandler):
         # for long), the whole request within read_timeout_s
         started = time.monotonic()
         self._reader.deadline = started + min(self.server.header_timeout_s, self.server.read_timeout_s)
+        head_done = False
         self.command = ""  # an answer sent before parse_request needs these
         self.request_version = "HTTP/1.1"
         self.requestline = ""
@@ -310,6 +335,11 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if not self.parse_request():
                 return  # an error was sent
+            head_done = True
+            framing = _framing_error(self.headers)
+            if framing is not None:
+                self.send_error(HTTPStatus.BAD_REQUEST, framing)
+                return
             self._reader.deadline = started + self.server.read_timeout_s
             if self._conn is not None:
                 if not self._conn.trusted and self.server.api.token_ok(self.headers.get("Authorization")):
@@ -319,9 +349,19 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_error(HTTPStatus.METHOD_NOT_ALLOWED, f"method {self.command[:20]!r} not allowed")
                 return
             method = "GET" if self.command == "HEAD" else self.command
-            status, body = self.server.api.handle(method, self.path, self.headers.get, self.rfile.read)
-            if status >= 400:
-                # The body may be unread: close rather than let a kept-alive connection desync.
+            declared = self.headers.get("Content-Length")
+            read = 0
+
+            def read_body(n: int) -> bytes:
+                nonlocal read
+                data = self.rfile.read(n)
+                read += len(data)
+                return data
+            status, body = self.server.api.handle(method, self.path, self.headers.get, read_body)
+            if status >= 400 or (declared is not None and declared.strip() != str(read)
+                                 and not (declared.strip().isdigit() and int(declared) == read)):
+                # A body left unread (a GET or DELETE sent one, or an error came first) would
+                # be read as the next request: close rather than let the connection desync.
                 self.close_connection = True
             self._reader.deadline = None
             self._send(status, body)
@@ -329,8 +369,11 @@ class _Handler(BaseHTTPRequestHandler):
         except TimeoutError:
             # a request begun but not finished in time
             self.close_connection = True
+            limit = (self.server.read_timeout_s if head_done else
+                     min(self.server.header_timeout_s, self.server.read_timeout_s))
+            what = "request" if head_done else "request line and headers"
             try:
-                self._send(408, {"error": f"request not complete within {self.server.read_timeout_s:g} s"})
+                self._send(408, {"error": f"{what} not complete within {limit:g} s"})
             except OSError:
                 pass
 

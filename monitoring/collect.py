@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import psutil
 
@@ -158,6 +158,22 @@ def proc_io(pid: int, files: "OpenFiles | None" = None) -> tuple[int, int]:
 def alive(pid: int) -> bool:
     """True for a live, non-zombie process."""
     return proc_stat(pid) is not None
+
+
+def start_times(pids: Iterable[int]) -> dict[int, float]:
+    """The start time of each live process among ``pids`` (what tells a process from a
+    later one given the same number)."""
+    out = {}
+    for pid in pids:
+        st = proc_stat(pid)
+        if st is not None:
+            out[pid] = st.start_time
+    return out
+
+
+def still_the_same(pid_starts: Mapping[int, float]) -> set[int]:
+    """The pids whose process is still the one that had the recorded start time."""
+    return {pid for pid, t in start_times(pid_starts).items() if pid_starts[pid] == t}
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ class JobObservation:
     """One tick's view of each job: read it (collect), reconcile its cgroup with the quota
     it should have (execute), update its sample (state), and retire jobs that ended."""
 
-    def _observe(self, jid: str, spec: JobSpec, now: float, quota_set: bool) -> dict[str, Any]:
+    def _observe(self, jid: str, spec: JobSpec, now: float, quota_set: bool,
+                 pid_starts: dict[int, float] | None = None) -> dict[str, Any]:
         """Read a job's processes and counters (no lock: only reads).
 
         A job whose processes all live in its cgroup is sampled from the cgroup alone on
@@ -43,7 +45,7 @@ class JobObservation:
                 and self.counters["ticks"] % self.io_every != 0 and not spec.batch_cgroup):
             usage, thr = self.actuator.counters(jid, quota_set)
             if usage is not None:
-                return {"members": set(in_cg), "to_move": set(), "refused": {},
+                return {"members": set(in_cg), "to_move": set(), "refused": {}, "stale_pids": {},
                         "totals": light["totals"], "io": light["io"], "usage_ns": usage,
                         "usage_src": "cgroup", "progress": self._progress_files.read(spec.progress_file,
                                                                      self._owner(jid, in_cg)),
@@ -77,9 +79,14 @@ class JobObservation:
                         refused[pid] = e
             return ok
 
-        # the registered processes, those in our cgroup or the batch system's, and every
-        # descendant of them: a process the job started later is found here
-        procs = collect.job_processes(in_cg | set(spec.pids) | admitted(batch - in_cg), self._files)
+        # The registered processes that are still the ones registered (a number whose
+        # process ended may now be anyone's), those in our cgroup or the batch system's,
+        # and every descendant of them: a process the job started later is found here.
+        registered, stale = set(spec.pids), {}
+        if pid_starts is not None:
+            registered = collect.still_the_same({p: pid_starts[p] for p in spec.pids if p in pid_starts})
+            stale = {p: pid_starts.get(p) for p in spec.pids if p not in registered}
+        procs = collect.job_processes(in_cg | registered | admitted(batch - in_cg), self._files)
         if spec.batch_cgroup and not set(procs) - in_cg - known.keys() <= batch:
             # A child forked after the batch cgroup was read is in it from birth (it
             # inherits its parent's cgroups): read the list again rather than judge it
@@ -128,7 +135,8 @@ class JobObservation:
             self._light[jid] = {"members": frozenset(in_cg), "totals": totals, "io": io}
         else:
             self._light.pop(jid, None)
-        return {"members": live - set(refused), "to_move": to_move, "refused": new_refusals, "totals": totals,
+        return {"members": live - set(refused), "to_move": to_move, "refused": new_refusals,
+                "stale_pids": stale, "totals": totals,
                 "io": io, "usage_ns": usage_ns,
                 "usage_src": usage_src if usage_ns is not None else "proc", "progress": prog,
                 "throttling": thr, "time": time.monotonic(), "wall": now}
@@ -145,7 +153,7 @@ class JobObservation:
 
     def _reconcile(self, js: JobState, obs: dict[str, Any], now: float) -> bool:
         jid = js.spec.job_id
-        changed = False
+        changed = self._forget_ended_registrations(js, obs["stale_pids"], now)
         if obs["to_move"]:
             res = self.actuator.move(jid, obs["to_move"])
             if res.moved:
@@ -175,6 +183,19 @@ class JobObservation:
             log.error("job %s: quota not applied: %s", jid, e)
         self._update_sample(js, obs)
         return changed
+
+    def _forget_ended_registrations(self, js: JobState, stale: dict[int, float | None],
+                                    now: float) -> bool:
+        """Registered pids whose process ended (or whose number a new process holds now)
+        are dropped from the job's registration: never followed again."""
+        gone = {p for p, t in stale.items() if js.pid_starts.get(p) == t}
+        if not gone:
+            return False
+        js.spec = replace(js.spec, pids=tuple(p for p in js.spec.pids if p not in gone))
+        for p in gone:
+            js.pid_starts.pop(p, None)
+        js.event(now, f"registered process(es) {sorted(gone)[:10]} ended: no longer followed")
+        return True
 
     def _apply_role(self, js: JobState, verify: bool) -> None:
         """Bring the job cgroup's scheduler files to its role (roles.py), where its quota

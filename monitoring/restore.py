@@ -186,13 +186,20 @@ class Restore:
                 except InvalidInput as e:
                     problems.append(f"state file entry of job {name} refused: {e}")
                     dropped[name] = f"refused: {str(e)[:300]}; kept as an adopted job"
+            starts: dict[int, float] = {}
             if spec is None:
                 spec = JobSpec(job_id=name, cores=1.0, pids=tuple(sorted(pids)), source="adopted")
                 status = "released"  # unknown allocation: not managed, removed once empty
+                reason = "full quota restored after agent restart"
             else:
-                status = "running"
-            js = JobState(spec=spec, registered_at=now, status=status,
-                          quota_reason="full quota restored after agent restart")
+                spec, starts = self._registered_still(spec, jobs_saved[name], pids)
+                # A job unregistered before the restart stays so (its quota is lifted above).
+                released = jobs_saved[name].get("status") == "released"
+                status = "released" if released else "running"
+                reason = ("unregistered before the agent's restart: no limit" if released
+                          else "full quota restored after agent restart")
+            js = JobState(spec=spec, registered_at=now, status=status, quota_reason=reason,
+                          pid_starts=starts)
             js.members = set(pids)
             js.seen_processes = True
             js.event(now, f"adopted after restart (previous agent pid {report.get('previous_pid')})")
@@ -239,6 +246,25 @@ class Restore:
                           str(name)[:80], batch[:200], e)
         return lifted
 
+    @staticmethod
+    def _registered_still(spec: JobSpec, raw: Mapping[str, Any], in_cgroup: set[int]
+                          ) -> tuple[JobSpec, dict[int, float]]:
+        """The saved registration with only the registered processes that are still the
+        ones registered: the same start time as saved, or (a state file written before
+        start times were saved) in the job's cgroup now. A number whose process ended
+        while the agent was down may have been given to anyone's new process."""
+        saved = raw.get("pid_starts")
+        saved = saved if isinstance(saved, Mapping) else None
+        now = collect.start_times(spec.pids)
+        keep: dict[int, float] = {}
+        for pid, t in now.items():
+            if saved is None:
+                if pid in in_cgroup:
+                    keep[pid] = t
+            elif saved.get(str(pid)) == t:
+                keep[pid] = t
+        return dataclasses.replace(spec, pids=tuple(p for p in spec.pids if p in keep)), keep
+
     def _saved_spec(self, name: str, raw: Any) -> JobSpec:
         """A job read back from the state file, through the same validation as a registration
         over HTTP (the file may have been damaged or edited): InvalidInput if unusable.
@@ -283,12 +309,13 @@ class Restore:
         for jid, js in self._jobs.items():
             if js.status != "running" and not self.actuator.has_job(jid):
                 continue
-            key = (js.spec, js.status, js.fraction, js.quota_us)
+            key = (js.spec, js.status, js.fraction, js.quota_us, tuple(js.pid_starts.items()))
             hit = cache.get(jid)
             if hit is None or hit[0] != key:
                 hit = cache[jid] = (key, json.dumps(jid) + ": " + json.dumps(
                     {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
-                     "quota_us": js.quota_us}))
+                     "quota_us": js.quota_us,
+                     "pid_starts": {str(p): t for p, t in js.pid_starts.items()}}))
             parts.append(hit[1])
             kept.add(jid)
         for jid in [j for j in cache if j not in kept]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from coscheduler.happiness import HAPPINESS_DONE
-from coscheduler.model import InvalidInput, check_finite, validate_job_class, validate_job_id
+from coscheduler.model import InvalidInput, check_finite, shown, validate_job_class, validate_job_id
 
 from .admission import PID_MAX_LIMIT, Admission, Refused
 from .cgroupfs import UnsafePath, validate_cgroup_name
@@ -26,6 +26,9 @@ MIN_QUOTA_US = 1000
 # the same value the learner stores (coscheduler/happiness.py).
 HAPPINESS_CAP = HAPPINESS_DONE
 MAX_CORES = 4096
+# A hundredth of a core: below it even the full quota is under the kernel's 1 ms per
+# 100 ms period, and per-core figures (CPU %) would grow without bound.
+MIN_CORES = 0.01
 # Counts beyond this lose precision as floats (happiness arithmetic): no job has that many tasks.
 MAX_COUNT = 2 ** 53
 
@@ -85,13 +88,13 @@ def check_pids(value: object, *, admission: "Admission | None" = None) -> tuple[
     """A list of process ids; with ``admission``, every pid must pass the agent's rule
     (monitoring.admission), which names the rule that refused it."""
     if not isinstance(value, (list, tuple)):
-        raise InvalidInput(f"pids must be a list of process ids, got {value!r}")
+        raise InvalidInput(f"pids must be a list of process ids, got {shown(value)}")
     if len(value) > 4096:
         raise InvalidInput("pids: more than 4096 processes in one registration")
     out = []
     for p in value:
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
-            raise InvalidInput(f"pids: {p!r} is not a valid process id (integers 1..{PID_MAX_LIMIT})")
+            raise InvalidInput(f"pids: {shown(p)} is not a valid process id (integers 1..{PID_MAX_LIMIT})")
         if admission is not None:
             admission.check(p)
         out.append(p)
@@ -105,7 +108,7 @@ def progress_path(value: object, progress_dir: Path, job_id: str) -> str:
     if value is None:
         return str(base / f"{job_id}.json")
     if not isinstance(value, str) or not value or "\x00" in value:
-        raise InvalidInput(f"progress_file must be a path string, got {value!r}")
+        raise InvalidInput(f"progress_file must be a path string, got {shown(value)}")
     p = Path(value)
     if not p.is_absolute():
         p = base / p
@@ -113,7 +116,7 @@ def progress_path(value: object, progress_dir: Path, job_id: str) -> str:
     resolved = Path(os.path.realpath(p.parent)) / p.name
     if p.name in ("", ".", "..") or base not in resolved.parents:
         raise InvalidInput(
-            f"progress_file {value!r} is outside the agent's progress directory {base}"
+            f"progress_file {shown(value)} is outside the agent's progress directory {base}"
         )
     return str(resolved)
 
@@ -140,8 +143,9 @@ def parse_registration(body: object, progress_dir: Path, *, admission: "Admissio
     except InvalidInput as e:
         raise InvalidInput(f"job {job_id}: {e}") from None
     cores = check_finite(body.get("cores"), f"job {job_id}: cores")
-    if cores is None or not 0 < cores <= MAX_CORES:
-        raise InvalidInput(f"job {job_id}: cores must be > 0 and <= {MAX_CORES}, got {body.get('cores')!r}")
+    if cores is None or not MIN_CORES <= cores <= MAX_CORES:
+        raise InvalidInput(f"job {job_id}: cores must be >= {MIN_CORES} and <= {MAX_CORES}, "
+                           f"got {shown(body.get('cores'))}")
     walltime = check_finite(body.get("walltime_s"), f"job {job_id}: walltime_s", allow_none=True)
     if walltime is not None and walltime <= 0:
         raise InvalidInput(f"job {job_id}: walltime_s must be > 0, got {walltime!r}")
@@ -150,8 +154,8 @@ def parse_registration(body: object, progress_dir: Path, *, admission: "Admissio
     if start is None and walltime is not None:
         start = time.time() if now is None else now
     mem = check_finite(body.get("mem_mb"), f"job {job_id}: mem_mb", allow_none=True)
-    if mem is not None and mem <= 0:
-        raise InvalidInput(f"job {job_id}: mem_mb must be > 0, got {mem!r}")
+    if mem is not None and mem < 1:
+        raise InvalidInput(f"job {job_id}: mem_mb must be >= 1, got {mem!r}")
     job_class = body.get("job_class")
     if job_class is not None:
         validate_job_class(job_class)
@@ -225,6 +229,10 @@ class JobState:
     # Discovered in Slurm's cgroups before its cores could be read: 1 until they are
     # (restore.py reads them again at each tick; a registration that gives cores ends it).
     cores_guessed: bool = False
+    # Each registered pid's start time (``collect.ProcStat.start_time``) when it was
+    # registered: a registered pid is followed only while the process holding it is that
+    # one. Once it ends the kernel may give its number to anyone's new process.
+    pid_starts: dict[int, float] = field(default_factory=dict)
 
     def event(self, now: float, what: str) -> None:
         self.events.append({"time": round(now, 3), "event": what})

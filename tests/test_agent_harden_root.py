@@ -169,3 +169,40 @@ def test_ids_with_a_newline_or_named_like_cgroup_files_are_400_on_real_cgroups(p
     assert sorted(str(x) for x in (CPU / cg_root).rglob("*")) == before
     assert c.health()
     _stop(ag)
+
+
+def _spawn_at(pid: int, procs, cmd, **kw):
+    """Start ``cmd`` so that the kernel gives it the number ``pid`` (ns_last_pid), as it
+    would to any process once ``pid``'s holder ended; None if others kept taking it."""
+    for _ in range(50):
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        p = procs(cmd, **kw)
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    return None
+
+
+def test_a_registered_leaders_number_given_to_another_users_process_is_not_followed(procs, cg_root,
+                                                                                    tmp_path):
+    """Probed 2026-12-03: once a job's registered leader ended, a process of ``nobody``
+    given its number was moved into the job's cgroup (under its 5 % quota) at the next
+    full tick, and followed from then on."""
+    ag, info = _start_agent(procs, cg_root, tmp_path / "state")
+    c = AgentClient(info["url"], token=TOKEN)
+    leader = procs(["sh", "-c", "sleep 3000 & exec sleep 1"])
+    c.register_job("reuse", [leader.pid], 1)
+    c.set_quota("reuse", 0.05, lease_s=600)
+    assert leader.wait(timeout=10) == 0          # the job runs on in its child
+    stranger = _spawn_at(leader.pid, procs, ["sleep", "3000"], user="nobody")
+    assert stranger is not None, f"the kernel never gave pid {leader.pid} again"
+    home = cpu_cgroup(stranger.pid)
+    deadline = time.monotonic() + 6.0            # several full ticks (every 5th at 0.5 s)
+    while time.monotonic() < deadline:
+        assert cpu_cgroup(stranger.pid) == home, "another user's process was moved into the job"
+        time.sleep(0.2)
+    view = c.job("reuse")
+    assert view["status"] == "running" and leader.pid not in view["pids"]
+    assert any("no longer followed" in e["event"] for e in view["events"])
+    _stop(ag)
