@@ -115,6 +115,9 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         self._planned: dict[int, tuple[Allocation, float]] = {}
         self._layouts: dict[int, tuple[tuple[str, int], ...]] = {}
         self._known: dict[int, str] = {}           # ours seen queued/running -> last state
+        # ... and their (user, submit time) as Slurm showed them: what a jobcomp line read
+        # for one once it vanished must agree with (jobcomp.find_in_jobcomp)
+        self._seen: dict[int, tuple[str | None, float | None]] = {}
         self._quotas: dict[int, tuple[float, tuple[str, ...]]] = {}
         self._renewed: dict[int, float] = {}
         self._roles: dict[int, str | None] = {}    # the role sent with a job's quota
@@ -199,6 +202,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                 self._give_up(j, f"cannot be co-scheduled: {exc}")
                 continue
             self._known[j.job_id] = "PENDING"
+            self._seen[j.job_id] = (j.user, j.submit_time)
             if dep == "waiting":
                 continue
             self.eligible_at.setdefault(j.job_id, now)
@@ -239,6 +243,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                 continue
             if ours:
                 self._known[j.job_id] = j.state
+                self._seen[j.job_id] = (j.user, j.submit_time)
                 mark = self._mark(j)
                 if started and mark.quota < 1.0 and j.job_id not in self._quotas:
                     # Found after a restart: re-apply the recorded quota on the next renewal.
@@ -471,6 +476,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         for jid in ids:
             if jid in self.reported:
                 self._known.pop(jid, None)
+                self._seen.pop(jid, None)
                 continue
             j = self._jobs.get(jid)
             if j is None:
@@ -505,6 +511,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
                     self._note(f"agent of {node}: releasing ended job {jid}: {exc}")
         self.reported.add(jid)
         self._known.pop(jid, None)
+        self._seen.pop(jid, None)
         self._quotas.pop(jid, None)
         self._renewed.pop(jid, None)
         self._roles.pop(jid, None)
@@ -579,7 +586,7 @@ class SlurmBackend(SlurmReading, AgentCalls, UsageRecords):
         if self.jobcomp_file is None:
             return {}
         try:
-            return find_in_jobcomp(lines_from_end(self.jobcomp_file), wanted)
+            return find_in_jobcomp(lines_from_end(self.jobcomp_file), wanted, self._seen)
         except OSError:
             return {}
 

@@ -120,9 +120,11 @@ def _feed(pipe, data: bytes) -> None:
 
 
 def _text(data: bytes) -> str:
-    # as subprocess's text mode: universal newlines; bytes that are not UTF-8 shown, not fatal
+    # Bytes that are not UTF-8 shown, not fatal. Only CR LF is a line end: a lone CR is a
+    # character a user typed in a job's name or comment, and read as a line end it would
+    # start a record of the user's choosing (parse.lines_of splits at LF only for that).
     text = data.decode("utf-8", errors="replace")
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+    return text.replace("\r\n", "\n") if "\r" in text else text
 
 
 class SlurmCommandError(BackendError):

@@ -43,6 +43,9 @@ local KEY_LIST = "class, type, tasks, workflow, stage, walltime"
 -- sbatch shows the user this message; scontrol (job_modify) only says "Unspecified
 -- error" in 22.05, so the reason also goes to slurmctld's log for the admin and the user.
 local function reject(msg)
+   -- The message quotes what the user typed (a comment, a partition list): its control
+   -- characters are shown as \NNN, so that a newline cannot start a forged log line.
+   msg = msg:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end)
    slurm.log_user("cosched: %s", msg)
    slurm.log_info("cosched: refused: %s", msg)
    return slurm.ERROR
@@ -164,7 +167,9 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       return reject("partition " .. where .. " cannot be combined with other partitions (got " ..
          job_desc.partition .. "): submit to -p " .. where .. " alone")
    end
-   if job_desc.time_limit == nil or job_desc.time_limit == NO_VAL or job_desc.time_limit == INFINITE then
+   -- (0 asks for no limit, as INFINITE does: slurm_plugin/parse.py reads it so)
+   if job_desc.time_limit == nil or job_desc.time_limit == NO_VAL or job_desc.time_limit == INFINITE
+         or job_desc.time_limit == 0 then
       return reject("jobs in partition " .. where ..
          " need a time limit (--time): co-scheduling measures a host's slowdown against it")
    end

@@ -7,19 +7,29 @@ The backend reads it for jobs that vanished from Slurm's memory, from the log's 
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 from .parse import (ParseError, SlurmJob, _fields, digits, lines_of, _local_time, _none, _repeated, _states,
                     _uid, duration_s, expand_hostlist)
 
 log = logging.getLogger("slurm_plugin.parse")
 
+# The keys jobcomp/filetxt prints, in its order (the same in the recorded 22.05, 24.11 and
+# 26.05 logs, tests/fixtures/slurm/*/jobcomp.txt).
+JOBCOMP_KEYS = ("JobId", "UserId", "GroupId", "Name", "JobState", "Partition", "TimeLimit",
+                "StartTime", "EndTime", "NodeList", "NodeCnt", "ProcCnt", "WorkDir",
+                "ReservationName", "Tres", "Account", "QOS", "WcKey", "Cluster", "SubmitTime",
+                "EligibleTime", "DerivedExitCode", "ExitCode")
+_KNOWN = frozenset(JOBCOMP_KEYS)
+
 
 def parse_jobcomp_line(line: str) -> SlurmJob | None:
     """One line of jobcomp/filetxt (what finished jobs leave without slurmdbd). Its
-    ``Name=`` and ``WorkDir=`` are printed as typed, and every line has each key once, so a
-    line repeating a key was forged by its job's user (``Name=x JobState=COMPLETED``):
-    ParseError naming the job."""
+    ``Name=`` and ``WorkDir=`` are printed as typed, so a user can write key=value text
+    into their job's line, and a newline there starts a line of their own. A genuine line
+    has each of Slurm's keys once, in Slurm's order (``JOBCOMP_KEYS``); a line that repeats
+    a key (``Name=x JobState=COMPLETED``) or lacks one or has them out of order (the part
+    after a newline) is a ParseError naming the job."""
     if not line.strip():
         return None
     pairs = _fields(line)
@@ -30,6 +40,12 @@ def parse_jobcomp_line(line: str) -> SlurmJob | None:
     if k is not None:
         raise ParseError(f"jobcomp: job {f['JobId']}'s line has {k}= twice (a name or "
                          f"working directory holding ' {k}=' text?): refused")
+    keys = tuple(key for key, _ in pairs if key in _KNOWN)
+    if keys != JOBCOMP_KEYS:
+        missing = [key for key in JOBCOMP_KEYS if key not in f]
+        why = f"lacks {', '.join(missing[:4])}" if missing else "has Slurm's keys out of order"
+        raise ParseError(f"jobcomp: job {f['JobId']}'s line {why} (the rest of a line cut by "
+                         "a newline in a name or working directory?): refused")
     state, flags = _states(f.get("JobState", ""))
     ec = f.get("ExitCode", "")
     rc, _, sig = ec.partition(":")
@@ -66,12 +82,19 @@ def _genuine(line: str) -> SlurmJob | None:
         return None
 
 
-def find_in_jobcomp(lines_newest_first: Iterable[str], wanted: Iterable[int]) -> dict[int, SlurmJob]:
+def find_in_jobcomp(lines_newest_first: Iterable[str], wanted: Iterable[int],
+                    seen: Mapping[int, tuple[str | None, float | None]] | None = None
+                    ) -> dict[int, SlurmJob]:
     """The newest genuine line of each ``wanted`` job, the log read from its end: only the
     lines of those jobs are parsed, and the reading stops once each is found. (Parsing the
     whole log, which grows by a line per job for as long as the cluster runs, cost 15 s per
     100,000 lines, in the controller's pass.) A forged line is left out, logged, as in
-    ``parse_jobcomp``; an older line of the same job may then answer."""
+    ``parse_jobcomp``; an older line of the same job may then answer.
+
+    ``seen``: job id -> (user, submit time) as Slurm showed the job while it was queued or
+    running. A line naming another user or another submit time is left out, logged: a user
+    who types a whole line, Slurm's keys in order, into a working directory after a newline
+    still gets their own job's submit time at its end (the keys after WorkDir= are Slurm's)."""
     left = set(wanted)
     out: dict[int, SlurmJob] = {}
     if not left:
@@ -84,12 +107,30 @@ def find_in_jobcomp(lines_newest_first: Iterable[str], wanted: Iterable[int]) ->
         if not digits(head) or int(head) not in left:
             continue
         j = _genuine(line)
+        if j is not None and seen is not None and not _as_seen(j, seen.get(j.job_id)):
+            continue
         if j is not None:
             out[j.job_id] = j
             left.discard(j.job_id)
             if not left:
                 break
     return out
+
+
+def _as_seen(j: SlurmJob, seen: tuple[str | None, float | None] | None) -> bool:
+    """Whether a jobcomp line agrees with what Slurm showed of the job (logged if not)."""
+    if seen is None:
+        return True
+    user, submit = seen
+    if user is not None and j.user is not None and user != j.user:
+        why = f"names user {j.user!r}, but Slurm showed the job as {user!r}'s"
+    elif submit is not None and j.submit_time is not None and abs(submit - j.submit_time) >= 1.0:
+        why = f"says it was submitted at {j.submit_time:.0f}, but Slurm showed {submit:.0f}"
+    else:
+        return True
+    log.warning("jobcomp: job %s's line %s (a line forged by a newline in a name or working "
+                "directory?): refused", j.job_id, why)
+    return False
 
 
 # A jobcomp line is a few hundred bytes; a longer "line" (a crash's NUL-filled tail) is

@@ -120,9 +120,11 @@ class SlurmNode:
 # -- small readers -----------------------------------------------------------------------------
 
 def digits(s: str) -> bool:
-    """``s`` is ASCII digits only. ``str.isdigit`` also takes '²' (which ``int`` refuses) and
-    '٣' (which it reads as 3); Slurm prints neither, but a user's job name or comment may."""
-    return s.isascii() and s.isdigit()
+    """``s`` is ASCII digits only, at most 20 of them (Slurm's widest numbers are 64-bit).
+    ``str.isdigit`` also takes '²' (which ``int`` refuses) and '٣' (which it reads as 3);
+    Slurm prints neither, but a user's job name or comment may. A longer run of digits is
+    no Slurm number (and ``int`` refuses more than 4,300 of them with a ValueError)."""
+    return len(s) <= 20 and s.isascii() and s.isdigit()
 
 
 # Slurm's widest fields are 64-bit: a larger number is no Slurm value.
@@ -135,6 +137,9 @@ def _num(v: Any) -> float | int | None:
     unset; math.inf when infinite (or one of Slurm's 32-bit no-value markers). NaN,
     infinities and numbers beyond 64 bits are a ParseError (JSON readers accept them)."""
     if isinstance(v, dict):
+        for flag in ("infinite", "set"):
+            if flag in v and not isinstance(v[flag], bool):   # ("false" is truthy)
+                raise ParseError(f"number {str(v)[:80]}: {flag!r} must be true or false")
         if v.get("infinite"):
             return math.inf
         if not v.get("set", True):
@@ -481,9 +486,9 @@ def duration_s(v: str) -> float | None:
     v = _none(v.strip())
     if not v or v.upper() in ("UNLIMITED", "INFINITE", "PARTITION_LIMIT", "NONE"):
         return None
-    m = re.fullmatch(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?", v)
+    m = re.fullmatch(r"(?:([0-9]{1,12})-)?([0-9]{1,12})(?::([0-9]{1,12}))?(?::([0-9]{1,12}))?", v)
     if not m:
-        raise ParseError(f"duration {v!r} is not a Slurm time")
+        raise ParseError(f"duration {v[:40]!r} is not a Slurm time")
     days, a, b, c = m.groups()
     if days is None and b is None:
         return int(a) * 60.0                                   # minutes

@@ -83,7 +83,7 @@ class SlurmReading:
         every job it ever saw). A job id no longer listed is never looked at again, so
         forgetting that it was reported cannot report it twice."""
         keep = self._jobs.keys() | self._known.keys() | self._planned.keys() | self._quotas.keys()
-        for cache in (self._job_cache, self._layouts):
+        for cache in (self._job_cache, self._layouts, self._seen):
             for jid in [k for k in cache if k not in keep]:
                 del cache[jid]
         if len(self.reported) > len(keep):

@@ -104,7 +104,10 @@ def parse_partition_max_time(rel: Release, parser: str, data: Mapping[str, Any],
     parts = data.get("partitions")
     if not isinstance(parts, list) or not parts or not isinstance(parts[0], Mapping):
         raise ParseError(f"{what}: no field 'partitions' with a record (fields: {sorted(data)})")
-    p = next((x for x in parts if isinstance(x, Mapping) and x.get("name") == partition), parts[0])
+    p = next((x for x in parts if isinstance(x, Mapping) and x.get("name") == partition), None)
+    if p is None:   # (another partition's limit would cap this one's walltime credit)
+        names = [str(x.get("name"))[:40] for x in parts[:5] if isinstance(x, Mapping)]
+        raise ParseError(f"{what}: no partition named {partition!r} in the answer (got {names})")
     if isinstance(p.get("maximums"), Mapping) and "time" in p["maximums"]:
         v = p["maximums"]["time"]
     elif "max_time_limit" in p:

@@ -201,12 +201,22 @@ def test_hook_accepts_and_refuses_metadata_like_the_parser(state, slurm):
             assert rc != 0, comment
             assert "cosched: " in err and problem.replace("'", "") in err.replace("'", ""), (comment, err)
     for args, problem in [((f"-p{state.partition}",), "need a time limit"),
+                          ((f"-p{state.partition}", "--time=0"), "need a time limit"),
                           ((f"-p{state.default_partition},{state.partition}", "-t1"), "cannot be combined"),
                           ((f"-p{state.partition}", "-t1", "--array=1-2"), "job arrays"),
                           ((f"-p{state.default_partition}", "-t1", "--comment=cosched:type=parallel"),
                            "only read in partition")]:
         rc, out, err = sbatch(state, *args)
         assert rc != 0 and problem in err, (args, err)
+    # What the user typed is quoted in slurmctld's log with its control characters shown
+    # as \NNN: a newline in a comment cannot start a log line of the user's choosing.
+    rc, out, err = sbatch(state, f"-p{state.partition}", "-t1",
+                          "--comment=cosched:class=a\nerror: forged by a user")
+    assert rc != 0 and "\\010error: forged" in err, err
+    ctld_log = (Path(state.dir) / "log" / "slurmctld.log").read_text(errors="replace")
+    assert "\\010error: forged by a user" in ctld_log
+    assert not any("error: forged by a user" in line and "cosched" not in line
+                   for line in ctld_log.splitlines())
     # A job of another partition is untouched: not held, not shared.
     rc, out, err = sbatch(state, f"-p{state.default_partition}", "-t1")
     assert rc == 0
