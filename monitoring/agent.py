@@ -229,6 +229,15 @@ class NodeAgent(JobObservation, Restore):
                 self._owners.pop(spec.job_id, None)   # (a new job: its user is found again)
                 created = True
             try:
+                if self.actuator.root_missing():
+                    # Removed from under us (empty, so no job lost its cgroup): made again,
+                    # with the node's quota, rather than failing every registration.
+                    self.actuator.remake_root()
+                    self.actuator.set_node_quota(self.node_quota_us, [])
+                    self._event(f"the cgroup root {self.actuator.cpu.root} was removed by "
+                                "someone else: made again")
+                    log.warning("the cgroup root %s was removed by someone else: made again",
+                                self.actuator.cpu.root)
                 self.actuator.ensure_job(spec.job_id)
                 self._apply(js)
                 kids, refused = self.admission.split(collect.descendants(spec.pids) - set(spec.pids))

@@ -229,6 +229,20 @@ class Actuator(RoleFiles):
         """Job cgroups present below the root (left by us, now or before a crash)."""
         return self.fs.subdirs(self.cpu.root)
 
+    def root_missing(self) -> bool:
+        """Whether someone removed our root (an operator's cleanup, a cgroup manager)."""
+        return any(conf is not None and not self.fs.is_dir(conf.root) for conf in (self.cpu, self.acct))
+
+    def remake_root(self) -> None:
+        """Create the root again as ``setup`` did (its ancestors, the controllers)."""
+        for conf in (self.cpu, self.acct):
+            if conf is not None:
+                for anc in conf.ancestors():
+                    self.fs.mkdir(anc)
+                self.fs.mkdir(conf.root)
+                self._forget(conf.root)
+        self._prepare_root()
+
     def ensure_job(self, job: str) -> None:
         self._mkdir(self.cpu.job(job))
         if self.acct is not None:

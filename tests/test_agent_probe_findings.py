@@ -330,3 +330,16 @@ def test_slow_headers_get_a_408_naming_the_header_deadline(node):
         assert b"within 1 s" in got, got
     finally:
         server.shutdown()
+
+
+def test_a_cgroup_root_removed_by_someone_else_is_made_again_at_the_next_registration(node):
+    fs, agent, sleeper = node
+    a = agent()
+    root = fs.mount / "cosched"
+    assert root.is_dir() and not [d for d in root.iterdir() if d.is_dir()]
+    fs.rmdir(root)
+    assert not root.is_dir()
+    p = sleeper()
+    view = a.register_job({"job_id": "j", "pids": [p.pid], "cores": 1})
+    assert view["status"] == "running" and _in_job_cgroup(fs, "j", p.pid)
+    assert any("made again" in e["event"] for e in a.node()["events"])
