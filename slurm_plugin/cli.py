@@ -250,7 +250,10 @@ def priority_cmd(policy_name, partition, inspector, once, interval, base, direct
     if not interval > 0:
         raise click.BadParameter(f"must be > 0, got {interval}", param_hint="--interval")
     conf = slurm_conf or _state(directory).slurm_conf
-    source = CommandLineSource(SlurmCommands(conf))
+    try:
+        source = CommandLineSource(SlurmCommands(conf))
+    except InvalidInput as exc:   # (a bad $COSCHED_SLURM_MAX_JSON_MB, say)
+        raise click.ClickException(str(exc)) from None
     while True:
         try:
             rep = apply_priorities(source, policy, partition=partition, base=base)

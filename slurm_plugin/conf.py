@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coscheduler import boundedjson
 from coscheduler.model import InvalidInput
 from coscheduler.resources import resource
 
@@ -39,6 +40,30 @@ LUA_TEMPLATE = resource(__package__, "job_submit.lua")   # package data (pyproje
 _SLURM_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}\Z")
 _NODE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,252}\Z")
+
+
+# A site's slurm.conf is a few KB; includes aside, none is near this.
+MAX_SLURM_CONF_BYTES = 16 << 20
+
+
+def check_slurm_conf(path: str | Path) -> None:
+    """InvalidInput naming ``path`` unless it is a slurm.conf the Slurm commands can be
+    pointed at: a regular, readable UTF-8 text file with key=value lines. (Pointed at a
+    FIFO, /dev/zero or an empty file, every command failed at every pass and ``cosched
+    run`` went on as if connected.)"""
+    what = f"slurm.conf {str(path)[:200]}"
+    try:
+        raw = boundedjson.read_file(path, MAX_SLURM_CONF_BYTES, what)
+    except FileNotFoundError:
+        raise InvalidInput(f"{what}: no such file") from None
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{what}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not any("=" in line for line in text.splitlines() if not line.lstrip().startswith("#")):
+        raise InvalidInput(f"{what}: no key=value line in it (is it a slurm.conf?)")
 
 
 def _port(p: int, what: str) -> int:

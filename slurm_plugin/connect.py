@@ -20,6 +20,7 @@ from coscheduler.model import InvalidInput
 from .backend import SlurmBackend
 from .cluster import ClusterState, default_dir, load_state
 from .commands import SlurmCommands
+from .conf import check_slurm_conf
 from .source import make_source
 
 
@@ -90,6 +91,8 @@ def backend_from_options(options: Mapping[str, Any]) -> SlurmBackend:
         if options.get("partition"):
             b.partition = options["partition"]
         return b
+    if options.get("slurm_conf"):
+        check_slurm_conf(options["slurm_conf"])
     cmds = SlurmCommands(options.get("slurm_conf"))
     source = make_source(cmds, options.get("slurm_source") or "auto")
     partition = options.get("partition") or "cosched"

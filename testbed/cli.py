@@ -264,6 +264,9 @@ def report_cmd(instance, results, out, as_json) -> None:
                                     f"{data['setup']['cpus']} CPUs, scale {data['setup']['scale']:g}")
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(exc) from None
+    except (KeyError, TypeError, AttributeError) as exc:   # a run.json of another shape
+        raise click.ClickException(f"{path} is not a testbed run.json that can be reported "
+                                   f"({type(exc).__name__}: {str(exc)[:200]})") from None
     except _errors() as exc:
         raise _fail(exc) from None
     if as_json:

@@ -77,6 +77,15 @@ def load(path: Path) -> dict:
         raise ValueError(f"{p} is not a testbed run.json: {exc}") from None
     if not isinstance(data, dict) or "runs" not in data or "setup" not in data:
         raise ValueError(f"{p} is not a testbed run.json (no 'runs' and 'setup')")
+    if not isinstance(data["setup"], dict) or not isinstance(data["runs"], list):
+        raise ValueError(f"{p} is not a testbed run.json ('setup' must be an object and "
+                         "'runs' a list)")
+    for i, r in enumerate(data["runs"]):
+        try:
+            run_from_json(r)
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            raise ValueError(f"{p} is not a testbed run.json: run {i} cannot be read "
+                             f"({type(exc).__name__}: {str(exc)[:200]})") from None
     return data
 
 

@@ -12,7 +12,9 @@ from typing import Callable, Iterator
 
 import click
 
+from ..model import InvalidInput
 from ..store import MissingStateDatabase, SqliteStore, StoreError, default_db_path
+from ..store.paths import expand_user
 
 WIDTH = 80
 
@@ -26,7 +28,10 @@ def db_option(fn: Callable) -> Callable:
 
 
 def resolve_db(db: Path | None) -> Path:
-    return (db if db is not None else default_db_path()).expanduser()
+    try:
+        return expand_user(db, "--db") if db is not None else default_db_path()
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @contextmanager

@@ -43,6 +43,7 @@ from ..model import InvalidInput
 from .errors import (DamagedDatabase, ForeignDatabase, MissingStateDatabase, NewerSchema,
                      NotAStateDatabase, OlderSchema, StoreError, StoreUnavailable)
 from .lock import ControllerLock, ReaderLock, file_kind
+from .paths import expand_user
 from .records import RecorderMixin
 from .rows import _DECISION_COLS, _dumps, _loads, _quota  # noqa: F401 - the old names
 from .schema import APP_NAME, APPLICATION_ID, MIGRATIONS, REQUIRED_TABLES
@@ -86,7 +87,7 @@ class SqliteStore(RecorderMixin):
             raise ValueError("a state database cannot be both created and opened read-only")
         if synchronous not in SYNCHRONOUS_MODES:
             raise InvalidInput(f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}")
-        self.path = Path(path).expanduser()
+        self.path = expand_user(path, "state database")
         self.readonly = readonly
         self._migrations = tuple(tuple(m) for m in _migrations)
         self.schema_version = len(self._migrations)

@@ -1,0 +1,73 @@
+"""What a probe of the command line's inputs found on 2026-12-03 (issue 24: never a traceback
+for bad input), each held here: a one-line error naming the input, a non-zero exit.
+
+- ``--db '~nosuchuser/x.db'`` and ``COSCHED_DB='~nosuchuser/x'`` ended in RuntimeError;
+- ``cosched slurm priority`` with a bad ``$COSCHED_SLURM_MAX_JSON_MB`` ended in InvalidInput;
+- ``cosched testbed report`` on a run.json of another shape ended in AttributeError/TypeError;
+- ``cosched run --backend slurm --slurm-conf`` pointed at a FIFO, /dev/zero, an empty or a
+  binary file went on (exit 0) with every Slurm command failing at every pass.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from coscheduler.cli import main
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+def _one_line_error(r, *words: str) -> None:
+    assert r.exit_code != 0, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert lines and lines[-1].startswith("Error: "), r.stderr
+    assert "Traceback" not in r.output
+    for w in words:
+        assert w in lines[-1], (w, lines[-1])
+
+
+def test_a_db_path_whose_home_cannot_be_found_is_named():
+    _one_line_error(run("decisions", "list", "--db", "~nosuchuser-xyz/x.db"), "--db", "~nosuchuser-xyz")
+    _one_line_error(run("decisions", "list", env={"COSCHED_DB": "~nosuchuser-xyz/x"}),
+                    "$COSCHED_DB")
+    _one_line_error(run("simulate", "paper", "--repeat", "1", "--cores", "64", "--policies", "asax",
+                        "--scale", "0.05", "--db", "~nosuchuser-xyz/x.db"), "~nosuchuser-xyz")
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "inf"])
+def test_a_bad_json_size_limit_for_slurm_priority_is_named(tmp_path, value):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    _one_line_error(run("slurm", "priority", "--once", "--slurm-conf", str(conf),
+                        env={"COSCHED_SLURM_MAX_JSON_MB": value}), "COSCHED_SLURM_MAX_JSON_MB")
+
+
+@pytest.mark.parametrize("body", ['{"runs": "x", "setup": {}}', '{"runs": [{}], "setup": {}}',
+                                  '{"runs": [], "setup": 5}', '{"runs": [7], "setup": {}}'])
+def test_a_testbed_report_of_a_run_json_of_another_shape_is_one_line(tmp_path, body):
+    (tmp_path / "run.json").write_text(body)
+    _one_line_error(run("testbed", "report", "--results", str(tmp_path)), "run.json")
+
+
+def _fifo(tmp_path):
+    p = tmp_path / "fifo.conf"
+    os.mkfifo(p)
+    return p
+
+
+@pytest.mark.parametrize("make,why", [
+    (_fifo, "not a regular file"),
+    (lambda t: (t / "empty.conf", (t / "empty.conf").write_text(""))[0], "no key=value line"),
+    (lambda t: (t / "bin.conf", (t / "bin.conf").write_bytes(b"\x00\xff\xfe=x"))[0], "not UTF-8"),
+], ids=["fifo", "empty", "binary"])
+def test_run_refuses_a_slurm_conf_that_is_not_one(tmp_path, make, why):
+    conf = make(tmp_path)
+    r = run("run", "--backend", "slurm", "--slurm-conf", str(conf), "--max-passes", "1",
+            "--db", str(tmp_path / "s.db"))
+    _one_line_error(r, str(conf), why)
