@@ -11,11 +11,14 @@ for bad input), each held here: a one-line error naming the input, a non-zero ex
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from click.testing import CliRunner
 
 from coscheduler.cli import main
+from coscheduler.data import swf_dir
+from coscheduler.multi.report import MODELS_DIR
 
 
 def run(*args, env=None):
@@ -71,3 +74,16 @@ def test_run_refuses_a_slurm_conf_that_is_not_one(tmp_path, make, why):
     r = run("run", "--backend", "slurm", "--slurm-conf", str(conf), "--max-passes", "1",
             "--db", str(tmp_path / "s.db"))
     _one_line_error(r, str(conf), why)
+
+
+@pytest.mark.parametrize("source,target,why", [
+    ("mrsch-lublin_256-S2.model", "mrsch-lublin_256-S1.model", "trained on job set 'S2'"),
+    ("scalar-lublin_256-S1.model", "mrsch-lublin_256-S1.model", "trained with the 'fixed' goal"),
+], ids=["another set", "another goal"])
+def test_an_mrsch_model_for_another_set_or_goal_is_refused(tmp_path, source, target, why):
+    """Probed: a model copied over another's name was played without a word (the S2 model
+    as S1's, the fixed-goal scalar model as MRSch's); only the machine was checked."""
+    shutil.copy(MODELS_DIR / source, tmp_path / target)
+    r = run("simulate", "multi", "--from", str(swf_dir() / "lublin_256.swf"), "--sets", "S1",
+            "--methods", "mrsch", "--models", str(tmp_path))
+    _one_line_error(r, why)

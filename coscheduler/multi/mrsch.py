@@ -248,6 +248,20 @@ def load_model(path: str | Path) -> MRSchModel:
     return MRSchModel(params, header, name)
 
 
+def check_model_for(model: MRSchModel, set_name: str, goal: str) -> None:
+    """ModelError naming the file when ``model`` was trained for another job set or goal
+    than it is asked to play (a file renamed or copied over another: the machine and the
+    pools may match while the jobs it learned from do not)."""
+    h = model.header
+    trained = h.get("set")
+    if trained is not None and trained != set_name:
+        raise ModelError(f"{model.name}: trained on job set {trained!r}, asked to play "
+                         f"{set_name!r}")
+    if h.get("goal") != goal:
+        raise ModelError(f"{model.name}: trained with the {h.get('goal')!r} goal, asked "
+                         f"for the {goal!r} one ({'mrsch' if goal == 'dynamic' else 'scalar-rl'})")
+
+
 # ---------------------------------------------------------------------------------------
 # The agent as a selector of the simulator's selection seam.
 

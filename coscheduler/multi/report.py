@@ -40,7 +40,7 @@ from ..resources import resource_dir
 from ..sim.engine import simulate
 from ..sim.resources import pool_model
 from .metrics import multi_metrics
-from .mrsch import MRSchAgent, load_model
+from .mrsch import MRSchAgent, check_model_for, load_model
 from .selectors import WindowOptimiser
 from .train import HEURISTICS, split
 from .workload import MultiWorkload
@@ -216,8 +216,10 @@ def run_method(wl: MultiWorkload, method: str, *, models_dir: Path = MODELS_DIR,
     elif method in ("mrsch", "scalar-rl"):
         kind = "mrsch" if method == "mrsch" else "scalar"
         path = check_model(models_dir, method, wl.source, wl.set_name)
-        policy = MRSchAgent(load_model(path), goal="dynamic" if kind == "mrsch" else "fixed",
-                            goal_trace=(method == "mrsch"), name=method)
+        goal = "dynamic" if kind == "mrsch" else "fixed"
+        model = load_model(path)
+        check_model_for(model, wl.set_name, goal)
+        policy = MRSchAgent(model, goal=goal, goal_trace=(method == "mrsch"), name=method)
     else:
         raise InvalidInput(f"unknown method {method!r}; valid methods: {', '.join(METHODS)}")
     t0 = time.perf_counter()
