@@ -24,6 +24,7 @@ written (``JobQueue.prune``, about hourly), except the records of jobs that a jo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -63,6 +64,11 @@ def job_to_dict(job: Job) -> dict[str, Any]:
             "mem_mb": job.mem_mb, "user": job.user, "command": list(job.command)}
 
 
+# The fields a Job cannot be made without (no default in model.Job).
+_REQUIRED_FIELDS = tuple(f.name for f in dataclasses.fields(Job)
+                         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+
 def job_from_dict(item: Any, where: str) -> Job:
     """A Job from its JSON object; InvalidInput naming ``where`` and the field otherwise."""
     if not isinstance(item, Mapping):
@@ -73,6 +79,9 @@ def job_from_dict(item: Any, where: str) -> Job:
     cmd = item.get("command")
     if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
         raise InvalidInput(f"{where}: command must be a non-empty list of strings")
+    missing = sorted(k for k in _REQUIRED_FIELDS if item.get(k) is None)
+    if missing:
+        raise InvalidInput(f"{where}: missing field(s) {missing}")
     deps = item.get("depends_on") or []
     if not isinstance(deps, list):
         raise InvalidInput(f"{where}: depends_on must be a list of job ids")

@@ -87,3 +87,13 @@ def test_an_mrsch_model_for_another_set_or_goal_is_refused(tmp_path, source, tar
     r = run("simulate", "multi", "--from", str(swf_dir() / "lublin_256.swf"), "--sets", "S1",
             "--methods", "mrsch", "--models", str(tmp_path))
     _one_line_error(r, why)
+
+
+def test_a_queue_file_job_without_a_required_field_names_the_field():
+    """Probed: the error was Python's ``Job.__init__() missing 1 required positional
+    argument: 'job_class'``."""
+    from coscheduler.model import InvalidInput
+    from mesos_framework.queue import job_from_dict
+
+    with pytest.raises(InvalidInput, match=r"^q.json job 0: missing field\(s\) \['job_class'\]$"):
+        job_from_dict({"job_id": "a", "cores": 1, "walltime_s": 5, "command": ["true"]}, "q.json job 0")
