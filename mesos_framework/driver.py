@@ -496,9 +496,9 @@ class MesosSchedulerDriver(PymesosCalls):
             if kind == "HEARTBEAT":
                 self._callback("processHeartBeat")
             elif kind == "OFFERS":
-                self._callback("resourceOffers", list(_get(body, "offers", kind)))
+                self._callback("resourceOffers", _get_list(body, "offers", kind))
             elif kind == "INVERSE_OFFERS":
-                self._callback("inverseOffers", list(_get(body, "inverse_offers", kind)))
+                self._callback("inverseOffers", _get_list(body, "inverse_offers", kind))
             elif kind == "RESCIND":
                 self._callback("offerRescinded", _get(body, "offer_id", kind))
             elif kind == "RESCIND_INVERSE_OFFER":
@@ -610,6 +610,16 @@ def _get(body: Any, key: str, kind: str) -> Any:
     if not isinstance(body, dict) or key not in body:
         raise msg.MessageError(f"{kind} event lacks {kind.lower()}.{key}")
     return body[key]
+
+
+def _get_list(body: Any, key: str, kind: str) -> list[Any]:
+    # A copy, and only of a list: list() of a string or an object read each character or
+    # key as an offer (one logged problem per byte of a crafted event).
+    value = _get(body, key, kind)
+    if not isinstance(value, list):
+        raise msg.MessageError(f"{kind} event: {kind.lower()}.{key} must be a list, "
+                               f"got {type(value).__name__}")
+    return list(value)
 
 
 __all__ = ["DAY", "DRIVER_ABORTED", "DRIVER_NOT_STARTED", "DRIVER_RUNNING", "DRIVER_STOPPED",
