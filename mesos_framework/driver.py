@@ -65,6 +65,8 @@ DRIVER_NOT_STARTED, DRIVER_RUNNING, DRIVER_ABORTED, DRIVER_STOPPED = 1, 2, 3, 4
 # stays under 20 levels.
 MAX_EVENT_BYTES = 64 << 20
 MAX_EVENT_DEPTH = 64
+# The event types counted by name in ``events`` (the scheduler API's list).
+_EVENT_TYPES = frozenset(msg.EVENT_TYPES)
 # The heartbeat watcher's sleep between looks: at least this (while connecting, or just
 # after the limit passed), at most that (the interval may change when SUBSCRIBED arrives).
 WATCH_MIN_S = 0.05
@@ -173,7 +175,9 @@ class MesosSchedulerDriver(PymesosCalls):
         self.status = DRIVER_NOT_STARTED
         self.subscriptions = 0          # SUBSCRIBED events received (tests and logs)
         self.disconnections = 0
-        self.events: dict[str, int] = {}   # count per event type
+        # Count per event type; types the docs do not list share the key "unknown" (a
+        # master's made-up types would add a key each, without bound).
+        self.events: dict[str, int] = {}
         self.stream_errors: list[str] = []  # why streams ended (last 50)
         self.bad_events = 0             # events skipped as unusable
         self.fatal: str | None = None   # why the subscription thread died, if it did
@@ -488,7 +492,8 @@ class MesosSchedulerDriver(PymesosCalls):
         log.error("skipped an event from %s (%d so far): %s", self.master, self.bad_events, why)
 
     def _dispatch(self, kind: str, event: dict[str, Any], sid: str) -> bool:
-        self.events[kind] = self.events.get(kind, 0) + 1
+        counted = kind if kind in _EVENT_TYPES else "unknown"
+        self.events[counted] = self.events.get(counted, 0) + 1
         body = event.get(kind.lower())
         try:
             if kind == "SUBSCRIBED":

@@ -437,3 +437,14 @@ def test_offers_with_many_bad_resources_or_many_bad_offers_log_a_bounded_number_
     assert b.held_offers()[0].view.cpus == 4.0
     step(b, ctl)
     assert len(tasks_of(d)) == 1
+
+
+def test_made_up_event_types_share_one_counter(caplog):
+    # Regression: driver.events kept a key per distinct type the master sent, without bound
+    # (200,000 made-up types: 200,000 keys).
+    drv = MesosSchedulerDriver(object(), {"user": "root", "name": "test"}, "http://127.0.0.1:1")
+    with caplog.at_level(logging.CRITICAL, "mesos_framework.driver"):
+        for i in range(1000):
+            drv._event(json.dumps({"type": f"T{i:060d}"}).encode(), "sid")
+        drv._event(b'{"type": "HEARTBEAT"}', "sid")
+    assert drv.events == {"unknown": 1000, "HEARTBEAT": 1}
