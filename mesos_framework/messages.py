@@ -14,6 +14,7 @@ missing scalar), so the framework can log it and carry on.
 from __future__ import annotations
 
 import base64
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -65,13 +66,22 @@ def printable(text: object, limit: int = 300) -> str:
 
 
 def scalar_value(name: str, value: Any) -> float | None:
-    """A scalar resource's value as a float, or None when it is not usable: not a number,
-    negative, not finite (a JSON integer past the float range included: no OverflowError)
-    or beyond ``SCALAR_MAX``."""
+    """A scalar resource's value as a float rounded down to 0.001 (``floor_scalar``), or
+    None when it is not usable: not a number, negative, not finite (a JSON integer past the
+    float range included: no OverflowError) or beyond ``SCALAR_MAX``."""
     if not is_finite_number(value) or value < 0:
         return None
     v = float(value)
-    return v if v <= SCALAR_MAX.get(name, SCALAR_MAX_OTHER) else None
+    return floor_scalar(v) if v <= SCALAR_MAX.get(name, SCALAR_MAX_OTHER) else None
+
+
+def floor_scalar(value: float) -> float:
+    """``value`` rounded DOWN to the 0.001 that Mesos keeps of a scalar (fixed point, three
+    decimals), never above ``value``. Offers are read and pieces cut this way so that a task
+    never asks for more than a piece holds, nor for 0.0: rounding to nearest turned mem
+    pieces of 31.9996 and 0.0004 into 32.0 and 0.0, and a master refuses both."""
+    # (+1e-6 of a step: binary noise, 4.35 * 1000 may be 4349.999...; min() keeps the bound)
+    return min(value, math.floor(value * 1000 + 1e-6) / 1000)
 
 
 # -- ids and small pieces -------------------------------------------------------------------

@@ -775,3 +775,32 @@ def test_reconcile_checks_saved_tasks_against_running_ones_in_linear_work(tmp_pa
     assert sorted(t["task_id"]["value"] for t in explicit["reconcile"]["tasks"]) == sorted(b._saved["tasks"])
     assert implicit["reconcile"] == {"tasks": []}
     assert hashed[0] <= 2 * n, f"running task ids hashed {hashed[0]} times for {n} tasks"
+
+
+def test_carve_rounds_each_piece_down_and_never_asks_for_zero():
+    # Regression: each piece was rounded to the nearest 0.001, so mem pieces of 31.9996 and
+    # 0.0004 were asked for as 32.0 (more than the piece holds) and 0.0 (refused by a master).
+    raw = {"id": {"value": "O1"}, "agent_id": {"value": "A1"}, "hostname": "h1", "resources": [
+        {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": 31.9996}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": 0.0004}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": 100}, "role": "*"}]}
+    held = HeldOffer(msg.read_offer(raw), 0.0, 1.0)
+    res = carve([held], {"cpus": 1, "mem": 32})
+    mem = [r["scalar"]["value"] for r in res if r["name"] == "mem"]
+    assert mem == [31.999, 0.001] and sum(mem) == pytest.approx(32.0)
+    assert held.view.mem == pytest.approx(131.999)   # read as a master keeps it: 0.001 steps
+    # Through a pass: every piece asked for is > 0 and within the piece it is cut from.
+    b, d, ctl, clock = make()
+    b.submit(job("j1", cores=1))
+    b.resourceOffers(d, [raw])
+    step(b, ctl)
+    (accept,) = d.of("ACCEPT")
+    (task,) = accept["accept"]["operations"][0]["launch"]["task_infos"]
+    assert [(r["name"], r["scalar"]["value"]) for r in task["resources"]] == [
+        ("cpus", 1.0), ("mem", 31.999), ("mem", 0.001)]
+    # Pieces below 0.001 alone are not enough for anything, and are not cut.
+    dust = HeldOffer(msg.read_offer(offer("O2", "A2", 1, 0.0004)), 0.0, 1.0)
+    assert dust.view.mem == 0.0
+    with pytest.raises(ValueError, match="lack"):
+        carve([dust], {"cpus": 1, "mem": 0.001})
