@@ -65,6 +65,8 @@ DRIVER_NOT_STARTED, DRIVER_RUNNING, DRIVER_ABORTED, DRIVER_STOPPED = 1, 2, 3, 4
 # stays under 20 levels.
 MAX_EVENT_BYTES = 64 << 20
 MAX_EVENT_DEPTH = 64
+# The event types counted by name in ``events`` (the scheduler API's list).
+_EVENT_TYPES = frozenset(msg.EVENT_TYPES)
 # The heartbeat watcher's sleep between looks: at least this (while connecting, or just
 # after the limit passed), at most that (the interval may change when SUBSCRIBED arrives).
 WATCH_MIN_S = 0.05
@@ -173,7 +175,9 @@ class MesosSchedulerDriver(PymesosCalls):
         self.status = DRIVER_NOT_STARTED
         self.subscriptions = 0          # SUBSCRIBED events received (tests and logs)
         self.disconnections = 0
-        self.events: dict[str, int] = {}   # count per event type
+        # Count per event type; types the docs do not list share the key "unknown" (a
+        # master's made-up types would add a key each, without bound).
+        self.events: dict[str, int] = {}
         self.stream_errors: list[str] = []  # why streams ended (last 50)
         self.bad_events = 0             # events skipped as unusable
         self.fatal: str | None = None   # why the subscription thread died, if it did
@@ -488,7 +492,8 @@ class MesosSchedulerDriver(PymesosCalls):
         log.error("skipped an event from %s (%d so far): %s", self.master, self.bad_events, why)
 
     def _dispatch(self, kind: str, event: dict[str, Any], sid: str) -> bool:
-        self.events[kind] = self.events.get(kind, 0) + 1
+        counted = kind if kind in _EVENT_TYPES else "unknown"
+        self.events[counted] = self.events.get(counted, 0) + 1
         body = event.get(kind.lower())
         try:
             if kind == "SUBSCRIBED":
@@ -496,9 +501,9 @@ class MesosSchedulerDriver(PymesosCalls):
             if kind == "HEARTBEAT":
                 self._callback("processHeartBeat")
             elif kind == "OFFERS":
-                self._callback("resourceOffers", list(_get(body, "offers", kind)))
+                self._callback("resourceOffers", _get_list(body, "offers", kind))
             elif kind == "INVERSE_OFFERS":
-                self._callback("inverseOffers", list(_get(body, "inverse_offers", kind)))
+                self._callback("inverseOffers", _get_list(body, "inverse_offers", kind))
             elif kind == "RESCIND":
                 self._callback("offerRescinded", _get(body, "offer_id", kind))
             elif kind == "RESCIND_INVERSE_OFFER":
@@ -610,6 +615,16 @@ def _get(body: Any, key: str, kind: str) -> Any:
     if not isinstance(body, dict) or key not in body:
         raise msg.MessageError(f"{kind} event lacks {kind.lower()}.{key}")
     return body[key]
+
+
+def _get_list(body: Any, key: str, kind: str) -> list[Any]:
+    # A copy, and only of a list: list() of a string or an object read each character or
+    # key as an offer (one logged problem per byte of a crafted event).
+    value = _get(body, key, kind)
+    if not isinstance(value, list):
+        raise msg.MessageError(f"{kind} event: {kind.lower()}.{key} must be a list, "
+                               f"got {type(value).__name__}")
+    return list(value)
 
 
 __all__ = ["DAY", "DRIVER_ABORTED", "DRIVER_NOT_STARTED", "DRIVER_RUNNING", "DRIVER_STOPPED",

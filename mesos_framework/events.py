@@ -22,6 +22,9 @@ log = logging.getLogger("mesos_framework.framework")
 # Ended jobs remembered in memory (outcomes, starts, end states): past this many the
 # oldest fifth is let go (``_forget_oldest``).
 ENDED_KEPT = 50_000
+# Problems logged per OFFERS event (each offer's own list is capped in messages.read_offer);
+# the rest are counted in one last line, so that one crafted event is a few log lines.
+MAX_EVENT_PROBLEMS = 16
 
 
 class SchedulerEvents:
@@ -71,14 +74,21 @@ class SchedulerEvents:
             # SUPPRESS goes straight back (no later pass may come to decline it).
             send_back = self._suppressed and self._nothing_waits()
             refuse = self.config.idle_refuse_s if send_back else self.config.refuse_s
+            logged = unlogged = 0
             for raw in offers:
                 try:
                     v = msg.read_offer(raw)
+                    problems: tuple[str, ...] = v.problems
                 except msg.MessageError as exc:
-                    self._problem(f"offer ignored: {exc}")
+                    v, problems = None, (f"offer ignored: {exc}",)
+                for p in problems:
+                    if logged < MAX_EVENT_PROBLEMS:
+                        self._problem(p)
+                        logged += 1
+                    else:
+                        unlogged += 1
+                if v is None:
                     continue
-                for p in v.problems:
-                    self._problem(p)
                 self.counters["offers"] += 1
                 if self._first_offer_at is None:
                     self._first_offer_at = self._clock()
@@ -93,6 +103,8 @@ class SchedulerEvents:
                     useless.append(held)
                     continue
                 self._pool[v.offer_id] = held
+            if unlogged:
+                self._problem(f"and {unlogged} more problems in this OFFERS event (not logged)")
         if useless:
             self._decline(useless, refuse)
         self.changed.set()

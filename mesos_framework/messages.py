@@ -14,6 +14,7 @@ missing scalar), so the framework can log it and carry on.
 from __future__ import annotations
 
 import base64
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -42,6 +43,9 @@ VALUE_TYPES = frozenset({"SCALAR", "RANGES", "SET", "TEXT"})
 # no real agent is ever refused: a million cores; 10^12 MB (an exabyte) of mem or disk.
 SCALAR_MAX = {"cpus": 1e6, "mem": 1e12, "disk": 1e12}
 SCALAR_MAX_OTHER = 1e15
+# Problems listed per offer; the rest are counted in one last line. An offer of 400,000
+# unreadable resources is one broken offer, not 400,000 log lines.
+MAX_OFFER_PROBLEMS = 8
 
 # Control characters (C0, DEL, NEL, the Unicode line and paragraph separators): the master's
 # text shown as escapes, so that it cannot forge or break a log line.
@@ -62,13 +66,22 @@ def printable(text: object, limit: int = 300) -> str:
 
 
 def scalar_value(name: str, value: Any) -> float | None:
-    """A scalar resource's value as a float, or None when it is not usable: not a number,
-    negative, not finite (a JSON integer past the float range included: no OverflowError)
-    or beyond ``SCALAR_MAX``."""
+    """A scalar resource's value as a float rounded down to 0.001 (``floor_scalar``), or
+    None when it is not usable: not a number, negative, not finite (a JSON integer past the
+    float range included: no OverflowError) or beyond ``SCALAR_MAX``."""
     if not is_finite_number(value) or value < 0:
         return None
     v = float(value)
-    return v if v <= SCALAR_MAX.get(name, SCALAR_MAX_OTHER) else None
+    return floor_scalar(v) if v <= SCALAR_MAX.get(name, SCALAR_MAX_OTHER) else None
+
+
+def floor_scalar(value: float) -> float:
+    """``value`` rounded DOWN to the 0.001 that Mesos keeps of a scalar (fixed point, three
+    decimals), never above ``value``. Offers are read and pieces cut this way so that a task
+    never asks for more than a piece holds, nor for 0.0: rounding to nearest turned mem
+    pieces of 31.9996 and 0.0004 into 32.0 and 0.0, and a master refuses both."""
+    # (+1e-6 of a step: binary noise, 4.35 * 1000 may be 4349.999...; min() keeps the bound)
+    return min(value, math.floor(value * 1000 + 1e-6) / 1000)
 
 
 # -- ids and small pieces -------------------------------------------------------------------
@@ -331,28 +344,36 @@ def read_offer(offer: Any) -> OfferView:
     aid = _value(offer.get("agent_id"), f"offer {shown_oid}: agent_id")
     hostname = offer.get("hostname")
     problems: list[str] = []
+    more = 0
+
+    def problem(text: str) -> None:
+        nonlocal more
+        if len(problems) < MAX_OFFER_PROBLEMS:
+            problems.append(text)
+        else:
+            more += 1
+
     if not isinstance(hostname, str) or not hostname:
-        problems.append(f"offer {shown_oid}: hostname missing or not a string "
-                        f"({printable(repr(hostname), 120)})")
+        problem(f"offer {shown_oid}: hostname missing or not a string "
+                f"({printable(repr(hostname), 120)})")
         hostname = ""
     scalars: dict[str, float] = {}
     resources = offer.get("resources", [])
     if not isinstance(resources, list):
-        problems.append(f"offer {shown_oid}: resources must be a list, got {type(resources).__name__}")
+        problem(f"offer {shown_oid}: resources must be a list, got {type(resources).__name__}")
         resources = []
     for i, r in enumerate(resources):
-        where = f"offer {shown_oid}: resources[{i}]"
         if not isinstance(r, Mapping):
-            problems.append(f"{where} is not an object")
+            problem(f"offer {shown_oid}: resources[{i}] is not an object")
             continue
         name, kind = r.get("name"), r.get("type")
         if not isinstance(name, str) or not name:
-            problems.append(f"{where}.name missing")
+            problem(f"offer {shown_oid}: resources[{i}].name missing")
             continue
         where = f"offer {shown_oid}: resource {printable(repr(name), 80)}"
         if kind not in VALUE_TYPES:
-            problems.append(f"{where} has unknown type {printable(repr(kind), 80)} "
-                            f"(known: {sorted(VALUE_TYPES)}); ignored")
+            problem(f"{where} has unknown type {printable(repr(kind), 80)} "
+                    f"(known: {sorted(VALUE_TYPES)}); ignored")
             continue
         if r.get("revocable") is not None:
             continue   # revocable resources are never used by this framework
@@ -361,15 +382,17 @@ def read_offer(offer: Any) -> OfferView:
         sv = r.get("scalar")
         v = sv.get("value") if isinstance(sv, Mapping) else None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            problems.append(f"{where}: scalar.value missing or not a number "
-                            f"({printable(repr(v), 80)}); ignored")
+            problem(f"{where}: scalar.value missing or not a number "
+                    f"({printable(repr(v), 80)}); ignored")
             continue
         fv = scalar_value(name, v)
         if fv is None:
-            problems.append(f"{where}: scalar.value {printable(repr(v), 80)} is negative, not finite "
-                            f"or above {SCALAR_MAX.get(name, SCALAR_MAX_OTHER):g}; ignored")
+            problem(f"{where}: scalar.value {printable(repr(v), 80)} is negative, not finite "
+                    f"or above {SCALAR_MAX.get(name, SCALAR_MAX_OTHER):g}; ignored")
             continue
         scalars[name] = scalars.get(name, 0.0) + fv
+    if more:
+        problems.append(f"offer {shown_oid}: and {more} more problems (not listed)")
     return OfferView(oid, aid, hostname, scalars, tuple(problems), offer)
 
 

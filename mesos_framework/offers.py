@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Container, Iterable, Mapping, Sequence
 
-from .messages import SCALAR_MAX, OfferView, read_offer, scalar_value
+from .messages import SCALAR_MAX, OfferView, floor_scalar, read_offer, scalar_value
 
 EPS = 1e-6
 INDEXED = ("cpus", "mem")   # the scalars a task takes, indexed per agent (OfferPool)
@@ -209,13 +209,18 @@ def carve(held: Sequence[HeldOffer], amounts: Mapping[str, float],
             left = need.get(name, 0.0)
             if left <= EPS or v <= EPS:
                 continue
-            take = min(left, v)
+            # Rounded down, never to nearest: a piece is never asked for more than it holds,
+            # and one that would be 0.0 (which a master refuses) is not asked for at all.
+            take = floor_scalar(min(left, v))
+            if take <= 0:
+                continue
             piece = {k: val for k, val in r.items() if k != "scalar"}
-            piece["scalar"] = {"value": round(take, 3)}
+            piece["scalar"] = {"value": take}
             out.append(piece)
             need[name] = left - take
             used[name] = used.get(name, 0.0) + take
-    short = {k: round(v, 3) for k, v in need.items() if v > EPS}
+    # (what is left below 0.001 cannot be asked for: the offers read as enough hold it)
+    short = {k: round(v, 3) for k, v in need.items() if floor_scalar(v) > 0}
     if short:
         raise ValueError(f"offers {[h.offer_id for h in held]} lack {short}")
     return out

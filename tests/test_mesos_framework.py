@@ -744,3 +744,63 @@ def test_metrics_ask_each_node_agent_once_and_all_of_them_at_once():
     assert sorted(calls) == ["a1", "a2"]
     assert sorted(out) == [f"j-{a}-{k}" for a in ("a1", "a2") for k in range(3)]
     assert out["j-a2-2"].cpu_percent == 32.0 and out["j-a1-1"].tasks_done == 1
+
+
+def test_reconcile_checks_saved_tasks_against_running_ones_in_linear_work(tmp_path):
+    # Regression: the set of running task ids was rebuilt for every saved task, under the
+    # framework lock (20,000 tasks: 19 s). Counted, not timed: each running task id is hashed
+    # a bounded number of times, not once per saved task.
+    cfg = FrameworkConfig(settle_s=0.0, hold_s=10.0, hold_jitter=0.0, state_file=str(tmp_path / "fw.json"))
+    b, d, ctl, clock = make(cfg)
+    n = 40
+    b.submit(job("wide", cores=n, nodes=n))
+    b.resourceOffers(d, [offer(f"O{i}", f"A{i}", 1) for i in range(n)])
+    step(b, ctl)
+    tasks = [t for r in b._runs.values() for t in r.tasks.values()]
+    assert len(tasks) == n and len(b._saved["tasks"]) == n
+
+    hashed = [0]
+
+    class CountingId(str):
+        def __hash__(self):
+            hashed[0] += 1
+            return str.__hash__(self)
+
+    for t in tasks:
+        t.task_id = CountingId(t.task_id)
+    d.calls.clear()
+    b._reconcile()
+    explicit, implicit = d.of("RECONCILE")
+    # Every task once: the saved ones are the running ones, so none is added twice.
+    assert sorted(t["task_id"]["value"] for t in explicit["reconcile"]["tasks"]) == sorted(b._saved["tasks"])
+    assert implicit["reconcile"] == {"tasks": []}
+    assert hashed[0] <= 2 * n, f"running task ids hashed {hashed[0]} times for {n} tasks"
+
+
+def test_carve_rounds_each_piece_down_and_never_asks_for_zero():
+    # Regression: each piece was rounded to the nearest 0.001, so mem pieces of 31.9996 and
+    # 0.0004 were asked for as 32.0 (more than the piece holds) and 0.0 (refused by a master).
+    raw = {"id": {"value": "O1"}, "agent_id": {"value": "A1"}, "hostname": "h1", "resources": [
+        {"name": "cpus", "type": "SCALAR", "scalar": {"value": 1.0}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": 31.9996}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": 0.0004}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": 100}, "role": "*"}]}
+    held = HeldOffer(msg.read_offer(raw), 0.0, 1.0)
+    res = carve([held], {"cpus": 1, "mem": 32})
+    mem = [r["scalar"]["value"] for r in res if r["name"] == "mem"]
+    assert mem == [31.999, 0.001] and sum(mem) == pytest.approx(32.0)
+    assert held.view.mem == pytest.approx(131.999)   # read as a master keeps it: 0.001 steps
+    # Through a pass: every piece asked for is > 0 and within the piece it is cut from.
+    b, d, ctl, clock = make()
+    b.submit(job("j1", cores=1))
+    b.resourceOffers(d, [raw])
+    step(b, ctl)
+    (accept,) = d.of("ACCEPT")
+    (task,) = accept["accept"]["operations"][0]["launch"]["task_infos"]
+    assert [(r["name"], r["scalar"]["value"]) for r in task["resources"]] == [
+        ("cpus", 1.0), ("mem", 31.999), ("mem", 0.001)]
+    # Pieces below 0.001 alone are not enough for anything, and are not cut.
+    dust = HeldOffer(msg.read_offer(offer("O2", "A2", 1, 0.0004)), 0.0, 1.0)
+    assert dust.view.mem == 0.0
+    with pytest.raises(ValueError, match="lack"):
+        carve([dust], {"cpus": 1, "mem": 0.001})

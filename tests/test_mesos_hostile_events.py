@@ -393,3 +393,58 @@ def test_a_pass_over_many_offers_of_one_agent_reads_each_offer_a_bounded_number_
     assert len(b._pool.offering("A1", "mem")) == n
     b.after_pass()
     assert len(tasks_of(d)) == n // 2
+
+
+# -- one crafted OFFERS event: a few log lines, not one per byte -----------------------------
+
+def _offers_event(payload) -> bytes:
+    return json.dumps({"type": "OFFERS", "offers": {"offers": payload}}).encode()
+
+
+def test_an_offers_event_whose_offers_is_not_a_list_is_one_bad_event(caplog):
+    # Regression: list() of a 400,000-character string read each character as an offer,
+    # and each was logged ("offer ignored: an offer must be an object").
+    b, d, ctl, clock = make()
+    b.submit(job("j", cores=2))
+    drv = MesosSchedulerDriver(b, {"user": "root", "name": "test"}, "http://127.0.0.1:1")
+    with caplog.at_level(logging.WARNING):
+        drv._event(_offers_event("a" * 400_000), "sid")
+        drv._event(_offers_event({"O1": offer("O1", "A1", 4)}), "sid")
+    assert len(caplog.records) <= 20, len(caplog.records)
+    assert drv.bad_events == 2 and "offers.offers must be a list, got str" in caplog.text
+    assert b.counters["offers"] == 0 and b.held_offers() == []
+    drv._event(_offers_event([offer("O2", "A2", 4)]), "sid")   # the framework goes on
+    step(b, ctl)
+    assert [t["agent_id"]["value"] for t in tasks_of(d)] == ["A2"]
+
+
+def test_offers_with_many_bad_resources_or_many_bad_offers_log_a_bounded_number_of_lines(caplog):
+    b, d, ctl, clock = make()
+    b.submit(job("j", cores=2))
+    drv = MesosSchedulerDriver(b, {"user": "root", "name": "test"}, "http://127.0.0.1:1")
+    bad_resources = offer("O1", "A1", 4)
+    bad_resources["resources"] = [0] * 400_000 + bad_resources["resources"]
+    with caplog.at_level(logging.WARNING):
+        drv._event(_offers_event([bad_resources]), "sid")
+        one_offer = len(caplog.records)
+        drv._event(_offers_event([0] * 100_000 + [offer("O2", "A2", 4)]), "sid")
+    assert one_offer <= 20 and len(caplog.records) - one_offer <= 20, (one_offer, len(caplog.records))
+    assert "and 399992 more problems (not listed)" in caplog.text
+    assert "more problems in this OFFERS event (not logged)" in caplog.text
+    assert len(b.problems) <= 40 and drv.bad_events == 0
+    # The good resources of the first offer and the good offer of the second are kept.
+    assert sorted(h.offer_id for h in b.held_offers()) == ["O1", "O2"]
+    assert b.held_offers()[0].view.cpus == 4.0
+    step(b, ctl)
+    assert len(tasks_of(d)) == 1
+
+
+def test_made_up_event_types_share_one_counter(caplog):
+    # Regression: driver.events kept a key per distinct type the master sent, without bound
+    # (200,000 made-up types: 200,000 keys).
+    drv = MesosSchedulerDriver(object(), {"user": "root", "name": "test"}, "http://127.0.0.1:1")
+    with caplog.at_level(logging.CRITICAL, "mesos_framework.driver"):
+        for i in range(1000):
+            drv._event(json.dumps({"type": f"T{i:060d}"}).encode(), "sid")
+        drv._event(b'{"type": "HEARTBEAT"}', "sid")
+    assert drv.events == {"unknown": 1000, "HEARTBEAT": 1}
