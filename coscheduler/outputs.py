@@ -29,6 +29,9 @@ class OutputError(InvalidInput, OSError):
     OSError (with the system's errno when it came from one), so that callers written
     against a plain write keep working."""
 
+    def __reduce__(self):   # the errno too across processes (OSError's pickle drops it)
+        return type(self), self.args, {"errno": self.errno}
+
 
 _KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),

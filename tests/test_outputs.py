@@ -118,3 +118,11 @@ def test_a_model_file_is_never_written_over_a_fifo(tmp_path):
         write_model_file({"kind": "x"}, {"w": np.zeros(2)}, fifo)
     assert _is_fifo(fifo)
     assert [p.name for p in tmp_path.iterdir()] == ["m.model"]
+
+
+def test_an_output_error_keeps_its_errno_across_processes():
+    import pickle
+
+    err = outputs._error("/x", OSError(errno.ENOSPC, "No space left on device"))
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.errno) == (outputs.OutputError, str(err), errno.ENOSPC)
