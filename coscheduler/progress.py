@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import stat
 import time
 from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import boundedjson
+from . import boundedjson, outputs
 
 ENV_VAR = "COSCHED_PROGRESS_FILE"
 # a progress record is three numbers; anything longer is not one
@@ -32,20 +32,10 @@ def write_json_atomic(path: str | os.PathLike, doc: Any, prefix: str = ".tmp-") 
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, prefix: str = ".tmp-") -> Path:
-    """``text`` to ``path``, all of it or nothing (``write_json_atomic``)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return target
+    """``text`` to ``path``, all of it or nothing (``coscheduler.outputs.write_text``:
+    never over a device node, FIFO or folder; an OSError is an ``OutputError`` naming
+    the path)."""
+    return outputs.write_text(path, text, prefix=prefix, make_parents=False)
 
 
 @dataclass(frozen=True)
@@ -67,6 +57,25 @@ def write_progress(done: int, total: int | None, path: str | os.PathLike | None 
         return None
     record = {"done": done, "total": total, "time": time.time() if now is None else now}
     return write_json_atomic(target, record, prefix=".progress-")
+
+
+def check_progress_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path when a progress record may be written there: absent, or a
+    progress record already (a progress file may be named by anyone, and the record is
+    written over it); else an ``OutputError`` naming it."""
+    target = outputs.check_output(path)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as e:
+        raise outputs.OutputError(f"cannot use progress file {path}: {e.strerror}") from None
+    if (not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PROGRESS_BYTES
+            or read_progress(target) is None):
+        raise outputs.OutputError(
+            f"{path} exists and is not a progress file (a {{\"done\": N, ...}} record); "
+            "refusing to overwrite it")
+    return target
 
 
 def read_progress(path: str | os.PathLike) -> Progress | None:

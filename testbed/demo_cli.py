@@ -20,6 +20,7 @@ import click
 from coscheduler.cli._common import echo_json
 from coscheduler.demo import (DEMO_NODES, DEMO_POLICIES, DEMO_SEQUENTIAL_CORES, add_slowdowns, demo_jobs,
                               summarise_rounds)
+from coscheduler import outputs
 from coscheduler.model import InvalidInput
 # The workloads' own demo scale (a whole demo in about a minute on two cores).
 from coscheduler.workloads.jobs import DEMO_SCALE as DEFAULT_SCALE
@@ -96,6 +97,12 @@ def _progress(stream):
 def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, keep_workdir: bool,
          seed: int, repeat: int, out_dir: Path | None, sequential_cores: str, as_json: bool) -> None:
     """Co-schedule real workloads live on this machine under each policy (about a minute)."""
+    try:   # before anything runs: a bad --workdir or --out would lose the runs
+        for folder in (workdir, out_dir):
+            if folder is not None:
+                outputs.check_output_dir(folder)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         check_local_support()
     except CgroupsUnavailable as exc:
@@ -175,9 +182,11 @@ def demo(scale: float, policies: str, db: Path | None, workdir: Path | None, kee
         from coscheduler.experiments.timeline import draw_timeline
 
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            outputs.make_output_dir(out_dir)
             files = [draw_timeline(r.timeline, out_dir / f"timeline-{r.policy}.png")
                      for r in rounds[-1] if r.timeline is not None and r.timeline.jobs]
+        except InvalidInput as exc:
+            raise click.ClickException(str(exc)) from None
         except OSError as exc:
             raise click.ClickException(f"cannot write into {out_dir}: {exc}") from None
         click.echo(f"wrote {', '.join(str(f) for f in files)}", err=True)

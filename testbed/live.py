@@ -17,6 +17,7 @@ from coscheduler.controller.usage import ClassUsage
 from coscheduler.demo import DEMO_NODES, PolicyRun
 from coscheduler.experiments import paper as paper_exp
 from coscheduler.learner import LearnerConfig
+from coscheduler import outputs
 from coscheduler.model import Job
 from coscheduler.policies.coalloc import make_policy
 from coscheduler.recorder import MemoryRecorder, Recorder
@@ -36,7 +37,7 @@ def run_policy(policy: str, jobs: list[Job], workdir: Path, *,
     it, as in the simulator and the testbed (a whole demo lasts less than the unscaled 30 s,
     so one declined ask would keep that guest from that host for good)."""
     recorder = recorder if recorder is not None else MemoryRecorder()
-    workdir.mkdir(parents=True, exist_ok=True)
+    outputs.make_output_dir(workdir)
     use_log: list[tuple[float, str, float]] = []
     round_times: list[float] = []
     # explain: each pass says why each waiting job found no host (a dozen jobs: cheap)

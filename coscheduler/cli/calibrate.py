@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from .. import boundedjson
+from .. import boundedjson, outputs
 from ..model import InvalidInput
 
 
@@ -71,6 +71,12 @@ def calibrate(quick: bool, waiting: bool, idle: bool, spread: bool, as_json: boo
     else:
         from ..calibration.measure import CalibrationUnavailable, Settings, measure
 
+        if save is not None:   # before the measuring a --save that cannot be written loses
+            try:
+                outputs.check_output(save)
+            except InvalidInput as exc:
+                raise click.ClickException(str(exc)) from None
+
         if quick + waiting + idle + spread > 1:
             raise click.ClickException("--quick, --waiting, --idle and --spread: choose one")
         settings = (Settings.quick() if quick else Settings.waiting() if waiting
@@ -90,7 +96,10 @@ def calibrate(quick: bool, waiting: bool, idle: bool, spread: bool, as_json: boo
                 else "spread" if spread else "full")
         source = "this calibration's measurements"
         if save is not None:
-            save.write_text(json.dumps(raw, indent=1) + "\n")
+            try:
+                outputs.write_text(save, json.dumps(raw, indent=1) + "\n")
+            except InvalidInput as exc:
+                raise click.ClickException(str(exc)) from None
     try:
         fitting.validate(raw, source)
         # A session of idle pairs tells the idle terms; the rest stays as calibrated.

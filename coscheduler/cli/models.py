@@ -87,10 +87,11 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
     validation windows and on every 1,024-job window after the training part, for their
     metric and backfilling."""
     from ..data import swf_trace
-    from ..learned.gate import evaluate, summary, write_report
+    from ..learned.gate import evaluate, report_path, summary, write_report
     from ..learned.modelfile import ModelError, load_model
     from ..learned.registry import resolve, shipped
     from ..model import InvalidInput
+    from ..outputs import check_output
     from ..sim.swf import read_swf
 
     paths = []
@@ -108,6 +109,8 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
     for path in paths:
         try:
             model = load_model(path)
+            if write:   # before the evaluation a report that cannot be written would lose
+                check_output(report_path(path))
             source = trace_path or model.header.get("trace")
             if not source:
                 raise ModelError(f"{path}: the header names no training trace; give --trace")
@@ -123,12 +126,12 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
             if source not in traces:
                 traces[source] = read_swf(source)
             report = evaluate(model, traces[source])
-        except InvalidInput as exc:  # ModelError too: the message names the file
+            if write:
+                report["report"] = str(write_report(report, path))
+        except InvalidInput as exc:  # ModelError and OutputError too: they name the file
             click.echo(f"error: {exc}", err=True)
             failed += 1
             continue
-        if write:
-            report["report"] = str(write_report(report, path))
         reports.append(report)
         if not as_json:
             click.echo(summary(report))

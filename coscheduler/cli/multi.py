@@ -11,6 +11,7 @@ import json
 
 import click
 
+from .. import outputs
 from ..model import InvalidInput
 from ..multi import workload as mw
 from ..sim.swf import read_swf
@@ -31,6 +32,7 @@ def workload_multi(trace_path: str, set_name: str, seed: int, out: str, skip_bad
                    as_json: bool) -> None:
     """Write MRSch's workload set (burst buffer, power) built from TRACE and a seed."""
     try:
+        outputs.check_output(out)
         trace = read_swf(trace_path, skip_bad_lines=skip_bad_lines)
         wl = mw.generate(trace, set_name, seed)
         mw.write(wl, out)
@@ -113,6 +115,8 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, protocol
     set_names = [s.upper() for s in _csv(sets, "sets")]
     method_names = _csv(methods, "methods")
     try:
+        if out_dir:   # before any replay: a bad --out would lose them
+            outputs.check_output_dir(out_dir)
         for s in set_names:
             mw.get_set(s)
         for m in method_names:
@@ -155,13 +159,15 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, protocol
     for i, s in enumerate(set_names):
         set_runs = [r for r, o in zip(runs, owner) if o == i]
         if out_dir:
-            out = Path(out_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            charts.append(str(report.kiviat(set_runs, out / f"kiviat-{s}.png",
-                                            f"{s} ({Path(trace_path).name})")))
-            for r in set_runs:
-                if r.method == "mrsch" and "burst_buffer" in r.pool_names:
-                    charts.append(str(report.goal_trace_plot(r, out / f"goal-trace-{s}.png")))
+            try:
+                out = outputs.make_output_dir(out_dir)
+                charts.append(str(report.kiviat(set_runs, out / f"kiviat-{s}.png",
+                                                f"{s} ({Path(trace_path).name})")))
+                for r in set_runs:
+                    if r.method == "mrsch" and "burst_buffer" in r.pool_names:
+                        charts.append(str(report.goal_trace_plot(r, out / f"goal-trace-{s}.png")))
+            except InvalidInput as e:
+                raise click.ClickException(str(e)) from None
     if protocol == "windows":
         proto = {"kind": "windows", "jobs": jobs or report.EVAL_JOBS, "starts": starts}
     else:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from .. import outputs
 from ..model import InvalidInput
 from ..sweep import SweepError, default_workers
 from ..experiments import paper_choices
@@ -162,6 +163,8 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
             raise click.BadParameter(str(exc), param_hint="--inspector") from None
     t0 = time.perf_counter()
     try:
+        if out_dir is not None:   # before the replays a bad --out would lose
+            outputs.check_output_dir(out_dir)
         workload = read_workload(trace, skip_bad_lines=skip_bad_lines, host_speed=host_speed)
         loaded = workload.trace
         jobs = window(loaded.jobs, start_index, count)
@@ -234,18 +237,34 @@ def _selectors_for(policies: list, trace) -> list:
 
 def _write_jobs_csv(out_dir: Path, workload, jobs, results: list[ReplayResult]) -> None:
     """DIR/POLICY_jobs.csv per policy, Batsim's columns (coscheduler/sim/batsim.py)."""
-    import re
-
     from ..sim.batsim import jobs_csv_rows, write_jobs_csv
 
-    for r in results:
-        stem = re.sub(r"[^A-Za-z0-9_.+-]+", "-", r.policy).strip("-") or "policy"
+    for r, stem in zip(results, jobs_csv_stems([r.policy for r in results])):
         path = out_dir / f"{stem}_jobs.csv"
         try:
             write_jobs_csv(path, jobs_csv_rows(workload, jobs, r.schedule))
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+        except InvalidInput as exc:
+            raise click.ClickException(str(exc)) from None
         click.echo(f"wrote {path}", err=True)
+
+
+def jobs_csv_stems(policies: list[str]) -> list[str]:
+    """A file-name stem per policy, distinct: characters a file name should not carry
+    become '-' (so rl:a-b/x and rl:a/b-x both read rl-a-b-x), and a stem already taken
+    gets -2, -3, ... (one policy's jobs.csv never overwrites another's)."""
+    import re
+
+    taken: set[str] = set()
+    stems = []
+    for policy in policies:
+        base = re.sub(r"[^A-Za-z0-9_.+-]+", "-", policy).strip("-") or "policy"
+        stem, k = base, 1
+        while stem.lower() in taken:   # case-insensitive file systems too
+            k += 1
+            stem = f"{base}-{k}"
+        taken.add(stem.lower())
+        stems.append(stem)
+    return stems
 
 
 def _parse_cores(text: str) -> list[int]:
@@ -430,6 +449,11 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
 
     sizes = _parse_cores(cores_text)
     policies = _parse_coalloc_policies(policies_text)
+    if out_dir is not None:   # before the runs a bad --out would lose
+        try:
+            outputs.check_output_dir(out_dir)
+        except InvalidInput as exc:
+            raise click.ClickException(str(exc)) from None
     permit = _parse_permit(permit_text)
     experts = _parse_experts(experts_text)
     queue = None
@@ -514,8 +538,12 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         from ..experiments.plots import write_plots
 
         try:
+            outputs.make_output_dir(out_dir)
             files = write_plots(runs, out_dir, _paper().instance_kinds(scale_out))
-            (out_dir / "result.json").write_text(json.dumps(result, indent=2, allow_nan=False))
+            outputs.write_text(out_dir / "result.json",
+                               json.dumps(result, indent=2, allow_nan=False))
+        except InvalidInput as exc:
+            raise click.ClickException(str(exc)) from None
         except OSError as exc:
             raise click.ClickException(f"cannot write into {out_dir}: {exc}") from None
         click.echo(f"wrote {', '.join(str(f) for f in files)} and {out_dir / 'result.json'}",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from .. import outputs
 from ..model import InvalidInput
 from ..sweep import SweepError
 
@@ -58,6 +59,10 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
     from ..learned.registry import list_models
     from ..learned.report import build_report, draw_curves, draw_windows, render
 
+    try:   # before any replay: a bad --out would lose them
+        outputs.check_output_dir(out_dir)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
     data_dir = data_dir or _default_data_dir()
     names = [t.strip() for t in traces_text.split(",")] if traces_text else list(BUNDLED)
     paths = []
@@ -94,10 +99,13 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
                               workers=workers, cluster=cluster, windows=window_set)
     except (InvalidInput, SweepError) as exc:
         raise click.ClickException(str(exc)) from None
-    report["curves"] = draw_curves(models, out_dir)
-    report["window_plots"] = draw_windows(report, out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    try:
+        outputs.make_output_dir(out_dir)
+        report["curves"] = draw_curves(models, out_dir)
+        report["window_plots"] = draw_windows(report, out_dir)
+        outputs.write_text(out_dir / "report.json", json.dumps(report, indent=2))
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return

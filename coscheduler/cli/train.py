@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from .. import outputs
 from ..model import InvalidInput
 from ..policies.queue import POLICIES, get_policy
 from ..policies.selection import MAX_REJECTION_TIMES, RETRY_AFTER_S
@@ -105,6 +106,19 @@ def _seeds(text: str | None, seed: int) -> list[int] | None:
         raise click.BadParameter(str(exc), param_hint="--seeds") from None
 
 
+def _check_outputs(out: str) -> None:
+    """The model file, its checkpoint and its release-gate report can be written (before
+    the training a bad --out would lose)."""
+    from ..learned.gate import report_path
+    from ..learned.train import checkpoint_path
+
+    try:
+        for path in (out, checkpoint_path(out), report_path(out)):
+            outputs.check_output(path)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _run(cfg, fresh: bool, as_json: bool, seeds: list[int] | None = None) -> None:
     try:
         from ..learned.train import train as run_training
@@ -113,6 +127,7 @@ def _run(cfg, fresh: bool, as_json: bool, seeds: list[int] | None = None) -> Non
         raise click.ClickException(
             f"training needs the rl extra ({exc.name or exc} is missing): pip install '.[rl]'"
         ) from None
+    _check_outputs(cfg.out)
     def progress(epoch: int, total: int, row: dict) -> None:
         # one line per epoch on stderr: throughput, losses, the validation figure
         seconds = row["rollout_s"] + row["update_s"]

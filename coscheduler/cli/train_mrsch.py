@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from .. import outputs
 from ..model import InvalidInput
 from ..multi import workload as mw
 from ..sim.swf import read_swf
@@ -88,6 +89,8 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
         kind = "mrsch" if goal == "dynamic" else "scalar"
         path = Path(out) if out else Path(f"{kind}-{Path(trace_path).name.split('.')[0]}-"
                                           f"{wl.set_name}.model")
+        for target in (path, path.with_name(path.name + ".ckpt")):   # before the training
+            outputs.check_output(target)
         if seeds is not None:
             from ..multi.seeds import parse_seeds, train_seeds
 

@@ -14,6 +14,7 @@ from coscheduler.workloads.pool import TaskFailed
 from coscheduler.workloads.stage import run_stage
 
 from ..model import InvalidInput, Job
+from ..outputs import OutputError
 
 
 def _job_dict(job: Job) -> dict:
@@ -132,6 +133,8 @@ def run_stage_cmd(workflow: str, stage: str, tasks: int | None, workers: int, sc
             workers = 1
         rep = run_stage(workflow, stage, workers=workers, scale=scale, tasks=tasks,
                         workdir=workdir, progress_file=progress_file)
+    except OutputError as e:   # --workdir, --progress-file: one line, not a usage error
+        raise click.ClickException(str(e)) from None
     except InvalidInput as e:
         raise click.BadParameter(str(e)) from None
     except TaskFailed as e:

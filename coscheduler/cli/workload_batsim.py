@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from .. import outputs
 from ..model import InvalidInput
 
 
@@ -30,17 +31,12 @@ def workload_batsim(trace: str, out: Path, start_index: int, count: int | None,
     from ..sim.swf import read_swf
 
     try:
+        outputs.check_output(out)
         loaded = read_swf(trace, skip_bad_lines=skip_bad_lines)
         jobs = window(loaded.jobs, start_index, count)
+        doc = to_batsim(loaded, jobs)
+        outputs.write_text(out, json.dumps(doc, indent=1) + "\n")
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
-    doc = to_batsim(loaded, jobs)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        tmp.replace(out)
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
     click.echo(f"{out}: {len(doc['jobs'])} jobs, {len(doc['profiles'])} profiles, "
                f"nb_res {doc['nb_res']}", err=True)

@@ -19,6 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
+from .. import outputs
 from .paper import ALL_POLICIES as POLICIES, WORKFLOW_KINDS, PaperRun
 
 _COLOURS = {"space-sharing": "#4c72b0", "static": "#dd8452", "asax": "#55a868"}
@@ -77,7 +78,7 @@ def plot_makespan(runs: Sequence[PaperRun], path: Path) -> Path:
     ax.set_title("Queue makespan per cluster size and policy (median, min-max)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -101,7 +102,7 @@ def plot_runtime(runs: Sequence[PaperRun], path: Path, kinds_of: dict[str, str])
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Workflow total runtime per cluster size and policy (median, min-max)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -132,7 +133,7 @@ def plot_weights(runs: Sequence[PaperRun], cores: int, path: Path) -> Path | Non
     axes[0][-1].legend(fontsize=8)
     fig.suptitle(f"ASA_X expert weights per class, {cores} cores, over the repetitions")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

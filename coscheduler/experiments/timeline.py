@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .. import outputs
 from ..model import InvalidInput
 
 _PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
@@ -178,7 +179,7 @@ def draw_timeline(tl: Timeline, path: Path | str) -> Path:
     ax.legend(handles=handles, fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import boundedjson
+from .. import boundedjson, outputs
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..sim.cluster import Cluster
@@ -185,10 +185,7 @@ def evaluate(model: Model, trace: SwfTrace) -> dict:
 
 def write_report(report: dict, model_path: str | Path) -> Path:
     path = report_path(model_path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path
+    return outputs.write_text(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
 
 
 def read_verdict(model_path: str | Path) -> tuple[str, dict | None]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import boundedjson
+from .. import boundedjson, outputs
 from ..model import InvalidInput
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 
@@ -68,10 +68,7 @@ def write_model_file(header: dict, params: dict[str, np.ndarray], path: str | Pa
     buf = io.BytesIO()
     np.savez_compressed(buf, **{k: np.asarray(v, dtype=np.float32) for k, v in params.items()})
     data = MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + buf.getvalue()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    outputs.write_bytes(path, data)
     return path
 
 

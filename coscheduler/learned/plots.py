@@ -9,6 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .. import outputs  # noqa: E402
+
 
 def plot_curve(curve: list[dict], kind: str, path: Path, title: str = "") -> Path:
     """Mean metric of the training sequences per epoch (and the base policy's, for an
@@ -42,7 +44,7 @@ def plot_curve(curve: list[dict], kind: str, path: Path, title: str = "") -> Pat
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    outputs.save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -67,6 +69,6 @@ def plot_windows(windows: list[int], per_policy: dict[str, list[float]], path: P
     ax.legend(fontsize=7, ncol=min(len(names), 4))
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    outputs.save_figure(fig, path)
     plt.close(fig)
     return path

@@ -173,5 +173,7 @@ def write_manifest(path: Path = MANIFEST) -> Path:
     import json
 
     lines = ",\n".join(" " + json.dumps(row) for row in manifest_rows())
-    path.write_text('{"models": [\n' + lines + "\n]}\n")
+    from .. import outputs
+
+    outputs.write_text(path, '{"models": [\n' + lines + "\n]}\n")
     return path

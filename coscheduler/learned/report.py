@@ -21,6 +21,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from .. import outputs
 from ..model import InvalidInput
 from ..sim.swf import SwfTrace, read_swf
 from .evaluate import HEURISTICS, inspector_figures, rl_table, window_bsld
@@ -192,7 +193,7 @@ def draw_windows(report: dict, directory: Path) -> list[str]:
         from .plots import plot_windows
     except ImportError:
         return []
-    directory.mkdir(parents=True, exist_ok=True)
+    outputs.make_output_dir(directory)
     which = report.get("window_set", "seed1")
     suffix = "" if which == "seed1" else f"-{which}"
     paths = []
@@ -212,7 +213,7 @@ def draw_curves(models: list[dict], directory: Path) -> list[str]:
         from .plots import plot_curve
     except ImportError:
         return []
-    directory.mkdir(parents=True, exist_ok=True)
+    outputs.make_output_dir(directory)
     paths = []
     for m in models:
         if not m.get("kind"):

@@ -35,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import outputs
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..policies.selection import MAX_REJECTION_TIMES, RETRY_AFTER_S
@@ -150,9 +151,7 @@ def _save_checkpoint(path: Path, cfg: TrainConfig, epoch: int, curve: list, elap
     arrays = {**arrays, **_best_arrays(best)}
     buf = io.BytesIO()
     np.savez(buf, __meta__=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    outputs.write_bytes(path, buf.getvalue())
 
 
 def _load_checkpoint(path: Path) -> tuple[dict, dict]:

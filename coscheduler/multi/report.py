@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import outputs
 from ..learned.modelfile import ModelError
 from ..learned.windows import eval_starts
 from ..model import InvalidInput
@@ -275,7 +276,7 @@ def kiviat(runs: list[MethodRun], path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.legend(loc="lower right", bbox_to_anchor=(1.25, -0.1), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -302,6 +303,6 @@ def goal_trace_plot(run: MethodRun, path: Path, hours: float = 12.0) -> Path:
     ax.set_ylabel("r_BB (Eq. 1)")
     ax.set_title(f"MRSch goal weight of the burst buffer, {run.set_name}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    outputs.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 import zipfile
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import outputs
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..sim.engine import simulate
@@ -262,11 +262,9 @@ class _Memory:
 
     def save(self, path: Path) -> None:
         """The filled rows and the write position, atomically (a crash keeps the old file)."""
-        tmp = path.with_name(path.name + ".part")
-        with open(tmp, "wb") as f:
+        with outputs.open_output(path, "wb") as f:
             np.savez(f, pos=np.int64(self.pos),
                      **{k: getattr(self, k)[:self.count] for k in self._FIELDS})
-        os.replace(tmp, path)
 
     def load(self, path: Path) -> None:
         """Refill from ``save``'s file; InvalidInput naming it when unreadable or of

@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import outputs
 from ..model import InvalidInput
 from ..sim.cluster import Cluster
 from ..sim.resources import MachineResources, Request
@@ -232,7 +233,7 @@ def write(workload: MultiWorkload, path: str | Path) -> None:
             f"{_num(j.estimate)} -1 1 {j.user} -1 -1 -1 -1 -1 -1 "
             f"{r.burst_buffer_gb} {r.power_w_per_node} {r.memory_mb_per_node}"
         )
-    Path(path).write_text("\n".join(lines) + "\n")
+    outputs.write_text(path, "\n".join(lines) + "\n")
 
 
 _LEADING = re.compile(r"^\s*(-?\d+)")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import boundedjson
+from .. import boundedjson, outputs
 from ..boundedjson import is_finite_number
 from ..model import InvalidInput
 from .cluster import Cluster
@@ -302,11 +302,8 @@ def jobs_csv_rows(workload: Workload, jobs: Sequence[TraceJob], schedule: Schedu
 
 
 def write_jobs_csv(path: Path, rows: Sequence[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
+    with outputs.open_output(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in r.items()})
-    tmp.replace(path)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coscheduler.model import InvalidInput
-from coscheduler.progress import write_progress
+from coscheduler.outputs import OutputError, make_output_dir
+from coscheduler.progress import ENV_VAR, check_progress_file, write_progress
 
 from .definitions import get_workflow
 from .pool import TaskFailed, run_group
@@ -123,15 +124,24 @@ def run_stage(workflow: str, stage: str, *, workers: int, scale: float, tasks: i
     weights = task_weights(spec.groups)
     total = sum(len(m) * w for m, w in zip(mine, weights))
 
-    private = workdir is None
-    if private:
-        base = Path(tempfile.mkdtemp(prefix=f"cosched-{wf.name}-{spec.name}-"))
-    else:
-        base = Path(workdir)
-        base.mkdir(parents=True, exist_ok=True)
-    scratch = base if private else Path(tempfile.mkdtemp(prefix=f".{wf.name}-{spec.name}-", dir=base))
     if not 0.0 < core_speed <= 1.0:
         raise InvalidInput(f"core_speed must lie in (0, 1], got {core_speed!r}")
+    target = progress_file if progress_file is not None else os.environ.get(ENV_VAR)
+    if target:   # never over another file, a FIFO or a device (cosched progress --file too)
+        check_progress_file(target)
+    private = workdir is None
+    try:
+        if private:
+            base = Path(tempfile.mkdtemp(prefix=f"cosched-{wf.name}-{spec.name}-"))
+        else:
+            base = make_output_dir(workdir)
+        scratch = base if private else Path(tempfile.mkdtemp(prefix=f".{wf.name}-{spec.name}-",
+                                                             dir=base))
+    except OutputError:
+        raise
+    except OSError as exc:
+        where = workdir if workdir is not None else tempfile.gettempdir()
+        raise OutputError(f"cannot use work folder {where}: {exc.strerror or exc}") from None
     ctx = StageContext(wf.name, spec.name, scale, base, scratch, core_speed)
 
     done = 0
