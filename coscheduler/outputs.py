@@ -136,14 +136,15 @@ def open_output(path: str | os.PathLike, mode: str = "w", prefix: str | None = N
                 make_parents: bool = True, **kwargs) -> Iterator[IO]:
     """A file object for writing ``path``: it is a temporary file beside the target,
     renamed over it when the ``with`` block ends normally and removed when it does not.
-    A symbolic link to a file stays, the file it names is replaced. ``mode`` is ``"w"``
+    A symbolic link at ``path`` is replaced, never the file it names: a command run as root
+    must not write through a link someone else left in a shared folder. ``mode`` is ``"w"``
     or ``"wb"``; the target's missing folders are made unless ``make_parents`` is False;
     ``kwargs`` go to ``os.fdopen`` (``newline=...``)."""
     if mode not in ("w", "wb"):
         raise ValueError(f"open_output writes with 'w' or 'wb', not {mode!r}")
     given = Path(path)
     _refuse_special(given)
-    target = Path(os.path.realpath(given)) if given.is_symlink() else given
+    target = given
     try:
         if make_parents:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -65,13 +65,15 @@ def test_a_write_is_renamed_over_the_target_only_when_complete(tmp_path):
     assert [p.name for p in target.parent.iterdir()] == ["c.csv"]
 
 
-def test_a_symbolic_link_to_a_file_stays_and_its_file_is_replaced(tmp_path):
+def test_a_symbolic_link_is_replaced_never_the_file_it_names(tmp_path):
+    """As root, writing through a link someone left in a shared folder would replace any
+    file of the machine (/etc/passwd, say): the link itself is replaced."""
     real = tmp_path / "real.json"
     real.write_text("old")
     link = tmp_path / "link.json"
     link.symlink_to(real)
     outputs.write_text(link, "new")
-    assert link.is_symlink() and real.read_text() == "new"
+    assert not link.is_symlink() and link.read_text() == "new" and real.read_text() == "old"
 
 
 @pytest.mark.parametrize("where", ["/proc/cosched-no-such-output", "under-a-file"])
