@@ -1,0 +1,103 @@
+"""Input files the commands read (traces, model files, tokens and secrets, checkpoints):
+regular files only, opened without blocking, bounded in size (coscheduler/boundedfile.py);
+bad input is one line naming the file, a non-zero exit, no traceback and no hang. Large
+inputs are sparse files (refused by their size before any read) or small configured caps;
+a FIFO is tried in a subprocess with a timeout, so a hang fails the test instead of the
+suite."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coscheduler import boundedfile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, timeout: float = 60, env: dict | None = None,
+            cwd: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m coscheduler ARGS`` from this checkout; a hang is a failed test."""
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "coscheduler", *args], capture_output=True,
+                          text=True, timeout=timeout, env=e, cwd=cwd)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
+    """The run failed with a short error naming each needle, and no traceback."""
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    err = r.stderr.strip()
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+def sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+# -- the helper ----------------------------------------------------------------------------------
+
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    code = ("import sys; from coscheduler import boundedfile as b\n"
+            "try:\n    b.read_regular(sys.argv[1], 100)\n"
+            "except b.FileUnusable as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True,
+                       timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.strip() == f"{fifo}: not a regular file (a FIFO)"
+
+
+def test_devices_directories_and_links_when_not_followed_are_refused(tmp_path):
+    with pytest.raises(boundedfile.FileUnusable, match="not a regular file \\(a character device"):
+        boundedfile.read_regular("/dev/zero", 100)
+    with pytest.raises(boundedfile.FileUnusable, match="not a regular file \\(a directory"):
+        boundedfile.read_regular(tmp_path, 100)
+    (tmp_path / "f").write_bytes(b"x")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    assert boundedfile.read_regular(tmp_path / "link", 100) == b"x"
+    with pytest.raises(boundedfile.FileUnusable, match="cannot be opened"):
+        boundedfile.read_regular(tmp_path / "link", 100, follow=False)
+    with pytest.raises(FileNotFoundError):
+        boundedfile.read_regular(tmp_path / "missing", 100)
+
+
+def test_the_size_cap_is_checked_before_reading(tmp_path):
+    big = sparse(tmp_path / "big", 6 << 30)    # 6 GB, no block written
+    with pytest.raises(boundedfile.FileUnusable,
+                       match=f"{big}: 6442450944 bytes, more than the 1000 allowed; HINT"):
+        boundedfile.read_regular(big, 1000, hint="; HINT")
+    (tmp_path / "ok").write_bytes(b"a" * 1000)
+    assert len(boundedfile.read_regular(tmp_path / "ok", 1000)) == 1000
+
+
+def test_gunzip_stops_past_its_cap_and_names_the_file():
+    bomb = gzip.compress(b"\0" * 1_000_000)
+    assert len(boundedfile.gunzip(bomb, 1_000_000, "t.gz")) == 1_000_000
+    with pytest.raises(boundedfile.FileUnusable, match="t.gz: unpacks to more than the 999999"):
+        boundedfile.gunzip(bomb, 999_999, "t.gz")
+    two = gzip.compress(b"ab") + gzip.compress(b"cd")     # every member
+    assert boundedfile.gunzip(two, 10, "t.gz") == b"abcd"
+    with pytest.raises(boundedfile.FileUnusable, match="t.gz: not a readable gzip file"):
+        boundedfile.gunzip(bomb[:-10], 10 << 20, "t.gz")
+
+
+def test_a_secret_line_is_utf8_and_not_empty(tmp_path):
+    f = tmp_path / "s"
+    f.write_bytes(b"\n  tok  \nsecond\n")
+    assert boundedfile.read_line_secret(f, "the token file") == "tok"
+    f.write_bytes(b"")
+    with pytest.raises(boundedfile.FileUnusable, match="the token file: empty"):
+        boundedfile.read_line_secret(f, "the token file")
+    f.write_bytes(b"\xff\xfe")
+    with pytest.raises(boundedfile.FileUnusable, match="the token file: not UTF-8"):
+        boundedfile.read_line_secret(f, "the token file")
