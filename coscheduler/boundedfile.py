@@ -53,14 +53,9 @@ def describe(mode: int) -> str:
     return f"file type {stat.S_IFMT(mode):o}"
 
 
-def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = None, *,
-                 follow: bool = True, owners: Collection[int] | None = None,
-                 hint: str = "") -> bytes:
-    """A regular file's bytes, at most ``max_bytes``. ``follow=False``: a symbolic link is
-    refused; ``owners``: the uids the file may belong to; ``hint``: said after a "too
-    large" error (how to allow more). FileNotFoundError passes through; every other fault
-    is FileUnusable naming ``what`` (default: the path)."""
-    what = what or os.fspath(path)
+def _open(path: str | os.PathLike, what: str, follow: bool) -> int:
+    """A descriptor of ``path`` opened without blocking, read-only; FileUnusable unless
+    it is a regular file (FileNotFoundError passes through)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     if not follow:
         flags |= os.O_NOFOLLOW
@@ -71,9 +66,26 @@ def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = Non
     except OSError as exc:
         raise FileUnusable(f"{what}: cannot be opened ({exc.strerror or exc})") from None
     try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileUnusable(f"{what}: not a regular file ({describe(mode)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = None, *,
+                 follow: bool = True, owners: Collection[int] | None = None,
+                 hint: str = "") -> bytes:
+    """A regular file's bytes, at most ``max_bytes``. ``follow=False``: a symbolic link is
+    refused; ``owners``: the uids the file may belong to; ``hint``: said after a "too
+    large" error (how to allow more). FileNotFoundError passes through; every other fault
+    is FileUnusable naming ``what`` (default: the path)."""
+    what = what or os.fspath(path)
+    fd = _open(path, what, follow)
+    try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise FileUnusable(f"{what}: not a regular file ({describe(st.st_mode)})")
         if owners is not None and st.st_uid not in owners:
             raise FileUnusable(f"{what}: belongs to uid {st.st_uid}, not to "
                                f"{' or '.join(f'uid {u}' for u in sorted(owners))}")
@@ -88,18 +100,39 @@ def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = Non
         os.close(fd)
 
 
+def read_head(path: str | os.PathLike, size: int, what: str | None = None) -> bytes:
+    """The first ``size`` bytes (or fewer) of a regular file, opened as ``read_regular``
+    opens it; the same faults."""
+    what = what or os.fspath(path)
+    fd = _open(path, what, True)
+    try:
+        return os.read(fd, size)
+    except OSError as exc:
+        raise FileUnusable(f"{what}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
 def gunzip(raw: bytes, max_bytes: int, what: str, hint: str = "") -> bytes:
-    """The gzip stream ``raw`` unpacked (every member), at most ``max_bytes`` bytes: the
-    unpacking stops one byte past the cap. FileUnusable naming ``what`` otherwise."""
+    """The gzip stream ``raw`` unpacked (every member), at most ``max_bytes`` bytes.
+    Unpacked twice: first counted a piece at a time (nothing kept, so a stream that
+    unpacks past the cap costs no memory and stops one piece past it), then kept.
+    FileUnusable naming ``what`` otherwise."""
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as f:
-            out = read_limited(f, max_bytes, what, "")
-    except FileUnusable:
-        raise FileUnusable(f"{what}: unpacks to more than the {max_bytes} bytes "
-                           f"allowed{hint}") from None
+            size = 0
+            while size <= max_bytes:
+                n = len(f.read(_READ))
+                if not n:
+                    break
+                size += n
+        if size > max_bytes:
+            raise FileUnusable(f"{what}: unpacks to more than the {max_bytes} bytes "
+                               f"allowed{hint}")
+        with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as f:
+            return read_limited(f, max_bytes, what, hint)
     except (OSError, EOFError, zlib.error) as exc:
         raise FileUnusable(f"{what}: not a readable gzip file ({exc})") from None
-    return out
 
 
 def read_line_secret(path: str | os.PathLike, what: str, *, max_bytes: int = 64 << 10,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +17,28 @@ from pathlib import Path
 import pytest
 
 from coscheduler import boundedfile
+from coscheduler.model import InvalidInput
+from coscheduler.sim import swf
+from coscheduler.sim.swf import SwfFormatError, read_swf
 
 ROOT = Path(__file__).resolve().parents[1]
+MEMORY = 3 << 30     # a child's address space: a reader that reads GBs fails, not the machine
+HEADER = "; MaxNodes: 4\n"
+JOB = "1 0 0 10 1 -1 -1 1 10 -1 1 1 1 1 1 1 -1 -1\n"
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
 def run_cli(*args: str, timeout: float = 60, env: dict | None = None,
             cwd: str | None = None) -> subprocess.CompletedProcess:
-    """``python -m coscheduler ARGS`` from this checkout; a hang is a failed test."""
+    """``python -m coscheduler ARGS`` from this checkout, in a bounded address space; a
+    hang is a failed test (TimeoutExpired)."""
     e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, "-m", "coscheduler", *args], capture_output=True,
-                          text=True, timeout=timeout, env=e, cwd=cwd)
+                          text=True, timeout=timeout, env=e, cwd=cwd,
+                          preexec_fn=_limit_memory)
 
 
 def one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
@@ -101,3 +114,64 @@ def test_a_secret_line_is_utf8_and_not_empty(tmp_path):
     f.write_bytes(b"\xff\xfe")
     with pytest.raises(boundedfile.FileUnusable, match="the token file: not UTF-8"):
         boundedfile.read_line_secret(f, "the token file")
+
+
+# -- SWF traces ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [
+    ("simulate", "swf", "{p}"),
+    ("workload", "batsim", "--from", "{p}", "--out", "{d}/o.json"),   # is_batsim's peek
+])
+def test_a_fifo_trace_is_refused_at_once(tmp_path, command):
+    fifo = tmp_path / "t.swf"
+    os.mkfifo(fifo)
+    r = run_cli(*(a.format(p=fifo, d=tmp_path) for a in command), timeout=30)
+    assert one_line_error(r, str(fifo), "not a regular file (a FIFO)").count("\n") == 0
+
+
+def test_a_device_or_a_sparse_6gb_trace_is_refused_without_reading_it(tmp_path):
+    r = run_cli("simulate", "swf", "/dev/zero", timeout=30)
+    one_line_error(r, "/dev/zero: not a regular file (a character device)")
+    big = sparse(tmp_path / "big.swf", 6 << 30)
+    r = run_cli("simulate", "swf", str(big), timeout=30)
+    one_line_error(r, f"{big}: 6442450944 bytes, more than the {swf.DEFAULT_MAX_TRACE_BYTES} "
+                      f"allowed (set {swf.MAX_BYTES_ENV} to read a larger trace)")
+
+
+def test_a_gzip_trace_that_unpacks_past_the_cap_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv(swf.MAX_BYTES_ENV, "100000")
+    bomb = tmp_path / "t.swf.gz"
+    bomb.write_bytes(gzip.compress((HEADER + JOB).encode() + b" " * 200_000))
+    with pytest.raises(SwfFormatError, match=f"{bomb}: unpacks to more than the 100000 bytes "
+                                             f"allowed \\(set {swf.MAX_BYTES_ENV}"):
+        read_swf(bomb)
+    plain = tmp_path / "t.swf"
+    plain.write_text(HEADER + JOB + " " * 100_000)
+    with pytest.raises(SwfFormatError, match=f"{plain}: 100057 bytes, more than the 100000 allowed"):
+        read_swf(plain)
+    monkeypatch.setenv(swf.MAX_BYTES_ENV, "200100")
+    assert len(read_swf(bomb).jobs) == 1
+    monkeypatch.setenv(swf.MAX_BYTES_ENV, "lots")
+    with pytest.raises(InvalidInput, match=f"{swf.MAX_BYTES_ENV}='lots': must be a positive"):
+        read_swf(plain)
+
+
+def test_a_long_line_is_refused_by_its_length_before_pandas_splits_it(tmp_path, monkeypatch):
+    f = tmp_path / "t.swf"
+    f.write_text(HEADER + JOB + " ".join(["1"] * 5000) + "\n")
+
+    def no_table(*_a):
+        raise AssertionError("the long line reached pandas")
+
+    monkeypatch.setattr(swf, "_job_table", no_table)
+    for vectorised in (True, False):
+        with pytest.raises(SwfFormatError, match=f"{f}:3: line of 9999 characters, longer "
+                                                 "than the 4096 a job line may have"):
+            read_swf(f, vectorised=vectorised)
+    assert read_swf(f, skip_bad_lines=True).skipped_lines == 1
+
+
+def test_the_longest_line_is_measured_across_chunks(monkeypatch):
+    monkeypatch.setattr(swf, "_CHUNK", 3)
+    for raw in (b"", b"a", b"\n", b"ab\nc", b"abc\n\n", b"abcdefg\nab\nabcdefgh\n\n\nabcd"):
+        assert swf._longest_line(raw) == max(map(len, raw.split(b"\n")))
