@@ -175,3 +175,26 @@ def test_the_longest_line_is_measured_across_chunks(monkeypatch):
     monkeypatch.setattr(swf, "_CHUNK", 3)
     for raw in (b"", b"a", b"\n", b"ab\nc", b"abc\n\n", b"abcdefg\nab\nabcdefgh\n\n\nabcd"):
         assert swf._longest_line(raw) == max(map(len, raw.split(b"\n")))
+
+
+@pytest.mark.parametrize("user, reason", [
+    ("1_0", "field 'user id' is not a number: '1_0'"),
+    ("\uff11", "field 'user id' is not a number: '\uff11'"),
+    ("1.5", "field 'user id' must be an integer, got '1.5'"),
+])
+def test_a_field_float_reads_but_swf_does_not_is_refused_with_its_line(tmp_path, user, reason):
+    f = tmp_path / "t.swf"
+    f.write_text(HEADER + JOB + JOB.replace("1 0 0 10 1 -1 -1 1 10 -1 1 1 ",
+                                            f"2 0 0 10 1 -1 -1 1 10 -1 1 {user} "),
+                 encoding="utf-8")
+    for vectorised in (True, False):
+        with pytest.raises(SwfFormatError, match=f"{f}:3: {reason}"):
+            read_swf(f, vectorised=vectorised)
+
+
+def test_a_header_size_in_other_digits_is_refused(tmp_path):
+    f = tmp_path / "t.swf"
+    f.write_text("; MaxNodes: \uff14\n" + JOB, encoding="utf-8")
+    with pytest.raises(SwfFormatError, match=f"{f}:1: header MaxNodes must start with a "
+                                             "positive integer"):
+        read_swf(f)

@@ -59,7 +59,7 @@ MAX_BYTES_ENV = "COSCHED_MAX_TRACE_BYTES"
 MAX_LINE = 4096
 _CHUNK = 4 << 20
 _HEADER_RE = re.compile(r"^;\s*([A-Za-z][A-Za-z0-9_]*)\s*:\s*(.*)$")
-_LEADING_INT_RE = re.compile(r"^\s*(\d+)")
+_LEADING_INT_RE = re.compile(r"^\s*(\d+)", re.ASCII)   # (not "１")
 _FIELD_NAMES = (
     "job number", "submit time", "wait time", "run time", "allocated processors",
     "average CPU time", "used memory", "requested processors", "requested time",
@@ -132,6 +132,11 @@ def _check_fields(fields: list[str], extra: tuple[str, ...] = ()) -> list[float]
     """The 18 (+ extra) numbers of a job line, or the reason the line is malformed."""
     if len(fields) != SWF_FIELDS + len(extra):
         return f"expected {SWF_FIELDS + len(extra)} fields, found {len(fields)}"
+    # float() also reads '1_0' as 10 and other scripts' digits ('１'): not SWF numbers
+    if any(not f.isascii() or "_" in f for f in fields):
+        names = _FIELD_NAMES + extra
+        name, text = next((n, f) for n, f in zip(names, fields) if not f.isascii() or "_" in f)
+        return f"field {name!r} is not a number: {text[:40]!r}"
     try:
         values = list(map(float, fields))
     except ValueError:
@@ -151,7 +156,7 @@ def _check_fields(fields: list[str], extra: tuple[str, ...] = ()) -> list[float]
         return f"job number must be a non-negative integer, got {fields[0]!r}"
     if values[1] < 0:
         return f"submit time must be >= 0, got {fields[1]!r}"
-    for pos in (4, 7):
+    for pos in (4, 7, 11):   # (the user id is a number the policies group jobs by)
         if values[pos] != int(values[pos]):
             return f"field {_FIELD_NAMES[pos]!r} must be an integer, got {fields[pos]!r}"
     return values
@@ -271,7 +276,7 @@ def _read_fast(name: str, text: str, extra_fields: tuple[str, ...]) -> SwfTrace 
         return None
     num = a[:, 0]
     if ((num != np.floor(num)) | (num < 0)).any() or (a[:, 1] < 0).any() \
-            or (a[:, 4] != np.floor(a[:, 4])).any() or (a[:, 7] != np.floor(a[:, 7])).any() \
+            or (a[:, [4, 7, 11]] != np.floor(a[:, [4, 7, 11]])).any() \
             or np.unique(num).size != num.size or (np.abs(a[:, [0, 4, 7, 11]]) >= 2 ** 53).any():
         return None
     run = a[:, 3]
