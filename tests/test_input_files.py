@@ -198,3 +198,56 @@ def test_a_header_size_in_other_digits_is_refused(tmp_path):
     with pytest.raises(SwfFormatError, match=f"{f}:1: header MaxNodes must start with a "
                                              "positive integer"):
         read_swf(f)
+
+
+# -- model files ---------------------------------------------------------------------------------
+
+def test_a_fifo_or_a_device_in_the_models_folder_is_refused_at_once(tmp_path):
+    from coscheduler.data import swf_trace
+    models = tmp_path / "models"
+    models.mkdir()
+    model = models / "mrsch-lublin_256-S1.model"
+    os.mkfifo(model)
+    args = ("simulate", "multi", "--from", str(swf_trace("lublin_256.swf")), "--sets", "S1",
+            "--methods", "mrsch", "--models", str(models))
+    one_line_error(run_cli(*args, timeout=60), f"{model}: model file: not a regular file (a FIFO)")
+    model.unlink()
+    model.symlink_to("/dev/zero")
+    one_line_error(run_cli(*args, timeout=60),
+                   f"{model}: model file: not a regular file (a character device)")
+
+
+def test_a_sparse_6gb_model_file_is_refused_by_its_size(tmp_path):
+    from coscheduler.data import swf_trace
+    from coscheduler.learned.modelfile import MAX_MODEL_BYTES
+    big = sparse(tmp_path / "big.model", 6 << 30)
+    r = run_cli("simulate", "swf", str(swf_trace("lublin_256.swf")), "--policy", f"rl:{big}",
+                timeout=60)
+    one_line_error(r, f"{big}: model file: 6442450944 bytes, more than the {MAX_MODEL_BYTES} "
+                      "allowed")
+
+
+def test_model_weights_that_unpack_past_the_cap_are_refused(tmp_path, monkeypatch):
+    import numpy as np
+
+    from coscheduler.learned import modelfile
+    path = modelfile.write_model_file({"kind": "x"}, {"w": np.zeros(100_000)}, tmp_path / "m.model")
+    assert path.stat().st_size < 10_000
+    monkeypatch.setattr(modelfile, "MAX_MODEL_BYTES", 100_000)
+    with pytest.raises(modelfile.ModelError, match=f"{path}: the weights unpack to 400128 bytes, "
+                                                   "more than the 100000 allowed"):
+        modelfile.read_model_file(path)
+    monkeypatch.setattr(modelfile, "MAX_MODEL_BYTES", 500)
+    with pytest.raises(modelfile.ModelError, match=f"{path}: model file: .* bytes, more than "
+                                                   "the 500 allowed"):
+        modelfile.read_model_file(path)
+
+
+def test_a_model_name_that_is_not_a_regular_file_says_what_it_is(tmp_path):
+    from coscheduler.learned.registry import resolve
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInput, match=f"model file {fifo}: not a regular file \\(a FIFO\\)"):
+        resolve(str(fifo))
+    with pytest.raises(InvalidInput, match="model file not found"):
+        resolve(str(tmp_path / "missing.model"))
