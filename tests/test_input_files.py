@@ -251,3 +251,61 @@ def test_a_model_name_that_is_not_a_regular_file_says_what_it_is(tmp_path):
         resolve(str(fifo))
     with pytest.raises(InvalidInput, match="model file not found"):
         resolve(str(tmp_path / "missing.model"))
+
+
+# -- tokens and secrets --------------------------------------------------------------------------
+
+def _read_token_in_child(path: Path) -> str:
+    code = ("import sys\nfrom coscheduler.model import InvalidInput\n"
+            "from monitoring.api import read_token_file\n"
+            "try:\n    read_token_file(sys.argv[1])\nexcept InvalidInput as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                       timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       preexec_fn=_limit_memory)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_token_file_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "tok"
+    os.mkfifo(fifo)
+    assert _read_token_in_child(fifo) == f"token file {fifo}: not a regular file (a FIFO)"
+    assert _read_token_in_child(Path("/dev/zero")) == \
+        "token file /dev/zero: not a regular file (a character device)"
+
+
+def test_a_binary_or_empty_token_file_is_one_error_naming_it(tmp_path):
+    from monitoring.api import read_token_file
+    from monitoring.client import AgentClient
+    f = tmp_path / "tok"
+    f.write_bytes(b"\xff\xfe binary token of some length\n")
+    with pytest.raises(InvalidInput, match=f"token file {f}: not UTF-8 text"):
+        read_token_file(str(f))
+    with pytest.raises(InvalidInput, match=f"token file {f}: not UTF-8 text"):
+        AgentClient("http://127.0.0.1:9", token_file=str(f))
+    f.write_bytes(b"")
+    with pytest.raises(InvalidInput, match=f"token file {f}: empty"):
+        read_token_file(str(f))
+
+
+def test_the_agents_own_token_path_is_not_followed_through_a_link(tmp_path):
+    from monitoring.cli import _token
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("a" * 32 + "\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "token").symlink_to(elsewhere)
+    with pytest.raises(InvalidInput, match=f"token file {state / 'token'}: cannot be opened"):
+        _token(None, state)
+    (state / "token").unlink()
+    token, path = _token(None, state)           # made, then read back
+    assert len(token) >= 16 and path == str(state / "token")
+    assert _token(None, state) == (token, path)
+
+
+def test_an_empty_secret_file_says_so(tmp_path):
+    empty = tmp_path / "secret"
+    empty.write_bytes(b"")
+    r = run_cli("run", "--backend", "mesos", "--master", "http://127.0.0.1:9", "--principal", "p",
+                "--secret-file", str(empty), timeout=60)
+    one_line_error(r, f"--secret-file {empty}: empty")
