@@ -100,6 +100,13 @@ def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = Non
         os.close(fd)
 
 
+def open_regular(path: str | os.PathLike, what: str | None = None) -> IO[bytes]:
+    """A regular file opened for reading as ``read_regular`` opens it (a FIFO refused, not
+    waited on), for a reader that bounds itself (a zip archive's listed sizes); the
+    same faults. The caller closes it."""
+    return os.fdopen(_open(path, what or os.fspath(path), True), "rb")
+
+
 def read_head(path: str | os.PathLike, size: int, what: str | None = None) -> bytes:
     """The first ``size`` bytes (or fewer) of a regular file, opened as ``read_regular``
     opens it; the same faults."""

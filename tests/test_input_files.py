@@ -309,3 +309,30 @@ def test_an_empty_secret_file_says_so(tmp_path):
     r = run_cli("run", "--backend", "mesos", "--master", "http://127.0.0.1:9", "--principal", "p",
                 "--secret-file", str(empty), timeout=60)
     one_line_error(r, f"--secret-file {empty}: empty")
+
+
+# -- training checkpoints ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, reason", [(b"", "No data left in file"),
+                                             (b"PK\x03\x04abc", "File is not a zip file")])
+def test_a_damaged_rl_checkpoint_is_one_error_naming_it(tmp_path, content, reason):
+    from coscheduler.learned.train import _load_checkpoint
+    ckpt = tmp_path / "o.model.ckpt"
+    ckpt.write_bytes(content)
+    with pytest.raises(InvalidInput, match=f"{ckpt}: not a readable training checkpoint "
+                                           f"\\({reason}\\); remove it or pass --fresh"):
+        _load_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("code", [
+    "from coscheduler.learned.train import _load_checkpoint as load\n",
+    "from coscheduler.multi.train import _Memory\nload = _Memory(10, 4, 2).load\n",
+])
+def test_a_fifo_as_checkpoint_or_replay_memory_is_refused_at_once(tmp_path, code):
+    fifo = tmp_path / "o.model.ckpt"
+    os.mkfifo(fifo)
+    prog = (code + "import sys\nfrom pathlib import Path\nfrom coscheduler.model import InvalidInput\n"
+            "try:\n    load(Path(sys.argv[1]))\nexcept InvalidInput as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", prog, str(fifo)], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert f"{fifo}: not a regular file (a FIFO)" in r.stdout, r.stdout + r.stderr

@@ -52,6 +52,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import boundedfile
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..sim.engine import simulate
@@ -272,7 +273,7 @@ class _Memory:
         """Refill from ``save``'s file; InvalidInput naming it when unreadable or of
         another shape (another workload set's memory)."""
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with boundedfile.open_regular(path) as f, np.load(f, allow_pickle=False) as z:
                 rows = {k: z[k] for k in self._FIELDS}
                 pos = int(z["pos"])
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -408,7 +409,11 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
     memory = _Memory(cfg.memory, state_len, measures)
     ckpt = _checkpoint_path(out)
     if resume and ckpt.exists():
-        saved = mrsch.load_model(ckpt)
+        try:
+            saved = mrsch.load_model(ckpt)
+        except mrsch.ModelError as exc:
+            raise InvalidInput(f"{exc}: the checkpoint cannot be resumed; delete it to train "
+                               "afresh") from None
         state = saved.header.get("checkpoint", {})
         jparams = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in saved.params.items()
                    if not k.startswith("opt/")}
