@@ -336,3 +336,20 @@ def test_a_fifo_as_checkpoint_or_replay_memory_is_refused_at_once(tmp_path, code
     r = subprocess.run([sys.executable, "-c", prog, str(fifo)], capture_output=True, text=True,
                        timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert f"{fifo}: not a regular file (a FIFO)" in r.stdout, r.stdout + r.stderr
+
+
+# -- a trace named by a model's header -----------------------------------------------------------
+
+@pytest.mark.parametrize("trace", [5, ["a"], "/etc/passwd", "../swf/lublin_256.swf", ""])
+def test_models_gate_reads_only_a_bundled_trace_a_header_names(tmp_path, trace):
+    from click.testing import CliRunner
+
+    from coscheduler.cli.models import models
+    from coscheduler.learned.modelfile import read_model_file, write_model_file
+    from coscheduler.learned.registry import shipped
+    _, header, params = read_model_file(shipped()[0])
+    path = write_model_file({**header, "trace": trace}, params, tmp_path / "m.model")
+    r = CliRunner().invoke(models, ["gate", str(path), "--no-write"])
+    assert r.exit_code != 0 and isinstance(r.exception, (SystemExit, type(None))), repr(r.exception)
+    assert f"error: {path}: " in r.output and ("is not bundled; give --trace" in r.output
+                                               or "names no training trace" in r.output), r.output
