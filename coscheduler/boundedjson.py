@@ -5,10 +5,11 @@ write): bounded in size and in nesting, so that a hostile or broken peer gets a 
 instead of a RecursionError deep in the interpreter or a 10 GB string in memory.
 
 ``read_limited`` reads a stream up to a cap and stops there (one byte past the cap is enough
-to know it is too big); ``load_file`` opens a file without blocking on a FIFO, refuses what
-is not a regular file and reads it so. The nesting is measured before parsing from the
-brackets outside strings (numpy over the bytes, a chunk at a time, ``nesting_depth``), so
-that a 100,000-deep body never reaches the recursive parser. ``cosched bench json`` prints
+to know it is too big); ``load_file`` reads a file by ``boundedfile.read_regular`` (opened
+without blocking on a FIFO, what is not a regular file refused, a cap on the size).
+The nesting is measured before parsing from the brackets outside strings (numpy over the
+bytes, a chunk at a time, ``nesting_depth``), so that a 100,000-deep body never reaches the
+recursive parser. ``cosched bench json`` prints
 what the checks cost beside ``json.loads`` on an answer shaped like ``squeue --json``'s.
 """
 
@@ -18,14 +19,14 @@ import json
 import math
 import os
 import re
-import stat
 from pathlib import Path
 from typing import IO, Any, Collection
+
+from . import boundedfile
 
 DEFAULT_MAX_BYTES = 16 << 20
 DEFAULT_MAX_DEPTH = 64
 _CHUNK = 4 << 20          # the nesting scan's memory: a few times this, whatever the input
-_READ = 1 << 20
 # an escape in a string (a backslash and the byte after it), left to right as the parser reads it
 _ESCAPE = re.compile(rb"\\.", re.S)
 # every byte but brackets and quotes: what the nesting scan drops first
@@ -95,50 +96,21 @@ def nesting_depth(raw: bytes, limit: int) -> int:
 
 
 def read_limited(f: IO[bytes], max_bytes: int, what: str) -> bytes:
-    """At most ``max_bytes`` bytes of the binary stream ``f`` (read in pieces); JSONUnusable
-    naming ``what`` when there is more, without reading the rest."""
-    parts, size = [], 0
-    while size <= max_bytes:
-        part = f.read(min(_READ, max_bytes + 1 - size))
-        if not part:
-            break
-        parts.append(part)
-        size += len(part)
-    if size > max_bytes:
-        raise JSONUnusable(f"{what}: more than the {max_bytes} bytes allowed")
-    return b"".join(parts)
+    """``boundedfile.read_limited``, its fault a JSONUnusable."""
+    try:
+        return boundedfile.read_limited(f, max_bytes, what)
+    except boundedfile.FileUnusable as exc:
+        raise JSONUnusable(str(exc)) from None
 
 
 def read_file(path: str | os.PathLike, max_bytes: int, what: str | None = None, *,
               follow: bool = True, owners: Collection[int] | None = None) -> bytes:
-    """A regular file's bytes, at most ``max_bytes``: opened without blocking (a FIFO is
-    refused, not waited on), read in pieces up to the cap. ``follow=False``: a symbolic
-    link is refused; ``owners``: the uids the file may belong to (a file other users could
-    have put there). FileNotFoundError passes through (a file that went away is the
-    caller's business); other faults are JSONUnusable."""
-    what = what or str(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    if not follow:
-        flags |= os.O_NOFOLLOW
+    """``boundedfile.read_regular`` (a regular file only, opened without blocking, at most
+    ``max_bytes``), its faults JSONUnusable; FileNotFoundError passes through."""
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise JSONUnusable(f"{what}: cannot be opened ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise JSONUnusable(f"{what}: not a regular file")
-        if owners is not None and st.st_uid not in owners:
-            raise JSONUnusable(f"{what}: belongs to uid {st.st_uid}, not to "
-                               f"{' or '.join(f'uid {u}' for u in sorted(owners))}")
-        if st.st_size > max_bytes:     # said at once; a file that grows is caught by the read
-            raise JSONUnusable(f"{what}: {st.st_size} bytes, more than the {max_bytes} allowed")
-        try:
-            return read_limited(f, max_bytes, what)
-        except OSError as exc:
-            raise JSONUnusable(f"{what}: cannot be read ({exc.strerror or exc})") from None
+        return boundedfile.read_regular(path, max_bytes, what, follow=follow, owners=owners)
+    except boundedfile.FileUnusable as exc:
+        raise JSONUnusable(str(exc)) from None
 
 
 def load_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from coscheduler import boundedjson
+from coscheduler.boundedfile import read_line_secret
 from coscheduler.backend import BackendError
 from coscheduler.model import InvalidInput
 
@@ -127,11 +127,11 @@ def backend_from_options(options: Mapping[str, Any]) -> MesosBackend:
     if options.get("secret_file"):
         if not options.get("principal"):
             raise InvalidInput("--secret-file needs --principal (HTTP Basic authentication)")
-        try:
-            raw = boundedjson.read_file(options["secret_file"], 64 << 10, "the secret file")
-            secret = raw.decode().splitlines()[0].strip()
-        except (OSError, IndexError, ValueError) as exc:
-            raise InvalidInput(f"--secret-file {options['secret_file']}: cannot read a secret ({exc})") from None
+        try:   # (bounded, no FIFO wait, UTF-8, a non-empty line: InvalidInput otherwise)
+            secret = read_line_secret(options["secret_file"], f"--secret-file {options['secret_file']}")
+        except OSError as exc:
+            raise InvalidInput(f"--secret-file {options['secret_file']}: cannot read a secret "
+                               f"({exc.strerror or exc})") from None
     driver = MesosSchedulerDriver(backend, backend.framework_info(), master,
                                   principal=options.get("principal"), secret=secret)
     backend.attach(driver)

@@ -39,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
-from coscheduler import boundedjson
+from coscheduler import boundedfile, boundedjson
 from coscheduler.model import InvalidInput, shown
 
 from .agent import Conflict, NodeAgent, UnknownJob
@@ -602,13 +602,15 @@ class AgentServer:
             self._thread.join(timeout=5)
 
 
-def read_token_file(path: str) -> str:
-    """The token: the file's first line, stripped; refuses an empty file."""
+def read_token_file(path: str, *, follow: bool = True) -> str:
+    """The token: the file's first non-empty line, stripped; a regular file of at most
+    64 KiB, UTF-8, opened without blocking (``boundedfile.read_line_secret``);
+    ``follow=False``: a symbolic link is refused. InvalidInput naming the file."""
+    what = f"token file {path}"
     try:
-        with open(path) as f:
-            token = f.readline().strip()
-    except OSError as e:
-        raise InvalidInput(f"token file {path}: {e.strerror}") from None
+        token = boundedfile.read_line_secret(path, what, follow=follow)
+    except OSError as e:    # (not found)
+        raise InvalidInput(f"{what}: {e.strerror or e}") from None
     if len(token) < 16:
-        raise InvalidInput(f"token file {path}: the token must be at least 16 characters")
+        raise InvalidInput(f"{what}: the token must be at least 16 characters")
     return token

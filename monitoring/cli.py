@@ -23,12 +23,16 @@ def _token(token_file: str | None, state_dir: Path) -> tuple[str, str]:
     if token_file:
         return read_token_file(token_file), token_file
     path = state_dir / "token"
-    if not path.exists():
-        state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:   # (O_EXCL: a link or a FIFO put there is not written through; refused below)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    else:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
-    return read_token_file(str(path)), str(path)
+    # follow=False: the agent's own file; a link there may lead to any file (/dev/zero)
+    return read_token_file(str(path), follow=False), str(path)
 
 
 def _guest_weight(_ctx, _param, value: str) -> int | None:

@@ -49,6 +49,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from coscheduler import boundedjson
+from coscheduler.boundedfile import read_line_secret
 
 MAX_ANSWER_BYTES = boundedjson.DEFAULT_MAX_BYTES     # 16 MB, as for the agent's request bodies
 MAX_QUIET_S = 60.0   # the longest an agent that timed out goes unasked
@@ -171,8 +172,8 @@ class AgentClient:
         self.url = url.rstrip("/")
         self._host, self._port = u.hostname, u.port or 80
         if token is None and token_file is not None:
-            with open(token_file) as f:
-                token = f.readline().strip()
+            # (bounded, no FIFO wait, UTF-8: an InvalidInput naming the file otherwise)
+            token = read_line_secret(token_file, f"token file {token_file}")
         self.token = token
         self.timeout = timeout
         self._conn: http.client.HTTPConnection | None = None

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ..model import InvalidInput
 from ..multi import optimiser
 from ..multi import workload as mw
 from ..multi.report import MODELS_DIR, evaluation_part, model_path, run_method
@@ -74,7 +75,10 @@ def synthetic_windows(count: int, size: int = 20, seed: int = 0
 @click.option("--json", "as_json", is_flag=True)
 def multi(data_dir: Path, set_name: str, jobs: int, windows: int, as_json: bool) -> None:
     """Time one MRSch decision and one optimiser decision (w = 20) against the targets."""
-    trace = read_swf(data_dir / LUBLIN)
+    try:
+        trace = read_swf(data_dir / LUBLIN)
+    except InvalidInput as exc:
+        raise click.ClickException(str(exc)) from None
     wl = evaluation_part(mw.generate(trace, set_name, 1), jobs)
     out: dict = {"trace": str(data_dir / LUBLIN), "set": set_name, "jobs": len(wl.jobs)}
     if model_path(MODELS_DIR, "mrsch", trace.path, wl.set_name).exists():

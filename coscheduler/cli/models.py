@@ -90,7 +90,7 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
     from ..learned.gate import evaluate, report_path, summary, write_report
     from ..learned.modelfile import ModelError, load_model
     from ..learned.registry import resolve, shipped
-    from ..model import InvalidInput
+    from ..model import InvalidInput, shown
     from ..outputs import check_output
     from ..sim.swf import read_swf
 
@@ -120,8 +120,8 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
                 except (OSError, InvalidInput):
                     bundled = None
                 if bundled is None or not Path(bundled).is_file():
-                    raise ModelError(f"{path}: its training trace {source} is not bundled; "
-                                     "give --trace")
+                    raise ModelError(f"{path}: its training trace {shown(source)} is not "
+                                     "bundled; give --trace")
                 source = str(bundled)
             if source not in traces:
                 traces[source] = read_swf(source)

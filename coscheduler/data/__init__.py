@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..model import InvalidInput, shown
 from ..resources import resource_dir, resource_path
 
 SWF_TRACES = ("lublin_256.swf", "lublin_256_new2.swf", "HPC2N-2002-2.2-cln.swf.gz",
@@ -22,7 +23,11 @@ def swf_dir() -> Path:
 
 
 def swf_trace(name: str) -> Path:
-    """One bundled trace by its archive file name."""
+    """One bundled trace by its archive file name (one of ``SWF_TRACES``: never a path, so
+    a name read from a file cannot lead out of the folder); InvalidInput otherwise."""
+    if not isinstance(name, str) or name not in SWF_TRACES:
+        raise InvalidInput(f"{shown(name)} is not a bundled trace; bundled: "
+                           f"{', '.join(SWF_TRACES)}")
     return resource_path(__name__, "swf", name)
 
 

@@ -24,13 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import boundedjson, outputs
+from .. import boundedfile, boundedjson, outputs
 from ..model import InvalidInput
 from .features import INSPECTOR_FEATURES, RL_FEATURES, Normalisation
 
 MAGIC = b"COSCHED-MODEL 1\n"
 KINDS = {"rlscheduler": RL_FEATURES, "inspector": INSPECTOR_FEATURES}
 MAX_HEADER = 1 << 20
+# A shipped model is about 0.5 MB: a model file, or its weights unpacked, past this is not one.
+MAX_MODEL_BYTES = 256 << 20
 
 
 class ModelError(InvalidInput):
@@ -78,8 +80,10 @@ def read_model_file(path: str | Path) -> tuple[str, dict, dict[str, np.ndarray]]
     caller's to check. Anything else is a ``ModelError`` naming the file."""
     path = Path(path)
     name = str(path)
-    try:
-        raw = path.read_bytes()
+    try:   # (a regular file: a FIFO is refused, not waited on; /dev/zero is not read)
+        raw = boundedfile.read_regular(path, MAX_MODEL_BYTES, f"{name}: model file")
+    except boundedfile.FileUnusable as exc:
+        raise ModelError(str(exc)) from None
     except OSError as exc:
         raise ModelError(f"{name}: cannot read model file ({exc.strerror or exc})") from None
     if not raw.startswith(MAGIC):
@@ -94,9 +98,17 @@ def read_model_file(path: str | Path) -> tuple[str, dict, dict[str, np.ndarray]]
         raise ModelError(f"{name}: the model header is not usable ({exc})") from None
     if not isinstance(header, dict):
         raise ModelError(f"{name}: the model header must be a JSON object")
+    body = raw[end + 1:]
     try:
-        with np.load(io.BytesIO(raw[end + 1:]), allow_pickle=False) as npz:
+        with zipfile.ZipFile(io.BytesIO(body)) as z:   # (its sizes bound the reads)
+            unpacked = sum(i.file_size for i in z.infolist())
+        if unpacked > MAX_MODEL_BYTES:
+            raise ModelError(f"{name}: the weights unpack to {unpacked} bytes, more than the "
+                             f"{MAX_MODEL_BYTES} allowed")
+        with np.load(io.BytesIO(body), allow_pickle=False) as npz:
             params = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
+    except ModelError:
+        raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ModelError(f"{name}: the model's weights cannot be read ({exc})") from None
     shapes = header.get("weights")

@@ -8,8 +8,10 @@ separator or an existing file is a path.
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
+from ..boundedfile import describe
 from ..model import InvalidInput
 from ..resources import resource_dir
 from .gate import read_verdict, report_path
@@ -59,8 +61,12 @@ def resolve(name_or_path: str, directory: Path = MODELS_DIR) -> Path:
         raise InvalidInput("empty model name")
     path = Path(text)
     if "/" in text or path.suffix == SUFFIX or path.exists():
-        if not path.is_file():
-            raise InvalidInput(f"model file not found: {text}")
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            raise InvalidInput(f"model file not found: {text}") from None
+        if not stat.S_ISREG(mode):
+            raise InvalidInput(f"model file {text}: not a regular file ({describe(mode)})")
         return path
     candidate = directory / f"{text}{SUFFIX}"
     if candidate.is_file():

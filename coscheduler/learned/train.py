@@ -26,6 +26,7 @@ drown every other sequence's signal. The optimum per sequence is the same.
 from __future__ import annotations
 
 import io
+import zipfile
 import json
 import platform
 import time
@@ -35,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import outputs
+from .. import boundedfile, outputs
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..policies.selection import MAX_REJECTION_TIMES, RETRY_AFTER_S
@@ -155,11 +156,11 @@ def _save_checkpoint(path: Path, cfg: TrainConfig, epoch: int, curve: list, elap
 
 
 def _load_checkpoint(path: Path) -> tuple[dict, dict]:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
+    try:   # (a FIFO is refused, not waited on; an empty or cut file is EOFError, BadZipFile)
+        with boundedfile.open_regular(path) as f, np.load(f, allow_pickle=False) as npz:
             meta = json.loads(bytes(npz["__meta__"]).decode())
             arrays = {k: npz[k] for k in npz.files if k != "__meta__"}
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         raise InvalidInput(f"{path}: not a readable training checkpoint ({exc}); remove it "
                            "or pass --fresh") from None
     if meta.get("magic") != CKPT_MAGIC:

@@ -51,7 +51,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import outputs
+from .. import boundedfile, outputs
 from ..model import InvalidInput
 from ..policies.queue import get_policy
 from ..sim.engine import simulate
@@ -270,7 +270,7 @@ class _Memory:
         """Refill from ``save``'s file; InvalidInput naming it when unreadable or of
         another shape (another workload set's memory)."""
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with boundedfile.open_regular(path) as f, np.load(f, allow_pickle=False) as z:
                 rows = {k: z[k] for k in self._FIELDS}
                 pos = int(z["pos"])
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -406,7 +406,11 @@ def train(workload: MultiWorkload, out: str | Path, config: TrainConfig | None =
     memory = _Memory(cfg.memory, state_len, measures)
     ckpt = _checkpoint_path(out)
     if resume and ckpt.exists():
-        saved = mrsch.load_model(ckpt)
+        try:
+            saved = mrsch.load_model(ckpt)
+        except mrsch.ModelError as exc:
+            raise InvalidInput(f"{exc}: the checkpoint cannot be resumed; delete it to train "
+                               "afresh") from None
         state = saved.header.get("checkpoint", {})
         jparams = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in saved.params.items()
                    if not k.startswith("opt/")}

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from .. import boundedjson, outputs
+from .. import boundedfile, boundedjson, outputs
 from ..boundedjson import is_finite_number
 from ..model import InvalidInput
 from .cluster import Cluster
@@ -187,10 +187,9 @@ def is_batsim(path: Path) -> bool:
         return True
     if path.name.endswith(".gz"):
         return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096).lstrip()
-    except OSError:
+    try:   # (not a plain open: a FIFO would block it; the SWF reader says what is wrong)
+        head = boundedfile.read_head(path, 4096).lstrip()
+    except (OSError, boundedfile.FileUnusable):
         return False
     return head[:1] == b"{"
 

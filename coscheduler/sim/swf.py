@@ -35,9 +35,9 @@ same rules and names the line that breaks them. Both give the same trace (tests)
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -46,12 +46,20 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import boundedfile
 from ..model import InvalidInput
 from .gcpause import gc_paused
 
 SWF_FIELDS = 18
+# The largest archive traces are a few million lines, about 1 GB unpacked.
+DEFAULT_MAX_TRACE_BYTES = 2 << 30
+MAX_BYTES_ENV = "COSCHED_MAX_TRACE_BYTES"
+# A job line is 18 numbers, about 100 characters: a longer line is refused before it is
+# split (pandas' reader takes 1.5 GB for one line of 1,000,000 fields).
+MAX_LINE = 4096
+_CHUNK = 4 << 20
 _HEADER_RE = re.compile(r"^;\s*([A-Za-z][A-Za-z0-9_]*)\s*:\s*(.*)$")
-_LEADING_INT_RE = re.compile(r"^\s*(\d+)")
+_LEADING_INT_RE = re.compile(r"^\s*(\d+)", re.ASCII)   # (not "１")
 _FIELD_NAMES = (
     "job number", "submit time", "wait time", "run time", "allocated processors",
     "average CPU time", "used memory", "requested processors", "requested time",
@@ -124,6 +132,11 @@ def _check_fields(fields: list[str], extra: tuple[str, ...] = ()) -> list[float]
     """The 18 (+ extra) numbers of a job line, or the reason the line is malformed."""
     if len(fields) != SWF_FIELDS + len(extra):
         return f"expected {SWF_FIELDS + len(extra)} fields, found {len(fields)}"
+    # float() also reads '1_0' as 10 and other scripts' digits ('１'): not SWF numbers
+    if any(not f.isascii() or "_" in f for f in fields):
+        names = _FIELD_NAMES + extra
+        name, text = next((n, f) for n, f in zip(names, fields) if not f.isascii() or "_" in f)
+        return f"field {name!r} is not a number: {text[:40]!r}"
     try:
         values = list(map(float, fields))
     except ValueError:
@@ -143,20 +156,55 @@ def _check_fields(fields: list[str], extra: tuple[str, ...] = ()) -> list[float]
         return f"job number must be a non-negative integer, got {fields[0]!r}"
     if values[1] < 0:
         return f"submit time must be >= 0, got {fields[1]!r}"
-    for pos in (4, 7):
+    for pos in (4, 7, 11):   # (the user id is a number the policies group jobs by)
         if values[pos] != int(values[pos]):
             return f"field {_FIELD_NAMES[pos]!r} must be an integer, got {fields[pos]!r}"
     return values
 
 
+def max_trace_bytes() -> int:
+    """The cap on a trace's size, packed and unpacked: ``COSCHED_MAX_TRACE_BYTES`` or
+    ``DEFAULT_MAX_TRACE_BYTES``."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_TRACE_BYTES
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise InvalidInput(f"{MAX_BYTES_ENV}={text[:40]!r}: must be a positive number of bytes")
+    return int(text)
+
+
+def _longest_line(raw: bytes) -> int:
+    """The length in bytes of the longest line ("\n" ends a line), a chunk at a time."""
+    longest, start = 0, 0    # start: where the line being measured begins
+    for at in range(0, len(raw), _CHUNK):
+        a = np.frombuffer(raw, dtype=np.uint8, count=min(_CHUNK, len(raw) - at), offset=at)
+        ends = np.flatnonzero(a == 0x0A)
+        if ends.size:
+            ends += at
+            longest = max(longest, int(ends[0]) - start)
+            if ends.size > 1:
+                longest = max(longest, int(np.diff(ends).max()) - 1)
+            start = int(ends[-1]) + 1
+    return max(longest, len(raw) - start)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The trace's bytes: a regular file (a FIFO or a device is refused, not waited on or
+    read forever), gzip unpacked, at most ``max_trace_bytes()`` before and after."""
+    cap = max_trace_bytes()
+    hint = f" (set {MAX_BYTES_ENV} to read a larger trace)"
+    name = str(path)
+    try:
+        raw = boundedfile.read_regular(path, cap, name, hint=hint)
+        if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
+            raw = boundedfile.gunzip(raw, cap, name, hint=hint)
+    except boundedfile.FileUnusable as exc:   # "NAME: why", said as SwfFormatError's
+        raise SwfFormatError(name, None, str(exc).removeprefix(f"{name}: ")) from None
+    return raw
+
+
 def _read_text(path: Path) -> str:
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise SwfFormatError(str(path), None, f"not a readable gzip file ({exc})") from None
-    return raw.decode("utf-8", errors="replace")
+    return _read_bytes(path).decode("utf-8", errors="replace")
 
 
 def _job_table(text: str, width: int) -> np.ndarray | None:
@@ -228,7 +276,7 @@ def _read_fast(name: str, text: str, extra_fields: tuple[str, ...]) -> SwfTrace 
         return None
     num = a[:, 0]
     if ((num != np.floor(num)) | (num < 0)).any() or (a[:, 1] < 0).any() \
-            or (a[:, 4] != np.floor(a[:, 4])).any() or (a[:, 7] != np.floor(a[:, 7])).any() \
+            or (a[:, [4, 7, 11]] != np.floor(a[:, [4, 7, 11]])).any() \
             or np.unique(num).size != num.size or (np.abs(a[:, [0, 4, 7, 11]]) >= 2 ** 53).any():
         return None
     run = a[:, 3]
@@ -272,10 +320,14 @@ def _read_swf(path: str | Path, skip_bad_lines: bool, extra_fields: tuple[str, .
     path = Path(path)
     name = str(path)
     try:
-        text = _read_text(path)
+        raw = _read_bytes(path)
     except OSError as exc:
         raise SwfFormatError(name, None, f"cannot read trace ({exc.strerror or exc})") from None
-    fast = _read_fast(name, text, extra_fields) if vectorised else None
+    longest = _longest_line(raw)
+    text = raw.decode("utf-8", errors="replace")
+    del raw
+    # (a line too long for a job line: the line reader names it, or a long header line)
+    fast = _read_fast(name, text, extra_fields) if vectorised and longest <= MAX_LINE else None
     if fast is not None:
         return fast
     lines = text.splitlines()
@@ -303,7 +355,11 @@ def _read_swf(path: str | Path, skip_bad_lines: bool, extra_fields: tuple[str, .
                 elif key == "MaxProcs":
                     max_procs = _leading_int(name, line_no, key, value)
             continue
-        values = _check_fields(text.split(), extra_fields)
+        if len(text) > MAX_LINE:   # (before the split: a 20 MB line would be 10 M strings)
+            values: list[float] | str = (f"line of {len(text)} characters, longer than the "
+                                         f"{MAX_LINE} a job line may have")
+        else:
+            values = _check_fields(text.split(), extra_fields)
         if not isinstance(values, str):
             first = seen.setdefault(int(values[0]), line_no)
             if first != line_no:
