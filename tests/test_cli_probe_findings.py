@@ -97,3 +97,37 @@ def test_a_queue_file_job_without_a_required_field_names_the_field():
 
     with pytest.raises(InvalidInput, match=r"^q.json job 0: missing field\(s\) \['job_class'\]$"):
         job_from_dict({"job_id": "a", "cores": 1, "walltime_s": 5, "command": ["true"]}, "q.json job 0")
+
+
+_LINE = "1 {submit} 0 {run} 1 -1 -1 1 20 -1 1 1 1 1 1 1 -1 -1\n"
+
+
+@pytest.mark.parametrize("header,line,why", [
+    ("; MaxProcs: 8\n", _LINE.format(submit="1e17", run="5"), "'submit time' is 1e17 s"),
+    ("; MaxProcs: 8\n", _LINE.format(submit="1", run="1e308"), "'run time' is 1e308 s"),
+    ("; MaxProcs: 4000000000\n", _LINE.format(submit="1", run="5"), "more than the 16777216"),
+    ("; MaxProcs: 99999999999999999999999\n", _LINE.format(submit="1", run="5"), "more than the"),
+], ids=["submit 1e17", "run 1e308", "MaxProcs 4e9", "MaxProcs 1e23"])
+def test_times_and_machines_past_any_real_one_are_refused_with_their_line(tmp_path, header, line, why):
+    """Probed: a submit time of 1e17 made the makespan 0 (ZeroDivisionError), a run time
+    of 1e308 printed Infinity and NaN as JSON, a MaxProcs of 4e9 ran out of memory."""
+    trace = tmp_path / "t.swf"
+    trace.write_text(header + line)
+    _one_line_error(run("simulate", "swf", str(trace), "--json", "--out", str(tmp_path / "o")), why)
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda d: d["jobs"][0].update(subtime=1e17), "subtime"),
+    (lambda d: d["profiles"]["p"].update(delay=1e308), "delay"),
+    (lambda d: d.update(nb_res=4_000_000_000), "nb_res"),
+    (lambda d: d["profiles"].update(p={"type": "parallel_homogeneous", "cpu": 1e300, "com": 0}), "cpu"),
+])
+def test_batsim_times_and_machines_past_any_real_one_are_refused(tmp_path, change, why):
+    import json
+
+    doc = {"nb_res": 4, "jobs": [{"id": 1, "subtime": 0, "res": 1, "profile": "p"}],
+           "profiles": {"p": {"type": "delay", "delay": 5}}}
+    change(doc)
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(doc))
+    _one_line_error(run("simulate", "swf", str(path), "--json"), why)

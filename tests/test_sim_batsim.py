@@ -169,7 +169,7 @@ def test_bad_files(tmp_path):
     assert r.exit_code == 1 and "not valid JSON" in r.stderr
     p.write_text(json.dumps({"nb_res": 0, "jobs": []}))
     r = run("simulate", "swf", str(p))
-    assert r.exit_code == 1 and "nb_res must be an integer >= 1" in r.stderr
+    assert r.exit_code == 1 and "nb_res must be an integer in 1.." in r.stderr
     p.write_text(json.dumps({"nb_res": 4, "jobs": [{"id": 1, "subtime": 0, "res": 1,
                                                    "profile": "d"}] * 2,
                              "profiles": {"d": {"type": "delay", "delay": 1}}}))

@@ -61,11 +61,13 @@ def open_store(db: Path | None, readonly: bool) -> Iterator[SqliteStore]:
             raise click.ClickException(str(exc)) from None
 
 
-def echo_json(obj: object) -> None:
-    # The store checks every row it hands out; this is the last guard, so that a value
-    # that still slips through is one line (and nothing half printed), not a traceback.
+def echo_json(obj: object, indent: int | None = 2) -> None:
+    """``obj`` printed as strict JSON (``indent`` None: on one line). The readers and the
+    store check the values they hand out; this is the last guard, so that a value that
+    still slips through (NaN, Infinity, which JSON has not) is one line and nothing half
+    printed, not a traceback or a JSON no strict parser reads."""
     try:
-        text = json.dumps(obj, indent=2, allow_nan=False)
+        text = json.dumps(obj, indent=indent, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise click.ClickException(f"cannot print the answer as JSON: {exc}") from None
     click.echo(text)

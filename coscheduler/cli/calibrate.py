@@ -23,6 +23,7 @@ import click
 
 from .. import boundedjson, outputs
 from ..model import InvalidInput
+from ._common import echo_json
 
 
 def _pct(x: float) -> str:
@@ -119,13 +120,13 @@ def calibrate(quick: bool, waiting: bool, idle: bool, spread: bool, as_json: boo
         return round(fitting.rms_log_error([r for r in rows if r["fitted"]]), 4)
 
     if as_json:
-        click.echo(json.dumps({
+        echo_json({
             "mode": mode, "measurements": raw, "fitted": fitted.as_dict(),
             "in_use": CALIBRATED.as_dict(), "check_fitted": check_fitted,
             "check_in_use": check_used, "max_error_fitted": round(worst(check_fitted), 3),
             "max_error_in_use": round(worst(check_used), 3),
             "rms_log_error_fitted": in_sample(check_fitted),
-            "rms_log_error_in_use": in_sample(check_used), "held_out": held}, indent=2))
+            "rms_log_error_in_use": in_sample(check_used), "held_out": held})
         return
     d = fitting.demands(raw)
     click.echo(f"Calibration ({mode}): {raw.get('cpus', '?')} CPUs, load average "

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+from ._common import echo_json
 
 
 def _dir(data_dir: Path | None) -> Path:
@@ -46,7 +46,7 @@ def list_cmd(data_dir: Path | None, as_json: bool) -> None:
         "cached": [str(p) for p in in_cache.values()],
     }
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        echo_json(out)
         return
     click.echo(f"bundled ({swf_dir()}):")
     for n in SWF_TRACES:
@@ -83,10 +83,10 @@ def fetch_cmd(what: str, data_dir: Path | None, sha256: str | None, as_json: boo
     except FetchError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps({"path": str(res.path), "url": entry.url, "sha256": res.sha256,
+        echo_json({"path": str(res.path), "url": entry.url, "sha256": res.sha256,
                                "verified": res.verified, "cached": res.cached,
                                "resumed_from": res.resumed_from,
-                               "downloaded": res.downloaded}))
+                               "downloaded": res.downloaded}, indent=None)
         return
     how = ("already in the cache" if res.cached else
            f"resumed at byte {res.resumed_from}, {res.downloaded} more" if res.resumed_from else

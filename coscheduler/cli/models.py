@@ -11,10 +11,10 @@ validation score against FCFS and every classic order with EASY on its validatio
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+from ._common import echo_json
 
 
 @click.group()
@@ -44,7 +44,7 @@ def list_cmd(show_all: bool, as_json: bool) -> None:
     every = _rows()
     rows = every if show_all else [r for r in every if r["gate"] == "pass"]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     if not rows:
         click.echo("no models shipped" if show_all or not every else
@@ -136,6 +136,6 @@ def gate_cmd(names: tuple[str, ...], trace_path: str | None, write: bool,
         if not as_json:
             click.echo(summary(report))
     if as_json:
-        click.echo(json.dumps(reports, indent=2))
+        echo_json(reports)
     if failed:
         raise click.ClickException(f"{failed} of {len(paths)} model(s) could not be gated")

@@ -7,7 +7,6 @@ docs/multi-resource.md). The simulate command is defined in ``simulate_multi`` b
 
 from __future__ import annotations
 
-import json
 
 import click
 
@@ -16,6 +15,7 @@ from ..model import InvalidInput
 from ..multi import workload as mw
 from ..sim.swf import read_swf
 from ..sweep import SweepError, Task, run_tasks
+from ._common import echo_json
 
 
 @click.command("multi")
@@ -48,7 +48,7 @@ def workload_multi(trace_path: str, set_name: str, seed: int, out: str, skip_bad
         "bb_mean_tb": s["bb_mean_tb"], "power_capped": wl.power_capped,
     }
     if as_json:
-        click.echo(json.dumps(summary))
+        echo_json(summary, indent=None)
         return
     power = (f", power budget {m.power_budget_w} W (idle {m.idle_power_w} W/node, "
              f"{wl.power_capped} jobs capped)" if m.power_budget_w else "")
@@ -173,7 +173,7 @@ def simulate_multi(trace_path: str, sets: str, methods: str, seed: int, protocol
     else:
         proto = {"kind": "stretch", "jobs": jobs}
     if as_json:
-        click.echo(json.dumps({"protocol": proto, "results": [r.as_json() for r in runs]}))
+        echo_json({"protocol": proto, "results": [r.as_json() for r in runs]}, indent=None)
     else:
         if protocol == "windows":
             click.echo(f"means over {len(starts)} windows of {proto['jobs']} held-out jobs "

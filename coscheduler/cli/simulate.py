@@ -37,6 +37,8 @@ from ..sim.engine import BACKFILL_MODES
 from ..sim.replay import ReplayResult, replay, window
 from ._types import FiniteRange
 from .progress_bar import DelayedProgress
+from ._common import echo_json
+
 
 def _paper():
     """The paper experiment (controller, backends, interference model), imported when
@@ -208,7 +210,7 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
         _write_jobs_csv(out_dir, workload, jobs, results)
     if as_json:
         out = [r.as_json() for r in results]
-        click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        echo_json(out[0] if len(out) == 1 else out)
     else:
         click.echo(_table(results))
 
@@ -549,7 +551,7 @@ def paper(cores_text: str, policies_text: str, repeat: int, scale: float, seed: 
         click.echo(f"wrote {', '.join(str(f) for f in files)} and {out_dir / 'result.json'}",
                    err=True)
     if as_json:
-        click.echo(json.dumps(result, indent=2, allow_nan=False))
+        echo_json(result)
         return
     notes = [f"ASA_X's learning: {learning}.",
              "Space sharing and Static are deterministic in virtual time: their "
@@ -581,8 +583,8 @@ def io_pairs(repeat: int, seed: int, as_json: bool) -> None:
     results = compare(repeat, seed)
     click.echo(f"{2 * repeat} virtual runs in {time.perf_counter() - t0:.1f} s", err=True)
     if as_json:
-        click.echo(json.dumps({name: [r.as_json() for r in runs]
-                               for name, runs in results.items()}, indent=2))
+        echo_json({name: [r.as_json() for r in runs]
+                               for name, runs in results.items()})
         return
     click.echo(f"{'experts':<10} {'rep':>3} {'I/O pairs':>9} {'other pairs':>11} "
                f"{'I/O-heavy slowdown':>18} {'co-located slowdown':>19} {'io weight':>9}")

@@ -12,6 +12,7 @@ import click
 from .. import outputs
 from ..model import InvalidInput
 from ..sweep import SweepError
+from ._common import echo_json
 
 BUNDLED = ("lublin_256.swf", "HPC2N-2002-2.2-cln.swf.gz", "CTC-SP2-1996-3.1-cln.swf.gz")
 
@@ -107,7 +108,7 @@ def learned(traces_text: str | None, data_dir: Path | None, out_dir: Path,
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        echo_json(report)
         return
     click.echo(render(report))
     click.echo(f"training curves, per-window plots and report.json in {out_dir}/ "
@@ -157,7 +158,7 @@ def inspector_budget(trace: str, bases: str, budgets_text: str, backfill: str,
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps({"tables": tables}))
+        echo_json({"tables": tables}, indent=None)
         return
     for t in tables:
         bv, bh = t["base_validation"], t["base_heldout"]

@@ -9,7 +9,6 @@ model and its training curve ``MODEL.png``, and print a summary (``--json``: one
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -20,6 +19,7 @@ from ..policies.queue import POLICIES, get_policy
 from ..policies.selection import MAX_REJECTION_TIMES, RETRY_AFTER_S
 from ..learned.teachers import INSPECTOR_TEACHERS
 from ..sim.engine import BACKFILL_MODES
+from ._common import echo_json
 
 
 def _common(f):
@@ -173,7 +173,7 @@ def _run(cfg, fresh: bool, as_json: bool, seeds: list[int] | None = None) -> Non
                    "seed_validation": result.model.header["seed_validation"]}
                   if seed_reports is not None else {})}
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        echo_json(summary)
         return
     click.echo(f"model {result.path} ({summary['size_bytes']} bytes), {summary['epochs']} epochs "
                f"in {summary['training_seconds']:.0f} s"

@@ -10,7 +10,6 @@ coscheduler/multi/seeds.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -19,6 +18,7 @@ from .. import outputs
 from ..model import InvalidInput
 from ..multi import workload as mw
 from ..sim.swf import read_swf
+from ._common import echo_json
 
 
 @click.command("mrsch")
@@ -123,7 +123,7 @@ def mrsch(trace_path: str, set_name: str, workload_seed: int, goal: str, episode
                    f"{'--max-steps' if h['stopped_by'] == 'max_steps' else '--time-limit'} "
                    "continues the run (budgets count the whole run)", err=True)
     if as_json:
-        click.echo(json.dumps(h))
+        echo_json(h, indent=None)
         return
     v = h["validation"]
     click.echo(f"{path}: {h['episodes']} job sets in {h['training_seconds']} s, final loss "

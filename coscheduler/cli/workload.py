@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -15,6 +14,7 @@ from coscheduler.workloads.stage import run_stage
 
 from ..model import InvalidInput, Job
 from ..outputs import OutputError
+from ._common import echo_json
 
 
 def _job_dict(job: Job) -> dict:
@@ -45,7 +45,7 @@ def list_cmd(as_json: bool) -> None:
                         "steps": [g.name for g in s.groups]} for s in wf.stages],
         })
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     for r in rows:
         click.echo(f"{r['workflow']}: {r['description']} (paper: {r['paper_cores']} cores)")
@@ -73,8 +73,8 @@ def show_cmd(workflow: str, cores: int, scale: float, measure: bool, as_json: bo
     if as_json:
         out = [{**p.as_dict(), "job": _job_dict(j), **({"measured": m} if m else {})}
                for p, j, m in zip(profiles, jobs, measured)]
-        click.echo(json.dumps({"workflow": get_workflow(workflow).name, "cores": cores,
-                               "scale": scale, "stages": out}, indent=2))
+        echo_json({"workflow": get_workflow(workflow).name, "cores": cores,
+                               "scale": scale, "stages": out})
         return
     click.echo(f"{'job':<24} {'type':<10} {'cores':>5} {'tasks':>5} {'runtime_s':>10} "
                f"{'walltime_s':>10} {'cpu_util':>8} {'mem_mb':>8}")
@@ -104,7 +104,7 @@ def mix_cmd(which: str, scale: float | None, as_json: bool) -> None:
     except InvalidInput as e:
         raise click.BadParameter(str(e)) from None
     if as_json:
-        click.echo(json.dumps([_job_dict(j) for j in jobs], indent=2))
+        echo_json([_job_dict(j) for j in jobs])
         return
     for j in jobs:
         after = f" after {','.join(j.depends_on)}" if j.depends_on else ""
@@ -141,7 +141,7 @@ def run_stage_cmd(workflow: str, stage: str, tasks: int | None, workers: int, sc
         click.echo(f"stage {workflow}/{stage} failed: {e}", err=True)
         sys.exit(1)
     if as_json:
-        click.echo(json.dumps(rep.as_dict()))
+        echo_json(rep.as_dict(), indent=None)
     else:
         click.echo(f"{workflow}/{stage}: {rep.tasks} tasks on {rep.workers} workers in "
                    f"{rep.elapsed_s:.2f} s, CPU {rep.cpu_s:.2f} s ({100 * rep.cpu_util:.0f} % "
@@ -159,7 +159,7 @@ def calibrate_cmd(as_json: bool) -> None:
         "speed_vs_reference": round(rates["cached"] / REF_RATE_CACHED, 3),
     }
     if as_json:
-        click.echo(json.dumps(out))
+        echo_json(out, indent=None)
         return
     click.echo(f"kernel: {out['cached_per_s']} it/s cached (reference {REF_RATE_CACHED:.0f}), "
                f"{out['streaming_per_s']} it/s streaming (reference {REF_RATE_STREAMING:.0f})")

@@ -37,10 +37,10 @@ from typing import Any, Sequence
 
 from .. import boundedfile, boundedjson, outputs
 from ..boundedjson import is_finite_number
-from ..model import InvalidInput
+from ..model import InvalidInput, shown
 from .cluster import Cluster
 from .engine import Schedule
-from .swf import SwfTrace, TraceJob, read_swf
+from .swf import MAX_MACHINE, MAX_SECONDS, SwfTrace, TraceJob, read_swf
 
 COLUMNS = ("job_id", "workload_name", "profile", "submission_time",
            "requested_number_of_resources", "requested_time", "success", "final_state",
@@ -94,8 +94,9 @@ def parse_workload(doc: Any, name: str, host_speed: float = DEFAULT_HOST_SPEED) 
     if not isinstance(doc, dict):
         raise BatsimFormatError(f"{name}: a Batsim workload is a JSON object")
     nb_res = doc.get("nb_res")
-    if isinstance(nb_res, bool) or not isinstance(nb_res, int) or nb_res < 1:
-        raise BatsimFormatError(f"{name}: nb_res must be an integer >= 1, got {nb_res!r}")
+    if isinstance(nb_res, bool) or not isinstance(nb_res, int) or not 1 <= nb_res <= MAX_MACHINE:
+        raise BatsimFormatError(f"{name}: nb_res must be an integer in 1..{MAX_MACHINE}, "
+                                f"got {shown(nb_res)}")
     ppn = doc.get("procs_per_node", 1)
     if isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1 or nb_res % ppn:
         raise BatsimFormatError(f"{name}: procs_per_node must be an integer >= 1 dividing "
@@ -116,15 +117,18 @@ def parse_workload(doc: Any, name: str, host_speed: float = DEFAULT_HOST_SPEED) 
         ptype = prof.get("type")
         if ptype == "delay":
             d = _num(prof.get("delay"))
-            if d is None or d < 0:
-                raise BatsimFormatError(f"{where}: delay must be a number >= 0, "
-                                        f"got {prof.get('delay')!r}")
+            if d is None or not 0 <= d < MAX_SECONDS:
+                raise BatsimFormatError(f"{where}: delay must be a number of seconds in "
+                                        f"[0, {MAX_SECONDS:g}), got {shown(prof.get('delay'))}")
             runs[pname] = d
         elif ptype == "parallel_homogeneous":
             cpu = _num(prof.get("cpu"))
             if cpu is None or cpu < 0:
                 raise BatsimFormatError(f"{where}: cpu must be a number >= 0 (flops), "
                                         f"got {prof.get('cpu')!r}")
+            if cpu / host_speed >= MAX_SECONDS:
+                raise BatsimFormatError(f"{where}: cpu {cpu:g} flops run {cpu / host_speed:g} s "
+                                        f"at {host_speed:g} flop/s, past the {MAX_SECONDS:g} s allowed")
             runs[pname] = cpu / host_speed
 
     rows: list[tuple[int, float, float, int, float, int]] = []
@@ -143,9 +147,9 @@ def parse_workload(doc: Any, name: str, host_speed: float = DEFAULT_HOST_SPEED) 
             raise BatsimFormatError(f"{where}: the id appears twice")
         seen.add(str(jid))
         sub = _num(job.get("subtime"))
-        if sub is None or sub < 0:
-            raise BatsimFormatError(f"{where}: subtime must be a number >= 0, "
-                                    f"got {job.get('subtime')!r}")
+        if sub is None or not 0 <= sub < MAX_SECONDS:
+            raise BatsimFormatError(f"{where}: subtime must be a number of seconds in "
+                                    f"[0, {MAX_SECONDS:g}), got {shown(job.get('subtime'))}")
         res = job.get("res")
         if isinstance(res, bool) or not isinstance(res, int) or res < 1:
             raise BatsimFormatError(f"{where}: res must be an integer >= 1, got {res!r}")
@@ -161,8 +165,9 @@ def parse_workload(doc: Any, name: str, host_speed: float = DEFAULT_HOST_SPEED) 
                 f"{' and '.join(PROFILE_TYPES)}")
         wall = job.get("walltime")
         walltime = _num(wall) if wall is not None else -1.0
-        if walltime is None:
-            raise BatsimFormatError(f"{where}: walltime must be a number, got {wall!r}")
+        if walltime is None or walltime >= MAX_SECONDS:
+            raise BatsimFormatError(f"{where}: walltime must be a number of seconds under "
+                                    f"{MAX_SECONDS:g}, got {shown(wall)}")
         run = runs[pname]
         if run <= 0:            # as SWF jobs with run time <= 0: nothing to schedule
             dropped_zero += 1

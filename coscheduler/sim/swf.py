@@ -57,6 +57,11 @@ MAX_BYTES_ENV = "COSCHED_MAX_TRACE_BYTES"
 # A job line is 18 numbers, about 100 characters: a longer line is refused before it is
 # split (pandas' reader takes 1.5 GB for one line of 1,000,000 fields).
 MAX_LINE = 4096
+# Bounds on what a trace may say, far past any real machine or log: times (submit, run,
+# requested) under 1e11 s (3,000 years) keep an end time exact to the millisecond
+# (a submit time of 1e17 made every makespan 0); machines of up to 2**24 processors.
+MAX_SECONDS = 1e11
+MAX_MACHINE = 1 << 24
 _CHUNK = 4 << 20
 _HEADER_RE = re.compile(r"^;\s*([A-Za-z][A-Za-z0-9_]*)\s*:\s*(.*)$")
 _LEADING_INT_RE = re.compile(r"^\s*(\d+)", re.ASCII)   # (not "１")
@@ -125,6 +130,11 @@ def _leading_int(path: str, line_no: int, key: str, value: str) -> int:
         raise SwfFormatError(
             path, line_no, f"header {key} must start with a positive integer, got {value.strip()!r}"
         )
+    if len(m.group(1)) > 9 or int(m.group(1)) > MAX_MACHINE:
+        raise SwfFormatError(
+            path, line_no, f"header {key} {m.group(1)[:20]} is more than the {MAX_MACHINE} "
+            "processors this simulator models"
+        )
     return int(m.group(1))
 
 
@@ -156,6 +166,9 @@ def _check_fields(fields: list[str], extra: tuple[str, ...] = ()) -> list[float]
         return f"job number must be a non-negative integer, got {fields[0]!r}"
     if values[1] < 0:
         return f"submit time must be >= 0, got {fields[1]!r}"
+    for pos in (1, 3, 8):   # submit, run and requested time
+        if values[pos] >= MAX_SECONDS:
+            return f"field {_FIELD_NAMES[pos]!r} is {fields[pos][:40]} s, past the {MAX_SECONDS:g} s allowed"
     for pos in (4, 7, 11):   # (the user id is a number the policies group jobs by)
         if values[pos] != int(values[pos]):
             return f"field {_FIELD_NAMES[pos]!r} must be an integer, got {fields[pos]!r}"
@@ -250,7 +263,7 @@ def _read_fast(name: str, text: str, extra_fields: tuple[str, ...]) -> SwfTrace 
             header.setdefault(key, value.strip())
             if key in ("MaxNodes", "MaxProcs"):
                 lead = _LEADING_INT_RE.match(value)
-                if lead is None or int(lead.group(1)) < 1:
+                if lead is None or not 1 <= int(lead.group(1)[:12]) <= MAX_MACHINE:
                     return None
                 if key == "MaxNodes":
                     max_nodes = int(lead.group(1))
@@ -277,7 +290,8 @@ def _read_fast(name: str, text: str, extra_fields: tuple[str, ...]) -> SwfTrace 
     num = a[:, 0]
     if ((num != np.floor(num)) | (num < 0)).any() or (a[:, 1] < 0).any() \
             or (a[:, [4, 7, 11]] != np.floor(a[:, [4, 7, 11]])).any() \
-            or np.unique(num).size != num.size or (np.abs(a[:, [0, 4, 7, 11]]) >= 2 ** 53).any():
+            or np.unique(num).size != num.size or (np.abs(a[:, [0, 4, 7, 11]]) >= 2 ** 53).any() \
+            or (a[:, [1, 3, 8]] >= MAX_SECONDS).any():
         return None
     run = a[:, 3]
     procs = np.maximum(a[:, 4], a[:, 7])
