@@ -26,9 +26,9 @@ MIN_QUOTA_US = 1000
 # the same value the learner stores (coscheduler/happiness.py).
 HAPPINESS_CAP = HAPPINESS_DONE
 MAX_CORES = 4096
-# A hundredth of a core: below it even the full quota is under the kernel's 1 ms per
-# 100 ms period, and per-core figures (CPU %) would grow without bound.
-MIN_CORES = 0.01
+# A thousandth of a core (what the emulated Mesos agent gives a task of 0 cpus): below
+# it per-core figures (CPU %) grow without bound (5e-324 cores read Infinity).
+MIN_CORES = 0.001
 # Counts beyond this lose precision as floats (happiness arithmetic): no job has that many tasks.
 MAX_COUNT = 2 ** 53
 
