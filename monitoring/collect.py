@@ -160,20 +160,21 @@ def alive(pid: int) -> bool:
     return proc_stat(pid) is not None
 
 
-def start_times(pids: Iterable[int]) -> dict[int, float]:
+def start_times(pids: Iterable[int], files: "OpenFiles | None" = None) -> dict[int, float]:
     """The start time of each live process among ``pids`` (what tells a process from a
     later one given the same number)."""
     out = {}
     for pid in pids:
-        st = proc_stat(pid)
+        st = proc_stat(pid, files)
         if st is not None:
             out[pid] = st.start_time
     return out
 
 
-def still_the_same(pid_starts: Mapping[int, float]) -> set[int]:
-    """The pids whose process is still the one that had the recorded start time."""
-    return {pid for pid, t in start_times(pid_starts).items() if pid_starts[pid] == t}
+def still_the_same(pid_starts: Mapping[int, float], files: "OpenFiles | None" = None) -> set[int]:
+    """The pids whose process is still the one that had the recorded start time (through
+    ``files``, the tick's open /proc files, when given: the same reads the tick makes)."""
+    return {pid for pid, t in start_times(pid_starts, files).items() if pid_starts[pid] == t}
 
 
 @dataclass

@@ -84,7 +84,8 @@ class JobObservation:
         # and every descendant of them: a process the job started later is found here.
         registered, stale = set(spec.pids), {}
         if pid_starts is not None:
-            registered = collect.still_the_same({p: pid_starts[p] for p in spec.pids if p in pid_starts})
+            registered = collect.still_the_same({p: pid_starts[p] for p in spec.pids if p in pid_starts},
+                                                self._files)
             stale = {p: pid_starts.get(p) for p in spec.pids if p not in registered}
         procs = collect.job_processes(in_cg | registered | admitted(batch - in_cg), self._files)
         if spec.batch_cgroup and not set(procs) - in_cg - known.keys() <= batch:
