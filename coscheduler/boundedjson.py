@@ -123,8 +123,24 @@ def load_file(path: str | os.PathLike, *, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_bytes=max_bytes, max_depth=max_depth, what=what, strict=strict)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """An object whose keys are all different (``unique_keys``: a request body where two
+    ``cpu_fraction`` keys would leave which one counts to the parser)."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(f"key {k[:60]!r} given twice in one object")
+        out[k] = v
+    return out
+
+
 def loads(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
-          max_depth: int = DEFAULT_MAX_DEPTH, what: str = "JSON", strict: bool = False) -> Any:
+          max_depth: int = DEFAULT_MAX_DEPTH, what: str = "JSON", strict: bool = False,
+          unique_keys: bool = False) -> Any:
     """Parse ``raw`` as JSON of at most ``max_bytes`` bytes and ``max_depth`` levels of
     nesting (``strict``: no NaN/Infinity tokens either); JSONUnusable (a ValueError) names
     ``what`` and the fault. Callers check the values (NaN included) as they use them."""
@@ -136,9 +152,14 @@ def loads(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
         raise JSONUnusable(f"{what}: nested more than {max_depth} levels deep")
     try:
         text = raw.decode("utf-8")
-        return json.loads(text, parse_constant=_no_constant) if strict else json.loads(text)
+        hook = {"object_pairs_hook": _unique_keys} if unique_keys else {}
+        if strict:
+            hook["parse_constant"] = _no_constant
+        return json.loads(text, **hook)
     except JSONUnusable:
         raise
+    except _DuplicateKey as e:
+        raise JSONUnusable(f"{what}: {e}") from None
     except UnicodeDecodeError as e:
         raise JSONUnusable(f"{what}: not UTF-8 ({e.reason} at byte {e.start})") from None
     except RecursionError:

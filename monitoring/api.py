@@ -98,7 +98,7 @@ def parse_json_body(raw: bytes) -> Any:
     coscheduler/boundedjson.py) is a 400 (HTTPError), never an exception further in."""
     try:
         return boundedjson.loads(raw or b"null", max_bytes=MAX_BODY, max_depth=MAX_BODY_DEPTH,
-                                 what="request body")
+                                 what="request body", unique_keys=True)
     except ValueError as e:
         raise HTTPError(400, str(e)) from None
 
@@ -329,6 +329,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.requestline = ""
         try:
             self.raw_requestline = self.rfile.readline(65537)
+            for _ in range(4):   # empty lines before a request line are ignored (RFC 9112 2.2)
+                if self.raw_requestline not in (b"\r\n", b"\n"):
+                    break
+                self.raw_requestline = self.rfile.readline(65537)
             if len(self.raw_requestline) > 65536:
                 self.requestline = ""
                 self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG, "request line longer than 64 KiB")

@@ -343,3 +343,19 @@ def test_a_cgroup_root_removed_by_someone_else_is_made_again_at_the_next_registr
     view = a.register_job({"job_id": "j", "pids": [p.pid], "cores": 1})
     assert view["status"] == "running" and _in_job_cgroup(fs, "j", p.pid)
     assert any("made again" in e["event"] for e in a.node()["events"])
+
+
+def test_empty_lines_before_a_request_line_are_ignored(served):
+    a, addr, fs = served
+    got = _exchange(addr, b"\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 200"), got[:200]
+
+
+def test_a_key_given_twice_in_a_request_body_is_a_400(served):
+    a, addr, fs = served
+    body = b'{"cpu_fraction": 0.1, "lease_s": 60, "cpu_fraction": 1.0}'
+    got = _exchange(addr, b"PUT /v1/jobs/j1/quota HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                    + TOKEN.encode() + b"\r\nContent-Length: " + str(len(body)).encode()
+                    + b"\r\n\r\n" + body)
+    assert got.startswith(b"HTTP/1.1 400") and b"given twice" in got, got[:300]
+    assert _cpu_max(fs, "j1") == "25000"

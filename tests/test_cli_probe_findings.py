@@ -131,3 +131,9 @@ def test_batsim_times_and_machines_past_any_real_one_are_refused(tmp_path, chang
     path = tmp_path / "w.json"
     path.write_text(json.dumps(doc))
     _one_line_error(run("simulate", "swf", str(path), "--json"), why)
+
+
+def test_a_trace_without_usable_jobs_names_the_file_and_why(tmp_path):
+    trace = tmp_path / "t.swf"
+    trace.write_text("; MaxProcs: 8\n" + _LINE.format(submit="1", run="-1"))
+    _one_line_error(run("simulate", "swf", str(trace)), str(trace), "no usable jobs", "run time <= 0")

@@ -169,6 +169,12 @@ def swf(trace: str, policy_text: str, backfill: str, start_index: int, count: in
             outputs.check_output_dir(out_dir)
         workload = read_workload(trace, skip_bad_lines=skip_bad_lines, host_speed=host_speed)
         loaded = workload.trace
+        if not loaded.jobs:
+            why = "; ".join(f"{n} {reason}" for reason, n in loaded.dropped.items()) \
+                or "no job lines"
+            raise InvalidInput(f"{trace}: no usable jobs ({why}"
+                               + (f"; {loaded.skipped_lines} malformed line(s) skipped" if
+                                  loaded.skipped_lines else "") + ")")
         jobs = window(loaded.jobs, start_index, count)
     except InvalidInput as exc:
         raise click.ClickException(str(exc)) from None
