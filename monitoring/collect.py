@@ -103,6 +103,10 @@ class ProcStat:
     start_time: float  # epoch seconds
     rss_bytes: int
     threads: int
+    # Clock ticks from boot to the process's start: what tells it from a later process
+    # given the same number. The epoch start time above is computed from the boot time
+    # /proc/stat gives in whole seconds, which moves by one when the clock is adjusted.
+    start_ticks: int = 0
 
 
 def proc_stat(pid: int, files: "OpenFiles | None" = None) -> ProcStat | None:
@@ -122,8 +126,9 @@ def proc_stat(pid: int, files: "OpenFiles | None" = None) -> ProcStat | None:
             # Seen once on a 6.18 kernel for a live, busy Python process: the counter in
             # stat is approximate (per-CPU since 6.2); smaps_rollup walks the page tables.
             rss = proc_rss_exact(pid)
+        ticks = int(f[19])
         return ProcStat(pid, state, (int(f[11]) + int(f[12])) / _CLK_TCK,
-                        _BOOT + int(f[19]) / _CLK_TCK, rss, int(f[17]))
+                        _BOOT + ticks / _CLK_TCK, rss, int(f[17]), ticks)
     except (ValueError, IndexError):
         return None
 
@@ -160,18 +165,25 @@ def alive(pid: int) -> bool:
     return proc_stat(pid) is not None
 
 
-def start_times(pids: Iterable[int], files: "OpenFiles | None" = None) -> dict[int, float]:
-    """The start time of each live process among ``pids`` (what tells a process from a
-    later one given the same number)."""
+def start_times(pids: Iterable[int], files: "OpenFiles | None" = None) -> dict[int, int]:
+    """The start of each live process among ``pids``, in clock ticks since boot (what tells
+    a process from a later one given the same number; unlike an epoch time, it never
+    changes, in this agent or the next one)."""
     out = {}
     for pid in pids:
         st = proc_stat(pid, files)
         if st is not None:
-            out[pid] = st.start_time
+            out[pid] = st.start_ticks
     return out
 
 
-def still_the_same(pid_starts: Mapping[int, float], files: "OpenFiles | None" = None) -> set[int]:
+def start_ticks(pid: int) -> int | None:
+    """The start of one live process in clock ticks since boot; None when it is gone."""
+    st = proc_stat(pid)
+    return None if st is None else st.start_ticks
+
+
+def still_the_same(pid_starts: Mapping[int, int], files: "OpenFiles | None" = None) -> set[int]:
     """The pids whose process is still the one that had the recorded start time (through
     ``files``, the tick's open /proc files, when given: the same reads the tick makes)."""
     return {pid for pid, t in start_times(pid_starts, files).items() if pid_starts[pid] == t}

@@ -29,7 +29,7 @@ class JobObservation:
     it should have (execute), update its sample (state), and retire jobs that ended."""
 
     def _observe(self, jid: str, spec: JobSpec, now: float, quota_set: bool,
-                 pid_starts: dict[int, float] | None = None) -> dict[str, Any]:
+                 pid_starts: dict[int, int] | None = None) -> dict[str, Any]:
         """Read a job's processes and counters (no lock: only reads).
 
         A job whose processes all live in its cgroup is sampled from the cgroup alone on

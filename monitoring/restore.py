@@ -248,15 +248,15 @@ class Restore:
 
     @staticmethod
     def _registered_still(spec: JobSpec, raw: Mapping[str, Any], in_cgroup: set[int]
-                          ) -> tuple[JobSpec, dict[int, float]]:
+                          ) -> tuple[JobSpec, dict[int, int]]:
         """The saved registration with only the registered processes that are still the
-        ones registered: the same start time as saved, or (a state file written before
-        start times were saved) in the job's cgroup now. A number whose process ended
-        while the agent was down may have been given to anyone's new process."""
-        saved = raw.get("pid_starts")
+        ones registered: the same start (clock ticks since boot) as saved, or (a state file
+        written before start ticks were saved) in the job's cgroup now. A number whose
+        process ended while the agent was down may have been given to anyone's new process."""
+        saved = raw.get("pid_start_ticks")
         saved = saved if isinstance(saved, Mapping) else None
         now = collect.start_times(spec.pids)
-        keep: dict[int, float] = {}
+        keep: dict[int, int] = {}
         for pid, t in now.items():
             if saved is None:
                 if pid in in_cgroup:
@@ -315,7 +315,7 @@ class Restore:
                 hit = cache[jid] = (key, json.dumps(jid) + ": " + json.dumps(
                     {"spec": js.spec.to_dict(), "status": js.status, "fraction": js.fraction,
                      "quota_us": js.quota_us,
-                     "pid_starts": {str(p): t for p, t in js.pid_starts.items()}}))
+                     "pid_start_ticks": {str(p): t for p, t in js.pid_starts.items()}}))
             parts.append(hit[1])
             kept.add(jid)
         for jid in [j for j in cache if j not in kept]:

@@ -229,10 +229,10 @@ class JobState:
     # Discovered in Slurm's cgroups before its cores could be read: 1 until they are
     # (restore.py reads them again at each tick; a registration that gives cores ends it).
     cores_guessed: bool = False
-    # Each registered pid's start time (``collect.ProcStat.start_time``) when it was
-    # registered: a registered pid is followed only while the process holding it is that
+    # Each registered pid's start in clock ticks since boot (``collect.ProcStat.start_ticks``)
+    # when it was registered: a registered pid is followed only while the process holding it is that
     # one. Once it ends the kernel may give its number to anyone's new process.
-    pid_starts: dict[int, float] = field(default_factory=dict)
+    pid_starts: dict[int, int] = field(default_factory=dict)
 
     def event(self, now: float, what: str) -> None:
         self.events.append({"time": round(now, 3), "event": what})

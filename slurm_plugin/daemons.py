@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from monitoring.collect import start_ticks
+
 CGROUP_V1 = Path("/sys/fs/cgroup")
 
 
@@ -20,19 +22,28 @@ CGROUP_V1 = Path("/sys/fs/cgroup")
 
 @dataclass
 class Daemon:
-    """A process ``up`` started: identified by pid AND start time (pids are reused)."""
+    """A process ``up`` started: identified by pid AND start (pids are reused)."""
 
     role: str            # munged | slurmctld | slurmd | agent
     name: str            # node name for slurmd/agent, else the role
     pid: int
-    create_time: float
+    create_time: float   # epoch seconds: shown, and the identity in older state files
     argv: list[str]
     log: str
+    # Clock ticks from boot to its start: the identity. The epoch time is computed from a
+    # boot time given in whole seconds that moves by one when the clock is adjusted (a live
+    # slurmctld was once taken for dead so).
+    start_ticks: int | None = None
+
+    def _is_ours(self, p: psutil.Process) -> bool:
+        if self.start_ticks is not None:
+            return start_ticks(self.pid) == self.start_ticks
+        return abs(p.create_time() - self.create_time) <= 1.5
 
     def process(self) -> psutil.Process | None:
         try:
             p = psutil.Process(self.pid)
-            if abs(p.create_time() - self.create_time) > 0.5:
+            if not self._is_ours(p):
                 return None
             if p.status() == psutil.STATUS_ZOMBIE:
                 _reap(self.pid)
@@ -68,7 +79,7 @@ def _spawn(role: str, name: str, argv: list[str], log_path: Path, env: dict | No
         ct = psutil.Process(popen.pid).create_time()
     except psutil.Error:
         ct = time.time()
-    return Daemon(role, name, popen.pid, ct, argv, str(log_path))
+    return Daemon(role, name, popen.pid, ct, argv, str(log_path), start_ticks(popen.pid))
 
 
 def _stop(d: Daemon, grace_s: float = 10.0) -> str:

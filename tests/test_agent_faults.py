@@ -115,12 +115,12 @@ def test_the_state_file_holds_every_jobs_latest_entry_though_entries_are_encoded
         assert got["b"]["fraction"] == 0.25 and got["b"]["quota_us"] == agent.job("b")["quota_us"]
         assert got["a"]["spec"]["pids"] == [sleeper.pid] and got["a"]["status"] == "running"
         # (with its process's start time: a later process given its number is not the job's)
-        assert list(got["a"]["pid_starts"]) == [str(sleeper.pid)]
+        assert list(got["a"]["pid_start_ticks"]) == [str(sleeper.pid)]
         encoded.clear()
         agent.set_quota("c", 0.5, lease_s=60)
         assert [o for o in encoded if isinstance(o, dict) and "spec" in o] == [
             {"spec": agent._jobs["c"].spec.to_dict(), "status": "running", "fraction": 0.5,
-             "quota_us": agent.job("c")["quota_us"], "pid_starts": {}}]   # only c's entry again
+             "quota_us": agent.job("c")["quota_us"], "pid_start_ticks": {}}]   # only c's entry again
         assert entries()["c"]["fraction"] == 0.5 and entries()["b"]["fraction"] == 0.25
         agent.unregister("b")      # its cgroup (no process in it) goes, and its entry
         assert set(entries()) == {"a", "c"}

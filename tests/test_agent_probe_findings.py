@@ -90,7 +90,7 @@ def test_a_registered_number_now_held_by_another_process_is_not_pulled_into_the_
     # As if ``stranger``'s number had been the job's ended process's, given to a new process
     # outside the job: the process holding it is not the one registered (another start time).
     fs.write(fs.mount / "cgroup.procs", str(stranger.pid))
-    a._jobs["j"].pid_starts[stranger.pid] -= 5.0
+    a._jobs["j"].pid_starts[stranger.pid] -= 500
     _full_tick(a)
     assert not _in_job_cgroup(fs, "j", stranger.pid), "a stranger was moved under the job's quota"
     assert stranger.pid not in a._jobs["j"].spec.pids      # forgotten for good
@@ -107,7 +107,7 @@ def test_after_a_restart_only_the_registered_processes_that_are_still_them_are_f
     leader, other = sleeper(), sleeper()
     a.register_job({"job_id": "j", "pids": [leader.pid, other.pid], "cores": 1})
     a.set_quota("j", 0.5, lease_s=300)
-    a._jobs["j"].pid_starts[other.pid] -= 5.0   # (its number: another process by now)
+    a._jobs["j"].pid_starts[other.pid] -= 500    # (its number: another process by now)
     a._save()
     fs.write(fs.mount / "cgroup.procs", str(other.pid))   # (outside the job, as a newcomer)
     a.close(restore=False)                                 # (as after kill -9)
@@ -116,6 +116,27 @@ def test_after_a_restart_only_the_registered_processes_that_are_still_them_are_f
     _full_tick(b)
     assert not _in_job_cgroup(fs, "j", other.pid)
 
+
+
+def test_a_boot_time_moved_by_a_second_between_two_agents_keeps_the_registered_processes(
+        node, monkeypatch):
+    """/proc/stat gives the boot time in whole seconds, computed from the wall clock: when
+    the clock is adjusted it moves by one, and every process's epoch start time with it.
+    Seen in CI (a daemon taken for dead). The next agent still knows the registered
+    processes: identity is the start in clock ticks since boot, which never moves."""
+    from monitoring import collect
+
+    fs, agent, sleeper = node
+    a = agent()
+    leader = sleeper()
+    a.register_job({"job_id": "j", "pids": [leader.pid], "cores": 1})
+    a.set_quota("j", 0.5, lease_s=300)
+    a.close(restore=False)                                 # (as after kill -9)
+    monkeypatch.setattr(collect, "_BOOT", collect._BOOT + 1.0)
+    b = agent()
+    assert b._jobs["j"].spec.pids == (leader.pid,)
+    _full_tick(b)
+    assert _in_job_cgroup(fs, "j", leader.pid)
 
 # -- unregister whose write fails ------------------------------------------------------------
 
