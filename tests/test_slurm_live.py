@@ -683,7 +683,7 @@ def test_workload_submit_chains_stages_and_opts_in(state, slurm):
 
 def test_status_and_a_second_cluster_side_by_side(state):
     s = cl.status(state.dir)
-    assert s["running"] and set(s["nodes"]) == set(state.nodes)
+    assert s["running"] and set(s["nodes"]) == set(state.nodes), s
     assert all(a["healthy"] for a in s["agents"].values())
     tmp = Path(state.dir) / "other-cluster"
     other = cl.up(tmp, nodes=1, cpus=2, say=lambda m: None)
@@ -698,7 +698,8 @@ def test_status_and_a_second_cluster_side_by_side(state):
         second = cl.down(tmp, say=lambda m: None)
     assert len(first["stopped"]) == 4 and not first["cgroups_left"]
     assert second["already_stopped"] and not second["stopped"]
-    assert cl.status(state.dir)["running"]                  # the first one is untouched
+    s = cl.status(state.dir)
+    assert s["running"], s                                  # the first one is untouched
     # Up again in the same folder after down: before, slurmctld refused ("CLUSTER NAME
     # MISMATCH": the name was made from a new port) and up failed after 60 s.
     with pytest.raises(cl.ClusterError, match=f"holds the state of Slurm cluster '{other.name}'"):
