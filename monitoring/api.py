@@ -103,14 +103,19 @@ def parse_json_body(raw: bytes) -> Any:
         raise HTTPError(400, str(e)) from None
 
 
-def _framing_error(headers) -> str | None:
+def _framing_error(headers, version: str = "HTTP/1.1") -> str | None:
     """Why a request's framing is refused (None: it is not). Only one Content-Length and no
     Transfer-Encoding: a body framed two ways, or by two lengths, could be read one way here
     and another way by a proxy in front, and the rest taken as a second request (RFC 9112
     6.1, 6.3). A header line without a colon ends the standard library's header parsing
-    early: the headers after it would be dropped without a word (RFC 9112 5.1: 400)."""
+    early: the headers after it would be dropped without a word (RFC 9112 5.1: 400). An
+    HTTP/1.1 request has exactly one Host (RFC 9112 3.2: else 400)."""
     if headers.defects or headers.get_payload():
         return "malformed header line (a header line without ':' right after its name)"
+    hosts = headers.get_all("Host") or []
+    if version == "HTTP/1.1" and len(hosts) != 1:
+        return ("an HTTP/1.1 request needs a Host header" if not hosts
+                else f"{len(hosts)} Host headers: send exactly one")
     if headers.get("Transfer-Encoding") is not None:
         return "Transfer-Encoding is not supported: send the body with a Content-Length"
     lengths = headers.get_all("Content-Length") or []
@@ -340,7 +345,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not self.parse_request():
                 return  # an error was sent
             head_done = True
-            framing = _framing_error(self.headers)
+            framing = _framing_error(self.headers, self.request_version)
             if framing is not None:
                 self.send_error(HTTPStatus.BAD_REQUEST, framing)
                 return
