@@ -229,15 +229,7 @@ class NodeAgent(JobObservation, Restore):
                 self._owners.pop(spec.job_id, None)   # (a new job: its user is found again)
                 created = True
             try:
-                if self.actuator.root_missing():
-                    # Removed from under us (empty, so no job lost its cgroup): made again,
-                    # with the node's quota, rather than failing every registration.
-                    self.actuator.remake_root()
-                    self.actuator.set_node_quota(self.node_quota_us, [])
-                    self._event(f"the cgroup root {self.actuator.cpu.root} was removed by "
-                                "someone else: made again")
-                    log.warning("the cgroup root %s was removed by someone else: made again",
-                                self.actuator.cpu.root)
+                self._remake_root_if_removed()
                 self.actuator.ensure_job(spec.job_id)
                 self._apply(js)
                 kids, refused = self.admission.split(collect.descendants(spec.pids) - set(spec.pids))
@@ -599,6 +591,32 @@ class NodeAgent(JobObservation, Restore):
             raise
         self._apply_role(js, verify)   # never stops the quota (observing.py)
         return wrote
+
+    def _remake_root_if_removed(self) -> None:
+        """Our cgroup root, removed from under us (empty, so no job lost its cgroup), is
+        made again with the node's quota rather than failing every registration."""
+        if not self.actuator.root_missing():
+            return
+        self.actuator.remake_root()
+        self.actuator.set_node_quota(self.node_quota_us, [])
+        self._event(f"the cgroup root {self.actuator.cpu.root} was removed by someone else: made again")
+        log.warning("the cgroup root %s was removed by someone else: made again", self.actuator.cpu.root)
+
+    def _remake_job_cgroup(self, js: JobState, now: float) -> None:
+        """A job's cgroup removed by someone else (the kernel removes only an empty one, so
+        its processes were moved out first): made again, so that the processes moved back
+        this tick run under its quota and role again, rather than unlimited for good."""
+        jid = js.spec.job_id
+        try:
+            self._remake_root_if_removed()
+            self.actuator.remake_job(jid)
+        except (CgroupError, UnsafePath, OSError) as e:
+            log.error("job %s: its cgroup was removed and cannot be made again: %s", jid, e)
+            return
+        js.kernel_role = "?"
+        js.event(now, "its cgroup was removed by someone else: made again")
+        self._event(f"job {jid}: its cgroup was removed by someone else: made again")
+        log.warning("job %s: its cgroup was removed by someone else: made again", jid)
 
     def _restore_full(self, js: JobState, reason: str) -> CgroupError | None:
         """No limit for a running job from now on; the write's error, if it failed (the

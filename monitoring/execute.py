@@ -248,6 +248,20 @@ class Actuator(RoleFiles):
         if self.acct is not None:
             self._mkdir(self.acct.job(job))
 
+    def job_missing(self, job: str) -> bool:
+        """Whether one of the job's cgroups is gone (someone removed it once it was empty)."""
+        return any(conf is not None and not self.fs.is_dir(conf.job(job)) for conf in (self.cpu, self.acct))
+
+    def remake_job(self, job: str) -> None:
+        """Make a job's cgroups again; what was cached of the removed ones is forgotten, so
+        its quota and role files are written anew."""
+        for conf in (self.cpu, self.acct):
+            if conf is not None:
+                d = conf.job(job)
+                self.fs.forget(str(d) + os.sep)
+                self._forget(d)
+        self.ensure_job(job)
+
     def procs_files(self, job: str) -> list[str]:
         """The cgroup.procs files a launcher writes its own pid into to start a job inside
         the job's cgroups (see monitoring.launch.enter_cgroups)."""

@@ -156,6 +156,9 @@ class JobObservation:
         jid = js.spec.job_id
         changed = self._forget_ended_registrations(js, obs["stale_pids"], now)
         if obs["to_move"]:
+            # (checked only when there is something to move: a removed cgroup was emptied)
+            if not self._sample_only(js.spec) and self.actuator.job_missing(jid):
+                self._remake_job_cgroup(js, now)
             res = self.actuator.move(jid, obs["to_move"])
             if res.moved:
                 js.event(now, f"followed new process(es) {sorted(res.moved)}")

@@ -206,3 +206,31 @@ def test_a_registered_leaders_number_given_to_another_users_process_is_not_follo
     assert view["status"] == "running" and leader.pid not in view["pids"]
     assert any("no longer followed" in e["event"] for e in view["events"])
     _stop(ag)
+
+
+def test_a_job_cgroup_removed_by_someone_else_is_made_again_with_its_quota(procs, cg_root, tmp_path):
+    """Seen in the probe: an admin (or a cgroup manager) moves a throttled job's process out
+    and removes its emptied cgroup. The agent kept reporting the quota and failing to move
+    the process back, every tick, for good: the job ran unlimited. Now the cgroup is made
+    again, the process moved back and the quota written to the kernel again."""
+    ag, info = _start_agent(procs, cg_root, tmp_path / "state")
+    c = AgentClient(info["url"], token=TOKEN)
+    p = procs(SLEEPY)
+    c.register_job("gone", [p.pid], 1)
+    c.set_quota("gone", 0.2, lease_s=600)
+    want = quota_file(cg_root, "gone")
+    assert int(want) > 0
+    for hier in (CPU, ACCT):
+        (hier / "cgroup.procs").write_text(str(p.pid))   # (out to the root: an admin's move)
+        (hier / cg_root / "gone").rmdir()
+    assert not (CPU / cg_root / "gone").exists()
+    deadline = time.monotonic() + 8.0            # several full ticks (every 5th at 0.5 s)
+    while time.monotonic() < deadline and not (
+            (CPU / cg_root / "gone").is_dir() and cpu_cgroup(p.pid) == f"/{cg_root}/gone"):
+        time.sleep(0.2)
+    assert cpu_cgroup(p.pid) == f"/{cg_root}/gone", "the job's process was left unlimited"
+    assert quota_file(cg_root, "gone") == want
+    view = c.job("gone")
+    assert view["status"] == "running" and view["cpu_fraction"] == 0.2
+    assert any("removed by someone else: made again" in e["event"] for e in view["events"])
+    _stop(ag)

@@ -393,3 +393,18 @@ def test_a_key_given_twice_in_a_request_body_is_a_400(served):
                     + b"\r\n\r\n" + body)
     assert got.startswith(b"HTTP/1.1 400") and b"given twice" in got, got[:300]
     assert _cpu_max(fs, "j1") == "25000"
+
+
+def test_a_job_cgroup_removed_by_someone_else_is_made_again_at_the_next_tick(node):
+    fs, agent, sleeper = node
+    a = agent()
+    p = sleeper()
+    a.register_job({"job_id": "j", "pids": [p.pid], "cores": 1})
+    a.set_quota("j", 0.25, lease_s=300)
+    fs.write(fs.mount / "cgroup.procs", str(p.pid))      # moved out, then the empty cgroup removed
+    fs.rmdir(fs.mount / "cosched" / "j")
+    _full_tick(a)
+    assert _in_job_cgroup(fs, "j", p.pid) and _cpu_max(fs, "j") == "25000"
+    assert any("made again" in e["event"] for e in a.job("j")["events"])
+    _full_tick(a)                                          # once: nothing more to make
+    assert sum("made again" in e["event"] for e in a.job("j")["events"]) == 1
