@@ -108,10 +108,14 @@ def _framing_error(headers, version: str = "HTTP/1.1") -> str | None:
     Transfer-Encoding: a body framed two ways, or by two lengths, could be read one way here
     and another way by a proxy in front, and the rest taken as a second request (RFC 9112
     6.1, 6.3). A header line without a colon ends the standard library's header parsing
-    early: the headers after it would be dropped without a word (RFC 9112 5.1: 400). An
-    HTTP/1.1 request has exactly one Host (RFC 9112 3.2: else 400)."""
+    early: the headers after it would be dropped without a word (RFC 9112 5.1: 400); a
+    folded header (obs-fold) is read one way here and may be another way elsewhere (RFC
+    9112 5.2: 400). An HTTP/1.1 request has exactly one Host (RFC 9112 3.2: else 400)."""
     if headers.defects or headers.get_payload():
         return "malformed header line (a header line without ':' right after its name)"
+    folded = next((k for k, v in headers.items() if "\n" in v), None)
+    if folded is not None:   # obs-fold (RFC 9112 5.2): a line that starts with a blank
+        return f"header {shown(folded, 40)} is folded over two lines: send it on one line"
     hosts = headers.get_all("Host") or []
     if version == "HTTP/1.1" and len(hosts) != 1:
         return ("an HTTP/1.1 request needs a Host header" if not hosts

@@ -303,6 +303,12 @@ def test_a_header_line_without_a_colon_is_a_400_that_says_so(served):
 
 
 
+def test_a_header_folded_over_two_lines_is_a_400(served):
+    a, addr, fs = served
+    got = _exchange(addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: one\r\n two\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 400"), got[:200]
+    assert b"X-A" in got and b"folded" in got
+
 @pytest.mark.parametrize("hosts", [b"", b"Host: a\r\nHost: b\r\n"])
 def test_an_http_11_request_without_exactly_one_host_is_a_400(served, hosts):
     a, addr, fs = served
