@@ -155,6 +155,11 @@ def open_output(path: str | os.PathLike, mode: str = "w", prefix: str | None = N
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
+            f.flush()
+            # on disk before the rename: after a crash the target is the old or the new
+            # file, never an empty one (ext4 and XFS may commit the rename first)
+            os.fsync(f.fileno())
+            os.fchmod(f.fileno(), _mode_for(target))
         os.replace(tmp, target)
     except BaseException as exc:
         try:
@@ -164,6 +169,32 @@ def open_output(path: str | os.PathLike, mode: str = "w", prefix: str | None = N
         if isinstance(exc, OSError) and not isinstance(exc, OutputError):
             raise _error(path, exc) from None
         raise
+
+
+def _umask() -> int:
+    try:   # (Linux 4.7+: read without setting it, which would race other threads)
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(target: Path) -> int:
+    """The mode the output gets: an existing file's own, else what ``open`` would give
+    (0666 less the umask). mkstemp makes its file 0600, which would hide a report that
+    was readable before from everyone but its writer."""
+    try:
+        st = os.stat(target, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~_umask()
 
 
 def write_bytes(path: str | os.PathLike, data: bytes, prefix: str | None = None,

@@ -128,3 +128,28 @@ def test_an_output_error_keeps_its_errno_across_processes():
     err = outputs._error("/x", OSError(errno.ENOSPC, "No space left on device"))
     back = pickle.loads(pickle.dumps(err))
     assert (type(back), str(back), back.errno) == (outputs.OutputError, str(err), errno.ENOSPC)
+
+
+def test_a_new_output_gets_the_mode_open_would_give_and_an_old_one_keeps_its_own(tmp_path):
+    # mkstemp's 0600 hid a report that used to be 0644 from everyone but its writer
+    old = os.umask(0o022)
+    try:
+        new = outputs.write_text(tmp_path / "report.txt", "a")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+        os.chmod(new, 0o640)
+        outputs.write_text(new, "b")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o640 and new.read_text() == "b"
+        os.umask(0o077)
+        outputs.write_bytes(tmp_path / "private.bin", b"x")
+        assert stat.S_IMODE((tmp_path / "private.bin").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_an_output_is_on_disk_before_it_is_renamed_over_the_target(tmp_path, monkeypatch):
+    order = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (order.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (order.append("replace"), real_replace(a, b))[1])
+    outputs.write_text(tmp_path / "r.json", "{}")
+    assert order == ["fsync", "replace"]
