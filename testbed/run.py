@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 from coscheduler.experiments.paper import POLICIES, canonical_policy
 from coscheduler.model import InvalidInput
+from coscheduler.outputs import write_text
 
 from .cluster import Cluster
 from .compose import RESULTS_MOUNT
@@ -116,7 +117,7 @@ def run(instance: str | None = None, workload: str = "paper-small",
         data["finished"] = time.time()
         data["interrupted"] = interrupted
         data["load_average"]["end"] = list(os.getloadavg())
-        (rdir / "run.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+        write_text(rdir / "run.json", json.dumps(data, indent=1, allow_nan=False) + "\n")
     if interrupted:
         raise KeyboardInterrupt
     return RunResult(run_id, rdir, data, interrupted)

@@ -252,7 +252,8 @@ def run(a) -> int:
     data["reasons"] = {o.job_id: o.reason for o in history if o.state != "completed"}
     data["interrupted"] = interrupted
     data["cpu_seconds"] = round(cpu_s, 3)
-    Path(a.out).write_text(json.dumps(data, allow_nan=False) + "\n")
+    from coscheduler.outputs import write_text
+    write_text(a.out, json.dumps(data, allow_nan=False) + "\n")   # whole or not at all
     say(f"{policy}: finished in {time.time() - t0:.0f} s")
     return 130 if interrupted and "timed" not in interrupted else 0
 

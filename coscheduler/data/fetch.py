@@ -186,6 +186,8 @@ def fetch(entry: Entry, data_dir: Path, *, timeout: float = TIMEOUT_S,
                             break
                         out.write(block)
                         got += len(block)
+                    out.flush()
+                    os.fsync(out.fileno())   # whole on disk before it is renamed a trace
             except (OSError, http.client.HTTPException) as exc:
                 raise FetchError(f"{entry.url}: interrupted after {have + got} bytes "
                                  f"({exc}); run the same command again to resume") from None
