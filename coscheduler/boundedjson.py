@@ -65,34 +65,90 @@ def nesting_depth(raw: bytes, limit: int) -> int:
     the parser refuses it (a RecursionError included)."""
     if len(raw) <= limit:
         return 0
+    return _depth_of_marks(_marks(raw), limit)
+
+
+def _marks(raw: bytes) -> bytes:
+    """The brackets and quotes of ``raw`` outside escapes (the nesting scan's input)."""
     if b"\\" in raw:
         raw = _ESCAPE.sub(b"", raw)
-    marks = raw.translate(None, _NOT_MARKS)
+    return raw.translate(None, _NOT_MARKS)
+
+
+def _text_depth(text: str, max_bytes: int, max_depth: int, what: str) -> int:
+    """``nesting_depth`` of ``text`` as UTF-8, encoded a piece at a time so that a large
+    text is never held twice (nor its marks); JSONUnusable when it is not UTF-8 or past
+    ``max_bytes``."""
+    scan, size, i, n = _DepthScan(), 0, 0, len(text)
+    # as nesting_depth: no numpy scan while there are fewer openers than the limit
+    pending: list[bytes] | None = []
+    openers = 0
+    while i < n:
+        j = min(n, i + _CHUNK)
+        # never end a piece inside an escape: after an odd run of backslashes, the next
+        # character is the escaped one
+        k = j
+        while k > i and text[k - 1] == "\\":
+            k -= 1
+        if (j - k) % 2 and j < n:
+            j += 1
+        try:
+            piece = text[i:j].encode("utf-8")
+        except UnicodeEncodeError as e:   # a lone surrogate: no UTF-8 text had one
+            raise JSONUnusable(f"{what}: not UTF-8 ({e.reason} at character {i + e.start})") from None
+        size += len(piece)
+        if size > max_bytes:
+            raise JSONUnusable(f"{what}: more than the {max_bytes} bytes allowed")
+        marks = _marks(piece)
+        if pending is not None:
+            pending.append(marks)
+            openers += marks.count(b"[") + marks.count(b"{")
+            if openers > max_depth:
+                for m in pending:
+                    scan.feed(m, max_depth)
+                pending = None
+        elif scan.deepest <= max_depth:
+            scan.feed(marks, max_depth)
+        i = j
+    return scan.deepest
+
+
+class _DepthScan:
+    """The nesting depth of brackets and quotes (``_marks``) fed in order, a chunk at a
+    time: a bracket after an odd number of quotes is in a string."""
+
+    def __init__(self) -> None:
+        self.depth = self.deepest = self.in_string = 0
+
+    def feed(self, marks: bytes, limit: int) -> None:
+        import numpy as np      # here: the node agent imports this module and needs no numpy
+
+        for at in range(0, len(marks), _CHUNK):
+            a = np.frombuffer(marks, dtype=np.uint8, count=min(_CHUNK, len(marks) - at), offset=at)
+            quote = (a == 0x22).view(np.uint8)
+            # 1 inside a string: the quotes so far, odd or even (one byte an element)
+            inside = np.bitwise_xor.accumulate(quote)
+            if self.in_string:
+                inside ^= 1
+            self.in_string = int(inside[-1])
+            brackets = a[(quote | inside) == 0]
+            if brackets.size:
+                # "[" and "{" have the bit 0x02 set, "]" and "}" not: +1 and -1
+                steps = (brackets & 2).astype(np.int32) - 1
+                levels = np.cumsum(steps)
+                levels += self.depth
+                self.deepest = max(self.deepest, int(levels.max()))
+                self.depth = int(levels[-1])
+                if self.deepest > limit:
+                    return
+
+
+def _depth_of_marks(marks: bytes, limit: int) -> int:
     if marks.count(b"[") + marks.count(b"{") <= limit:
         return 0
-    import numpy as np      # here: the node agent imports this module and needs no numpy
-
-    depth = deepest = 0
-    in_string = 0
-    for at in range(0, len(marks), _CHUNK):
-        a = np.frombuffer(marks, dtype=np.uint8, count=min(_CHUNK, len(marks) - at), offset=at)
-        quote = (a == 0x22).view(np.uint8)
-        # 1 inside a string: the quotes so far, odd or even (one byte an element)
-        inside = np.bitwise_xor.accumulate(quote)
-        if in_string:
-            inside ^= 1
-        in_string = int(inside[-1])
-        brackets = a[(quote | inside) == 0]
-        if brackets.size:
-            # "[" and "{" have the bit 0x02 set, "]" and "}" not: +1 and -1
-            steps = (brackets & 2).astype(np.int32) - 1
-            levels = np.cumsum(steps)
-            levels += depth
-            deepest = max(deepest, int(levels.max()))
-            depth = int(levels[-1])
-            if deepest > limit:
-                break
-    return deepest
+    scan = _DepthScan()
+    scan.feed(marks, limit)
+    return scan.deepest
 
 
 def read_limited(f: IO[bytes], max_bytes: int, what: str) -> bytes:
@@ -138,20 +194,39 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
+def checked_text(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_depth: int = DEFAULT_MAX_DEPTH, what: str = "JSON") -> str:
+    """``raw`` as text once its size (UTF-8 bytes) and nesting are within the bounds;
+    JSONUnusable naming ``what`` otherwise (not UTF-8 included). For a parser that reads the
+    text its own way (``slurm_plugin.parse``: a job at a time)."""
+    if isinstance(raw, str):
+        if len(raw) > max_bytes:          # (a character is at least one byte)
+            raise JSONUnusable(f"{what}: more than the {max_bytes} bytes allowed")
+        # the bytes a piece at a time: a large text is not held twice for its checks
+        if _text_depth(raw, max_bytes, max_depth, what) > max_depth:
+            raise JSONUnusable(f"{what}: nested more than {max_depth} levels deep")
+        return raw
+    if len(raw) > max_bytes:
+        raise JSONUnusable(f"{what}: {len(raw)} bytes, more than the {max_bytes} allowed")
+    if nesting_depth(raw, max_depth) > max_depth:
+        raise JSONUnusable(f"{what}: nested more than {max_depth} levels deep")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise JSONUnusable(f"{what}: not UTF-8 ({e.reason} at byte {e.start})") from None
+
+
 def loads(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
           max_depth: int = DEFAULT_MAX_DEPTH, what: str = "JSON", strict: bool = False,
           unique_keys: bool = False) -> Any:
     """Parse ``raw`` as JSON of at most ``max_bytes`` bytes and ``max_depth`` levels of
     nesting (``strict``: no NaN/Infinity tokens either); JSONUnusable (a ValueError) names
     ``what`` and the fault. Callers check the values (NaN included) as they use them."""
-    if isinstance(raw, str):
-        raw = raw.encode("utf-8", "surrogatepass")
-    if len(raw) > max_bytes:
-        raise JSONUnusable(f"{what}: {len(raw)} bytes, more than the {max_bytes} allowed")
-    if nesting_depth(raw, max_depth) > max_depth:
-        raise JSONUnusable(f"{what}: nested more than {max_depth} levels deep")
+    # A text given is parsed as it is, the bytes made for the checks dropped before the
+    # tree is built: a large peer answer (a 100k-job squeue, near a GB) is held once.
+    text = checked_text(raw, max_bytes=max_bytes, max_depth=max_depth, what=what)
+    del raw
     try:
-        text = raw.decode("utf-8")
         hook = {"object_pairs_hook": _unique_keys} if unique_keys else {}
         if strict:
             hook["parse_constant"] = _no_constant
@@ -160,8 +235,6 @@ def loads(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
         raise
     except _DuplicateKey as e:
         raise JSONUnusable(f"{what}: {e}") from None
-    except UnicodeDecodeError as e:
-        raise JSONUnusable(f"{what}: not UTF-8 ({e.reason} at byte {e.start})") from None
     except RecursionError:
         # invalid JSON whose brackets the scan took for a string's
         raise JSONUnusable(f"{what}: nested more than {max_depth} levels deep") from None

@@ -22,6 +22,7 @@ are read in jobcomp.py with this module's helpers.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -310,6 +311,11 @@ def _load(text: str | bytes, what: str) -> dict:
         raise ParseError(f"{what} did not answer JSON ({why}); it began: {text[:80]!r}") from None
     if not isinstance(data, dict):
         raise ParseError(f"{what} answered JSON that is not an object: {text[:120]!r}")
+    _check_reported_errors(data, what)
+    return data
+
+
+def _check_reported_errors(data: dict, what: str) -> None:
     errors = data.get("errors")
     if errors:
         if not isinstance(errors, list):
@@ -317,7 +323,6 @@ def _load(text: str | bytes, what: str) -> dict:
         msgs = [e.get("error") or e.get("description") or str(e) if isinstance(e, dict) else str(e)
                 for e in errors]
         raise ReportedErrors(f"{what} reported errors: {printable('; '.join(map(str, msgs)))}")
-    return data
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
@@ -387,13 +392,107 @@ def job_from_json(j: dict, what: str = "squeue --json") -> SlurmJob:
         raise ParseError(f"{what}: job {jid}, field {key!r}: {exc}") from None
 
 
-def parse_jobs_json(text: str, what: str = "squeue --json") -> list[SlurmJob]:
-    """Jobs from ``squeue --json`` (or ``scontrol show job --json``) of any release."""
+def parse_jobs_json(text: str | bytes, what: str = "squeue --json") -> list[SlurmJob]:
+    """Jobs from ``squeue --json`` (or ``scontrol show job --json``) of any release.
+
+    Read a job at a time (``_JobsReader``): each record becomes a SlurmJob and is dropped,
+    so a 100k-job answer (near a GB of JSON on 24.11) is never a whole tree of dicts in
+    memory at once (``cosched bench json`` measures both). Anything it does not expect goes
+    to the whole-tree reader, whose errors name what is wrong."""
+    try:
+        checked = boundedjson.checked_text(text, max_bytes=len(text) * 4 + 1,
+                                           max_depth=MAX_JSON_DEPTH, what=what)
+    except boundedjson.JSONUnusable:
+        checked = None
+    if checked is not None:
+        try:
+            top, jobs, bad = _JobsReader(checked, what).read()
+        except (ValueError, RecursionError):
+            pass                # not the shape read here: the whole-tree reader says why
+        else:
+            _check_reported_errors(top, what)
+            if bad is not None:
+                raise bad
+            if jobs is None:
+                raise ParseError(f"{what} answered without the field 'jobs' as a list "
+                                 f"(fields: {sorted(top)})")
+            return jobs
     data = _load(text, what)
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
         raise ParseError(f"{what} answered without the field 'jobs' as a list (fields: {sorted(data)})")
     return [job_from_json(j, what) for j in jobs]
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+class _JobsReader:
+    """The top-level object of a jobs answer, its ``jobs`` array read a record at a time
+    (``json.JSONDecoder.raw_decode``); the other fields whole. ValueError when the text is
+    not a JSON object (the caller falls back to the whole-tree reader)."""
+
+    def __init__(self, text: str, what: str):
+        self.text, self.what = text, what
+        self.decode = json.JSONDecoder().raw_decode
+
+    def _space(self, i: int) -> int:
+        return _JSON_SPACE.match(self.text, i).end()
+
+    def _expect(self, i: int, ch: str) -> int:
+        if not self.text.startswith(ch, i):
+            raise ValueError(f"{ch!r} expected at character {i}")
+        return i + 1
+
+    def read(self) -> tuple[dict, list[SlurmJob] | None, ParseError | None]:
+        """(the other top-level fields, the jobs or None without a 'jobs' array, the first
+        job record that could not be read, if any: raised after Slurm's own errors)."""
+        text, top = self.text, {}
+        jobs: list[SlurmJob] | None = None
+        bad: ParseError | None = None
+        i = self._space(self._expect(self._space(0), "{"))
+        if text.startswith("}", i):
+            i += 1
+        else:
+            while True:
+                key, i = self.decode(text, i)
+                if not isinstance(key, str):
+                    raise ValueError("an object key that is not a string")
+                i = self._space(self._expect(self._space(i), ":"))
+                if key == "jobs" and text.startswith("[", i):
+                    jobs, bad, i = self._jobs(i + 1)
+                    top.pop(key, None)
+                else:
+                    top[key], i = self.decode(text, i)
+                    if key == "jobs":
+                        jobs = None       # (a later 'jobs' wins, as in json.loads)
+                i = self._space(i)
+                if text.startswith(",", i):
+                    i = self._space(i + 1)
+                    continue
+                i = self._expect(i, "}")
+                break
+        if self._space(i) != len(text):
+            raise ValueError(f"extra data at character {i}")
+        return top, jobs, bad
+
+    def _jobs(self, i: int) -> tuple[list[SlurmJob], ParseError | None, int]:
+        text, jobs, bad = self.text, [], None
+        i = self._space(i)
+        if text.startswith("]", i):
+            return jobs, bad, i + 1
+        while True:
+            record, i = self.decode(text, i)
+            if bad is None:
+                try:
+                    jobs.append(job_from_json(record, self.what))
+                except ParseError as exc:
+                    bad = exc   # read on: Slurm's own errors, later in the text, come first
+            i = self._space(i)
+            if text.startswith(",", i):
+                i = self._space(i + 1)
+                continue
+            return jobs, bad, self._expect(i, "]")
 
 
 def node_from_json(n: dict, what: str = "sinfo --json") -> SlurmNode:
