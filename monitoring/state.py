@@ -230,8 +230,8 @@ class JobState:
     # (restore.py reads them again at each tick; a registration that gives cores ends it).
     cores_guessed: bool = False
     # Each registered pid's start in clock ticks since boot (``collect.ProcStat.start_ticks``)
-    # when it was registered: a registered pid is followed only while the process holding it is that
-    # one. Once it ends the kernel may give its number to anyone's new process.
+    # when it was registered: a registered pid is followed only while the process holding
+    # it is that one. Once it ends the kernel may give its number to anyone's new process.
     pid_starts: dict[int, int] = field(default_factory=dict)
 
     def event(self, now: float, what: str) -> None:

@@ -17,6 +17,7 @@ from coscheduler import boundedjson
 from coscheduler.bench.jsonread import squeue_like
 from slurm_plugin.bench_squeue import whole_tree
 from slurm_plugin.parse import ParseError, ReportedErrors, parse_jobs_json
+from test_bounded_reads import _depth
 
 SLURM = FIXTURES / "slurm"
 RECORDED = sorted(p for p in SLURM.glob("*/*.json")
@@ -100,14 +101,6 @@ def test_a_large_answer_is_read_without_its_whole_tree(monkeypatch):
 
 
 # -- the bounds on a text, checked a piece at a time -------------------------------------------
-
-def _depth(x) -> int:
-    if isinstance(x, dict):
-        return 1 + max(map(_depth, x.values()), default=0)
-    if isinstance(x, list):
-        return 1 + max(map(_depth, x), default=0)
-    return 0
-
 
 _TEXT = st.text(alphabet='[]{}"\\\\/nu axé€', max_size=8)
 _DOCS = st.recursive(st.none() | st.integers() | _TEXT,
