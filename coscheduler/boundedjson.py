@@ -75,42 +75,58 @@ def _marks(raw: bytes) -> bytes:
     return raw.translate(None, _NOT_MARKS)
 
 
-def _text_depth(text: str, max_bytes: int, max_depth: int, what: str) -> int:
-    """``nesting_depth`` of ``text`` as UTF-8, encoded a piece at a time so that a large
-    text is never held twice (nor its marks); JSONUnusable when it is not UTF-8 or past
-    ``max_bytes``."""
-    scan, size, i, n = _DepthScan(), 0, 0, len(text)
-    # as nesting_depth: no numpy scan while there are fewer openers than the limit
-    pending: list[bytes] | None = []
-    openers = 0
-    while i < n:
-        j = min(n, i + _CHUNK)
-        # never end a piece inside an escape: after an odd run of backslashes, the next
-        # character is the escaped one
-        k = j
-        while k > i and text[k - 1] == "\\":
-            k -= 1
-        if (j - k) % 2 and j < n:
-            j += 1
+def _check_text(text: str, max_bytes: int, max_depth: int, what: str) -> None:
+    """``text``'s size as UTF-8 and its nesting within the bounds, encoded a piece at a time
+    so that a large text is never held twice (nor its marks); JSONUnusable otherwise (not
+    UTF-8 included)."""
+    depth, size = DepthStream(max_depth, what), 0
+    for i in range(0, len(text), _CHUNK):
         try:
-            piece = text[i:j].encode("utf-8")
+            piece = text[i:i + _CHUNK].encode("utf-8")
         except UnicodeEncodeError as e:   # a lone surrogate: no UTF-8 text had one
             raise JSONUnusable(f"{what}: not UTF-8 ({e.reason} at character {i + e.start})") from None
         size += len(piece)
         if size > max_bytes:
             raise JSONUnusable(f"{what}: more than the {max_bytes} bytes allowed")
-        marks = _marks(piece)
-        if pending is not None:
-            pending.append(marks)
-            openers += marks.count(b"[") + marks.count(b"{")
-            if openers > max_depth:
-                for m in pending:
-                    scan.feed(m, max_depth)
-                pending = None
-        elif scan.deepest <= max_depth:
-            scan.feed(marks, max_depth)
-        i = j
-    return scan.deepest
+        depth.feed(piece)
+
+
+class DepthStream:
+    """The nesting of a JSON text fed as UTF-8 bytes a piece at a time, as they come (a
+    piece may end inside an escape); JSONUnusable naming ``what`` once it is deeper than
+    ``max_depth``. As ``nesting_depth``: no numpy scan while there are fewer openers in all
+    than the limit (the node agent reads small JSON and needs no numpy)."""
+
+    def __init__(self, max_depth: int, what: str = "JSON"):
+        self.max_depth, self.what = max_depth, what
+        self._carry = b""
+        self._pending: list[bytes] | None = []
+        self._openers = 0
+        self._scan = _DepthScan()
+
+    def feed(self, raw: bytes) -> None:
+        if self._carry:
+            raw, self._carry = self._carry + raw, b""
+        # after an odd run of backslashes the next piece's first byte is the escaped one
+        k = len(raw)
+        while k and raw[k - 1] == 0x5C:
+            k -= 1
+        if (len(raw) - k) % 2:
+            raw, self._carry = raw[:-1], raw[-1:]
+        marks = _marks(raw)
+        if self._pending is not None:
+            self._pending.append(marks)
+            self._openers += marks.count(b"[") + marks.count(b"{")
+            if self._openers <= self.max_depth:
+                return
+            pending, self._pending = self._pending, None
+            for m in pending:
+                if self._scan.deepest <= self.max_depth:
+                    self._scan.feed(m, self.max_depth)
+        elif self._scan.deepest <= self.max_depth:
+            self._scan.feed(marks, self.max_depth)
+        if self._scan.deepest > self.max_depth:
+            raise JSONUnusable(f"{self.what}: nested more than {self.max_depth} levels deep")
 
 
 class _DepthScan:
@@ -203,8 +219,7 @@ def checked_text(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES,
         if len(raw) > max_bytes:          # (a character is at least one byte)
             raise JSONUnusable(f"{what}: more than the {max_bytes} bytes allowed")
         # the bytes a piece at a time: a large text is not held twice for its checks
-        if _text_depth(raw, max_bytes, max_depth, what) > max_depth:
-            raise JSONUnusable(f"{what}: nested more than {max_depth} levels deep")
+        _check_text(raw, max_bytes, max_depth, what)
         return raw
     if len(raw) > max_bytes:
         raise JSONUnusable(f"{what}: {len(raw)} bytes, more than the {max_bytes} allowed")

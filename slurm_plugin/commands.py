@@ -26,12 +26,13 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from coscheduler.backend import BackendError
 from coscheduler.model import InvalidInput
 
 log = logging.getLogger("slurm_plugin.commands")
+R = TypeVar("R")
 
 # stderr of a Slurm client that could not talk to slurmctld (worth another try).
 _TRANSIENT = re.compile(
@@ -66,10 +67,12 @@ class _TooMuch(Exception):
 
 
 def _capture(argv: list[str], env: dict[str, str], timeout_s: float, input_text: str | None,
-             max_bytes: int) -> tuple[int, bytes, bytes]:
+             max_bytes: int, sink: Callable[[bytes], None] | None = None
+             ) -> tuple[int, bytes, bytes]:
     """Run ``argv``; (exit status, stdout, the first 64 KB of stderr), reading both pipes as
-    they fill. _TooMuch (the child killed) once stdout passes ``max_bytes``;
-    subprocess.TimeoutExpired (killed) after ``timeout_s``."""
+    they fill. With ``sink``, stdout goes to it a piece at a time as it comes, and only its
+    last 64 KB is returned (for an error message). _TooMuch (the child killed) once stdout
+    passes ``max_bytes``; subprocess.TimeoutExpired (killed) after ``timeout_s``."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     if input_text is not None:
@@ -94,7 +97,11 @@ def _capture(argv: list[str], env: dict[str, str], timeout_s: float, input_text:
                         size += len(data)
                         if size > max_bytes:
                             raise _TooMuch()
-                        out.append(data)
+                        if sink is None:
+                            out.append(data)
+                        else:
+                            sink(data)
+                            out = [out[-1][-_STDERR_KEEP:], data] if out else [data]
                     elif kept < _STDERR_KEEP:
                         err.append(data[:_STDERR_KEEP - kept])
                         kept += len(err[-1])
@@ -183,6 +190,26 @@ class SlurmCommands:
     def run(self, name: str, *args: str, timeout_s: float | None = None,
             retry: bool = True, input_text: str | None = None) -> str:
         """Run ``name args...``; return its stdout. Raises SlurmCommandError."""
+        out = self._attempts(name, args, timeout_s, retry, input_text, None)
+        return _text(out)
+
+    def stream(self, name: str, *args: str, reader: Callable[[], R],
+               timeout_s: float | None = None, retry: bool = True) -> R:
+        """Run ``name args...`` with its stdout fed, as it comes, to ``reader()``'s ``feed``
+        (bytes); return the reader of the try that succeeded (a try that failed takes its
+        reader with it, so a retried command is never read twice). For an answer too
+        large to hold twice (``jobstream``). Raises SlurmCommandError."""
+        made: list[R] = []
+
+        def sink() -> Callable[[bytes], None]:
+            made.append(reader())
+            return made[-1].feed
+        self._attempts(name, args, timeout_s, retry, None, sink)
+        return made[-1]
+
+    def _attempts(self, name: str, args: Sequence[str], timeout_s: float | None, retry: bool,
+                  input_text: str | None, sink: Callable[[], Callable[[bytes], None]] | None
+                  ) -> bytes:
         argv = [self.which(name), *map(str, args)]
         shown = [name, *map(str, args)]
         tries = 1 + (self.retries if retry else 0)
@@ -195,7 +222,7 @@ class SlurmCommands:
             self.calls += 1
             try:
                 rc, out, err = _capture(argv, self.env(), timeout_s or self.timeout_s, input_text,
-                                        self.max_output_bytes)
+                                        self.max_output_bytes, sink() if sink else None)
             except subprocess.TimeoutExpired as exc:
                 last = SlurmCommandError(shown, None, _text(exc.stderr or b""), transient=True,
                                          note=f"timed out after {timeout_s or self.timeout_s:g} s")
@@ -207,7 +234,7 @@ class SlurmCommands:
             except OSError as exc:
                 raise SlurmCommandError(shown, None, str(exc), note="could not be started") from None
             if rc == 0:
-                return _text(out)
+                return out
             stderr = _text(err)
             transient = bool(_TRANSIENT.search(stderr))
             last = SlurmCommandError(shown, rc, stderr or _text(out[-_STDERR_KEEP:]), transient)

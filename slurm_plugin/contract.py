@@ -7,7 +7,8 @@ which data_parser version, decided once from the release (``scontrol --version``
   ``scontrol --json`` at all; its ``sinfo --json`` (openapi v0.0.38) still lists one record
   per node, so 22.05 reads that (23.02+ aggregates ``sinfo --json`` per partition, which
   is what broke ``slurm up`` on 24.11 and 26.05).
-- Jobs come from ``squeue --json --states=all``, pinned the same way.
+- Jobs come from ``squeue --json --states=all``, pinned the same way, read a job at a time
+  as squeue prints them (``jobstream.py``).
 - Releases before 21.08 have no JSON: ``scontrol show ... -o`` text.
 
 An answer that lacks what the contract needs raises ``ParseError`` at once, naming the
@@ -16,12 +17,16 @@ release, the command and the missing field; callers never wait on it.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
 from .commands import SlurmCommands
+from .jobstream import JobsStream, Surprise
 from .parse import ParseError, SlurmJob, SlurmNode, parse_jobs_json, parse_nodes_json
 from .parse import parse_scontrol_jobs, parse_scontrol_nodes
+
+log = logging.getLogger("slurm_plugin.contract")
 
 # The data_parser pinned per release (major, minor): one each release ships (it keeps
 # the three newest) and whose answers are recorded in tests/fixtures/slurm/<release>/.
@@ -111,8 +116,19 @@ def read_nodes(cmds: SlurmCommands, *, retry: bool = True) -> list[SlurmNode]:
 
 
 def read_jobs(cmds: SlurmCommands, *, retry: bool = True) -> list[SlurmJob]:
+    """The jobs Slurm lists. A JSON answer is read as the command prints it, a job at a
+    time (``jobstream``); one that is not the shape read so is read again whole, and the
+    whole-text reader says what is wrong with it."""
     rel = release(cmds)
-    return parse_jobs(rel, cmds.run(*job_command(rel), retry=retry))
+    argv = job_command(rel)
+    if argv[-1] == "-d":
+        return parse_scontrol_jobs(cmds.run(*argv, retry=retry))
+    what = _what(rel, argv)
+    try:
+        return cmds.stream(*argv, reader=lambda: JobsStream(what), retry=retry).finish()
+    except Surprise as exc:
+        log.info("%s; reading the answer again, whole", exc)
+    return parse_jobs_json(cmds.run(*argv, retry=retry), what)
 
 
 __all__ = ["PINNED_PARSER", "Release", "job_command", "json_flag", "node_command",

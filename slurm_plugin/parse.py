@@ -410,13 +410,7 @@ def parse_jobs_json(text: str | bytes, what: str = "squeue --json") -> list[Slur
         except (ValueError, RecursionError):
             pass                # not the shape read here: the whole-tree reader says why
         else:
-            _check_reported_errors(top, what)
-            if bad is not None:
-                raise bad
-            if jobs is None:
-                raise ParseError(f"{what} answered without the field 'jobs' as a list "
-                                 f"(fields: {sorted(top)})")
-            return jobs
+            return jobs_of_answer(top, jobs, bad, what)
     data = _load(text, what)
     jobs = data.get("jobs")
     if not isinstance(jobs, list):
@@ -424,7 +418,20 @@ def parse_jobs_json(text: str | bytes, what: str = "squeue --json") -> list[Slur
     return [job_from_json(j, what) for j in jobs]
 
 
-_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+def jobs_of_answer(top: dict, jobs: list[SlurmJob] | None, bad: ParseError | None,
+                   what: str) -> list[SlurmJob]:
+    """The jobs of an answer read a record at a time (``_JobsReader``, ``jobstream``):
+    Slurm's own errors are raised first, then the first record that could not be read."""
+    _check_reported_errors(top, what)
+    if bad is not None:
+        raise bad
+    if jobs is None:
+        raise ParseError(f"{what} answered without the field 'jobs' as a list "
+                         f"(fields: {sorted(top)})")
+    return jobs
+
+
+JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 class _JobsReader:
@@ -437,7 +444,7 @@ class _JobsReader:
         self.decode = json.JSONDecoder().raw_decode
 
     def _space(self, i: int) -> int:
-        return _JSON_SPACE.match(self.text, i).end()
+        return JSON_SPACE.match(self.text, i).end()
 
     def _expect(self, i: int, ch: str) -> int:
         if not self.text.startswith(ch, i):
@@ -782,6 +789,6 @@ def dependency_state(dep: str, states: Mapping[int, str] | None = None) -> str:
 
 
 __all__ = ["ACTIVE_STATES", "ParseError", "SlurmJob", "SlurmNode", "TERMINAL_STATES",
-           "dependency_state", "duration_s", "expand_hostlist", "job_from_json",
+           "dependency_state", "duration_s", "expand_hostlist", "job_from_json", "jobs_of_answer",
            "node_from_json", "parse_jobs_json", "parse_nodes_json",
            "parse_scontrol_jobs", "parse_scontrol_nodes"]
