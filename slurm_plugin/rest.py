@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from coscheduler import boundedjson
 from coscheduler.backend import BackendError
@@ -35,12 +35,14 @@ from coscheduler.model import InvalidInput
 
 from .commands import _TRANSIENT, MAX_OUTPUT_ENV, output_cap
 from .contract import Release
+from .jobstream import JobsStream, Surprise
 from .parse import MAX_JSON_DEPTH, ParseError, SlurmJob, SlurmNode, printable
-from .rest_contract import (PROBE_ORDER, hold_body, parse_partition_max_time,
+from .rest_contract import (PROBE_ORDER, answer_of, hold_body, parse_partition_max_time,
                             parse_rest_jobs, parse_rest_nodes, path, pinned, release_of_ping,
                             update_body)
 
 log = logging.getLogger("slurm_plugin.rest")
+R = TypeVar("R")
 
 _ERROR_BODY = 64 << 10     # what an error message can use of a failed answer's body
 _MAX_TOKEN_FILE = 64 << 10
@@ -133,6 +135,17 @@ def _errors_text(body: bytes) -> str:
     return printable("; ".join(out), 300)
 
 
+def _read_into(r, sink: Callable[[bytes], None], max_bytes: int, where: str) -> None:
+    """A body fed to ``sink`` a piece at a time, at most ``max_bytes`` of it (JSONUnusable
+    past that, as ``boundedjson.read_limited`` says it)."""
+    size = 0
+    while piece := r.read(1 << 16):
+        size += len(piece)
+        if size > max_bytes:
+            raise boundedjson.JSONUnusable(f"{where}: more than the {max_bytes} bytes allowed")
+        sink(piece)
+
+
 @dataclass
 class RestClient:
     """HTTP to one slurmrestd. ``retries`` extra tries after a transient failure, waiting
@@ -156,6 +169,21 @@ class RestClient:
     def request(self, method: str, p: str, body: Mapping[str, Any] | None = None,
                 retry: bool = True) -> bytes:
         """The answer's body; RestError on failure (after retries when transient)."""
+        return self._tries(method, p, body, retry, None)
+
+    def stream(self, p: str, reader: Callable[[], R], retry: bool = True) -> R:
+        """GET ``p`` with the body fed, as it comes, to ``reader()``'s ``feed`` (bytes); the
+        reader of the try that succeeded (a failed try takes its reader with it)."""
+        made: list[R] = []
+
+        def sink() -> Callable[[bytes], None]:
+            made.append(reader())
+            return made[-1].feed
+        self._tries("GET", p, None, retry, sink)
+        return made[-1]
+
+    def _tries(self, method: str, p: str, body: Mapping[str, Any] | None, retry: bool,
+               sink: Callable[[], Callable[[bytes], None]] | None) -> bytes:
         tries = 1 + (self.retries if retry else 0)
         last: RestError | None = None
         for k in range(tries):
@@ -164,7 +192,7 @@ class RestClient:
                 log.warning("%s; retrying in %.1f s", last, delay)
                 self.sleep(delay)
             try:
-                return self._once(method, p, body)
+                return self._once(method, p, body, sink() if sink else None)
             except RestError as exc:
                 last = exc
                 if not exc.transient:
@@ -172,7 +200,8 @@ class RestClient:
         assert last is not None
         raise last
 
-    def _once(self, method: str, p: str, body: Mapping[str, Any] | None) -> bytes:
+    def _once(self, method: str, p: str, body: Mapping[str, Any] | None,
+              sink: Callable[[bytes], None] | None = None) -> bytes:
         token = read_token(self.token_file)
         headers = {"X-SLURM-USER-TOKEN": token, "Accept": "application/json"}
         user = token_user(token)
@@ -187,7 +216,10 @@ class RestClient:
         self.calls += 1
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                return boundedjson.read_limited(r, self.max_body_bytes, where)
+                if sink is None:
+                    return boundedjson.read_limited(r, self.max_body_bytes, where)
+                _read_into(r, sink, self.max_body_bytes, where)
+                return b""
         except boundedjson.JSONUnusable as exc:
             raise RestError(f"{exc}; the answer was not read further (a larger cluster: set "
                             f"${MAX_OUTPUT_ENV})") from None
@@ -302,9 +334,17 @@ class RestSource:
             raise RestError(f"slurmrestd `POST {self.client.url}{p}` (Slurm {rel.text}): {text}")
 
     def jobs(self) -> list[SlurmJob]:
+        """Read as slurmrestd sends them, a job at a time (``jobstream``); an answer that is
+        not the shape read so is asked for again and read whole, whose reader says why."""
         rel, parser = self.contract()
-        raw, _ = self.client.get_json(path(parser, "jobs"))
-        return self._overlay(parse_rest_jobs(rel, parser, raw.decode()))
+        p = path(parser, "jobs")
+        try:
+            jobs = self.client.stream(p, lambda: JobsStream(answer_of(rel, "GET", p))).finish()
+        except Surprise as exc:
+            log.info("%s; reading the answer again, whole", exc)
+            raw, _ = self.client.get_json(p)
+            jobs = parse_rest_jobs(rel, parser, raw.decode())
+        return self._overlay(jobs)
 
     def job(self, job_id: int) -> SlurmJob | None:
         rel, parser = self.contract()

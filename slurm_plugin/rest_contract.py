@@ -84,23 +84,24 @@ def pinned(rel: Release, probed: str) -> str:
     return REST_PARSER.get((rel.major, rel.minor), probed)
 
 
-def _what(rel: Release, method: str, p: str) -> str:
+def answer_of(rel: Release, method: str, p: str) -> str:
+    """How an error names an answer of slurmrestd."""
     return f"Slurm {rel.text} slurmrestd: `{method} {p}`"
 
 
 def parse_rest_jobs(rel: Release, parser: str, text: str, endpoint: str = "jobs") -> list[SlurmJob]:
-    return parse_jobs_json(text, _what(rel, "GET", path(parser, endpoint)))
+    return parse_jobs_json(text, answer_of(rel, "GET", path(parser, endpoint)))
 
 
 def parse_rest_nodes(rel: Release, parser: str, text: str) -> list[SlurmNode]:
-    return parse_nodes_json(text, _what(rel, "GET", path(parser, "nodes")))
+    return parse_nodes_json(text, answer_of(rel, "GET", path(parser, "nodes")))
 
 
 def parse_partition_max_time(rel: Release, parser: str, data: Mapping[str, Any],
                              partition: str) -> float | None:
     """MaxTime in seconds (None: UNLIMITED): v0.0.40+ ``maximums.time``, v0.0.38
     ``max_time_limit`` (minutes)."""
-    what = _what(rel, "GET", path(parser, "partition", partition))
+    what = answer_of(rel, "GET", path(parser, "partition", partition))
     parts = data.get("partitions")
     if not isinstance(parts, list) or not parts or not isinstance(parts[0], Mapping):
         raise ParseError(f"{what}: no field 'partitions' with a record (fields: {sorted(data)})")
@@ -181,6 +182,6 @@ def hold_body(hold: bool) -> dict:
 
 
 
-__all__ = ["PROBE_ORDER", "REST_PARSER", "UPDATE_FIELDS", "hold_body", "parse_partition_max_time",
+__all__ = ["PROBE_ORDER", "REST_PARSER", "UPDATE_FIELDS", "answer_of", "hold_body", "parse_partition_max_time",
            "parse_rest_jobs", "parse_rest_nodes", "path", "pinned", "release_of_ping",
            "restd_plugins", "UNWRITABLE_V38", "update_body"]

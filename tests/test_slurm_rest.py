@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import FIXTURES
+from coscheduler.bench.jsonread import squeue_like
 from coscheduler.backend import BackendError
 from coscheduler.model import InvalidInput
 from slurm_plugin.contract import Release
@@ -23,6 +24,7 @@ from slurm_plugin.rest_contract import (REST_PARSER, parse_partition_max_time, p
                                         parse_rest_nodes, release_of_ping, restd_plugins,
                                         update_body)
 from slurm_plugin.rest_daemon import sign_jwt
+from squeue_answers import ODD_ANSWERS, surprised
 
 SLURM = FIXTURES / "slurm"
 REST_RELEASES = sorted(p.name for p in SLURM.iterdir() if (p / "rest_ping.json").exists())
@@ -328,3 +330,39 @@ def test_v0042_sends_every_field_and_a_511_is_a_refused_token(replay, token_file
         {"description": "Failure to query nodes", "error": "Protocol authentication error"}]})))
     with pytest.raises(RestError, match=r"refused the token in .* \(HTTP 511\): Failure to query nodes"):
         src.nodes()
+
+
+# -- GET jobs read as it is sent (slurm_plugin/jobstream.py) ------------------------------------
+
+def _old_rest_jobs(src):
+    """What RestSource.jobs gave before: the body parsed whole, then its jobs read."""
+    rel, parser = src.contract()
+    try:
+        raw, _ = src.client.get_json(f"/slurm/{parser}/jobs")
+        return parse_rest_jobs(rel, parser, raw.decode())
+    except ParseError as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("text", [(FIXTURES / "slurm" / "22.05" / "rest_jobs.json").read_text(),
+                                  *ODD_ANSWERS])
+def test_slurmrestd_jobs_read_as_sent_give_what_the_whole_body_gave(replay, token_file, tmp_path, text):
+    src = source_22(replay, token_file, tmp_path, marks=False)
+    replay.on("GET", "/slurm/v0.0.38/jobs", (200, text))
+    want = _old_rest_jobs(src)
+    before = len(replay.got)
+    try:
+        got = src.jobs()
+    except ParseError as exc:
+        got = type(exc), str(exc)
+    assert got == want
+    # one GET, or two when the stream was surprised and the body was read again whole
+    assert len(replay.got) - before == (2 if surprised(text) else 1)
+
+
+def test_a_slurmrestd_body_past_the_cap_is_stopped_and_named(replay, token_file, tmp_path):
+    src = source_22(replay, token_file, tmp_path, marks=False)
+    src.client.max_body_bytes = 1000
+    replay.on("GET", "/slurm/v0.0.38/jobs", (200, squeue_like(5).decode()))
+    with pytest.raises(RestError, match="more than the 1000 bytes allowed.*COSCHED_SLURM_MAX_JSON_MB"):
+        src.jobs()

@@ -12,16 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
 from coscheduler import boundedjson
 from coscheduler.bench.jsonread import squeue_like
 from slurm_plugin.bench_squeue import whole_tree
 from slurm_plugin.parse import ParseError, ReportedErrors, parse_jobs_json
+from squeue_answers import ODD_ANSWERS, RECORDED
 from test_bounded_reads import _depth
 
-SLURM = FIXTURES / "slurm"
-RECORDED = sorted(p for p in SLURM.glob("*/*.json")
-                  if p.name.startswith(("squeue", "scontrol_show_job")))
 
 
 def _old(text: str):
@@ -52,30 +49,6 @@ def test_recorded_answers_of_three_releases_read_the_same():
         got = _new(text)
         assert isinstance(got, list) and got, path
         assert got == _old(text), path
-
-
-# Answers of odd shapes: each reader gives the same jobs or the same error for each
-# (tests/test_squeue_streamed.py reads them as squeue prints them, too).
-ODD_ANSWERS = [
-    '{"jobs": []}',
-    '  {"meta": {"x": [1, {"y": "]}"}]}, "jobs" : [ ] , "errors": [] }\n',
-    '{"errors": [{"error": "Unspecified error"}], "jobs": [{"job_id": "x"}]}',   # Slurm's errors first
-    '{"jobs": [{"job_id": "x"}], "errors": [{"description": "down"}]}',
-    '{"jobs": [{"job_id": 1, "job_state": "RUNNING"}, {"nope": 1}]}',             # a bad record
-    '{"jobs": {"job_id": 1}}',                                                     # not a list
-    '{"jobs": [{"job_id": 1, "job_state": "RUNNING"}], "jobs": 5}',                # json.loads: the last
-    '{"jobs": 5, "jobs": [{"job_id": 1, "job_state": "RUNNING"}]}',
-    '{"meta": {}}',
-    '[{"job_id": 1}]',
-    '"jobs"',
-    '{"jobs": [{"job_id": 1, "job_state": "RUNNING"}]} trailing',
-    '{"jobs": [{"job_id": 1, "job_state": "RUNNING"},]}',
-    '{"jobs": [{"job_id": 1, "job_state": "RUNNING"}]',
-    '{"jobs": [NaN]}',
-    '{"jobs": [' + "[" * 100 + "]" * 100 + "]}",                                   # too deep
-    "",
-    "{\"jobs\": [{\"job_id\": 1, \"job_state\": \"RUNNING\", \"name\": \"\\ud800\"}]}",
-]
 
 
 @pytest.mark.parametrize("text", ODD_ANSWERS)

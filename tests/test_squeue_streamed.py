@@ -16,31 +16,12 @@ from hypothesis import strategies as st
 from conftest import FIXTURES
 from coscheduler.bench.jsonread import squeue_like
 from slurm_plugin.commands import SlurmCommands
-from slurm_plugin.jobstream import JobsStream, Surprise
+from slurm_plugin.jobstream import JobsStream
 from slurm_plugin.parse import ParseError, parse_jobs_json
 from slurm_plugin.source import CommandLineSource
-from test_squeue_per_job import ODD_ANSWERS, RECORDED
+from squeue_answers import ODD_ANSWERS, RECORDED, streamed, surprised
 
 WHAT = "Slurm 24.11.5: `squeue --json=v0.0.42 --states=all`"
-
-
-def _streamed(raw: bytes, piece: int, what: str = "squeue --json"):
-    """The stream's answer to ``raw`` fed ``piece`` bytes at a time: the jobs, the error's
-    type and message, or ("surprise", why)."""
-    s = JobsStream(what)
-    for k in range(0, len(raw), piece):
-        s.feed(raw[k:k + piece])
-    try:
-        return s.finish()
-    except Surprise as exc:
-        return "surprise", str(exc)
-    except ParseError as exc:
-        return type(exc), str(exc)
-
-
-def _surprised(text: str) -> bool:
-    got = _streamed(text.encode(), 1 << 16)
-    return isinstance(got, tuple) and got[0] == "surprise"
 
 
 def _whole(text: str, what: str = "squeue --json"):
@@ -56,24 +37,24 @@ def test_recorded_answers_of_three_releases_read_the_same_in_any_pieces(piece):
     for path in RECORDED:
         raw = path.read_bytes()
         want = parse_jobs_json(raw.decode())
-        assert want and _streamed(raw, piece) == want, (path, piece)
+        assert want and streamed(raw, piece) == want, (path, piece)
 
 
 @pytest.mark.parametrize("text", ODD_ANSWERS)
 @pytest.mark.parametrize("piece", [1, 5, 1 << 16])
 def test_odd_answers_give_the_same_jobs_or_error_or_are_read_again_whole(text, piece):
-    want, got = _whole(text), _streamed(text.encode(), piece)
+    want, got = _whole(text), streamed(text.encode(), piece)
     if isinstance(want, list):
         assert got == want          # an answer the whole reader reads is read here too
     else:
         # a record's or Slurm's own error is said here the same way; anything else is a
         # surprise, and the caller reads the answer again whole
         assert got == want or (isinstance(got, tuple) and got[0] == "surprise"), (got, want)
-    assert _streamed(text.encode(), piece) == got     # (and the same each time)
+    assert streamed(text.encode(), piece) == got     # (and the same each time)
 
 
 def test_which_odd_answers_are_read_again_whole():
-    surprises = [t for t in ODD_ANSWERS if _surprised(t)]
+    surprises = [t for t in ODD_ANSWERS if surprised(t)]
     # not an object, not JSON, trailing data, cut short, too deep, empty: nothing else
     assert len(surprises) == 7, surprises
     assert all(_whole(t)[0] is ParseError for t in surprises)
@@ -99,7 +80,7 @@ def test_bytes_that_are_not_utf8_are_shown_as_by_the_whole_text_reader():
     want = parse_jobs_json(raw.decode("utf-8", errors="replace"))
     assert want[0].name == "a\ufffdb\ufffd"
     for piece in (1, 2, len(raw)):
-        assert _streamed(raw, piece) == want
+        assert streamed(raw, piece) == want
 
 
 @settings(max_examples=60, deadline=None)
@@ -136,7 +117,7 @@ def test_through_squeue_an_odd_answer_gives_the_whole_text_readers_jobs_or_error
         got = type(exc), str(exc)
     assert got == _whole(text, WHAT)
     # squeue asked again only when the stream was surprised (+1 for scontrol --version)
-    assert cmds.calls == (3 if _surprised(text) else 2)
+    assert cmds.calls == (3 if surprised(text) else 2)
 
 
 def test_a_try_that_fails_halfway_is_forgotten_and_the_retry_read_alone(tmp_path):
@@ -206,3 +187,4 @@ def test_the_bench_prints_both_pairs_side_by_side():
     for way in ("whole_tree", "per_job", "command_whole_text", "command_streamed"):
         assert out[f"{way}_s"] > 0 and out[f"{way}_peak_mb"] >= 0, out
     assert out["jobs"] == 40 and out["command_peak_ratio"] > 0
+
