@@ -71,7 +71,8 @@ def _capture(argv: list[str], env: dict[str, str], timeout_s: float, input_text:
              ) -> tuple[int, bytes, bytes]:
     """Run ``argv``; (exit status, stdout, the first 64 KB of stderr), reading both pipes as
     they fill. With ``sink``, stdout goes to it a piece at a time as it comes, and only its
-    last 64 KB is returned (for an error message). _TooMuch (the child killed) once stdout
+    last 64 KB is returned (for an error message); the time spent in ``sink`` does not count
+    toward ``timeout_s``. _TooMuch (the child killed) once stdout
     passes ``max_bytes``; subprocess.TimeoutExpired (killed) after ``timeout_s``."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -100,7 +101,10 @@ def _capture(argv: list[str], env: dict[str, str], timeout_s: float, input_text:
                         if sink is None:
                             out.append(data)
                         else:
+                            t0 = time.monotonic()
                             sink(data)
+                            # the timeout bounds the command, not the reader's work
+                            deadline += time.monotonic() - t0
                             out = [out[-1][-_STDERR_KEEP:], data] if out else [data]
                     elif kept < _STDERR_KEEP:
                         err.append(data[:_STDERR_KEEP - kept])

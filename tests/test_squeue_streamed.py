@@ -7,6 +7,7 @@ from __future__ import annotations
 import stat
 import subprocess
 import sys
+import time
 import tracemalloc
 
 import pytest
@@ -188,3 +189,25 @@ def test_the_bench_prints_both_pairs_side_by_side():
         assert out[f"{way}_s"] > 0 and out[f"{way}_peak_mb"] >= 0, out
     assert out["jobs"] == 40 and out["command_peak_ratio"] > 0
 
+
+
+def test_the_readers_own_time_does_not_count_toward_the_commands_timeout(tmp_path):
+    """Parsing a job at a time happens while squeue prints: a large answer parsed slower
+    than the timeout allows must not be taken for a hung squeue (killed and retried)."""
+    class SlowReader:
+        def __init__(self):
+            self.pieces = 0
+
+        def feed(self, raw: bytes) -> None:
+            self.pieces += 1
+            time.sleep(0.15)
+
+    p = tmp_path / "printer"
+    p.write_text(f"#!{sys.executable}\nimport sys\n"
+                 "for _ in range(12):\n"
+                 "    sys.stdout.buffer.write(b'x' * 65536); sys.stdout.flush()\n")
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    cmds = SlurmCommands(bin_dir=str(tmp_path), timeout_s=1.0, retries=0)
+    t0 = time.monotonic()
+    reader = cmds.stream("printer", reader=SlowReader)
+    assert reader.pieces >= 12 and time.monotonic() - t0 > 1.5 and cmds.calls == 1
