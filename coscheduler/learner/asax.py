@@ -315,6 +315,14 @@ class AsaxLearner:
                     raise InvalidInput(f"expert {e.name} does not give {self.config.m} probabilities")
         return self._probe
 
+    def prepare(self) -> None:
+        """What the experts load slowly, loaded now (a fitted expert's library): a process
+        that will decide for long calls it at its start, so that no pass waits for it."""
+        for e in self._factory_probe():
+            prepare = getattr(e, "prepare", None)
+            if prepare is not None:
+                prepare()
+
     def experts_for(self, job_class: str) -> list[Expert]:
         experts = self._experts.get(job_class)
         if experts is None:

@@ -126,6 +126,12 @@ class FittedTreeExpert:
             dist = self._dists[leaves] = self._distribution_of([value[n] for n in leaves])
         return (self._fits, leaves), dist
 
+    @staticmethod
+    def prepare() -> None:
+        """Import scikit-learn's trees now (1-2 s, scipy and pandas with them). Imported
+        late otherwise: at the first refit, inside a controller pass (``AsaxLearner.prepare``)."""
+        import sklearn.tree  # noqa: F401
+
     def refit(self) -> None:
         from sklearn.tree import DecisionTreeRegressor  # imported late: slow to import
 
