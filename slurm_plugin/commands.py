@@ -70,10 +70,10 @@ def _capture(argv: list[str], env: dict[str, str], timeout_s: float, input_text:
              max_bytes: int, sink: Callable[[bytes], None] | None = None
              ) -> tuple[int, bytes, bytes]:
     """Run ``argv``; (exit status, stdout, the first 64 KB of stderr), reading both pipes as
-    they fill. With ``sink``, stdout goes to it a piece at a time as it comes, and only its
-    last 64 KB is returned (for an error message); the time spent in ``sink`` does not count
-    toward ``timeout_s``. _TooMuch (the child killed) once stdout
-    passes ``max_bytes``; subprocess.TimeoutExpired (killed) after ``timeout_s``."""
+    they fill. _TooMuch (the child killed) once stdout passes ``max_bytes``;
+    subprocess.TimeoutExpired (killed) after ``timeout_s``. With ``sink``, stdout goes to it
+    a piece at a time as it comes and only its last 64 KB is returned (for an error
+    message); the time spent in ``sink`` does not count toward ``timeout_s``."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     if input_text is not None:
