@@ -2,7 +2,7 @@
 (the way before) beside a job at a time (``parse.parse_jobs_json``): time and peak memory;
 then from a command that prints it, the answer read whole as text (``SlurmCommands.run``,
 then ``parse_jobs_json``) beside read as it is printed (``SlurmCommands.stream`` into
-``jobstream.JobsStream``, what the backend does).
+``answerstream.JobsStream``, what the backend does).
 
 The answer is shaped like Slurm 24.11's (about 9 KB a job; ``coscheduler.bench.jsonread``).
 Memory is Python's own allocations during the read (tracemalloc's peak), one run each: for
@@ -26,7 +26,7 @@ from coscheduler import boundedjson
 from coscheduler.bench.jsonread import squeue_like
 
 from .commands import SlurmCommands
-from .jobstream import JobsStream
+from .answerstream import JobsStream
 from .parse import MAX_JSON_DEPTH, job_from_json, parse_jobs_json
 
 

@@ -202,7 +202,7 @@ class SlurmCommands:
         """Run ``name args...`` with its stdout fed, as it comes, to ``reader()``'s ``feed``
         (bytes); return the reader of the try that succeeded (a try that failed takes its
         reader with it, so a retried command is never read twice). For an answer too
-        large to hold twice (``jobstream``). Raises SlurmCommandError."""
+        large to hold twice (``answerstream``). Raises SlurmCommandError."""
         made: list[R] = []
 
         def sink() -> Callable[[bytes], None]:

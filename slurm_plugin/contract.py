@@ -8,7 +8,7 @@ which data_parser version, decided once from the release (``scontrol --version``
   per node, so 22.05 reads that (23.02+ aggregates ``sinfo --json`` per partition, which
   is what broke ``slurm up`` on 24.11 and 26.05).
 - Jobs come from ``squeue --json --states=all``, pinned the same way, read a job at a time
-  as squeue prints them (``jobstream.py``).
+  as squeue prints them (``answerstream.py``); so are nodes.
 - Releases before 21.08 have no JSON: ``scontrol show ... -o`` text.
 
 An answer that lacks what the contract needs raises ``ParseError`` at once, naming the
@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Callable
 
+from .answerstream import JobsStream, NodesStream, RecordStream, Surprise
 from .commands import SlurmCommands
-from .jobstream import JobsStream, Surprise
 from .parse import ParseError, SlurmJob, SlurmNode, parse_jobs_json, parse_nodes_json
 from .parse import parse_scontrol_jobs, parse_scontrol_nodes
 
@@ -111,24 +112,32 @@ def parse_jobs(rel: Release, text: str) -> list[SlurmJob]:
 
 
 def read_nodes(cmds: SlurmCommands, *, retry: bool = True) -> list[SlurmNode]:
+    """The nodes Slurm lists, read as ``read_jobs`` reads jobs."""
     rel = release(cmds)
-    return parse_nodes(rel, cmds.run(*node_command(rel), retry=retry))
+    argv = node_command(rel)
+    if argv[-1] == "-o":
+        return parse_scontrol_nodes(cmds.run(*argv, retry=retry))
+    return _streamed(cmds, argv, NodesStream, _what(rel, argv), parse_nodes_json, retry)
 
 
 def read_jobs(cmds: SlurmCommands, *, retry: bool = True) -> list[SlurmJob]:
     """The jobs Slurm lists. A JSON answer is read as the command prints it, a job at a
-    time (``jobstream``); one that is not the shape read so is read again whole, and the
+    time (``answerstream``); one that is not the shape read so is read again whole, and the
     whole-text reader says what is wrong with it."""
     rel = release(cmds)
     argv = job_command(rel)
     if argv[-1] == "-d":
         return parse_scontrol_jobs(cmds.run(*argv, retry=retry))
-    what = _what(rel, argv)
+    return _streamed(cmds, argv, JobsStream, _what(rel, argv), parse_jobs_json, retry)
+
+
+def _streamed(cmds: SlurmCommands, argv: tuple[str, ...], stream: Callable[[str], RecordStream],
+              what: str, parse_whole: Callable[[str, str], list], retry: bool) -> list:
     try:
-        return cmds.stream(*argv, reader=lambda: JobsStream(what), retry=retry).finish()
+        return cmds.stream(*argv, reader=lambda: stream(what), retry=retry).finish()
     except Surprise as exc:
         log.info("%s; reading the answer again, whole", exc)
-    return parse_jobs_json(cmds.run(*argv, retry=retry), what)
+    return parse_whole(cmds.run(*argv, retry=retry), what)
 
 
 __all__ = ["PINNED_PARSER", "Release", "job_command", "json_flag", "node_command",

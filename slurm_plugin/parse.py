@@ -27,7 +27,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from coscheduler import boundedjson, hostlist
 from coscheduler.model import InvalidInput
@@ -395,10 +395,24 @@ def job_from_json(j: dict, what: str = "squeue --json") -> SlurmJob:
 def parse_jobs_json(text: str | bytes, what: str = "squeue --json") -> list[SlurmJob]:
     """Jobs from ``squeue --json`` (or ``scontrol show job --json``) of any release.
 
-    Read a job at a time (``_JobsReader``): each record becomes a SlurmJob and is dropped,
+    Read a job at a time (``_RecordsReader``): each record becomes a SlurmJob and is dropped,
     so a 100k-job answer (near a GB of JSON on 24.11) is never a whole tree of dicts in
     memory at once (``cosched bench json`` measures both). Anything it does not expect goes
     to the whole-tree reader, whose errors name what is wrong."""
+    return _parse_records(JOBS, text, what)
+
+
+@dataclass(frozen=True)
+class RecordList:
+    """The list of records an answer is read for: its field, how one record is read, and
+    what an answer without it is told (Slurm's jobs, or its nodes)."""
+
+    field: str
+    record_of: Callable[[Any, str], Any]
+    missing: Callable[[str, dict], str]
+
+
+def _parse_records(kind: RecordList, text: str | bytes, what: str) -> list:
     try:
         checked = boundedjson.checked_text(text, max_bytes=len(text) * 4 + 1,
                                            max_depth=MAX_JSON_DEPTH, what=what)
@@ -406,41 +420,41 @@ def parse_jobs_json(text: str | bytes, what: str = "squeue --json") -> list[Slur
         checked = None
     if checked is not None:
         try:
-            top, jobs, bad = _JobsReader(checked, what).read()
+            top, records, bad = _RecordsReader(checked, what, kind).read()
         except (ValueError, RecursionError):
             pass                # not the shape read here: the whole-tree reader says why
         else:
-            return jobs_of_answer(top, jobs, bad, what)
+            return records_of_answer(kind, top, records, bad, what)
     data = _load(text, what)
-    jobs = data.get("jobs")
-    if not isinstance(jobs, list):
-        raise ParseError(f"{what} answered without the field 'jobs' as a list (fields: {sorted(data)})")
-    return [job_from_json(j, what) for j in jobs]
+    records = data.get(kind.field)
+    if not isinstance(records, list):
+        raise ParseError(kind.missing(what, data))
+    return [kind.record_of(r, what) for r in records]
 
 
-def jobs_of_answer(top: dict, jobs: list[SlurmJob] | None, bad: ParseError | None,
-                   what: str) -> list[SlurmJob]:
-    """The jobs of an answer read a record at a time (``_JobsReader``, ``jobstream``):
-    Slurm's own errors are raised first, then the first record that could not be read."""
+def records_of_answer(kind: RecordList, top: dict, records: list | None,
+                      bad: ParseError | None, what: str) -> list:
+    """The records of an answer read a record at a time (``_RecordsReader``,
+    ``answerstream``): Slurm's own errors are raised first, then the first record that
+    could not be read, then a missing list."""
     _check_reported_errors(top, what)
     if bad is not None:
         raise bad
-    if jobs is None:
-        raise ParseError(f"{what} answered without the field 'jobs' as a list "
-                         f"(fields: {sorted(top)})")
-    return jobs
+    if records is None:
+        raise ParseError(kind.missing(what, top))
+    return records
 
 
 JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
-class _JobsReader:
-    """The top-level object of a jobs answer, its ``jobs`` array read a record at a time
+class _RecordsReader:
+    """The top-level object of an answer, its ``kind.field`` array read a record at a time
     (``json.JSONDecoder.raw_decode``); the other fields whole. ValueError when the text is
     not a JSON object (the caller falls back to the whole-tree reader)."""
 
-    def __init__(self, text: str, what: str):
-        self.text, self.what = text, what
+    def __init__(self, text: str, what: str, kind: RecordList):
+        self.text, self.what, self.kind = text, what, kind
         self.decode = json.JSONDecoder().raw_decode
 
     def _space(self, i: int) -> int:
@@ -451,11 +465,11 @@ class _JobsReader:
             raise ValueError(f"{ch!r} expected at character {i}")
         return i + 1
 
-    def read(self) -> tuple[dict, list[SlurmJob] | None, ParseError | None]:
-        """(the other top-level fields, the jobs or None without a 'jobs' array, the first
-        job record that could not be read, if any: raised after Slurm's own errors)."""
-        text, top = self.text, {}
-        jobs: list[SlurmJob] | None = None
+    def read(self) -> tuple[dict, list | None, ParseError | None]:
+        """(the other top-level fields, the records or None without the array, the first
+        record that could not be read, if any: raised after Slurm's own errors)."""
+        text, top, field = self.text, {}, self.kind.field
+        records: list | None = None
         bad: ParseError | None = None
         i = self._space(self._expect(self._space(0), "{"))
         if text.startswith("}", i):
@@ -466,13 +480,13 @@ class _JobsReader:
                 if not isinstance(key, str):
                     raise ValueError("an object key that is not a string")
                 i = self._space(self._expect(self._space(i), ":"))
-                if key == "jobs" and text.startswith("[", i):
-                    jobs, bad, i = self._jobs(i + 1)
+                if key == field and text.startswith("[", i):
+                    records, bad, i = self._records(i + 1)
                     top.pop(key, None)
                 else:
                     top[key], i = self.decode(text, i)
-                    if key == "jobs":
-                        jobs = None       # (a later 'jobs' wins, as in json.loads)
+                    if key == field:
+                        records = None       # (a later one wins, as in json.loads)
                 i = self._space(i)
                 if text.startswith(",", i):
                     i = self._space(i + 1)
@@ -481,25 +495,25 @@ class _JobsReader:
                 break
         if self._space(i) != len(text):
             raise ValueError(f"extra data at character {i}")
-        return top, jobs, bad
+        return top, records, bad
 
-    def _jobs(self, i: int) -> tuple[list[SlurmJob], ParseError | None, int]:
-        text, jobs, bad = self.text, [], None
+    def _records(self, i: int) -> tuple[list, ParseError | None, int]:
+        text, records, bad, record_of = self.text, [], None, self.kind.record_of
         i = self._space(i)
         if text.startswith("]", i):
-            return jobs, bad, i + 1
+            return records, bad, i + 1
         while True:
             record, i = self.decode(text, i)
             if bad is None:
                 try:
-                    jobs.append(job_from_json(record, self.what))
+                    records.append(record_of(record, self.what))
                 except ParseError as exc:
                     bad = exc   # read on: Slurm's own errors, later in the text, come first
             i = self._space(i)
             if text.startswith(",", i):
                 i = self._space(i + 1)
                 continue
-            return jobs, bad, self._expect(i, "]")
+            return records, bad, self._expect(i, "]")
 
 
 def node_from_json(n: dict, what: str = "sinfo --json") -> SlurmNode:
@@ -530,17 +544,21 @@ def node_from_json(n: dict, what: str = "sinfo --json") -> SlurmNode:
                      partitions=partitions, alloc_cpus=alloc, reason=reason)
 
 
-def parse_nodes_json(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
-    """Nodes from ``sinfo --json`` (22.05) or ``scontrol show node --json`` (23.02+).
-    Newer ``sinfo --json`` aggregates nodes and lacks per-node records: ParseError, so the
-    caller tries the next source."""
-    data = _load(text, what)
-    nodes = data.get("nodes")
-    if not isinstance(nodes, list):
-        raise ParseError(f"{what} answered without the field 'nodes' as a per-node list "
-                         f"(fields: {sorted(data)}); 23.02+ aggregates sinfo --json: nodes come "
-                         "from scontrol show node --json there (slurm_plugin/contract.py)")
-    return [node_from_json(n, what) for n in nodes]
+JOBS = RecordList("jobs", job_from_json,
+                  lambda what, top: f"{what} answered without the field 'jobs' as a list "
+                                    f"(fields: {sorted(top)})")
+NODES = RecordList("nodes", node_from_json,
+                   lambda what, top: f"{what} answered without the field 'nodes' as a per-node "
+                                     f"list (fields: {sorted(top)}); 23.02+ aggregates sinfo "
+                                     "--json: nodes come from scontrol show node --json there "
+                                     "(slurm_plugin/contract.py)")
+
+
+def parse_nodes_json(text: str | bytes, what: str = "sinfo --json") -> list[SlurmNode]:
+    """Nodes from ``sinfo --json`` (22.05) or ``scontrol show node --json`` (23.02+), a node
+    at a time as ``parse_jobs_json`` reads jobs. Newer ``sinfo --json`` aggregates nodes
+    and lacks per-node records: ParseError, so the caller tries the next source."""
+    return _parse_records(NODES, text, what)
 
 
 # -- scontrol text ---------------------------------------------------------------------------
@@ -789,6 +807,6 @@ def dependency_state(dep: str, states: Mapping[int, str] | None = None) -> str:
 
 
 __all__ = ["ACTIVE_STATES", "ParseError", "SlurmJob", "SlurmNode", "TERMINAL_STATES",
-           "dependency_state", "duration_s", "expand_hostlist", "job_from_json", "jobs_of_answer",
-           "node_from_json", "parse_jobs_json", "parse_nodes_json",
+           "JOBS", "NODES", "RecordList", "dependency_state", "duration_s", "expand_hostlist",
+           "job_from_json", "node_from_json", "parse_jobs_json", "parse_nodes_json", "records_of_answer",
            "parse_scontrol_jobs", "parse_scontrol_nodes"]

@@ -35,7 +35,7 @@ from coscheduler.model import InvalidInput
 
 from .commands import _TRANSIENT, MAX_OUTPUT_ENV, output_cap
 from .contract import Release
-from .jobstream import JobsStream, Surprise
+from .answerstream import JobsStream, NodesStream, Surprise
 from .parse import MAX_JSON_DEPTH, ParseError, SlurmJob, SlurmNode, printable
 from .rest_contract import (PROBE_ORDER, answer_of, hold_body, parse_partition_max_time,
                             parse_rest_jobs, parse_rest_nodes, path, pinned, release_of_ping,
@@ -334,7 +334,7 @@ class RestSource:
             raise RestError(f"slurmrestd `POST {self.client.url}{p}` (Slurm {rel.text}): {text}")
 
     def jobs(self) -> list[SlurmJob]:
-        """Read as slurmrestd sends them, a job at a time (``jobstream``); an answer that is
+        """Read as slurmrestd sends them, a job at a time (``answerstream``); an answer that is
         not the shape read so is asked for again and read whole, whose reader says why."""
         rel, parser = self.contract()
         p = path(parser, "jobs")
@@ -360,8 +360,14 @@ class RestSource:
         return jobs[0] if jobs else None
 
     def nodes(self) -> list[SlurmNode]:
+        """Read as ``jobs`` reads jobs, a node at a time."""
         rel, parser = self.contract()
-        raw, _ = self.client.get_json(path(parser, "nodes"))
+        p = path(parser, "nodes")
+        try:
+            return self.client.stream(p, lambda: NodesStream(answer_of(rel, "GET", p))).finish()
+        except Surprise as exc:
+            log.info("%s; reading the answer again, whole", exc)
+        raw, _ = self.client.get_json(p)
         return parse_rest_nodes(rel, parser, raw.decode())
 
     def layout(self, job_id: int) -> tuple[tuple[str, int], ...] | None:

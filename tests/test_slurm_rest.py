@@ -24,7 +24,8 @@ from slurm_plugin.rest_contract import (REST_PARSER, parse_partition_max_time, p
                                         parse_rest_nodes, release_of_ping, restd_plugins,
                                         update_body)
 from slurm_plugin.rest_daemon import sign_jwt
-from squeue_answers import ODD_ANSWERS, surprised
+from slurm_answers import ODD_ANSWERS, ODD_NODE_ANSWERS, nodes_like, surprised
+from slurm_plugin.answerstream import NodesStream
 
 SLURM = FIXTURES / "slurm"
 REST_RELEASES = sorted(p.name for p in SLURM.iterdir() if (p / "rest_ping.json").exists())
@@ -332,7 +333,7 @@ def test_v0042_sends_every_field_and_a_511_is_a_refused_token(replay, token_file
         src.nodes()
 
 
-# -- GET jobs read as it is sent (slurm_plugin/jobstream.py) ------------------------------------
+# -- GET jobs read as it is sent (slurm_plugin/answerstream.py) ------------------------------------
 
 def _old_rest_jobs(src):
     """What RestSource.jobs gave before: the body parsed whole, then its jobs read."""
@@ -366,3 +367,29 @@ def test_a_slurmrestd_body_past_the_cap_is_stopped_and_named(replay, token_file,
     replay.on("GET", "/slurm/v0.0.38/jobs", (200, squeue_like(5).decode()))
     with pytest.raises(RestError, match="more than the 1000 bytes allowed.*COSCHED_SLURM_MAX_JSON_MB"):
         src.jobs()
+
+
+# -- GET nodes read as it is sent, as jobs are -----------------------------------------------------
+
+def _old_rest_nodes(src):
+    rel, parser = src.contract()
+    try:
+        raw, _ = src.client.get_json(f"/slurm/{parser}/nodes")
+        return parse_rest_nodes(rel, parser, raw.decode())
+    except ParseError as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("text", [(FIXTURES / "slurm" / "22.05" / "rest_nodes.json").read_text(),
+                                  nodes_like(300).decode(), *ODD_NODE_ANSWERS])
+def test_slurmrestd_nodes_read_as_sent_give_what_the_whole_body_gave(replay, token_file, tmp_path, text):
+    src = source_22(replay, token_file, tmp_path, marks=False)
+    replay.on("GET", "/slurm/v0.0.38/nodes", (200, text))
+    want = _old_rest_nodes(src)
+    before = len(replay.got)
+    try:
+        got = src.nodes()
+    except ParseError as exc:
+        got = type(exc), str(exc)
+    assert got == want
+    assert len(replay.got) - before == (2 if surprised(text, NodesStream) else 1)

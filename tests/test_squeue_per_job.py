@@ -1,5 +1,5 @@
 """A large ``squeue --json`` answer is read a job at a time (slurm_plugin/parse.py,
-``_JobsReader``) and its bounds are checked a piece at a time (boundedjson.checked_text):
+``_RecordsReader``) and its bounds are checked a piece at a time (boundedjson.checked_text):
 the same jobs and the same errors as the whole-tree reader, without the whole tree (nor a
 second copy of the text) in memory."""
 
@@ -16,7 +16,7 @@ from coscheduler import boundedjson
 from coscheduler.bench.jsonread import squeue_like
 from slurm_plugin.bench_squeue import whole_tree
 from slurm_plugin.parse import ParseError, ReportedErrors, parse_jobs_json
-from squeue_answers import ODD_ANSWERS, RECORDED
+from slurm_answers import ODD_ANSWERS, RECORDED
 from test_bounded_reads import _depth
 
 

@@ -1,4 +1,4 @@
-"""``squeue --json`` read as squeue prints it (slurm_plugin/jobstream.py): the same jobs and
+"""``squeue --json`` read as squeue prints it (slurm_plugin/answerstream.py): the same jobs and
 the same errors as the whole-text reader (``parse_jobs_json``), whatever the pieces the
 pipe cuts it into, without the answer's bytes or text in memory whole."""
 
@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from conftest import FIXTURES
 from coscheduler.bench.jsonread import squeue_like
 from slurm_plugin.commands import SlurmCommands
-from slurm_plugin.jobstream import JobsStream
+from slurm_plugin.answerstream import JobsStream
 from slurm_plugin.parse import ParseError, parse_jobs_json
 from slurm_plugin.source import CommandLineSource
-from squeue_answers import ODD_ANSWERS, RECORDED, streamed, surprised
+from slurm_answers import ODD_ANSWERS, RECORDED, streamed, surprised
 
 WHAT = "Slurm 24.11.5: `squeue --json=v0.0.42 --states=all`"
 

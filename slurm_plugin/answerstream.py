@@ -1,11 +1,12 @@
-"""A jobs answer (``squeue --json``, ``scontrol show job --json``) read as the command
-prints it: each job record becomes a ``SlurmJob`` as soon as it has arrived, and the text
-read so far is dropped. A 100k-job answer (near a GB of JSON on 24.11) is then never in
-memory whole, neither as the command's bytes nor as text (``cosched bench squeue``
-measures it beside the whole-text read).
+"""A list answer of Slurm (``squeue --json``, ``scontrol show node --json``, slurmrestd's
+``GET jobs`` and ``GET nodes``) read as it arrives: each record becomes a ``SlurmJob`` or a
+``SlurmNode`` as soon as it has come, and the text read so far is dropped. A 100k-job
+answer (near a GB of JSON on 24.11) or a 10k-node one (about 17 MB) is then never in memory
+whole, neither as bytes nor as text nor as a tree (``cosched bench squeue`` measures it
+beside the whole-text read).
 
-It reads what ``parse._JobsReader`` reads, the same way (Slurm's ``errors`` before a bad
-record, a later ``jobs`` field winning), with the same bounds: nesting is checked on the
+It reads what ``parse._RecordsReader`` reads, the same way (Slurm's ``errors`` before a bad
+record, a later list field winning), with the same bounds: nesting is checked on the
 bytes before they are parsed (``boundedjson.DepthStream``), bytes that are not UTF-8 are
 shown, not fatal, and CR LF is a line end, as ``commands._text`` does for a whole answer.
 Anything else (not an object, not JSON, too deep, trailing data) is ``Surprise``: the caller
@@ -20,8 +21,8 @@ from typing import Any, Generator
 
 from coscheduler import boundedjson
 
-from .parse import (JSON_SPACE, MAX_JSON_DEPTH, ParseError, SlurmJob, job_from_json,
-                    jobs_of_answer)
+from .parse import (JOBS, JSON_SPACE, MAX_JSON_DEPTH, NODES, ParseError, RecordList,
+                    SlurmJob, SlurmNode, records_of_answer)
 
 # Text already parsed is dropped once it is at least this much and at least half of what is
 # held: what is kept stays about a record and a piece, and each character is copied O(1) times.
@@ -36,12 +37,14 @@ class Surprise(ValueError):
 _Steps = Generator[None, None, Any]
 
 
-class JobsStream:
-    """Feed the answer's bytes as they come (``feed``), then ``finish()``: the jobs, a
-    ``ParseError`` as ``parse_jobs_json`` raises it (Slurm's errors, a bad record, no
-    ``jobs`` list), or ``Surprise``."""
+class RecordStream:
+    """Feed the answer's bytes as they come (``feed``), then ``finish()``: the records of
+    ``kind``, a ``ParseError`` as the whole-text reader raises it (Slurm's errors, a bad
+    record, no list), or ``Surprise``."""
 
-    def __init__(self, what: str = "squeue --json", max_depth: int = MAX_JSON_DEPTH):
+    kind: RecordList
+
+    def __init__(self, what: str, max_depth: int = MAX_JSON_DEPTH):
         self.what = what
         self._depth = boundedjson.DepthStream(max_depth, what)
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -52,7 +55,7 @@ class JobsStream:
         self._wanted = 0             # the reader waits until _buf and _new hold this much
         self._eof = False
         self._failed: str | None = None
-        self._result: tuple[dict, list[SlurmJob] | None, ParseError | None] | None = None
+        self._result: tuple[dict, list | None, ParseError | None] | None = None
         self._decode = json.JSONDecoder().raw_decode
         self._steps = self._read()
         self._resume()
@@ -68,7 +71,7 @@ class JobsStream:
             return
         self._add(self._utf8.decode(raw))
 
-    def finish(self) -> list[SlurmJob]:
+    def finish(self) -> list:
         if self._failed is None and self._result is None:
             self._add(self._utf8.decode(b"", final=True), final=True)
             self._eof = True
@@ -77,8 +80,8 @@ class JobsStream:
             raise Surprise(self._failed)
         if self._result is None:       # (the reader always ends at the end of the text)
             raise Surprise("the answer ended early")
-        top, jobs, bad = self._result
-        return jobs_of_answer(top, jobs, bad, self.what)
+        top, records, bad = self._result
+        return records_of_answer(self.kind, top, records, bad, self.what)
 
     def _add(self, text: str, final: bool = False) -> None:
         if self._cr:
@@ -153,7 +156,8 @@ class JobsStream:
 
     def _read(self) -> _Steps:
         top: dict = {}
-        jobs: list[SlurmJob] | None = None
+        field = self.kind.field
+        records: list | None = None
         bad: ParseError | None = None
         i = yield from self._space(0)
         i = yield from self._expect(i, "{")
@@ -167,13 +171,13 @@ class JobsStream:
                     raise Surprise("an object key that is not a string")
                 i = yield from self._expect(i, ":")
                 i = yield from self._space(i)
-                if key == "jobs" and self._buf.startswith("[", i):
-                    jobs, bad, i = yield from self._jobs(i + 1)
+                if key == field and self._buf.startswith("[", i):
+                    records, bad, i = yield from self._records(i + 1)
                     top.pop(key, None)
                 else:
                     top[key], i = yield from self._value(i)
-                    if key == "jobs":
-                        jobs = None       # (a later 'jobs' wins, as in json.loads)
+                    if key == field:
+                        records = None       # (a later one wins, as in json.loads)
                 i = yield from self._space(i)
                 if self._buf.startswith(",", i):
                     i = yield from self._space(i + 1)
@@ -183,19 +187,20 @@ class JobsStream:
         i = yield from self._space(i)
         if i != len(self._buf):
             raise Surprise("extra data after the answer")
-        return top, jobs, bad
+        return top, records, bad
 
-    def _jobs(self, i: int) -> _Steps:
-        jobs: list[SlurmJob] = []
+    def _records(self, i: int) -> _Steps:
+        records: list = []
         bad: ParseError | None = None
+        record_of = self.kind.record_of
         i = yield from self._space(i)
         if self._buf.startswith("]", i):
-            return jobs, bad, i + 1
+            return records, bad, i + 1
         while True:
             record, i = yield from self._value(i)
             if bad is None:
                 try:
-                    jobs.append(job_from_json(record, self.what))
+                    records.append(record_of(record, self.what))
                 except ParseError as exc:
                     bad = exc   # read on: Slurm's own errors, later in the text, come first
             del record
@@ -205,7 +210,32 @@ class JobsStream:
                 i = yield from self._space(i + 1)
                 continue
             i = yield from self._expect(i, "]")
-            return jobs, bad, i
+            return records, bad, i
 
 
-__all__ = ["JobsStream", "Surprise"]
+class JobsStream(RecordStream):
+    """``squeue --json``, ``scontrol show job --json``, slurmrestd's ``GET jobs``."""
+
+    kind = JOBS
+
+    def __init__(self, what: str = "squeue --json", max_depth: int = MAX_JSON_DEPTH):
+        super().__init__(what, max_depth)
+
+    def finish(self) -> list[SlurmJob]:
+        return super().finish()
+
+
+class NodesStream(RecordStream):
+    """``scontrol show node --json`` (23.02+), ``sinfo --json`` (22.05), slurmrestd's
+    ``GET nodes``."""
+
+    kind = NODES
+
+    def __init__(self, what: str = "scontrol show node --json", max_depth: int = MAX_JSON_DEPTH):
+        super().__init__(what, max_depth)
+
+    def finish(self) -> list[SlurmNode]:
+        return super().finish()
+
+
+__all__ = ["JobsStream", "NodesStream", "RecordStream", "Surprise"]
