@@ -12,6 +12,7 @@ FileNotFoundError (callers word "not found" their own way).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
@@ -28,6 +29,11 @@ class FileUnusable(InvalidInput):
     """A file that cannot be read as asked; the message names it and says why."""
 
 
+class FileTooLarge(FileUnusable):
+    """A file (or what it unpacks to) past the cap: readable, but not what was meant to be
+    there (a caller may set it aside, where it would leave a file it cannot open)."""
+
+
 def read_limited(f: IO[bytes], max_bytes: int, what: str, hint: str = "") -> bytes:
     """At most ``max_bytes`` bytes of the binary stream ``f`` (read in pieces);
     FileUnusable naming ``what`` when there is more, without reading the rest."""
@@ -39,7 +45,7 @@ def read_limited(f: IO[bytes], max_bytes: int, what: str, hint: str = "") -> byt
         parts.append(part)
         size += len(part)
     if size > max_bytes:
-        raise FileUnusable(f"{what}: more than the {max_bytes} bytes allowed{hint}")
+        raise FileTooLarge(f"{what}: more than the {max_bytes} bytes allowed{hint}")
     return b"".join(parts)
 
 
@@ -64,7 +70,9 @@ def _open(path: str | os.PathLike, what: str, follow: bool) -> int:
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise FileUnusable(f"{what}: cannot be opened ({exc.strerror or exc})") from None
+        why = ("a symbolic link, not followed" if not follow and exc.errno == errno.ELOOP
+               else exc.strerror or exc)
+        raise FileUnusable(f"{what}: cannot be opened ({why})") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -90,7 +98,7 @@ def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = Non
             raise FileUnusable(f"{what}: belongs to uid {st.st_uid}, not to "
                                f"{' or '.join(f'uid {u}' for u in sorted(owners))}")
         if st.st_size > max_bytes:     # said at once; a file that grows is caught by the read
-            raise FileUnusable(f"{what}: {st.st_size} bytes, more than the {max_bytes} "
+            raise FileTooLarge(f"{what}: {st.st_size} bytes, more than the {max_bytes} "
                                f"allowed{hint}")
         with os.fdopen(fd, "rb", buffering=0, closefd=False) as f:
             return read_limited(f, max_bytes, what, hint)
@@ -134,7 +142,7 @@ def gunzip(raw: bytes, max_bytes: int, what: str, hint: str = "") -> bytes:
                     break
                 size += n
         if size > max_bytes:
-            raise FileUnusable(f"{what}: unpacks to more than the {max_bytes} bytes "
+            raise FileTooLarge(f"{what}: unpacks to more than the {max_bytes} bytes "
                                f"allowed{hint}")
         with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as f:
             return read_limited(f, max_bytes, what, hint)

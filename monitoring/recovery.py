@@ -11,13 +11,12 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coscheduler import boundedjson
+from coscheduler import boundedfile, boundedjson
 from coscheduler.progress import write_json_atomic, write_text_atomic
 
 FORMAT = "cosched-agent-state/1"
@@ -25,27 +24,6 @@ FORMAT = "cosched-agent-state/1"
 MAX_STATE_DEPTH = 16
 # A state file lists the jobs of one node: far below this; anything larger is not ours.
 MAX_STATE_BYTES = 16 << 20
-
-
-def read_regular_file(path: str | os.PathLike, limit: int) -> bytes:
-    """At most ``limit`` bytes of a regular file, opened without following a symbolic link
-    and without blocking (a FIFO put at the path must not hang the agent's start); OSError
-    (ELOOP for a link, EINVAL with a message for anything not a regular file) otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        chunks, left = [], limit
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 20))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def _check_document(doc: Any) -> SavedState:
@@ -108,26 +86,28 @@ class StateFile:
         renamed aside and reported in ``problem``. Never raises: a broken file must not
         stop the agent that is about to lift the quotas it left."""
         try:
-            raw = read_regular_file(self.path, MAX_STATE_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            # not set aside: a link or a FIFO someone put there is theirs to look at
-            why = "it is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
-            return SavedState(problem=f"cannot read state file {self.path}: {why}; not used")
-        try:
+            # (no link followed, no FIFO waited on: a start must never hang here)
+            raw = boundedfile.read_regular(self.path, MAX_STATE_BYTES, str(self.path),
+                                           follow=False)
             doc = boundedjson.loads(raw, max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH,
                                     what="state file")
             return _check_document(doc)
+        except FileNotFoundError:
+            return None
+        except boundedfile.FileUnusable as e:
+            if not isinstance(e, boundedfile.FileTooLarge):
+                # not set aside: a link or a FIFO someone put there is theirs to look at
+                return SavedState(problem=f"cannot read state file {e}; not used")
+            why = str(e).removeprefix(f"{self.path}: ")
         except (ValueError, TypeError, MemoryError) as e:
             why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
-            aside = self.path.with_name(self.path.name + f".broken-{int(time.time())}")
-            try:
-                os.replace(self.path, aside)
-            except OSError:
-                aside = self.path
-            return SavedState(problem=f"state file {self.path} is unusable ({why[:300]}); "
-                                      f"kept as {aside}")
+        aside = self.path.with_name(self.path.name + f".broken-{int(time.time())}")
+        try:
+            os.replace(self.path, aside)
+        except OSError:
+            aside = self.path
+        return SavedState(problem=f"state file {self.path} is unusable ({why[:300]}); "
+                                  f"kept as {aside}")
 
     def remove(self) -> None:
         try:
@@ -144,7 +124,6 @@ def remove_orphaned_roots(prefix: str, layout=None) -> list[str]:
     (parent-death signal), so what such a process leaves is empty cgroups. A tree that
     still holds processes is left alone (rmdir refuses it). Returns the roots removed.
     """
-    import errno
 
     import psutil
 

@@ -316,3 +316,13 @@ def test_an_agent_that_lets_calls_time_out_is_not_asked_again_for_a_while():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_state_file_past_its_cap_is_set_aside_unread(tmp_path):
+    from monitoring.recovery import MAX_STATE_BYTES
+    path = tmp_path / "state.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_STATE_BYTES + 1)      # (sparse: nothing is written)
+    st = StateFile(path).load()
+    assert st.problem and "unusable" in st.problem and f"more than the {MAX_STATE_BYTES}" in st.problem
+    assert not path.exists() and list(tmp_path.glob("state.json.broken-*"))
