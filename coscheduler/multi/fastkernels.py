@@ -24,7 +24,10 @@ import math
 
 import numpy as np
 
+# The queue and the running set are kept as in RLScheduler's environment: its kernels that
+# do not touch the resource pools serve here as they are.
 from ..learned.fastsim import COMPILED, kernel  # noqa: F401 - COMPILED re-exported
+from ..learned.fastsim import enqueue, first_waiting, next_end, pop_queue
 
 INF = np.inf
 PICK, BACKFILL = 0, 1  # what an asking slot asks (``MSim.kind``)
@@ -85,16 +88,6 @@ def start_job(sim, s, job, t):
 
 
 @kernel
-def next_end(sim, s):
-    m = INF
-    for k in range(sim.nrun[s]):
-        e = sim.end[s, sim.rs_job[s, k]]
-        if e < m:
-            m = e
-    return m
-
-
-@kernel
 def release_until(sim, s, t):
     """Every running job that ends by ``t`` gives its resources back (order kept)."""
     w = 0
@@ -109,40 +102,6 @@ def release_until(sim, s, t):
             sim.rs_job[s, w] = job
             w += 1
     sim.nrun[s] = w
-
-
-@kernel
-def enqueue(sim, s, job):
-    sim.waiting[s, job] = True
-    sim.qlen[s] += 1
-    if job < sim.lo[s]:
-        sim.lo[s] = job
-    if job >= sim.hi[s]:
-        sim.hi[s] = job + 1
-
-
-@kernel
-def first_waiting(sim, s):
-    j = sim.lo[s]
-    while not sim.waiting[s, j]:
-        j += 1
-    sim.lo[s] = j
-    return j
-
-
-@kernel
-def pop_queue(sim, s, pos):
-    """Remove and return the job at queue position ``pos``."""
-    j = first_waiting(sim, s)
-    while True:
-        if sim.waiting[s, j]:
-            if pos == 0:
-                break
-            pos -= 1
-        j += 1
-    sim.waiting[s, j] = False
-    sim.qlen[s] -= 1
-    return j
 
 
 @kernel
