@@ -33,9 +33,9 @@ from coscheduler import boundedjson
 from coscheduler.backend import BackendError
 from coscheduler.model import InvalidInput
 
+from .answerstream import JobsStream, NodesStream, Surprise
 from .commands import _TRANSIENT, MAX_OUTPUT_ENV, output_cap
 from .contract import Release
-from .answerstream import JobsStream, NodesStream, Surprise
 from .parse import MAX_JSON_DEPTH, ParseError, SlurmJob, SlurmNode, printable
 from .rest_contract import (PROBE_ORDER, answer_of, hold_body, parse_partition_max_time,
                             parse_rest_jobs, parse_rest_nodes, path, pinned, release_of_ping,
@@ -135,15 +135,27 @@ def _errors_text(body: bytes) -> str:
     return printable("; ".join(out), 300)
 
 
-def _read_into(r, sink: Callable[[bytes], None], max_bytes: int, where: str) -> None:
-    """A body fed to ``sink`` a piece at a time, at most ``max_bytes`` of it (JSONUnusable
-    past that, as ``boundedjson.read_limited`` says it)."""
+def _read_into(r, sink: Callable[[bytes], None], max_bytes: int, where: str,
+               timeout_s: float) -> None:
+    """A body fed to ``sink`` a piece at a time as it comes, at most ``max_bytes`` of it
+    (JSONUnusable past that, as ``boundedjson.read_limited`` says it), within ``timeout_s``
+    as a command's output is (commands.py): the time spent in ``sink`` (a parse) does not
+    count. The socket's own timeout bounds each wait for bytes, not a body that trickles
+    in; this bounds the whole, cut off at most one socket timeout late (a transient
+    RestError, tried again as a timeout is)."""
     size = 0
-    while piece := r.read(1 << 16):
+    deadline = time.monotonic() + timeout_s
+    read = getattr(r, "read1", None) or r.read     # (read1: what has come, not a full piece)
+    while piece := read(1 << 16):
         size += len(piece)
         if size > max_bytes:
             raise boundedjson.JSONUnusable(f"{where}: more than the {max_bytes} bytes allowed")
+        now = time.monotonic()
+        if now > deadline:
+            raise RestError(f"{where}: the answer did not come whole within {timeout_s:g} s "
+                            f"({size} bytes came)", None, True)
         sink(piece)
+        deadline += time.monotonic() - now
 
 
 @dataclass
@@ -216,10 +228,9 @@ class RestClient:
         self.calls += 1
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                if sink is None:
-                    return boundedjson.read_limited(r, self.max_body_bytes, where)
-                _read_into(r, sink, self.max_body_bytes, where)
-                return b""
+                parts: list[bytes] = []
+                _read_into(r, sink or parts.append, self.max_body_bytes, where, self.timeout_s)
+                return b"".join(parts)
         except boundedjson.JSONUnusable as exc:
             raise RestError(f"{exc}; the answer was not read further (a larger cluster: set "
                             f"${MAX_OUTPUT_ENV})") from None

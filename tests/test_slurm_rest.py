@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -25,7 +26,7 @@ from slurm_plugin.rest_contract import (REST_PARSER, parse_partition_max_time, p
                                         update_body)
 from slurm_plugin.rest_daemon import sign_jwt
 from slurm_answers import ODD_ANSWERS, ODD_NODE_ANSWERS, nodes_like, surprised
-from slurm_plugin.answerstream import NodesStream
+from slurm_plugin.answerstream import JobsStream, NodesStream
 
 SLURM = FIXTURES / "slurm"
 REST_RELEASES = sorted(p.name for p in SLURM.iterdir() if (p / "rest_ping.json").exists())
@@ -393,3 +394,81 @@ def test_slurmrestd_nodes_read_as_sent_give_what_the_whole_body_gave(replay, tok
         got = type(exc), str(exc)
     assert got == want
     assert len(replay.got) - before == (2 if surprised(text, NodesStream) else 1)
+
+
+# -- a body that trickles in is cut off, as a command that prints slowly is -------------------------
+
+class Trickle:
+    """A server that answers every request with headers at once, then a body of
+    ``length`` bytes one byte every ``every_s`` (a stuck or hostile slurmrestd)."""
+
+    def __init__(self, length: int = 400, every_s: float = 0.05):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        self.length, self.every_s = length, every_s
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn):
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % self.length)
+            try:
+                for _ in range(self.length):
+                    if self.stop.wait(self.every_s):
+                        return
+                    conn.sendall(b" ")
+            except OSError:
+                return          # the client gave up
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("way", ["whole", "streamed"])
+def test_a_body_that_trickles_in_is_cut_off_within_the_timeout(token_file, way):
+    trickle = Trickle()
+    try:
+        client = RestClient(trickle.url, str(token_file), timeout_s=0.5, retries=0)
+        t0 = time.monotonic()
+        with pytest.raises(RestError, match=r"`GET .*/slurm/v0.0.38/jobs`: the answer did not come "
+                                            r"whole within 0.5 s \(\d+ bytes came\)") as exc:
+            if way == "whole":
+                client.request("GET", "/slurm/v0.0.38/jobs")
+            else:
+                client.stream("/slurm/v0.0.38/jobs", lambda: JobsStream("x"))
+        # each byte came well within the socket's timeout: without the bound it reads on
+        # for 400 x 50 ms (then fails: no error); with it, at most one socket timeout past 0.5 s
+        assert time.monotonic() - t0 < 1.0 + 0.5
+        assert exc.value.transient      # (tried again, as a timeout is)
+    finally:
+        trickle.close()
+
+
+def test_the_readers_own_time_does_not_count_toward_the_bodys_timeout(replay, token_file):
+    body = squeue_like(60).decode()
+    replay.on("GET", "/slurm/v0.0.38/jobs", (200, body))
+
+    class SlowReader(JobsStream):
+        pieces = 0
+
+        def feed(self, raw: bytes) -> None:
+            SlowReader.pieces += 1
+            time.sleep(0.05)
+            super().feed(raw)
+
+    client = RestClient(replay.url, str(token_file), timeout_s=0.3, retries=0)
+    t0 = time.monotonic()
+    jobs = client.stream("/slurm/v0.0.38/jobs", lambda: SlowReader("x")).finish()
+    assert len(jobs) == 60 and SlowReader.pieces >= 8 and time.monotonic() - t0 > 0.4
+    assert client.calls == 1
